@@ -1,0 +1,38 @@
+"""Token accounting: occupancy from usage, and a conservative estimate for pre-flight.
+
+The laws (DESIGN section 1): occupancy is the four usage fields of the LATEST response, summed;
+usage is never added across requests; an unknown (absent or all-zero) report keeps the last
+figure; a figure above the window is an accounting error, never exhaustion.
+"""
+
+from __future__ import annotations
+
+from math import ceil
+
+from segue.statemachine.models import ToolCall, Usage
+
+MESSAGE_OVERHEAD_TOKENS = 8
+"""Role markers and block framing the provider adds around each message."""
+
+BYTES_PER_TOKEN = 3
+"""English prose runs near 4 bytes a token and code near 3; CJK near 3 bytes a character and a
+token. Dividing UTF-8 bytes by 3 over-estimates the first two and matches the third: pre-flight
+would rather continue a little early than send a prompt the provider refuses."""
+
+
+def estimate_tokens(text: str) -> int:
+    """A conservative token estimate of one message's text, overhead included."""
+    return ceil(len(text.encode("utf-8")) / BYTES_PER_TOKEN) + MESSAGE_OVERHEAD_TOKENS
+
+
+def estimate_tool_calls(tool_calls: tuple[ToolCall, ...]) -> int:
+    """A conservative estimate of ``tool_use`` blocks (name plus the repr of the input)."""
+    return sum(estimate_tokens(call.name + repr(call.input)) for call in tool_calls)
+
+
+def reported_occupancy(usage: Usage | None) -> int | None:
+    """The occupancy a usage report states, or ``None`` when it states nothing."""
+    if usage is None:
+        return None
+    tokens = usage.context_tokens
+    return tokens if tokens > 0 else None

@@ -1,0 +1,171 @@
+"""Checkpoints: the text an agent writes before a fresh start, and what is built from it.
+
+All pure functions over strings, so the core can use them inside ``transition()`` and tests can
+pin their behaviour on awkward inputs (code fences, missing tags, empty answers).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import Field, StrictInt
+
+from segue.statemachine._values import Frozen
+
+CHECKPOINT_PROMPT = """CONTEXT LIMIT APPROACHING - CHECKPOINT REQUIRED
+
+Your context window is nearly full. Your work will continue at once in a fresh session that sees
+only what you write now. Output a checkpoint and nothing else:
+
+<checkpoint>
+## Goal
+[1-2 sentences: the original task]
+
+## Completed Work
+[Each file changed or result obtained, and what changed]
+
+## Remaining Tasks
+[Ordered list of what still needs to be done]
+
+## Do Not Redo
+[Completed items that must not be repeated]
+
+## Key Decisions
+[Choices and constraints the next session must respect]
+</checkpoint>
+
+After the checkpoint, STOP."""
+
+CONTINUE_PREVIOUS_WORK = (
+    "CONTINUING FROM A PREVIOUS SESSION\n\n"
+    "The previous session hit its context limit and could not write a checkpoint. "
+    "Inspect the current state of the work, then continue the previous work. "
+    "Do not repeat work that is already done."
+)
+"""The minimal seed when no checkpoint could be obtained."""
+
+CHECKPOINT_SECTIONS: tuple[str, ...] = (
+    "Goal",
+    "Completed Work",
+    "Remaining Tasks",
+    "Do Not Redo",
+    "Key Decisions",
+)
+
+_FENCE = re.compile(r"^\s*```[\w+-]*[ \t]*\n(?P<body>.*?)\n?\s*```\s*$", re.DOTALL)
+_BLOCK = re.compile(r"<checkpoint>(?P<body>.*?)</checkpoint>", re.DOTALL | re.IGNORECASE)
+_OPEN_ONLY = re.compile(r"<checkpoint>(?P<body>.*)$", re.DOTALL | re.IGNORECASE)
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(?P<title>.+?)\s*#*\s*$", re.MULTILINE)
+
+
+def _strip_fence(text: str) -> str:
+    match = _FENCE.match(text)
+    return match.group("body") if match else text
+
+
+def extract_checkpoint(text: str) -> str:
+    """The checkpoint an agent wrote, ready to seed a new session.
+
+    Code fences around the answer or inside the block are removed; the content between the last
+    complete ``<checkpoint>`` tags wins (agents sometimes quote the template first); an unclosed
+    block runs to the end of the text; without tags the whole answer is the checkpoint. Returns
+    ``""`` only when the answer has no text at all.
+    """
+    unfenced = _strip_fence(text.strip())
+    blocks = _BLOCK.findall(unfenced)
+    if blocks:
+        body = str(blocks[-1])
+    else:
+        opened = _OPEN_ONLY.search(unfenced)
+        body = opened.group("body") if opened else unfenced
+    return _strip_fence(body.strip()).strip()
+
+
+def checkpoint_sections(checkpoint: str) -> dict[str, str]:
+    """The markdown sections of a checkpoint by heading (``{"Goal": "...", ...}``).
+
+    Headings are kept as written; text before the first heading is dropped. A checkpoint with no
+    headings gives ``{}``; callers keep the raw text either way.
+    """
+    matches = list(_HEADING.finditer(checkpoint))
+    sections: dict[str, str] = {}
+    for index, match in enumerate(matches):
+        end = matches[index + 1].start() if index + 1 < len(matches) else len(checkpoint)
+        sections[match.group("title").strip()] = checkpoint[match.end() : end].strip()
+    return sections
+
+
+def continuation_prompt(checkpoint: str) -> str:
+    """The first user message of a session that continues from ``checkpoint``."""
+    if not checkpoint.strip():
+        return CONTINUE_PREVIOUS_WORK
+    return (
+        "CONTINUING FROM A PREVIOUS SESSION\n\n"
+        "The previous session hit its context limit. This is the state it left:\n\n"
+        f"<checkpoint>\n{checkpoint}\n</checkpoint>\n\n"
+        "Continue from the remaining tasks. Do not repeat completed work."
+    )
+
+
+class GitState(Frozen):
+    """The repository an agent works in, as the runtime saw it when it paused."""
+
+    branch: str
+    commit: str
+    has_uncommitted_changes: bool = False
+    files_modified: tuple[str, ...] = ()
+
+
+class SessionSnapshot(Frozen):
+    """What a paused conversation needs to be resumed, versioned so old snapshots stay readable."""
+
+    schema_version: Literal[1] = 1
+    conversation_id: str
+    version: Annotated[StrictInt, Field(ge=1)]
+    """1 for the first pause of a conversation, 2 for the next, and so on."""
+    session: Annotated[StrictInt, Field(ge=1)]
+    trigger: Literal["pause", "exhaustion"] = "pause"
+    reason: str = ""
+    checkpoint: str
+    sections: dict[str, str] = Field(default_factory=dict)
+    context_tokens: int | None = None
+    context_window: int
+    message_count: int = 0
+    continuations: int = 0
+    git: GitState | None = None
+
+
+def compile_resume_context(snapshot: SessionSnapshot) -> str:
+    """The system-prompt block of a resumed session, built from a snapshot.
+
+    Known checkpoint sections come first in their canonical order, so the resumed agent reads the
+    goal before the details; unknown sections follow as written.
+    """
+    lines = [
+        "## Session Resume Context",
+        "",
+        f"You are resuming conversation {snapshot.conversation_id} "
+        f"(session {snapshot.session + 1}; snapshot v{snapshot.version}).",
+    ]
+    if snapshot.reason:
+        lines.append(f"The previous session paused because: {snapshot.reason}")
+    sections = snapshot.sections
+    if sections:
+        ordered = [name for name in CHECKPOINT_SECTIONS if name in sections]
+        ordered += [name for name in sections if name not in CHECKPOINT_SECTIONS]
+        for name in ordered:
+            lines += ["", f"### {name}", sections[name] or "(none)"]
+    else:
+        lines += ["", "### Checkpoint", snapshot.checkpoint or "(no checkpoint was written)"]
+    if snapshot.git is not None:
+        git = snapshot.git
+        lines += [
+            "",
+            "### Git State",
+            f"- Branch: {git.branch} at {git.commit}",
+            f"- Files modified: {len(git.files_modified)}",
+            f"- Uncommitted changes: {'yes' if git.has_uncommitted_changes else 'no'}",
+        ]
+    lines += ["", "Continue from the remaining tasks. Do not repeat completed work."]
+    return "\n".join(lines)

@@ -1,0 +1,233 @@
+"""Effects: what the core asks the world to do, as immutable data.
+
+``transition()`` returns effects and never performs them (mitmproxy's commands, XState's actions).
+The executor persists them in the same transaction as the new state (outbox), then performs them
+in order and feeds each result back as an event. Effects carry everything needed to perform them,
+so a runtime restarted after a crash can perform what is pending from the store alone.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, StrictInt
+
+from segue.statemachine._values import Frozen
+from segue.statemachine.checkpoint import SessionSnapshot
+from segue.statemachine.models import ErrorKind, Message, ToolCall
+
+Attempt = Annotated[StrictInt, Field(ge=1)]
+RequestKind = Literal["llm", "continuation", "checkpoint", "compaction"]
+
+
+class AppendMessage(Frozen):
+    """Record ``message`` in the append-only transcript."""
+
+    kind: Literal["append_message"] = "append_message"
+    message: Message
+
+
+class RequestLlm(Frozen):
+    """Send the current session's history (with tools) to the LLM; answer: ``LlmResponse``/
+    ``LlmError``."""
+
+    kind: Literal["request_llm"] = "request_llm"
+    attempt: Attempt = 1
+
+
+class ExecuteTools(Frozen):
+    """Run these tools; answer: one ``ToolResult`` per call."""
+
+    kind: Literal["execute_tools"] = "execute_tools"
+    tool_calls: tuple[ToolCall, ...]
+
+
+class RequestContinuation(Frozen):
+    """Ask for the continuation summary: tool-less, on a repaired history, rejected tools named.
+
+    ``trim_level`` > 0 asks the runtime to drop that many more slices of the oldest history
+    (the previous summary request was itself too long).
+    """
+
+    kind: Literal["request_continuation"] = "request_continuation"
+    rejected_tool_calls: tuple[ToolCall, ...] = ()
+    attempt: Attempt = 1
+    trim_level: Annotated[StrictInt, Field(ge=0)] = 0
+
+
+class RequestCheckpoint(Frozen):
+    """Ask the agent for a ``<checkpoint>`` (tool-less); answer: ``CheckpointResponse``."""
+
+    kind: Literal["request_checkpoint"] = "request_checkpoint"
+    purpose: Literal["restart", "pause"] = "restart"
+    rejected_tool_calls: tuple[ToolCall, ...] = ()
+    attempt: Attempt = 1
+    trim_level: Annotated[StrictInt, Field(ge=0)] = 0
+
+
+class ArchiveTranscript(Frozen):
+    """Write the whole transcript to a private archive before compacting. Never blocks: a
+    failure is logged and compaction goes on."""
+
+    kind: Literal["archive_transcript"] = "archive_transcript"
+    generation: Annotated[StrictInt, Field(ge=1)]
+
+
+class RequestCompaction(Frozen):
+    """Summarise all but the recent tail of the current generation; answer:
+    ``CompactionResponse``."""
+
+    kind: Literal["request_compaction"] = "request_compaction"
+    rejected_tool_calls: tuple[ToolCall, ...] = ()
+    attempt: Attempt = 1
+    trim_level: Annotated[StrictInt, Field(ge=0)] = 0
+
+
+class StartSession(Frozen):
+    """From now on the LLM sees only messages of ``session`` (plus ``system_context``)."""
+
+    kind: Literal["start_session"] = "start_session"
+    session: Annotated[StrictInt, Field(ge=2)]
+    reason: Literal["checkpoint_restart", "resume"]
+    system_context: str | None = None
+    """Appended to the system prompt of the new session (the compiled resume context)."""
+
+
+class StartGeneration(Frozen):
+    """From now on the LLM sees the compaction summary and the verbatim tail only."""
+
+    kind: Literal["start_generation"] = "start_generation"
+    generation: Annotated[StrictInt, Field(ge=2)]
+    summary: str
+
+
+class ScheduleRetry(Frozen):
+    """After ``delay_seconds``, deliver ``RetryDue(attempt=attempt)``."""
+
+    kind: Literal["schedule_retry"] = "schedule_retry"
+    request: RequestKind
+    attempt: Attempt
+    delay_seconds: Annotated[float, Field(ge=0)]
+
+
+class CancelRequest(Frozen):
+    """Abandon the in-flight request or tools; a late answer will be ignored by the core."""
+
+    kind: Literal["cancel_request"] = "cancel_request"
+
+
+class NotifyContextWarning(Frozen):
+    """Occupancy crossed the warning threshold (once per conversation); the user may continue
+    by hand from here."""
+
+    kind: Literal["notify_context_warning"] = "notify_context_warning"
+    context_tokens: int
+    context_window: int
+
+    @property
+    def ratio(self) -> float:
+        """Occupancy as a fraction of the window."""
+        return self.context_tokens / self.context_window
+
+
+class NotifyContextExhausted(Frozen):
+    """The conversation is now read-only; show ``summary`` and offer a new conversation."""
+
+    kind: Literal["notify_context_exhausted"] = "notify_context_exhausted"
+    summary: str
+
+
+class NotifyFailed(Frozen):
+    """The conversation entered ``Failed``."""
+
+    kind: Literal["notify_failed"] = "notify_failed"
+    error_kind: ErrorKind
+    message: str
+
+
+class NotifyParent(Frozen):
+    """A sub-agent's result for its parent: here, its typed failure (the parent may respawn)."""
+
+    kind: Literal["notify_parent"] = "notify_parent"
+    parent_id: str
+    error_kind: ErrorKind
+    message: str
+
+
+class NotifyTruncated(Frozen):
+    """The response stopped at ``max_tokens``: its text was kept, its tool calls were not run."""
+
+    kind: Literal["notify_truncated"] = "notify_truncated"
+    dropped_tool_calls: tuple[ToolCall, ...] = ()
+
+
+class ReportAccountingAnomaly(Frozen):
+    """A usage report claimed more tokens than the window holds: an accounting error (summed
+    usage, say), not exhaustion. The figure was not used."""
+
+    kind: Literal["report_accounting_anomaly"] = "report_accounting_anomaly"
+    reported_tokens: int
+    context_window: int
+
+
+class RejectUserMessage(Frozen):
+    """The user message was not accepted; ``reason`` says why and what to do instead."""
+
+    kind: Literal["reject_user_message"] = "reject_user_message"
+    reason: str
+
+
+class SaveSnapshot(Frozen):
+    """Store this snapshot (the runtime may add git state) and report the pause."""
+
+    kind: Literal["save_snapshot"] = "save_snapshot"
+    snapshot: SessionSnapshot
+
+
+Effect = Annotated[
+    AppendMessage
+    | RequestLlm
+    | ExecuteTools
+    | RequestContinuation
+    | RequestCheckpoint
+    | ArchiveTranscript
+    | RequestCompaction
+    | StartSession
+    | StartGeneration
+    | ScheduleRetry
+    | CancelRequest
+    | NotifyContextWarning
+    | NotifyContextExhausted
+    | NotifyFailed
+    | NotifyParent
+    | NotifyTruncated
+    | ReportAccountingAnomaly
+    | RejectUserMessage
+    | SaveSnapshot,
+    Field(discriminator="kind"),
+]
+"""Every effect the core can ask for."""
+
+__all__ = [
+    "AppendMessage",
+    "ArchiveTranscript",
+    "CancelRequest",
+    "Effect",
+    "ExecuteTools",
+    "NotifyContextExhausted",
+    "NotifyContextWarning",
+    "NotifyFailed",
+    "NotifyParent",
+    "NotifyTruncated",
+    "RejectUserMessage",
+    "ReportAccountingAnomaly",
+    "RequestCheckpoint",
+    "RequestCompaction",
+    "RequestContinuation",
+    "RequestKind",
+    "RequestLlm",
+    "SaveSnapshot",
+    "ScheduleRetry",
+    "StartGeneration",
+    "StartSession",
+]

@@ -1,0 +1,191 @@
+"""Events: everything that can happen to a conversation, as validated, immutable data.
+
+Events are the boundary of the core. They come from a user, an LLM, a tool or a timer, so they are
+validated on construction (negative token counts, unknown fields and wrong types raise
+``pydantic.ValidationError``). Errors of the world arrive here as events, never as state edits.
+Every event has a ``kind`` literal so ``Event`` is a discriminated union.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, StrictInt
+
+from segue.statemachine._values import Frozen
+from segue.statemachine.models import TokenCount, ToolCall, Usage
+
+NonEmptyText = Annotated[str, Field(min_length=1)]
+AttemptNumber = Annotated[StrictInt, Field(ge=1)]
+
+
+class UserMessage(Frozen):
+    """The user (or an orchestrator) says something."""
+
+    kind: Literal["user_message"] = "user_message"
+    text: NonEmptyText
+    token_count: TokenCount | None = None
+    """Exact tokens of this message (from ``count_tokens``); an estimate is used when absent."""
+
+
+class LlmResponse(Frozen):
+    """A completed LLM response to the conversation's request."""
+
+    kind: Literal["llm_response"] = "llm_response"
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage | None = None
+    """Per-request usage of THIS response; ``None`` or all zeros means unknown."""
+    stop_reason: str = "end_turn"
+
+
+class LlmError(Frozen):
+    """The LLM request failed. ``context_overflow``: the provider said the prompt is too long."""
+
+    kind: Literal["llm_error"] = "llm_error"
+    message: str
+    retryable: bool = False
+    context_overflow: bool = False
+
+
+class ToolResult(Frozen):
+    """One tool finished (or failed: ``is_error``)."""
+
+    kind: Literal["tool_result"] = "tool_result"
+    tool_call_id: NonEmptyText
+    output: str
+    is_error: bool = False
+    token_count: TokenCount | None = None
+    """Exact tokens of the output, when the runtime counted them."""
+
+
+class ContinuationResponse(Frozen):
+    """The summary requested by ``RequestContinuation`` arrived."""
+
+    kind: Literal["continuation_response"] = "continuation_response"
+    summary: str
+    usage: Usage | None = None
+    stop_reason: str = "end_turn"
+    """``"refusal"`` (or an empty summary) makes the core use ``FALLBACK_SUMMARY``."""
+
+
+class ContinuationFailed(Frozen):
+    """The summary request failed."""
+
+    kind: Literal["continuation_failed"] = "continuation_failed"
+    error: str
+    retryable: bool = False
+    context_overflow: bool = False
+    """The summary request itself was too long: retry with more of the oldest history trimmed."""
+
+
+class CheckpointResponse(Frozen):
+    """The agent answered ``RequestCheckpoint`` (the text may or may not hold a checkpoint)."""
+
+    kind: Literal["checkpoint_response"] = "checkpoint_response"
+    text: str
+    usage: Usage | None = None
+
+
+class CheckpointFailed(Frozen):
+    """The checkpoint request failed."""
+
+    kind: Literal["checkpoint_failed"] = "checkpoint_failed"
+    error: str
+    retryable: bool = False
+    context_overflow: bool = False
+
+
+class CompactionResponse(Frozen):
+    """The summary of older history arrived; ``retained_tokens`` is what the new generation holds.
+
+    ``retained_tokens`` counts system prompt + summary + the verbatim tail, measured or estimated
+    by the runtime: the core refuses to continue if it is still over the threshold.
+    """
+
+    kind: Literal["compaction_response"] = "compaction_response"
+    summary: str
+    retained_tokens: TokenCount
+    usage: Usage | None = None
+
+
+class CompactionFailed(Frozen):
+    """The compaction summary request failed."""
+
+    kind: Literal["compaction_failed"] = "compaction_failed"
+    error: str
+    retryable: bool = False
+    context_overflow: bool = False
+
+
+class RetryDue(Frozen):
+    """The delay of a ``ScheduleRetry`` has passed. A timer for an older attempt is stale."""
+
+    kind: Literal["retry_due"] = "retry_due"
+    attempt: AttemptNumber
+
+
+class UserCancel(Frozen):
+    """Stop what is in flight."""
+
+    kind: Literal["user_cancel"] = "user_cancel"
+
+
+class ManualContinuation(Frozen):
+    """The user asks to continue in a new conversation now (REQ-BED-023); only from Idle."""
+
+    kind: Literal["manual_continuation"] = "manual_continuation"
+
+
+class PauseRequested(Frozen):
+    """An orchestrator asks to pause at the next turn boundary."""
+
+    kind: Literal["pause_requested"] = "pause_requested"
+    reason: str = ""
+
+
+class ResumeRequested(Frozen):
+    """Resume a paused conversation in a new session seeded with the compiled resume context."""
+
+    kind: Literal["resume_requested"] = "resume_requested"
+    prompt: str | None = None
+    """The first user message of the new session; a standard "continue" prompt when absent."""
+
+
+Event = Annotated[
+    UserMessage
+    | LlmResponse
+    | LlmError
+    | ToolResult
+    | ContinuationResponse
+    | ContinuationFailed
+    | CheckpointResponse
+    | CheckpointFailed
+    | CompactionResponse
+    | CompactionFailed
+    | RetryDue
+    | UserCancel
+    | ManualContinuation
+    | PauseRequested
+    | ResumeRequested,
+    Field(discriminator="kind"),
+]
+"""Every event the core accepts."""
+
+EVENT_TYPES: tuple[type[Frozen], ...] = (
+    UserMessage,
+    LlmResponse,
+    LlmError,
+    ToolResult,
+    ContinuationResponse,
+    ContinuationFailed,
+    CheckpointResponse,
+    CheckpointFailed,
+    CompactionResponse,
+    CompactionFailed,
+    RetryDue,
+    UserCancel,
+    ManualContinuation,
+    PauseRequested,
+    ResumeRequested,
+)

@@ -1,0 +1,191 @@
+"""Value types shared by the pure core: usage, tool calls, messages, models, enums.
+
+Everything here is a frozen pydantic model validated at construction. Values that come from the
+outside world (usage reported by a provider, tool calls an LLM asked for, text a user typed) pass
+through here once; the core then builds its own values without validating them again (see
+``_build`` in ``segue.statemachine._values``).
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, StrictInt
+
+from segue.statemachine._values import Frozen
+
+TokenCount = Annotated[StrictInt, Field(ge=0)]
+"""A number of tokens: an exact, non-negative integer (``True`` or ``"5"`` are refused)."""
+
+
+class _LenientStrEnum(StrEnum):
+    """A str enum that also accepts its member names, in any case.
+
+    Values are stored in lower case (``"compact_in_place"``); people write the constant's name
+    (``"COMPACT_IN_PLACE"``) in config files and CLIs just as often.
+    """
+
+    @classmethod
+    def _missing_(cls, value: object) -> _LenientStrEnum | None:
+        if isinstance(value, str):
+            wanted = value.strip().lower().replace("-", "_")
+            for member in cls:
+                if member.value == wanted:
+                    return member
+        return None
+
+
+class ContextExhaustionBehavior(_LenientStrEnum):
+    """What a conversation does when its context window fills up (DESIGN section 2)."""
+
+    THRESHOLD_BASED_CONTINUATION = "threshold_based_continuation"
+    """Chat UIs: summarise, turn read-only, offer a seeded child conversation."""
+    INTENTIONALLY_UNHANDLED = "intentionally_unhandled"
+    """Sub-agents: fail fast with ``ErrorKind.CONTEXT_EXHAUSTED``; the parent decides."""
+    CHECKPOINT_RESTART = "checkpoint_restart"
+    """Autonomous agents: ask for a checkpoint, continue at once in a fresh session."""
+    COMPACT_IN_PLACE = "compact_in_place"
+    """Long-lived assistants: archive, summarise the old part, keep the recent tail."""
+
+
+class ErrorKind(_LenientStrEnum):
+    """Why a conversation ended in ``Failed``."""
+
+    CONTEXT_EXHAUSTED = "context_exhausted"
+    """The window filled up and the behaviour says to fail (sub-agents)."""
+    LLM_ERROR = "llm_error"
+    """The provider refused the request for a reason retrying cannot fix."""
+    RETRIES_EXHAUSTED = "retries_exhausted"
+    """A retryable provider error kept happening until the attempt bound."""
+    CONTINUATION_LIMIT = "continuation_limit"
+    """Checkpoint-restart or compaction hit its bound on continuations (a loop breaker)."""
+    CHECKPOINT_OVERFLOW = "checkpoint_overflow"
+    """The checkpoint does not fit in a fresh session: restarting again would loop."""
+    COMPACTION_INEFFECTIVE = "compaction_ineffective"
+    """After compaction the context is still over the threshold: compacting again would loop."""
+
+
+class Usage(Frozen):
+    """Token usage of ONE request, as the Anthropic Messages API reports it.
+
+    ``input_tokens`` is only the uncached tail of the prompt; the two cache fields hold the rest.
+    """
+
+    input_tokens: TokenCount = 0
+    output_tokens: TokenCount = 0
+    cache_creation_input_tokens: TokenCount = 0
+    cache_read_input_tokens: TokenCount = 0
+
+    @property
+    def context_tokens(self) -> int:
+        """Occupancy after this response: the whole prompt plus what the model wrote."""
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.cache_creation_input_tokens
+            + self.cache_read_input_tokens
+        )
+
+    @property
+    def is_known(self) -> bool:
+        """False for an all-zero report, which says nothing about occupancy."""
+        return self.context_tokens > 0
+
+
+class ToolCall(Frozen):
+    """A tool the model asked to run (an Anthropic ``tool_use`` block)."""
+
+    id: Annotated[str, Field(min_length=1)]
+    name: Annotated[str, Field(min_length=1)]
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+MessageKind = Literal["user", "assistant", "tool_result", "continuation", "checkpoint", "summary"]
+"""What a transcript entry is. ``continuation``: the summary that ends a read-only conversation;
+``checkpoint``: what an agent wrote before its session restarted; ``summary``: what stands in for
+compacted history in a new generation."""
+
+
+class Message(Frozen):
+    """One entry of a conversation's append-only transcript.
+
+    The core decides what is recorded (through ``AppendMessage`` effects); stores only keep it.
+    ``session`` and ``generation`` say which fresh start the message belongs to, so an adapter can
+    send the current session's messages only.
+    """
+
+    kind: MessageKind
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    is_error: bool = False
+    usage: Usage | None = None
+    session: Annotated[StrictInt, Field(ge=1)] = 1
+    generation: Annotated[StrictInt, Field(ge=1)] = 1
+
+
+class ModelInfo(Frozen):
+    """What segue needs to know about a model: how much fits in, how much may come out."""
+
+    name: str
+    context_window: Annotated[StrictInt, Field(gt=0)]
+    max_output_tokens: Annotated[StrictInt, Field(gt=0)]
+    known: bool = True
+    """False when the name matched no entry and the smallest known window was assumed."""
+
+
+# Longest prefix wins. Figures from Anthropic's model overview; the runtime prefers
+# `client.models.retrieve(id).max_input_tokens` when the API is reachable.
+_MODEL_TABLE: tuple[tuple[str, int, int], ...] = (
+    ("claude-3-haiku", 200_000, 4_096),
+    ("claude-3-opus", 200_000, 4_096),
+    ("claude-3-5-haiku", 200_000, 8_192),
+    ("claude-3-5-sonnet", 200_000, 8_192),
+    ("claude-3-7-sonnet", 200_000, 64_000),
+    ("claude-sonnet-4", 200_000, 64_000),
+    ("claude-opus-4", 200_000, 32_000),
+    ("claude-opus-4-1", 200_000, 32_000),
+    ("claude-haiku-4-5", 200_000, 64_000),
+    ("claude-sonnet-4-5", 200_000, 64_000),
+    ("claude-opus-4-5", 200_000, 64_000),
+    ("claude-sonnet-4-6", 1_000_000, 64_000),
+    ("claude-opus-4-6", 1_000_000, 128_000),
+    ("claude-opus-4-7", 1_000_000, 128_000),
+)
+_SMALLEST_WINDOW = min(window for _, window, _ in _MODEL_TABLE)
+_UNKNOWN_MAX_OUTPUT = 8_192
+# claude-opus-5, claude-sonnet-5-1, claude-haiku-6 ...: generation 5 and later have 1M windows.
+_LATER_GENERATION = re.compile(r"^claude-(?:opus|sonnet|haiku)-(\d+)(?:-\d+)?$")
+_DATE_SUFFIX = re.compile(r"(?:-\d{8}|-latest|@\d{8})$")
+
+
+def model_info(model: str) -> ModelInfo:
+    """Context window and output limit of ``model``, from the static table.
+
+    Date suffixes (``-20250929``) and ``-latest`` are ignored. An unknown model gets the smallest
+    known window (REQ-BED-022): guessing too small costs an early continuation, guessing too large
+    costs a crash at the provider.
+    """
+    name = _DATE_SUFFIX.sub("", model.strip().lower())
+    best: tuple[str, int, int] | None = None
+    for entry in _MODEL_TABLE:
+        prefix = entry[0]
+        if (name == prefix or name.startswith(prefix + "-")) and (
+            best is None or len(prefix) > len(best[0])
+        ):
+            best = entry
+    if best is not None and name == best[0]:
+        return ModelInfo(name=model, context_window=best[1], max_output_tokens=best[2])
+    later = _LATER_GENERATION.match(name)
+    if later is not None and int(later.group(1)) >= 5:
+        return ModelInfo(name=model, context_window=1_000_000, max_output_tokens=128_000)
+    if best is not None:
+        return ModelInfo(name=model, context_window=best[1], max_output_tokens=best[2])
+    return ModelInfo(
+        name=model,
+        context_window=_SMALLEST_WINDOW,
+        max_output_tokens=_UNKNOWN_MAX_OUTPUT,
+        known=False,
+    )

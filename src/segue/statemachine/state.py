@@ -1,0 +1,188 @@
+"""``ConversationState``: everything the core knows about one conversation, and how to make one."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from math import ceil
+from typing import Annotated, Any, Self
+
+from pydantic import Field, StrictInt, model_validator
+
+from segue.statemachine._values import Frozen
+from segue.statemachine.models import ContextExhaustionBehavior, model_info
+from segue.statemachine.phases import IDLE, Phase
+
+Ratio = Annotated[float, Field(gt=0, le=1)]
+Count = Annotated[StrictInt, Field(ge=0)]
+
+
+def threshold_tokens(ratio: float, window: int) -> int:
+    """The smallest token count at or above ``ratio`` of ``window``, computed exactly.
+
+    ``tokens >= ratio * window`` on floats can be off by one ulp; on integers the threshold is
+    ``ceil(ratio * window)`` with the ratio read as the decimal the user wrote (0.9 of 200,000 is
+    exactly 180,000).
+    """
+    return ceil(Decimal(repr(ratio)) * window)
+
+
+class ConversationConfig(Frozen):
+    """What is fixed for the life of a conversation: identity, model, policy, bounds."""
+
+    id: Annotated[str, Field(min_length=1, max_length=200)]
+    parent_id: str | None = None
+    model: Annotated[str, Field(min_length=1)]
+    context_window: Annotated[StrictInt, Field(gt=0)]
+    max_output_tokens: Annotated[StrictInt, Field(gt=0)]
+    behavior: ContextExhaustionBehavior = ContextExhaustionBehavior.THRESHOLD_BASED_CONTINUATION
+    warning_threshold: Ratio = 0.80
+    continuation_threshold: Ratio = 0.90
+    warning_tokens: Count = 0
+    """Derived: ``threshold_tokens(warning_threshold, context_window)``."""
+    continuation_tokens: Count = 0
+    """Derived: ``threshold_tokens(continuation_threshold, context_window)``."""
+    max_attempts: Annotated[StrictInt, Field(ge=1, le=20)] = 4
+    """Attempts per request (LLM, summary, checkpoint, compaction) before giving up."""
+    retry_base_delay: Annotated[float, Field(ge=0, le=600)] = 1.0
+    retry_max_delay: Annotated[float, Field(ge=0, le=3600)] = 30.0
+    max_continuations: Annotated[StrictInt, Field(ge=0, le=10_000)] = 10
+    """Checkpoint restarts or compactions allowed in one conversation: the loop breaker."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derive_thresholds(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        window = data.get("context_window")
+        warning = data.get("warning_threshold", 0.80)
+        continuation = data.get("continuation_threshold", 0.90)
+        numbers = (int, float)
+        if not (
+            isinstance(window, int)
+            and isinstance(warning, numbers)
+            and isinstance(continuation, numbers)
+            and 0 < warning <= 1
+            and 0 < continuation <= 1
+            and window > 0
+        ):
+            return data  # field validation reports what is wrong
+        if warning > continuation:
+            msg = (
+                f"warning_threshold ({warning}) must not exceed "
+                f"continuation_threshold ({continuation})"
+            )
+            raise ValueError(msg)
+        derived = {
+            "warning_tokens": threshold_tokens(float(warning), window),
+            "continuation_tokens": threshold_tokens(float(continuation), window),
+        }
+        for name, value in derived.items():
+            if name in data and data[name] != value:
+                msg = f"{name} is derived from the thresholds and the window; got {data[name]}"
+                raise ValueError(msg)
+        return {**data, **derived}
+
+
+class ConversationState(Frozen):
+    """One conversation as the core sees it. Every change goes through ``transition()``."""
+
+    config: ConversationConfig
+    phase: Phase = IDLE
+    context_tokens: Count | None = None
+    """Occupancy measured by the latest response with usage; ``None`` until one arrives (and
+    again after a fresh session or generation)."""
+    pending_tokens: Count = 0
+    """Estimated (or counted) tokens appended since ``context_tokens`` was measured."""
+    warned: bool = False
+    session: Annotated[StrictInt, Field(ge=1)] = 1
+    generation: Annotated[StrictInt, Field(ge=1)] = 1
+    continuations: Count = 0
+    snapshots: Count = 0
+    message_count: Count = 0
+    pause_requested: bool = False
+    pause_reason: str = ""
+
+    @property
+    def id(self) -> str:
+        """The conversation id."""
+        return self.config.id
+
+    @property
+    def parent_id(self) -> str | None:
+        """The conversation this one continues (or the parent of a sub-agent)."""
+        return self.config.parent_id
+
+    @property
+    def model(self) -> str:
+        """The model this conversation talks to."""
+        return self.config.model
+
+    @property
+    def behavior(self) -> ContextExhaustionBehavior:
+        """What happens at the threshold."""
+        return self.config.behavior
+
+    @property
+    def context_window(self) -> int:
+        """Tokens the model can hold."""
+        return self.config.context_window
+
+    @property
+    def projected_tokens(self) -> int:
+        """What the next request's prompt is expected to hold: pre-flight's figure."""
+        return (self.context_tokens or 0) + self.pending_tokens
+
+    @property
+    def occupancy(self) -> float | None:
+        """Measured occupancy as a fraction of the window, ``None`` when unknown."""
+        if self.context_tokens is None:
+            return None
+        return self.context_tokens / self.config.context_window
+
+    def with_phase(self, phase: Phase) -> Self:
+        """A copy in another phase, for tests and tools that need a state in a given phase."""
+        return self._evolve(phase=phase)
+
+
+def new_conversation(
+    *,
+    model: str,
+    behavior: ContextExhaustionBehavior | str = (
+        ContextExhaustionBehavior.THRESHOLD_BASED_CONTINUATION
+    ),
+    warning_threshold: float = 0.80,
+    continuation_threshold: float = 0.90,
+    conversation_id: str | None = None,
+    parent_id: str | None = None,
+    context_window: int | None = None,
+    max_output_tokens: int | None = None,
+    system_tokens: int = 0,
+    max_attempts: int = 4,
+    max_continuations: int = 10,
+) -> ConversationState:
+    """A new, idle conversation.
+
+    The core has no randomness, so without ``conversation_id`` the id is derived from the
+    parent (``<parent>.child``) or is ``"conversation"``; runtimes always pass a fresh one.
+    ``context_window`` overrides the static model table (the runtime passes what
+    ``models.retrieve`` reported); ``system_tokens`` seeds pre-flight with the system prompt.
+    Invalid values raise ``pydantic.ValidationError``.
+    """
+    info = model_info(model)
+    config = ConversationConfig(
+        id=conversation_id
+        if conversation_id is not None
+        else (f"{parent_id}.child" if parent_id else "conversation"),
+        parent_id=parent_id,
+        model=model,
+        context_window=info.context_window if context_window is None else context_window,
+        max_output_tokens=info.max_output_tokens
+        if max_output_tokens is None
+        else max_output_tokens,
+        behavior=behavior,  # pydantic coerces names and values
+        warning_threshold=warning_threshold,
+        continuation_threshold=continuation_threshold,
+        max_attempts=max_attempts,
+        max_continuations=max_continuations,
+    )
+    return ConversationState(config=config, pending_tokens=system_tokens)
