@@ -1,0 +1,267 @@
+"""The runtime's ports: what an LLM adapter and a store must do, as protocols and plain data.
+
+The executor talks to the world only through these. Adapters translate to and from a provider
+(``AnthropicModel``, the offline ``ScriptedModel``); stores persist (``MemoryStore``,
+``SqliteStore``, ``PostgresStore``). Keeping them small keeps every implementation testable
+against the same contract tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from segue.statemachine import ConversationState, Message, ToolCall, Usage
+from segue.statemachine.checkpoint import SessionSnapshot
+from segue.statemachine.effects import Effect
+
+Purpose = Literal["turn", "continuation", "checkpoint", "compaction"]
+"""Why the LLM is asked: a normal turn (with tools), or one of the tool-less summary requests."""
+
+
+class SegueError(Exception):
+    """Base of every exception segue raises for a caller's mistake or an unusable setup."""
+
+
+class ConversationNotFoundError(SegueError, LookupError):
+    """No conversation has this id in the store."""
+
+
+class ConcurrentUpdateError(SegueError):
+    """Another writer committed to this conversation first (optimistic versioning)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolSpec:
+    """A tool as the LLM sees it: name, description and JSON schema of its input."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LlmRequest:
+    """Everything an adapter needs for one call; the executor builds it from the store.
+
+    ``messages`` is the view the model must see: the current session and generation only, with
+    every ``tool_use`` paired (the core guarantees this outside ``ToolExecuting``). For the
+    tool-less purposes ``tools`` is empty and ``instruction`` is the request to append (the
+    summary prompt, the checkpoint prompt); the adapter must turn tool blocks into text, name
+    ``rejected_tool_calls`` in prose, and drop ``trim_level`` slices of the oldest history.
+    """
+
+    conversation_id: str
+    model: str
+    purpose: Purpose
+    system: str | None
+    messages: Sequence[Message]
+    tools: Sequence[ToolSpec] = ()
+    instruction: str | None = None
+    rejected_tool_calls: Sequence[ToolCall] = ()
+    trim_level: int = 0
+    max_tokens: int = 4096
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LlmReply:
+    """What the model answered. ``usage`` is the per-request usage of THIS call, or None."""
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage | None = None
+    stop_reason: str = "end_turn"
+
+
+class LlmCallError(SegueError):
+    """An LLM call failed. Adapters raise it; the executor turns it into an event.
+
+    ``retryable``: another attempt may succeed (408/409/429/5xx/529, connection errors).
+    ``context_overflow``: the provider said the prompt does not fit the window.
+    ``fatal``: a setup problem no retry or trim can fix (401/403, unknown model).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool = False,
+        context_overflow: bool = False,
+        fatal: bool = False,
+        status_code: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retryable = retryable
+        self.context_overflow = context_overflow
+        self.fatal = fatal
+        self.status_code = status_code
+
+
+class LlmModel(Protocol):
+    """An LLM adapter."""
+
+    async def complete(self, request: LlmRequest) -> LlmReply:
+        """Perform one call; raise ``LlmCallError`` on failure (never another exception)."""
+        ...
+
+    async def context_window(self, model: str) -> int | None:
+        """The model's input window if the provider says so, else None (static table used)."""
+        ...
+
+    async def count_tokens(self, request: LlmRequest) -> int | None:
+        """Exact prompt tokens of ``request`` if the provider can count them, else None."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredMessage:
+    """A transcript entry as stored: the core's ``Message`` plus its position."""
+
+    seq: int
+    """1-based position in the conversation's transcript (append-only, never reused)."""
+    message: Message
+
+    @property
+    def kind(self) -> str:
+        """``user``, ``assistant``, ``tool_result``, ``continuation``, ``checkpoint``..."""
+        return self.message.kind
+
+    @property
+    def text(self) -> str:
+        """The message text."""
+        return self.message.text
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransitionRecord:
+    """One line of a conversation's event log."""
+
+    seq: int
+    event_kind: str
+    event_json: str
+    from_phase: str
+    to_phase: str
+    context_tokens: int | None
+    reason: str
+    effect_kinds: tuple[str, ...]
+    at: float
+    """Unix time of the commit (the executor's clock, never the core's)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PendingEffect:
+    """An effect committed to the outbox and not yet performed."""
+
+    id: int
+    """Unique within the conversation, increasing in commit order."""
+    effect: Effect
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredConversation:
+    """A conversation as loaded: state, version for optimistic concurrency, what is pending."""
+
+    state: ConversationState
+    version: int
+    system: str | None
+    pending: tuple[PendingEffect, ...] = ()
+    child_id: str | None = None
+    created_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Commit:
+    """One atomic step: the new state, the event that caused it, and what it asks for.
+
+    A store applies it in ONE transaction: check ``expected_version``; write ``state`` with
+    version + 1; append a ``TransitionRecord``; append every message of an ``AppendMessage``
+    effect to the transcript (appending IS performing those effects, so they can be neither lost
+    nor doubled); put every other effect in the outbox; delete ``completes`` (ids of outbox
+    effects this step finished) from the outbox.
+    """
+
+    conversation_id: str
+    expected_version: int
+    state: ConversationState
+    event_kind: str
+    event_json: str
+    from_phase: str
+    reason: str
+    effects: tuple[Effect, ...]
+    completes: tuple[int, ...] = ()
+    at: float = 0.0
+
+
+class Store(Protocol):
+    """Persistence of conversations. Every method is atomic on its own."""
+
+    async def create(
+        self,
+        state: ConversationState,
+        *,
+        system: str | None,
+        messages: Sequence[Message] = (),
+        at: float = 0.0,
+    ) -> StoredConversation:
+        """Insert a new conversation (version 1) with optional seed messages; raise
+        ``SegueError`` if the id exists."""
+        ...
+
+    async def load(self, conversation_id: str) -> StoredConversation:
+        """The current state, version and pending outbox; ``ConversationNotFoundError`` if none."""
+        ...
+
+    async def commit(self, commit: Commit) -> StoredConversation:
+        """Apply ``commit`` atomically (see ``Commit``); ``ConcurrentUpdateError`` if the
+        version moved. Returns the conversation as it now is."""
+        ...
+
+    async def complete(self, conversation_id: str, effect_ids: Sequence[int]) -> None:
+        """Remove performed effects that produced no event (notifications, archives)."""
+        ...
+
+    async def messages(
+        self, conversation_id: str, *, after_seq: int = 0
+    ) -> list[StoredMessage]:
+        """The transcript in order, from ``after_seq`` + 1."""
+        ...
+
+    async def transitions(self, conversation_id: str) -> list[TransitionRecord]:
+        """The event log in order."""
+        ...
+
+    async def list_conversations(self) -> list[StoredConversation]:
+        """All conversations, oldest first (without their pending effects)."""
+        ...
+
+    async def with_pending(self) -> list[str]:
+        """Ids of conversations with a non-empty outbox (to finish after a crash)."""
+        ...
+
+    async def link_child(self, parent_id: str, child_id: str) -> str:
+        """Record ``child_id`` as THE child of ``parent_id`` unless one exists; return the
+        child that is recorded (the existing one wins, so asking twice gives one child)."""
+        ...
+
+    async def save_snapshot(self, snapshot: SessionSnapshot) -> None:
+        """Store a pause snapshot (versions are per conversation, never overwritten)."""
+        ...
+
+    async def snapshots(self, conversation_id: str) -> list[SessionSnapshot]:
+        """The conversation's snapshots, oldest first."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections and files."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolOutcome:
+    """What running one tool produced."""
+
+    output: str
+    is_error: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
