@@ -106,6 +106,8 @@ class CompactionResponse(Frozen):
     kind: Literal["compaction_response"] = "compaction_response"
     summary: str
     retained_tokens: TokenCount
+    kept_messages: TokenCount = 0
+    """How many of the most recent messages stay verbatim after the summary."""
     usage: Usage | None = None
 
 

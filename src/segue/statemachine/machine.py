@@ -626,7 +626,7 @@ def _on_compaction_response(state: ConversationState, event: CompactionResponse)
     )
     effects: list[Effect] = [
         StartGeneration._make(generation=generation, summary=summary),
-        _message(fresh, kind="summary", text=summary),
+        _message(fresh, kind="summary", text=summary, kept_messages=event.kept_messages),
     ]
     return _turn_boundary(fresh, effects, ask_llm=phase.resume_after)
 

@@ -124,6 +124,8 @@ class Message(Frozen):
     usage: Usage | None = None
     session: Annotated[StrictInt, Field(ge=1)] = 1
     generation: Annotated[StrictInt, Field(ge=1)] = 1
+    kept_messages: Annotated[StrictInt, Field(ge=0)] = 0
+    """For a ``summary`` message: how many messages just before it stay verbatim after it."""
 
 
 class ModelInfo(Frozen):

@@ -1,0 +1,606 @@
+"""The runtime: performs the core's effects and feeds their outcomes back as events.
+
+Theory of operation. ``_drive`` holds the conversation's lock, commits ``transition(state,
+event)`` (new state, the event, the messages and the pending effects, in one transaction), then
+performs the outbox in order: each effect that yields an event is completed by the commit of that
+event, so a crash at any point leaves either the effect pending (it is performed again on start)
+or its outcome committed (it is not). The loop stops when the outbox is empty: the conversation
+waits for input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import structlog
+
+from segue.executor.archive import write_archive
+from segue.executor.ports import (
+    Commit,
+    LlmCallError,
+    LlmModel,
+    LlmReply,
+    LlmRequest,
+    PendingEffect,
+    Purpose,
+    SegueError,
+    Store,
+    StoredConversation,
+    StoredMessage,
+)
+from segue.executor.tools import Tool, ToolRegistry
+from segue.executor.views import DEFAULT_KEEP_RECENT, current_view, split_for_compaction
+from segue.statemachine import (
+    CHECKPOINT_PROMPT,
+    CheckpointFailed,
+    CheckpointResponse,
+    CompactionFailed,
+    CompactionResponse,
+    ContextExhaustionBehavior,
+    ContinuationFailed,
+    ContinuationResponse,
+    ConversationState,
+    ErrorKind,
+    Event,
+    LlmError,
+    LlmResponse,
+    ManualContinuation,
+    Message,
+    PauseRequested,
+    ResumeRequested,
+    RetryDue,
+    ToolExecuting,
+    UserCancel,
+    UserMessage,
+    compile_resume_context,
+    estimate_tokens,
+    new_conversation,
+    transition,
+)
+from segue.statemachine.effects import (
+    AppendMessage,
+    ArchiveTranscript,
+    Effect,
+    ExecuteTools,
+    RejectUserMessage,
+    RequestCheckpoint,
+    RequestCompaction,
+    RequestContinuation,
+    RequestLlm,
+    SaveSnapshot,
+    ScheduleRetry,
+)
+
+CONTINUATION_INSTRUCTION = (
+    "The conversation context is nearly full, so this conversation will end here. Write a "
+    "concise continuation summary that can seed a new conversation: the user's goal, what was "
+    "done and decided, open questions, and the next steps. Plain text, no tool calls."
+)
+COMPACTION_INSTRUCTION = (
+    "Summarise the conversation so far for your own future reference: the goal, facts learned, "
+    "decisions, work completed and what remains. The most recent messages are kept verbatim "
+    "after your summary, so focus on everything before them. Plain text, no tool calls."
+)
+
+current_conversation_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "segue_current_conversation_id", default=None
+)
+"""The conversation whose tools are running (read by the sub-agent tool to set a parent)."""
+
+Listener = Callable[[str, Effect], None]
+_log = structlog.get_logger("segue.runtime")
+_VIEW_CACHE_SIZE = 256
+
+
+class ConversationExhaustedError(SegueError):
+    """A message was sent to a conversation that reached its context limit (it is read-only)."""
+
+    def __init__(self, conversation_id: str, reason: str) -> None:
+        super().__init__(
+            f"Conversation {conversation_id} is read-only: {reason} "
+            f"Call start_new_from({conversation_id!r}) to continue in a new conversation."
+        )
+        self.conversation_id = conversation_id
+
+
+class MessageRejectedError(SegueError):
+    """The conversation did not accept the message (too large, paused, failed, busy)."""
+
+    def __init__(self, conversation_id: str, reason: str) -> None:
+        super().__init__(f"Conversation {conversation_id} rejected the message: {reason}")
+        self.conversation_id = conversation_id
+        self.reason = reason
+
+
+class Runtime:
+    """Runs conversations: ``send`` a message and get back the state once it waits for input."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        llm: LlmModel,
+        tools: ToolRegistry | Iterable[Tool] | None = None,
+        archive_dir: Path | str | None = None,
+        keep_recent: int = DEFAULT_KEEP_RECENT,
+        max_tokens: int = 8192,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], Any] = asyncio.sleep,
+    ) -> None:
+        self.store = store
+        self.llm = llm
+        self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools or ())
+        self.archive_dir = Path(archive_dir) if archive_dir is not None else None
+        self.keep_recent = keep_recent
+        self.max_tokens = max_tokens
+        self._clock = clock
+        self._sleep = sleep
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._inflight: dict[str, asyncio.Task[Any]] = {}
+        self._views: OrderedDict[str, list[Message]] = OrderedDict()
+        self._listeners: list[Listener] = []
+        self._recovery: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Runtime:
+        await self.recover()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Cancel what is in flight and close the store."""
+        for task in list(self._inflight.values()):
+            task.cancel()
+        await self.store.close()
+
+    def subscribe(self, listener: Listener) -> None:
+        """Call ``listener(conversation_id, effect)`` for every effect performed (UI hooks)."""
+        self._listeners.append(listener)
+
+    # ------------------------------------------------------------------ public API
+
+    async def create_conversation(
+        self,
+        *,
+        model: str,
+        behavior: ContextExhaustionBehavior | str = (
+            ContextExhaustionBehavior.THRESHOLD_BASED_CONTINUATION
+        ),
+        system: str | None = None,
+        parent_id: str | None = None,
+        conversation_id: str | None = None,
+        warning_threshold: float = 0.80,
+        continuation_threshold: float = 0.90,
+        max_continuations: int = 10,
+        seed: Sequence[Message] = (),
+    ) -> ConversationState:
+        """Create and store a new idle conversation (window from the provider when it says)."""
+        window = await self.llm.context_window(model)
+        state = new_conversation(
+            model=model,
+            behavior=behavior,
+            warning_threshold=warning_threshold,
+            continuation_threshold=continuation_threshold,
+            conversation_id=conversation_id or uuid.uuid4().hex,
+            parent_id=parent_id,
+            context_window=window,
+            system_tokens=estimate_tokens(system) if system else 0,
+            max_continuations=max_continuations,
+        )
+        if seed:
+            seeded = sum(estimate_tokens(message.text) for message in seed)
+            state = state.model_copy(update={"pending_tokens": state.pending_tokens + seeded})
+        stored = await self.store.create(state, system=system, messages=seed, at=self._clock())
+        _log.info(
+            "conversation_created",
+            conversation_id=state.id,
+            model=model,
+            behavior=state.behavior.value,
+            context_window=state.context_window,
+            parent_id=parent_id,
+        )
+        return stored.state
+
+    async def send(self, conversation_id: str, text: str) -> ConversationState:
+        """Record a user message and run until the conversation waits for input."""
+        event = UserMessage(text=text)
+        before = await self.store.load(conversation_id)
+        if before.state.phase.kind == "context_exhausted":
+            raise ConversationExhaustedError(conversation_id, "its context window is exhausted.")
+        state, effects = await self._drive(conversation_id, event)
+        rejection = next((e for e in effects if isinstance(e, RejectUserMessage)), None)
+        if rejection is not None:
+            if state.phase.kind == "context_exhausted":
+                raise ConversationExhaustedError(conversation_id, rejection.reason)
+            raise MessageRejectedError(conversation_id, rejection.reason)
+        return state
+
+    async def state(self, conversation_id: str) -> ConversationState:
+        """The conversation's current state."""
+        return (await self.store.load(conversation_id)).state
+
+    async def messages(self, conversation_id: str) -> list[StoredMessage]:
+        """The whole transcript (every session and generation), in order."""
+        await self.store.load(conversation_id)  # raises ConversationNotFoundError
+        return await self.store.messages(conversation_id)
+
+    async def continue_manually(self, conversation_id: str) -> ConversationState:
+        """Take the exhaustion path now (REQ-BED-023); a no-op unless the conversation is idle."""
+        state, _ = await self._drive(conversation_id, ManualContinuation())
+        return state
+
+    async def cancel(self, conversation_id: str) -> ConversationState:
+        """Stop what is in flight. A running ``send`` returns with the cancelled state."""
+        task = self._inflight.get(conversation_id)
+        if task is not None and not task.done():
+            task.cancel()
+            async with self._lock(conversation_id):
+                return (await self.store.load(conversation_id)).state
+        state, _ = await self._drive(conversation_id, UserCancel())
+        return state
+
+    async def pause(self, conversation_id: str, reason: str = "") -> ConversationState:
+        """Pause at the next turn boundary (at once when idle) and store a snapshot."""
+        if conversation_id in self._inflight:
+            stored = await self.store.load(conversation_id)
+            return stored.state  # the running drive sees the flag at its next boundary
+        state, _ = await self._drive(conversation_id, PauseRequested(reason=reason))
+        return state
+
+    async def resume(self, conversation_id: str, prompt: str | None = None) -> ConversationState:
+        """Resume a paused conversation in a new session with the compiled resume context."""
+        state, _ = await self._drive(conversation_id, ResumeRequested(prompt=prompt))
+        return state
+
+    async def start_new_from(
+        self, conversation_id: str, *, seed_with_summary: bool = True
+    ) -> ConversationState:
+        """The one child of an exhausted conversation (asking twice returns the same child)."""
+        async with self._lock(conversation_id):
+            parent = await self.store.load(conversation_id)
+            if parent.child_id is not None:
+                return (await self.store.load(parent.child_id)).state
+            phase = parent.state.phase
+            if phase.kind != "context_exhausted":
+                msg = (
+                    f"Conversation {conversation_id} is {phase.kind}, not context_exhausted: "
+                    "only an exhausted conversation is continued in a new one."
+                )
+                raise SegueError(msg)
+            seed: list[Message] = []
+            if seed_with_summary:
+                seed.append(Message(kind="summary", text=getattr(phase, "summary", "")))
+            config = parent.state.config
+            child = await self.create_conversation(
+                model=config.model,
+                behavior=config.behavior,
+                system=parent.system,
+                parent_id=conversation_id,
+                warning_threshold=config.warning_threshold,
+                continuation_threshold=config.continuation_threshold,
+                max_continuations=config.max_continuations,
+                seed=seed,
+            )
+            winner = await self.store.link_child(conversation_id, child.id)
+            return (await self.store.load(winner)).state
+
+    async def recover(self) -> None:
+        """Perform what a crash left pending, for every conversation with a non-empty outbox."""
+        ids = await self.store.with_pending()
+        if ids:
+            _log.info("recovering", conversations=len(ids))
+            await asyncio.gather(*(self._drive(cid, None) for cid in ids))
+
+    # ------------------------------------------------------------------ the loop
+
+    def _lock(self, conversation_id: str) -> asyncio.Lock:
+        lock = self._locks.get(conversation_id)
+        if lock is None:
+            lock = self._locks[conversation_id] = asyncio.Lock()
+        return lock
+
+    async def _drive(
+        self, conversation_id: str, event: Event | None
+    ) -> tuple[ConversationState, tuple[Effect, ...]]:
+        """Commit ``event`` (if any), then perform the outbox until it is empty."""
+        async with self._lock(conversation_id):
+            stored = await self.store.load(conversation_id)
+            first: tuple[Effect, ...] = ()
+            if event is not None:
+                stored, first = await self._commit(stored, event, ())
+            while stored.pending:
+                pending = stored.pending[0]
+                stored = await self._perform(stored, pending)
+            return stored.state, first
+
+    async def _commit(
+        self, stored: StoredConversation, event: Event, completes: tuple[int, ...]
+    ) -> tuple[StoredConversation, tuple[Effect, ...]]:
+        before = stored.state
+        after, effects = transition(before, event)
+        phase = after.phase
+        reason = getattr(phase, "message", "") or getattr(phase, "trigger", "")
+        commit = Commit(
+            conversation_id=before.id,
+            expected_version=stored.version,
+            state=after,
+            event_kind=event.kind,
+            event_json=event.model_dump_json(),
+            from_phase=before.phase.kind,
+            reason=str(reason),
+            effects=effects,
+            completes=completes,
+            at=self._clock(),
+        )
+        committed = await self.store.commit(commit)
+        view = self._views.get(before.id)
+        if view is not None:
+            view.extend(e.message for e in effects if isinstance(e, AppendMessage))
+        window = after.context_window
+        _log.info(
+            "transition",
+            conversation_id=before.id,
+            event_kind=event.kind,
+            from_phase=before.phase.kind,
+            to_phase=phase.kind,
+            context_tokens=after.context_tokens,
+            ratio=None if after.context_tokens is None else after.context_tokens / window,
+            effects=[effect.kind for effect in effects],
+        )
+        return committed, effects
+
+    async def _perform(self, stored: StoredConversation, pending: PendingEffect) -> Any:
+        effect = pending.effect
+        cid = stored.state.id
+        for listener in self._listeners:
+            listener(cid, effect)
+        task = asyncio.ensure_future(self._outcome(stored, effect))
+        self._inflight[cid] = task
+        try:
+            outcome = await task
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise
+            outcome = [UserCancel()]
+        finally:
+            self._inflight.pop(cid, None)
+        if not outcome:
+            await self.store.complete(cid, (pending.id,))
+            return await self.store.load(cid)
+        for index, event in enumerate(outcome):
+            last = index == len(outcome) - 1
+            stored, _ = await self._commit(stored, event, (pending.id,) if last else ())
+        return stored
+
+    async def _outcome(self, stored: StoredConversation, effect: Effect) -> list[Event]:
+        """Perform one effect; the events it produced (none for notifications)."""
+        if isinstance(effect, RequestLlm):
+            return [
+                await self._ask(
+                    stored,
+                    "turn",
+                    instruction=None,
+                    rejected=(),
+                    trim_level=0,
+                    to_event=self._turn_event,
+                )
+            ]
+        if isinstance(effect, ExecuteTools):
+            return list(await self._run_tools(stored, effect))
+        if isinstance(effect, RequestContinuation):
+            return [
+                await self._ask(
+                    stored,
+                    "continuation",
+                    instruction=CONTINUATION_INSTRUCTION,
+                    rejected=effect.rejected_tool_calls,
+                    trim_level=effect.trim_level,
+                    to_event=_continuation_event,
+                )
+            ]
+        if isinstance(effect, RequestCheckpoint):
+            return [
+                await self._ask(
+                    stored,
+                    "checkpoint",
+                    instruction=CHECKPOINT_PROMPT,
+                    rejected=effect.rejected_tool_calls,
+                    trim_level=effect.trim_level,
+                    to_event=_checkpoint_event,
+                )
+            ]
+        if isinstance(effect, RequestCompaction):
+            return [await self._compact(stored, effect)]
+        if isinstance(effect, ScheduleRetry):
+            await self._sleep(effect.delay_seconds)
+            return [RetryDue(attempt=effect.attempt)]
+        if isinstance(effect, ArchiveTranscript):
+            await self._archive(stored, effect)
+        elif isinstance(effect, SaveSnapshot):
+            await self.store.save_snapshot(effect.snapshot)
+        else:
+            _log.info("notify", conversation_id=stored.state.id, effect=effect.kind)
+        return []
+
+    # ------------------------------------------------------------------ effects
+
+    async def _view(self, state: ConversationState) -> list[Message]:
+        cid = state.id
+        transcript = self._views.get(cid)
+        if transcript is None:
+            transcript = [stored.message for stored in await self.store.messages(cid)]
+            self._views[cid] = transcript
+            while len(self._views) > _VIEW_CACHE_SIZE:
+                self._views.popitem(last=False)
+        else:
+            self._views.move_to_end(cid)
+        return current_view(transcript, state.session, state.generation)
+
+    async def _system(self, stored: StoredConversation) -> str | None:
+        state = stored.state
+        if state.snapshots == 0 or state.session == 1:
+            return stored.system
+        snapshots = await self.store.snapshots(state.id)
+        latest = snapshots[-1] if snapshots else None
+        if latest is None or latest.session + 1 != state.session:
+            return stored.system
+        context = compile_resume_context(latest)
+        return f"{stored.system}\n\n{context}" if stored.system else context
+
+    async def _request(
+        self,
+        stored: StoredConversation,
+        purpose: Purpose,
+        *,
+        instruction: str | None,
+        rejected: Sequence[Any],
+        trim_level: int,
+        messages: Sequence[Message] | None = None,
+    ) -> LlmRequest:
+        state = stored.state
+        return LlmRequest(
+            conversation_id=state.id,
+            model=state.model,
+            purpose=purpose,
+            system=await self._system(stored),
+            messages=messages if messages is not None else await self._view(state),
+            tools=self.tools.specs if purpose == "turn" else (),
+            instruction=instruction,
+            rejected_tool_calls=tuple(rejected),
+            trim_level=trim_level,
+            max_tokens=min(self.max_tokens, state.config.max_output_tokens),
+        )
+
+    async def _ask(
+        self,
+        stored: StoredConversation,
+        purpose: Purpose,
+        *,
+        instruction: str | None,
+        rejected: Sequence[Any],
+        trim_level: int,
+        to_event: Callable[[LlmReply | LlmCallError], Event],
+    ) -> Event:
+        request = await self._request(
+            stored, purpose, instruction=instruction, rejected=rejected, trim_level=trim_level
+        )
+        try:
+            reply = await self.llm.complete(request)
+        except LlmCallError as error:
+            _log.warning(
+                "llm_error",
+                conversation_id=stored.state.id,
+                purpose=purpose,
+                retryable=error.retryable,
+                context_overflow=error.context_overflow,
+                status_code=error.status_code,
+            )
+            return to_event(error)
+        return to_event(reply)
+
+    @staticmethod
+    def _turn_event(outcome: LlmReply | LlmCallError) -> Event:
+        if isinstance(outcome, LlmCallError):
+            return LlmError(
+                message=outcome.message,
+                retryable=outcome.retryable and not outcome.fatal,
+                context_overflow=outcome.context_overflow,
+            )
+        return LlmResponse(
+            text=outcome.text,
+            tool_calls=outcome.tool_calls,
+            usage=outcome.usage,
+            stop_reason=outcome.stop_reason,
+        )
+
+    async def _run_tools(self, stored: StoredConversation, effect: ExecuteTools) -> list[Event]:
+        phase = stored.state.phase
+        waiting = set(phase.pending) if isinstance(phase, ToolExecuting) else set()
+        calls = [call for call in effect.tool_calls if call.id in waiting]
+        token = current_conversation_id.set(stored.state.id)
+        try:
+            return list(await self.tools.run_all(calls))
+        finally:
+            current_conversation_id.reset(token)
+
+    async def _compact(self, stored: StoredConversation, effect: RequestCompaction) -> Event:
+        state = stored.state
+        view = await self._view(state)
+        head, tail = split_for_compaction(view, state.generation, self.keep_recent)
+        request = await self._request(
+            stored,
+            "compaction",
+            instruction=COMPACTION_INSTRUCTION,
+            rejected=effect.rejected_tool_calls,
+            trim_level=effect.trim_level,
+            messages=head,
+        )
+        try:
+            reply = await self.llm.complete(request)
+        except LlmCallError as error:
+            return CompactionFailed(
+                error=error.message,
+                retryable=error.retryable and not error.fatal,
+                context_overflow=error.context_overflow,
+            )
+        retained = estimate_tokens(stored.system or "") + estimate_tokens(reply.text)
+        retained += sum(estimate_tokens(message.text) for message in tail)
+        return CompactionResponse(
+            summary=reply.text, retained_tokens=retained, kept_messages=len(tail), usage=None
+        )
+
+    async def _archive(self, stored: StoredConversation, effect: ArchiveTranscript) -> None:
+        directory = self.archive_dir or Path.home() / ".segue" / "archives"
+        transcript = [m.message for m in await self.store.messages(stored.state.id)]
+        try:
+            path = await asyncio.to_thread(
+                write_archive, directory, stored.state.id, effect.generation, transcript
+            )
+        except (OSError, ValueError) as error:
+            _log.error(
+                "archive_failed",
+                conversation_id=stored.state.id,
+                generation=effect.generation,
+                error_type=type(error).__name__,
+            )
+            return
+        _log.info("archived", conversation_id=stored.state.id, path=str(path))
+
+
+def _continuation_event(outcome: LlmReply | LlmCallError) -> Event:
+    if isinstance(outcome, LlmCallError):
+        return ContinuationFailed(
+            error=outcome.message,
+            retryable=outcome.retryable and not outcome.fatal,
+            context_overflow=outcome.context_overflow,
+        )
+    return ContinuationResponse(
+        summary=outcome.text, usage=outcome.usage, stop_reason=outcome.stop_reason
+    )
+
+
+def _checkpoint_event(outcome: LlmReply | LlmCallError) -> Event:
+    if isinstance(outcome, LlmCallError):
+        return CheckpointFailed(
+            error=outcome.message,
+            retryable=outcome.retryable and not outcome.fatal,
+            context_overflow=outcome.context_overflow,
+        )
+    return CheckpointResponse(text=outcome.text, usage=outcome.usage)
+
+
+def failure_of(state: ConversationState) -> tuple[ErrorKind, str] | None:
+    """``(error_kind, message)`` of a failed conversation, else None."""
+    phase = state.phase
+    if phase.kind != "failed":
+        return None
+    failed = cast(Any, phase)
+    return failed.error_kind, failed.message

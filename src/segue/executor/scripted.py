@@ -1,0 +1,153 @@
+"""An offline, deterministic model: for the demo and for tests that need no HTTP.
+
+It behaves like a provider where it matters to segue: usage is per request and describes the
+whole prompt it was sent (so it grows as the conversation grows, mostly as cache reads), tool
+calls come back as ``tool_use``, the summary, checkpoint and compaction requests get plausible
+answers, and an overlong prompt is refused the way the real API refuses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from segue.executor.ports import LlmCallError, LlmReply, LlmRequest
+from segue.statemachine import ToolCall, Usage, estimate_tokens
+
+Step = LlmReply | LlmCallError | Callable[[LlmRequest], LlmReply]
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptedModelInfo:
+    """The window the scripted model claims for a model name (``context_window()``)."""
+
+    context_window: int | None = None
+
+
+def prompt_tokens(request: LlmRequest) -> int:
+    """What the scripted provider counts for a prompt (segue's own estimate, deterministically)."""
+    total = estimate_tokens(request.system or "")
+    total += sum(estimate_tokens(tool.name + tool.description) for tool in request.tools)
+    for message in request.messages:
+        total += estimate_tokens(message.text)
+        for call in message.tool_calls:
+            total += estimate_tokens(call.name + repr(call.input))
+    if request.instruction:
+        total += estimate_tokens(request.instruction)
+    return total
+
+
+class ScriptedModel:
+    """Answers from a script, then from a deterministic default.
+
+    ``script`` items are replies, errors to raise, or callables that build a reply from the
+    request. A reply without usage gets the usage a provider would report for that prompt.
+    ``window`` makes prompts larger than it fail with the provider's overflow error.
+    """
+
+    def __init__(
+        self,
+        script: Iterable[Step] = (),
+        *,
+        window: int | None = None,
+        reply_chars: int = 400,
+        tool_every: int = 0,
+        delay: float = 0.0,
+    ) -> None:
+        self._script: deque[Step] = deque(script)
+        self._window = window
+        self._reply_chars = reply_chars
+        self._tool_every = tool_every
+        self._delay = delay
+        self._turns = 0
+        self.requests: list[LlmRequest] = []
+
+    def extend(self, steps: Iterable[Step]) -> None:
+        """Queue more scripted steps."""
+        self._script.extend(steps)
+
+    async def complete(self, request: LlmRequest) -> LlmReply:
+        """Answer one request (see the class docstring)."""
+        self.requests.append(request)
+        if self._delay:
+            await asyncio.sleep(self._delay)
+        prompt = prompt_tokens(request)
+        if self._window is not None and prompt > self._window:
+            msg = f"prompt is too long: {prompt} tokens > {self._window} maximum"
+            raise LlmCallError(msg, context_overflow=True, status_code=400)
+        step = self._script.popleft() if self._script else self._default
+        if isinstance(step, LlmCallError):
+            raise step
+        reply = step if isinstance(step, LlmReply) else step(request)
+        if reply.usage is not None:
+            return reply
+        output = estimate_tokens(reply.text) + sum(
+            estimate_tokens(call.name + repr(call.input)) for call in reply.tool_calls
+        )
+        fresh = min(prompt, 40 + prompt // 50)
+        usage = Usage(
+            input_tokens=fresh,
+            cache_read_input_tokens=prompt - fresh,
+            output_tokens=output,
+        )
+        return LlmReply(
+            text=reply.text, tool_calls=reply.tool_calls, usage=usage, stop_reason=reply.stop_reason
+        )
+
+    def _default(self, request: LlmRequest) -> LlmReply:
+        if request.purpose == "continuation":
+            return LlmReply(text=_summary(request, "Continuation summary"))
+        if request.purpose == "compaction":
+            return LlmReply(text=_summary(request, "Summary of the earlier conversation"))
+        if request.purpose == "checkpoint":
+            return LlmReply(text=_checkpoint(request))
+        self._turns += 1
+        last_user = next(
+            (m.text for m in reversed(request.messages) if m.kind == "user"), "(nothing yet)"
+        )
+        last = request.messages[-1] if request.messages else None
+        wants_tool = (
+            self._tool_every
+            and request.tools
+            and self._turns % self._tool_every == 0
+            and (last is None or last.kind != "tool_result")
+        )
+        if wants_tool:
+            tool = request.tools[0]
+            call = ToolCall(id=f"toolu_{self._turns:04d}", name=tool.name, input={"query": "x"})
+            return LlmReply(text="Let me check that.", tool_calls=(call,), stop_reason="tool_use")
+        body = f"Answer {self._turns} to: {last_user[:80]}. "
+        filler = "This is a detailed, deterministic answer from the scripted model. "
+        text = (body + filler * (self._reply_chars // len(filler) + 1))[: self._reply_chars]
+        return LlmReply(text=text)
+
+    async def context_window(self, model: str) -> int | None:  # one window for all
+        """The window given at construction (None: use segue's static table)."""
+        return self._window
+
+    async def count_tokens(self, request: LlmRequest) -> int | None:
+        """The scripted provider's exact count of ``request``."""
+        return prompt_tokens(request)
+
+
+def _summary(request: LlmRequest, title: str) -> str:
+    users = [m.text[:60] for m in request.messages if m.kind == "user"]
+    topics = "; ".join(users[-5:]) or "no user messages"
+    rejected = ", ".join(call.name for call in request.rejected_tool_calls)
+    lines = [f"{title}: {len(request.messages)} messages.", f"Recent requests: {topics}."]
+    if rejected:
+        lines.append(f"Not run because the context was full: {rejected}.")
+    return "\n".join(lines)
+
+
+def _checkpoint(request: LlmRequest) -> str:
+    users = [m.text[:60] for m in request.messages if m.kind == "user"]
+    goal = users[0] if users else "unknown"
+    return (
+        "<checkpoint>\n## Goal\n"
+        f"{goal}\n\n## Completed Work\n- {len(request.messages)} messages of work\n\n"
+        "## Remaining Tasks\n1. Continue the task\n\n## Do Not Redo\n- Completed steps\n\n"
+        "## Key Decisions\n- Keep going\n</checkpoint>"
+    )
