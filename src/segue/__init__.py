@@ -4,6 +4,8 @@ The public API. The pure core (``segue.statemachine``) decides; effects (``segue
 what to do; the executor (``segue.executor``) does it.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from segue.effects import (
     AppendMessage,
     ArchiveTranscript,
@@ -29,10 +31,55 @@ from segue.effects import (
 from segue.statemachine import *  # noqa: F403  # the core's __all__ is the public core API
 from segue.statemachine import __all__ as _core_all
 
+if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a re-export)
+    from segue.executor.anthropic_model import AnthropicModel as AnthropicModel
+    from segue.executor.memory_store import MemoryStore as MemoryStore
+    from segue.executor.ports import LlmCallError as LlmCallError
+    from segue.executor.ports import SegueError as SegueError
+    from segue.executor.runtime import ConversationExhaustedError as ConversationExhaustedError
+    from segue.executor.runtime import MessageRejectedError as MessageRejectedError
+    from segue.executor.runtime import Runtime as Runtime
+    from segue.executor.scripted import ScriptedModel as ScriptedModel
+    from segue.executor.sqlite_store import SqliteStore as SqliteStore
+    from segue.executor.subagent import subagent_tool as subagent_tool
+    from segue.executor.tools import Tool as Tool
+    from segue.executor.tools import ToolRegistry as ToolRegistry
+
+# The runtime pulls in anthropic, sqlite and asyncio machinery; the pure core must not pay for
+# that on import, so the runtime's names load on first use.
+_LAZY = {
+    "AnthropicModel": "segue.executor.anthropic_model",
+    "MemoryStore": "segue.executor.memory_store",
+    "LlmCallError": "segue.executor.ports",
+    "SegueError": "segue.executor.ports",
+    "ConversationExhaustedError": "segue.executor.runtime",
+    "MessageRejectedError": "segue.executor.runtime",
+    "Runtime": "segue.executor.runtime",
+    "ScriptedModel": "segue.executor.scripted",
+    "SqliteStore": "segue.executor.sqlite_store",
+    "subagent_tool": "segue.executor.subagent",
+    "Tool": "segue.executor.tools",
+    "ToolRegistry": "segue.executor.tools",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        msg = f"module 'segue' has no attribute {name!r}"
+        raise AttributeError(msg)
+    import importlib  # noqa: PLC0415  # only when a runtime name is first used
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
 __version__ = "0.1.0"
 
 __all__ = [  # noqa: PLE0604  # extends the core's list with the effects
     *_core_all,
+    *_LAZY,
     "AppendMessage",
     "ArchiveTranscript",
     "CancelRequest",

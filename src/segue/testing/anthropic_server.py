@@ -1,0 +1,542 @@
+"""A local fake of the Anthropic Messages API for tests.
+
+Why a fake HTTP server rather than mocking the SDK: segue's behaviour at the context limit
+depends on what the *real* ``anthropic`` client does with real responses (which exception class a
+400 becomes, how retries honour ``retry-after-ms``, how a stream is accumulated into a final
+``Message``). Pointing the unmodified client at this server
+(``AsyncAnthropic(api_key="test", base_url=server.url)``) tests that whole path with no network and
+no API key.
+
+Replies are scripted: ``enqueue`` pushes replies onto a FIFO; when it is empty the ``default`` reply
+(or responder callable) answers. Every request is recorded in ``requests`` so tests can assert what
+was sent. Only the standard library is used, so the server also runs in a child process
+(``python -m segue.testing.anthropic_server`` prints its URL and serves default replies).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import signal
+import socket
+import sys
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import FrameType, MappingProxyType
+from typing import Any, NamedTuple, Self, cast
+from urllib.parse import unquote
+
+_SECRET_HEADERS = frozenset({"authorization", "x-api-key"})
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token usage reported for a reply.
+
+    A cache field set to ``None`` is left out of the JSON entirely, which is how the SDK comes to
+    report ``None`` for it; callers must cope with that, so tests need to be able to produce it.
+    """
+
+    input_tokens: int = 10
+    output_tokens: int = 5
+    cache_creation_input_tokens: int | None = 0
+    cache_read_input_tokens: int | None = 0
+
+    def to_json(self, *, output_tokens: int | None = None) -> dict[str, int]:
+        """The ``usage`` object; ``output_tokens`` overrides the count (a stream starts near 1)."""
+        data = {"input_tokens": self.input_tokens}
+        if self.cache_creation_input_tokens is not None:
+            data["cache_creation_input_tokens"] = self.cache_creation_input_tokens
+        if self.cache_read_input_tokens is not None:
+            data["cache_read_input_tokens"] = self.cache_read_input_tokens
+        data["output_tokens"] = self.output_tokens if output_tokens is None else output_tokens
+        return data
+
+
+def _tool_use_id() -> str:
+    return f"toolu_fake_{uuid.uuid4().hex[:20]}"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolUse:
+    """A ``tool_use`` content block the fake model "calls"."""
+
+    name: str
+    input: Mapping[str, Any] = field(default_factory=dict)
+    id: str = field(default_factory=_tool_use_id)
+
+
+@dataclass(frozen=True, slots=True)
+class MessageReply:
+    """A successful ``/v1/messages`` reply, served as JSON or as SSE depending on the request.
+
+    ``stop_reason`` is a plain string so that any value the API may send (``"end_turn"``,
+    ``"tool_use"``, ``"max_tokens"``, ``"model_context_window_exceeded"``, ...) can be scripted.
+    ``model=None`` echoes the request's model. ``delay`` seconds pass before the reply is sent.
+    """
+
+    text: str = "ok"
+    tool_uses: Sequence[ToolUse] = ()
+    usage: Usage = field(default_factory=Usage)
+    stop_reason: str = "end_turn"
+    model: str | None = None
+    delay: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorReply:
+    """An HTTP error with an Anthropic error body ``{"type": "error", "error": {...}}``.
+
+    ``headers`` are sent as well (e.g. ``retry-after-ms`` so the SDK's retries are immediate).
+    ``mid_stream=True`` makes a *streaming* request get HTTP 200, ``message_start`` and then an SSE
+    ``error`` event, as the API does when it overloads part-way through a stream.
+    """
+
+    status: int
+    error_type: str
+    message: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    mid_stream: bool = False
+
+    def body(self) -> dict[str, Any]:
+        """The JSON error body exactly as the API shapes it."""
+        return {"type": "error", "error": {"type": self.error_type, "message": self.message}}
+
+
+@dataclass(frozen=True, slots=True)
+class Disconnect:
+    """Close the connection without answering; the SDK sees a connection error (and retries)."""
+
+    delay: float = 0.0
+
+
+Reply = MessageReply | ErrorReply | Disconnect
+Responder = Callable[[dict[str, Any]], Reply]
+"""Dynamic behaviour: called with the parsed JSON request body, returns the reply to send."""
+
+# The SDK sleeps this long instead of >= 0.5 s of exponential backoff, keeping retry tests fast.
+_FAST_RETRY = MappingProxyType({"retry-after-ms": "1"})
+
+
+def prompt_too_long(actual: int, maximum: int) -> ErrorReply:
+    """The 400 the API returns when the prompt alone exceeds the context window."""
+    message = f"prompt is too long: {actual} tokens > {maximum} maximum"
+    return ErrorReply(400, "invalid_request_error", message)
+
+
+def context_limit(input_tokens: int, max_tokens: int, limit: int) -> ErrorReply:
+    """The 400 the API returns when prompt plus requested ``max_tokens`` exceed the window."""
+    message = (
+        f"input length and `max_tokens` exceed context limit: {input_tokens} + {max_tokens} > "
+        f"{limit}, decrease input length or `max_tokens` and try again"
+    )
+    return ErrorReply(400, "invalid_request_error", message)
+
+
+def rate_limited(retry_after_ms: int = 1) -> ErrorReply:
+    """A 429; the SDK retries it, waiting ``retry_after_ms`` (kept tiny so tests stay fast)."""
+    message = "This request would exceed the rate limit for your organization."
+    return ErrorReply(429, "rate_limit_error", message, {"retry-after-ms": str(retry_after_ms)})
+
+
+def overloaded(*, mid_stream: bool = False) -> ErrorReply:
+    """A 529 (the SDK's ``OverloadedError``); retried by the SDK."""
+    return ErrorReply(529, "overloaded_error", "Overloaded", _FAST_RETRY, mid_stream=mid_stream)
+
+
+def authentication() -> ErrorReply:
+    """A 401 for a bad key; not retried by the SDK."""
+    return ErrorReply(401, "authentication_error", "invalid x-api-key")
+
+
+def server_error() -> ErrorReply:
+    """A 500 (the SDK's ``InternalServerError``); retried by the SDK."""
+    return ErrorReply(500, "api_error", "Internal server error", _FAST_RETRY)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """What ``GET /v1/models/{id}`` reports; a ``None`` limit is left out of the JSON."""
+
+    max_input_tokens: int | None = 200_000
+    max_tokens: int | None = 64_000
+    display_name: str | None = None
+
+
+# Illustrative limits, not authoritative ones. Ids the SDK lists as deprecated are avoided: it
+# emits a DeprecationWarning for them, which a warnings-as-errors test run turns into a failure.
+DEFAULT_MODELS: Mapping[str, ModelSpec] = {
+    "claude-sonnet-4-6": ModelSpec(200_000, 64_000, "Claude Sonnet 4.6"),
+    "claude-opus-4-6": ModelSpec(200_000, 32_000, "Claude Opus 4.6"),
+    "claude-haiku-4-5": ModelSpec(200_000, 64_000, "Claude Haiku 4.5"),
+}
+
+
+def estimate_tokens(request: dict[str, Any]) -> int:
+    """Default ``count_tokens``: about four characters of JSON per token, at least one."""
+    parts = [request.get(key) for key in ("system", "messages", "tools")]
+    return max(1, len(json.dumps(parts, separators=(",", ":"))) // 4)
+
+
+class RecordedRequest(NamedTuple):
+    """One request as received: ``(method, path, headers, body)``; header names are lower-cased.
+
+    ``repr`` masks credential headers so that a failing assertion never prints the API key.
+    """
+
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    body: Any
+
+    def __repr__(self) -> str:
+        shown = {k: ("<redacted>" if k in _SECRET_HEADERS else v) for k, v in self.headers.items()}
+        return (
+            f"RecordedRequest({self.method!r}, {self.path!r}, "
+            f"headers={shown!r}, body={self.body!r})"
+        )
+
+
+def _chunks(text: str, pieces: int = 3) -> list[str]:
+    """Split text into a few deltas so clients must really accumulate them."""
+    if not text:
+        return []
+    size = max(1, -(-len(text) // pieces))
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def _message_json(reply: MessageReply, message_id: str, model: str) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
+    content += [
+        {"type": "tool_use", "id": t.id, "name": t.name, "input": dict(t.input)}
+        for t in reply.tool_uses
+    ]
+    return {
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": reply.stop_reason,
+        "stop_sequence": None,
+        "usage": reply.usage.to_json(),
+    }
+
+
+def _sse_events(
+    reply: MessageReply, message_id: str, model: str, error: ErrorReply | None = None
+) -> list[dict[str, Any]]:
+    """The events the API streams for ``reply`` (or up to ``error``); SSE name = ``type``."""
+    start = _message_json(reply, message_id, model)
+    start.update(content=[], stop_reason=None, usage=reply.usage.to_json(output_tokens=1))
+    events: list[dict[str, Any]] = [{"type": "message_start", "message": start}, {"type": "ping"}]
+    if error is not None:
+        return [*events, error.body()]
+    blocks: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+    if reply.text:
+        deltas = [{"type": "text_delta", "text": part} for part in _chunks(reply.text)]
+        blocks.append(({"type": "text", "text": ""}, deltas))
+    for tool in reply.tool_uses:
+        block = {"type": "tool_use", "id": tool.id, "name": tool.name, "input": {}}
+        raw = json.dumps(dict(tool.input))
+        blocks.append(
+            (block, [{"type": "input_json_delta", "partial_json": p} for p in _chunks(raw)])
+        )
+    for index, (block, deltas) in enumerate(blocks):
+        events.append({"type": "content_block_start", "index": index, "content_block": block})
+        events += [{"type": "content_block_delta", "index": index, "delta": d} for d in deltas]
+        events.append({"type": "content_block_stop", "index": index})
+    delta = {"stop_reason": reply.stop_reason, "stop_sequence": None}
+    # message_delta usage holds cumulative totals, as the API sends them.
+    events.append({"type": "message_delta", "delta": delta, "usage": reply.usage.to_json()})
+    events.append({"type": "message_stop"})
+    return events
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True  # a handler stuck in a long delay must never keep the process alive
+    fake: FakeAnthropicServer
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """Routes one connection's requests to the owning ``FakeAnthropicServer``."""
+
+    protocol_version = "HTTP/1.1"  # keep-alive, like the real API; the SDK pools connections
+
+    @property
+    def fake(self) -> FakeAnthropicServer:
+        return cast(_HTTPServer, self.server).fake
+
+    def setup(self) -> None:
+        super().setup()
+        self.fake._track(self.connection, add=True)
+
+    def finish(self) -> None:
+        self.fake._track(self.connection, add=False)
+        with contextlib.suppress(OSError):  # the client vanished (e.g. SIGKILL); nothing to flush
+            super().finish()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silence per-request logging: stderr noise, and headers must never be echoed."""
+
+    def do_GET(self) -> None:
+        self.do_POST()
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body: Any = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        path = self.path.split("?", 1)[0]
+        self.fake._record(RecordedRequest(self.command, self.path, headers, body))
+        try:
+            self._route(path, body)
+        except OSError:
+            self.close_connection = True  # client went away mid-reply; expected in crash tests
+        except Exception as exc:  # noqa: BLE001  # a broken responder must surface in the test
+            # Not retried (x-should-retry), so the test fails once with the cause in its message.
+            failure = ErrorReply(500, "api_error", f"fake server error: {exc!r}")
+            self._send_json(500, failure.body(), {"x-should-retry": "false"})
+
+    def _route(self, path: str, body: Any) -> None:
+        fake = self.fake
+        if self.command == "POST" and path == "/v1/messages":
+            if not isinstance(body, dict) or not {"model", "messages", "max_tokens"} <= body.keys():
+                msg = "model, messages and max_tokens are required"
+                self._send_error(ErrorReply(400, "invalid_request_error", msg))
+                return
+            self._messages(body, fake._next_reply(body))
+        elif self.command == "POST" and path == "/v1/messages/count_tokens":
+            if not isinstance(body, dict):
+                self._send_error(ErrorReply(400, "invalid_request_error", "body must be JSON"))
+                return
+            self._send_json(200, {"input_tokens": fake.count_tokens(body)})
+        elif self.command == "GET" and path.startswith("/v1/models/"):
+            model_id = unquote(path.removeprefix("/v1/models/"))
+            spec = fake.models.get(model_id)
+            if spec is None:
+                self._send_error(ErrorReply(404, "not_found_error", f"model: {model_id}"))
+                return
+            self._send_json(200, fake._model_json(model_id, spec))
+        else:
+            self._send_error(ErrorReply(404, "not_found_error", f"Not found: {path}"))
+
+    def _messages(self, request: dict[str, Any], reply: Reply) -> None:
+        if reply.delay > 0 and self.fake._stopping.wait(reply.delay):
+            self.close_connection = True  # the server is stopping; abandon the slow reply
+            return
+        if isinstance(reply, Disconnect):
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        stream = request.get("stream") is True
+        if isinstance(reply, ErrorReply) and not (reply.mid_stream and stream):
+            self._send_error(reply)
+            return
+        message_id = f"msg_fake_{uuid.uuid4().hex[:20]}"
+        model = str(request["model"])
+        if isinstance(reply, ErrorReply):
+            self._send_sse(_sse_events(MessageReply(), message_id, model, reply))
+        elif stream:
+            self._send_sse(_sse_events(reply, message_id, reply.model or model))
+        else:
+            self._send_json(200, _message_json(reply, message_id, reply.model or model))
+
+    def _send_error(self, error: ErrorReply) -> None:
+        self._send_json(error.status, error.body(), error.headers)
+
+    def _send_json(self, status: int, data: object, extra: Mapping[str, str] | None = None) -> None:
+        payload = json.dumps(data).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(payload)))
+        self.send_header("request-id", self.fake._request_id())
+        for name, value in (extra or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _send_sse(self, events: list[dict[str, Any]]) -> None:
+        """Stream events, then close: with no content-length the body ends at EOF."""
+        self.close_connection = True
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("connection", "close")
+        self.send_header("request-id", self.fake._request_id())
+        self.end_headers()
+        for data in events:
+            self.wfile.write(f"event: {data['type']}\ndata: {json.dumps(data)}\n\n".encode())
+            self.wfile.flush()
+
+
+class FakeAnthropicServer:
+    """The fake API on ``127.0.0.1`` at an ephemeral port; see the module docstring.
+
+    ``default`` answers when the script is empty; ``count_tokens`` computes
+    ``/v1/messages/count_tokens`` from the request body; ``models`` maps model ids to what
+    ``/v1/models/{id}`` reports (others get 404). All methods are safe to call from any thread.
+    """
+
+    def __init__(
+        self,
+        *,
+        default: Reply | Responder | None = None,
+        count_tokens: Callable[[dict[str, Any]], int] = estimate_tokens,
+        models: Mapping[str, ModelSpec] | None = None,
+    ) -> None:
+        self.default: Reply | Responder = MessageReply() if default is None else default
+        self.count_tokens = count_tokens
+        self.models: dict[str, ModelSpec] = dict(DEFAULT_MODELS if models is None else models)
+        self._lock = threading.Condition()
+        self._script: deque[Reply | Responder] = deque()
+        self._requests: list[RecordedRequest] = []
+        self._connections: set[socket.socket] = set()
+        self._ids = itertools.count(1)
+        self._stopping = threading.Event()
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Self:
+        """Bind an ephemeral loopback port and serve from a daemon thread."""
+        if self._httpd is not None:
+            raise RuntimeError("FakeAnthropicServer is already running")
+        self._stopping.clear()
+        httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
+        httpd.fake = self
+        self._httpd = httpd
+        self._thread = threading.Thread(
+            target=httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="fake-anthropic",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving, cut open keep-alive connections and abandon delayed replies."""
+        httpd, self._httpd = self._httpd, None
+        if httpd is None:
+            return
+        self._stopping.set()
+        httpd.shutdown()
+        httpd.server_close()
+        with self._lock:
+            connections = list(self._connections)
+        for conn in connections:
+            with contextlib.suppress(OSError):  # already closed by the peer
+                conn.shutdown(socket.SHUT_RDWR)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        """Base URL for the SDK, e.g. ``http://127.0.0.1:54321``."""
+        if self._httpd is None:
+            raise RuntimeError("FakeAnthropicServer is not running")
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def enqueue(self, *replies: Reply | Responder) -> None:
+        """Append replies to the script; each ``/v1/messages`` request consumes the first."""
+        with self._lock:
+            self._script.extend(replies)
+
+    @property
+    def pending(self) -> int:
+        """How many scripted replies are still unused (tests assert it reaches 0)."""
+        with self._lock:
+            return len(self._script)
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """A snapshot of every request received so far, oldest first."""
+        with self._lock:
+            return list(self._requests)
+
+    def message_requests(self) -> list[RecordedRequest]:
+        """Only the ``POST /v1/messages`` requests (not count_tokens or models)."""
+        return [r for r in self.requests if r.method == "POST" and r.path == "/v1/messages"]
+
+    def wait_for_requests(self, count: int, timeout: float = 5.0) -> bool:
+        """Block until ``count`` requests have arrived, e.g. before killing a client mid-call."""
+        with self._lock:
+            return self._lock.wait_for(lambda: len(self._requests) >= count, timeout)
+
+    def _record(self, request: RecordedRequest) -> None:
+        with self._lock:
+            self._requests.append(request)
+            self._lock.notify_all()
+
+    def _next_reply(self, request: dict[str, Any]) -> Reply:
+        with self._lock:
+            item = self._script.popleft() if self._script else self.default
+        return item(request) if callable(item) else item
+
+    def _track(self, conn: socket.socket, *, add: bool) -> None:
+        with self._lock:
+            if add:
+                self._connections.add(conn)
+            else:
+                self._connections.discard(conn)
+
+    def _request_id(self) -> str:
+        return f"req_fake_{next(self._ids):06d}"
+
+    def _model_json(self, model_id: str, spec: ModelSpec) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "type": "model",
+            "id": model_id,
+            "display_name": spec.display_name or model_id,
+            "created_at": "2025-01-01T00:00:00Z",
+            "lifecycle": "active",
+        }
+        if spec.max_input_tokens is not None:
+            data["max_input_tokens"] = spec.max_input_tokens
+        if spec.max_tokens is not None:
+            data["max_tokens"] = spec.max_tokens
+        return data
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Serve default replies until SIGTERM/SIGINT, writing the base URL as the first stdout line.
+
+    For tests that need the fake in another process than the one holding the client.
+    """
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--text", default="ok", help="text of every reply")
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds before each reply")
+    args = parser.parse_args(argv)
+    done = threading.Event()
+
+    def _on_signal(signum: int, frame: FrameType | None) -> None:
+        done.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    with FakeAnthropicServer(default=MessageReply(text=args.text, delay=args.delay)) as server:
+        sys.stdout.write(server.url + "\n")
+        sys.stdout.flush()
+        while not done.wait(0.2):
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
