@@ -45,7 +45,7 @@ class Frozen(BaseModel):
         values = dict(cls._defaults)
         values.update(fields)
         _set(obj, "__dict__", values)
-        _set(obj, "__pydantic_fields_set__", cls._all_fields)
+        _set(obj, "__pydantic_fields_set__", set(cls._all_fields))
         _set(obj, "__pydantic_extra__", None)
         _set(obj, "__pydantic_private__", None)
         return obj
@@ -57,7 +57,7 @@ class Frozen(BaseModel):
         values = dict(self.__dict__)
         values.update(changes)
         _set(obj, "__dict__", values)
-        _set(obj, "__pydantic_fields_set__", cls._all_fields)
+        _set(obj, "__pydantic_fields_set__", set(cls._all_fields))
         _set(obj, "__pydantic_extra__", None)
         _set(obj, "__pydantic_private__", None)
         return obj

@@ -152,7 +152,11 @@ def _retry_delay(state: ConversationState, next_attempt: int) -> float:
 
 def _fail(state: ConversationState, kind: ErrorKind, message: str, effects: list[Effect]) -> Result:
     effects.append(NotifyFailed._make(error_kind=kind, message=message))
-    if state.config.parent_id is not None:
+    config = state.config
+    if (
+        config.parent_id is not None
+        and config.behavior is ContextExhaustionBehavior.INTENTIONALLY_UNHANDLED
+    ):
         effects.append(
             NotifyParent._make(parent_id=state.config.parent_id, error_kind=kind, message=message)
         )
@@ -415,9 +419,11 @@ def _on_cancel_tools(state: ConversationState, _event: object) -> Result:
     phase = cast(ToolExecuting, state.phase)
     waiting = tuple(call for call in phase.tool_calls if call.id in phase.pending)
     effects = [CancelRequest._make(), *_not_run(state, waiting, TOOL_NOT_RUN_CANCELLED)]
+    not_run_tokens = len(waiting) * estimate_tokens(TOOL_NOT_RUN_CANCELLED)
     cancelled = state._evolve(
         phase=IDLE,
         pause_requested=False,
+        pending_tokens=state.pending_tokens + not_run_tokens,
         message_count=state.message_count + len(waiting),
     )
     return cancelled, tuple(effects)
@@ -520,10 +526,11 @@ def _checkpoint_taken(
     if phase.purpose == "pause":
         return _pause_with(state, checkpoint, effects)
     seed = continuation_prompt(checkpoint)
-    seed_tokens = estimate_tokens(seed)
+    seed_tokens = state.config.system_tokens + estimate_tokens(seed)
     if seed_tokens >= state.config.continuation_tokens:
         message = (
-            f"The checkpoint (about {seed_tokens:,} tokens) does not fit a fresh session "
+            f"The checkpoint (about {seed_tokens:,} tokens with the system prompt) does not fit "
+            "a fresh session "
             f"(threshold {state.config.continuation_tokens:,}); restarting again would loop."
         )
         return _fail(state, ErrorKind.CHECKPOINT_OVERFLOW, message, effects)
@@ -592,7 +599,9 @@ def _on_resume(state: ConversationState, event: ResumeRequested) -> Result:
     fresh = state._evolve(
         session=session,
         context_tokens=None,
-        pending_tokens=estimate_tokens(context) + estimate_tokens(prompt),
+        pending_tokens=state.config.system_tokens
+        + estimate_tokens(context)
+        + estimate_tokens(prompt),
         warned=False,
         message_count=state.message_count + 1,
     )

@@ -47,6 +47,8 @@ class ConversationConfig(Frozen):
     retry_max_delay: Annotated[float, Field(ge=0, le=3600)] = 30.0
     max_continuations: Annotated[StrictInt, Field(ge=0, le=10_000)] = 10
     """Checkpoint restarts or compactions allowed in one conversation: the loop breaker."""
+    system_tokens: Count = 0
+    """Estimated tokens of the system prompt and tool definitions: part of every fresh start."""
 
     @model_validator(mode="before")
     @classmethod
@@ -184,5 +186,6 @@ def new_conversation(
         continuation_threshold=continuation_threshold,
         max_attempts=max_attempts,
         max_continuations=max_continuations,
+        system_tokens=system_tokens,
     )
-    return ConversationState(config=config, pending_tokens=system_tokens)
+    return ConversationState(config=config, pending_tokens=config.system_tokens)

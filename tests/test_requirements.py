@@ -1,0 +1,1609 @@
+"""One or more scenario tests per requirement of ``specs/requirements.md``.
+
+Every test is tagged with ``@requirement("REQ-...")`` and named after its id (``test_seg001_...``);
+the last test parses the spec and fails when an id has no test here. Scenarios use exact integers
+at the thresholds of a 200,000-token window: warning 160,000, continuation 180,000.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import pytest
+
+from scenario import Playbook, requirement, requirements_of, unpaired_tool_uses
+from segue import (
+    CANCELLED_SUMMARY,
+    EVENT_TYPES,
+    FALLBACK_SUMMARY,
+    HANDLED_PAIRS,
+    PHASE_TYPES,
+    AwaitingCheckpoint,
+    AwaitingContinuation,
+    CheckpointFailed,
+    CheckpointResponse,
+    Compacting,
+    CompactionFailed,
+    CompactionResponse,
+    ContextExhausted,
+    ContextExhaustionBehavior,
+    ContinuationFailed,
+    ContinuationResponse,
+    ConversationState,
+    ErrorKind,
+    Failed,
+    GitState,
+    Idle,
+    LlmError,
+    LlmRequesting,
+    LlmResponse,
+    ManualContinuation,
+    Message,
+    Paused,
+    PauseRequested,
+    ResumeRequested,
+    RetryDue,
+    SessionSnapshot,
+    ToolCall,
+    ToolExecuting,
+    ToolResult,
+    Usage,
+    UserCancel,
+    UserMessage,
+    checkpoint_sections,
+    compile_resume_context,
+    continuation_prompt,
+    estimate_tokens,
+    extract_checkpoint,
+    new_conversation,
+    threshold_tokens,
+    transition,
+)
+from segue.effects import (
+    AppendMessage,
+    ArchiveTranscript,
+    CancelRequest,
+    Effect,
+    NotifyContextExhausted,
+    NotifyContextWarning,
+    NotifyFailed,
+    NotifyParent,
+    NotifyTruncated,
+    RejectUserMessage,
+    ReportAccountingAnomaly,
+    RequestCheckpoint,
+    RequestCompaction,
+    RequestContinuation,
+    RequestLlm,
+    SaveSnapshot,
+    ScheduleRetry,
+    StartGeneration,
+    StartSession,
+)
+from segue.statemachine.checkpoint import CONTINUE_PREVIOUS_WORK
+from segue.statemachine.machine import (
+    COMPACTION_FALLBACK_SUMMARY,
+    RESUME_PROMPT,
+    TOOL_NOT_RUN_CANCELLED,
+    TOOL_NOT_RUN_CONTEXT,
+)
+
+B = ContextExhaustionBehavior
+MODEL = "claude-sonnet-4-5"
+WINDOW = 200_000
+WARNING = 160_000
+THRESHOLD = 180_000
+SPEC = Path(__file__).resolve().parents[1] / "specs" / "requirements.md"
+
+# --------------------------------------------------------------------------- builders
+
+
+def conversation(
+    behavior: ContextExhaustionBehavior = B.THRESHOLD_BASED_CONTINUATION, **settings: Any
+) -> ConversationState:
+    """A new 200k-window conversation."""
+    return new_conversation(model=MODEL, behavior=behavior, **settings)
+
+
+def usage(tokens: int) -> Usage:
+    return Usage(input_tokens=tokens)
+
+
+def call(number: int) -> ToolCall:
+    return ToolCall(id=f"toolu_{number}", name="bash", input={"cmd": f"step {number}"})
+
+
+def reply(
+    tokens: int | None, *calls: ToolCall, text: str = "ok", stop: str = "end_turn"
+) -> LlmResponse:
+    """An LLM response whose usage states ``tokens`` of occupancy (``None``: no usage)."""
+    return LlmResponse(
+        text=text,
+        tool_calls=calls,
+        usage=None if tokens is None else usage(tokens),
+        stop_reason=stop,
+    )
+
+
+def assistant(
+    tokens: int | None, *calls: ToolCall, text: str = "ok", **where: int
+) -> AppendMessage:
+    return AppendMessage(
+        message=Message(
+            kind="assistant",
+            text=text,
+            tool_calls=calls,
+            usage=None if tokens is None else usage(tokens),
+            **where,
+        )
+    )
+
+
+def user(text: str, **where: int) -> AppendMessage:
+    return AppendMessage(message=Message(kind="user", text=text, **where))
+
+
+def tool_result(
+    call_id: str, output: str, *, is_error: bool = False, **where: int
+) -> AppendMessage:
+    return AppendMessage(
+        message=Message(
+            kind="tool_result", text=output, tool_call_id=call_id, is_error=is_error, **where
+        )
+    )
+
+
+def not_run(tool: ToolCall, why: str = TOOL_NOT_RUN_CONTEXT) -> AppendMessage:
+    return tool_result(tool.id, why, is_error=True)
+
+
+def continuation(summary: str) -> AppendMessage:
+    return AppendMessage(message=Message(kind="continuation", text=summary))
+
+
+def warning(tokens: int, window: int = WINDOW) -> NotifyContextWarning:
+    return NotifyContextWarning(context_tokens=tokens, context_window=window)
+
+
+def asking(
+    behavior: ContextExhaustionBehavior = B.THRESHOLD_BASED_CONTINUATION, **settings: Any
+) -> Playbook:
+    """A conversation whose first request is in flight."""
+    return Playbook(conversation(behavior, **settings)).given(UserMessage(text="hello"))
+
+
+def idle_at(
+    tokens: int,
+    behavior: ContextExhaustionBehavior = B.THRESHOLD_BASED_CONTINUATION,
+    **settings: Any,
+) -> Playbook:
+    """A conversation back in Idle after a response that measured ``tokens``."""
+    return asking(behavior, **settings).given(reply(tokens)).in_phase("idle")
+
+
+def summarising(*calls: ToolCall) -> Playbook:
+    """A THRESHOLD_BASED_CONTINUATION conversation waiting for its summary."""
+    playbook = asking().given(reply(THRESHOLD, *calls))
+    return playbook.in_phase("awaiting_continuation")
+
+
+def effects_text(effects: list[Effect]) -> str:
+    return "\n".join(repr(effect) for effect in effects)
+
+
+# =========================================================================== bedrock
+
+
+@requirement("REQ-BED-019", "REQ-SEG-025")
+def test_bed019_one_token_below_the_threshold_continues_normally() -> None:
+    playbook = asking() >> reply(179_999) << [warning(179_999), assistant(179_999)]
+    playbook.in_phase("idle")
+    assert playbook.state.context_tokens == 179_999
+
+
+@requirement("REQ-BED-019", "REQ-SEG-025")
+def test_bed019_exactly_at_the_threshold_starts_the_continuation_flow() -> None:
+    playbook = (
+        asking()
+        >> reply(THRESHOLD)
+        << [
+            warning(THRESHOLD),
+            assistant(THRESHOLD),
+            RequestContinuation(rejected_tool_calls=()),
+        ]
+    )
+    assert playbook.phase == AwaitingContinuation(trigger="threshold")
+    assert playbook.state.context_tokens == THRESHOLD
+
+
+@requirement("REQ-BED-019")
+def test_bed019_the_check_runs_after_every_response_of_a_tool_turn() -> None:
+    playbook = asking() >> reply(100_000, call(1)) << ["append_message", "execute_tools"]
+    playbook >> ToolResult(tool_call_id="toolu_1", output="done", token_count=50)
+    playbook << ["append_message", RequestLlm(attempt=1)]
+    (
+        playbook
+        >> reply(185_000, text="more")
+        << [
+            warning(185_000),
+            assistant(185_000, text="more"),
+            RequestContinuation(),
+        ]
+    )
+    playbook.in_phase("awaiting_continuation")
+
+
+@requirement("REQ-BED-019")
+def test_bed019_user_messages_are_refused_once_the_flow_started() -> None:
+    playbook = summarising()
+    before = playbook.state
+    playbook >> UserMessage(text="one more thing") << [RejectUserMessage]
+    assert playbook.state is before
+
+
+@requirement("REQ-BED-020")
+def test_bed020_the_summary_is_stored_as_a_continuation_message() -> None:
+    playbook = summarising()
+    assert playbook.effects[-1] == RequestContinuation()
+    playbook >> ContinuationResponse(summary="  We built the parser; tests pass.  ")
+    summary = "We built the parser; tests pass."
+    playbook << [continuation(summary), NotifyContextExhausted(summary=summary)]
+    assert playbook.phase == ContextExhausted(summary=summary)
+    assert playbook.messages[-1].kind == "continuation"
+
+
+@requirement("REQ-BED-021")
+def test_bed021_exhausted_conversation_rejects_user_messages_with_an_explanation() -> None:
+    playbook = summarising().given(ContinuationResponse(summary="S"))
+    before = playbook.state
+    playbook >> UserMessage(text="hello?") << [RejectUserMessage]
+    reason = playbook.effects[0].reason  # type: ignore[union-attr]  # checked: RejectUserMessage
+    assert "context limit" in reason
+    assert "new conversation" in reason
+    assert playbook.state is before
+
+
+@requirement("REQ-BED-021", "REQ-SEG-022")
+@pytest.mark.parametrize(
+    "event",
+    [
+        reply(10),
+        LlmError(message="x"),
+        ToolResult(tool_call_id="toolu_1", output="x"),
+        ContinuationResponse(summary="a second summary"),
+        ContinuationFailed(error="x"),
+        CheckpointResponse(text="x"),
+        CompactionResponse(summary="x", retained_tokens=1),
+        RetryDue(attempt=2),
+        UserCancel(),
+        ManualContinuation(),
+        PauseRequested(),
+        ResumeRequested(),
+    ],
+    ids=lambda event: event.kind,
+)
+def test_bed021_every_other_event_changes_nothing_when_exhausted(event: Any) -> None:
+    state = summarising().given(ContinuationResponse(summary="S")).state
+    assert transition(state, event) == (state, ())
+
+
+@requirement("REQ-BED-021")
+def test_bed021_a_new_conversation_links_to_its_parent() -> None:
+    parent = summarising().given(ContinuationResponse(summary="S")).state
+    child = new_conversation(model=parent.model, parent_id=parent.id)
+    assert child.parent_id == parent.id
+    assert child.id == f"{parent.id}.child"
+    assert (child.phase, child.context_tokens) == (Idle(), None)
+
+
+@requirement("REQ-BED-022")
+def test_bed022_unknown_model_uses_the_smallest_known_window() -> None:
+    state = new_conversation(model="some-future-model")
+    assert (state.context_window, state.config.continuation_tokens) == (200_000, 180_000)
+    below = Playbook(state).given(UserMessage(text="hi")) >> reply(179_999)
+    below << ["notify_context_warning", "append_message"]
+    below.in_phase("idle")
+    at = Playbook(state).given(UserMessage(text="hi")) >> reply(180_000)
+    at << ["notify_context_warning", "append_message", "request_continuation"]
+
+
+@requirement("REQ-BED-022", "REQ-SEG-025")
+def test_bed022_a_1m_model_continues_at_900000() -> None:
+    state = new_conversation(model="claude-opus-4-6")
+    below = Playbook(state).given(UserMessage(text="hi")) >> reply(899_999)
+    below << [warning(899_999, 1_000_000), assistant(899_999)]
+    below.in_phase("idle")
+    at = Playbook(state).given(UserMessage(text="hi")) >> reply(900_000)
+    at << [warning(900_000, 1_000_000), assistant(900_000), RequestContinuation()]
+    # 180,000 is nothing special on a 1M window: no warning, no continuation.
+    small = Playbook(state).given(UserMessage(text="hi")) >> reply(180_000)
+    small << [assistant(180_000)]
+
+
+@requirement("REQ-BED-022")
+def test_bed022_window_reported_by_the_provider_overrides_the_table() -> None:
+    state = new_conversation(model="some-future-model", context_window=500_000)
+    playbook = Playbook(state).given(UserMessage(text="hi")) >> reply(449_999)
+    playbook << [warning(449_999, 500_000), assistant(449_999)]
+
+
+@requirement("REQ-BED-023", "REQ-SEG-025")
+def test_bed023_warning_at_exactly_80_percent_and_only_once() -> None:
+    playbook = asking() >> reply(159_999) << [assistant(159_999)]
+    playbook.given(UserMessage(text="next")) >> reply(WARNING)
+    playbook << [warning(WARNING), assistant(WARNING)]
+    assert playbook.state.warned
+    playbook.given(UserMessage(text="next")) >> reply(170_000) << [assistant(170_000)]
+    playbook.in_phase("idle")
+
+
+@requirement("REQ-BED-023")
+def test_bed023_warning_ratio() -> None:
+    assert warning(WARNING).ratio == 0.8
+
+
+@requirement("REQ-BED-023")
+def test_bed023_manual_continuation_behaves_like_the_automatic_one() -> None:
+    manual = idle_at(170_000) >> ManualContinuation() << [RequestContinuation()]
+    automatic = asking().given(reply(170_000), UserMessage(text="go on"))
+    automatic >> reply(180_000) << [assistant(180_000), RequestContinuation()]
+    assert manual.phase == AwaitingContinuation(trigger="manual")
+    assert automatic.phase == AwaitingContinuation(trigger="threshold")
+    for playbook in (manual, automatic):
+        playbook >> ContinuationResponse(summary="S")
+        playbook << [continuation("S"), NotifyContextExhausted(summary="S")]
+        assert playbook.phase == ContextExhausted(summary="S")
+    failing = idle_at(10).given(ManualContinuation()) >> ContinuationFailed(error="e")
+    failing << [continuation(FALLBACK_SUMMARY), NotifyContextExhausted(summary=FALLBACK_SUMMARY)]
+
+
+@requirement("REQ-BED-023")
+@pytest.mark.parametrize("behavior", list(B))
+def test_bed023_manual_continuation_takes_each_behaviours_path(
+    behavior: ContextExhaustionBehavior,
+) -> None:
+    expected: dict[ContextExhaustionBehavior, list[Any]] = {
+        B.THRESHOLD_BASED_CONTINUATION: [RequestContinuation()],
+        B.INTENTIONALLY_UNHANDLED: [NotifyFailed],
+        B.CHECKPOINT_RESTART: [RequestCheckpoint(purpose="restart")],
+        B.COMPACT_IN_PLACE: [ArchiveTranscript(generation=1), RequestCompaction()],
+    }
+    idle_at(10, behavior) >> ManualContinuation() << expected[behavior]
+
+
+@requirement("REQ-BED-023", "REQ-SEG-022")
+def test_bed023_manual_continuation_while_busy_changes_nothing() -> None:
+    for playbook in (asking(), asking().given(reply(10, call(1)))):
+        state = playbook.state
+        assert transition(state, ManualContinuation()) == (state, ())
+
+
+# =========================================================================== accounting
+
+
+@requirement("REQ-SEG-001")
+def test_seg001_occupancy_sums_the_four_usage_fields() -> None:
+    def four(cache_read: int) -> Usage:
+        return Usage(
+            input_tokens=1_000,
+            output_tokens=2_000,
+            cache_creation_input_tokens=7_000,
+            cache_read_input_tokens=cache_read,
+        )
+
+    below = asking() >> LlmResponse(text="ok", usage=four(169_999))
+    below << ["notify_context_warning", "append_message"]
+    assert below.state.context_tokens == 179_999
+    at = asking() >> LlmResponse(text="ok", usage=four(170_000))
+    at << [warning(180_000), "append_message", "request_continuation"]
+    assert at.state.context_tokens == 180_000
+
+
+@requirement("REQ-SEG-001")
+def test_seg001_a_three_call_turn_does_not_read_three_times_too_full() -> None:
+    playbook = asking()
+    for number, tokens in enumerate((60_000, 62_000), start=1):
+        (
+            playbook
+            >> reply(tokens, call(number))
+            << [assistant(tokens, call(number)), "execute_tools"]
+        )
+        playbook >> ToolResult(tool_call_id=f"toolu_{number}", output="ok", token_count=100)
+        playbook << ["append_message", "request_llm"]
+    playbook >> reply(64_000) << [assistant(64_000)]  # 186,000 if summed: would continue
+    playbook.in_phase("idle")
+    assert playbook.state.context_tokens == 64_000
+    assert not playbook.state.warned
+
+
+@requirement("REQ-SEG-001")
+def test_seg001_a_later_figure_replaces_the_earlier_one() -> None:
+    playbook = idle_at(150_000).given(UserMessage(text="next")) >> reply(90_000)
+    playbook << [assistant(90_000)]
+    assert (playbook.state.context_tokens, playbook.state.pending_tokens) == (90_000, 0)
+
+
+@requirement("REQ-SEG-002")
+@pytest.mark.parametrize("unknown", [None, Usage()], ids=["absent", "all-zero"])
+def test_seg002_unknown_usage_keeps_the_last_figure(unknown: Usage | None) -> None:
+    playbook = idle_at(100_000).given(UserMessage(text="next", token_count=40))
+    playbook >> LlmResponse(text="answer", usage=unknown)
+    playbook << [AppendMessage(message=Message(kind="assistant", text="answer", usage=unknown))]
+    assert playbook.state.context_tokens == 100_000
+    assert playbook.state.pending_tokens == 40 + estimate_tokens("answer")
+
+
+@requirement("REQ-SEG-002")
+@pytest.mark.parametrize("unknown", [None, Usage()], ids=["absent", "all-zero"])
+def test_seg002_unknown_usage_never_triggers(unknown: Usage | None) -> None:
+    playbook = idle_at(179_000).given(UserMessage(text="next", token_count=10))
+    playbook >> LlmResponse(text="x" * 30_000, usage=unknown) << ["append_message"]
+    playbook.in_phase("idle")
+    fresh = asking() >> LlmResponse(text="first", usage=unknown) << ["append_message"]
+    fresh.in_phase("idle")
+    assert fresh.state.context_tokens is None
+
+
+@requirement("REQ-SEG-003")
+def test_seg003_one_token_above_the_window_is_an_anomaly_not_exhaustion() -> None:
+    playbook = idle_at(100_000).given(UserMessage(text="next", token_count=10))
+    (
+        playbook
+        >> reply(WINDOW + 1)
+        << [
+            ReportAccountingAnomaly(reported_tokens=200_001, context_window=200_000),
+            assistant(WINDOW + 1),
+        ]
+    )
+    playbook.in_phase("idle")
+    assert playbook.state.context_tokens == 100_000
+    assert not playbook.state.warned
+
+
+@requirement("REQ-SEG-003")
+def test_seg003_aggregated_sdk_usage_is_an_anomaly() -> None:
+    aggregated = Usage(input_tokens=12, output_tokens=3_400, cache_read_input_tokens=1_432_262)
+    playbook = asking() >> LlmResponse(text="ok", usage=aggregated)
+    playbook << [
+        ReportAccountingAnomaly(reported_tokens=1_435_674, context_window=WINDOW),
+        "append_message",
+    ]
+    playbook.in_phase("idle")
+    assert playbook.state.context_tokens is None
+
+
+@requirement("REQ-SEG-003")
+def test_seg003_exactly_the_window_is_occupancy_not_an_anomaly() -> None:
+    asking() >> reply(WINDOW) << [warning(WINDOW), assistant(WINDOW), RequestContinuation()]
+
+
+@requirement("REQ-SEG-004", "REQ-SEG-025")
+def test_seg004_preflight_on_a_user_message() -> None:
+    below = idle_at(170_000) >> UserMessage(text="next", token_count=9_999)
+    below << [user("next"), RequestLlm()]
+    assert below.state.projected_tokens == 179_999
+    at = idle_at(170_000) >> UserMessage(text="next", token_count=10_000)
+    at << [user("next"), RequestContinuation()]
+    assert at.phase == AwaitingContinuation(trigger="preflight")
+
+
+@requirement("REQ-SEG-004")
+def test_seg004_preflight_uses_the_estimate_when_no_count_is_given() -> None:
+    text = "a" * 30
+    assert estimate_tokens(text) == 18  # 30 bytes / 3 + 8 tokens of framing
+    (idle_at(179_981) >> UserMessage(text=text)) << [user(text), RequestLlm()]
+    (idle_at(179_982) >> UserMessage(text=text)) << [user(text), RequestContinuation()]
+
+
+@requirement("REQ-SEG-004")
+def test_seg004_preflight_after_the_last_tool_result() -> None:
+    for output_tokens, expected in ((9_999, RequestLlm()), (10_000, RequestContinuation())):
+        playbook = asking().given(reply(170_000, call(1), call(2)))
+        playbook >> ToolResult(tool_call_id="toolu_2", output="b", token_count=5_000)
+        playbook << [tool_result("toolu_2", "b")]  # one still pending: no request yet
+        playbook >> ToolResult(
+            tool_call_id="toolu_1", output="a", token_count=output_tokens - 5_000
+        )
+        playbook << [tool_result("toolu_1", "a"), expected]
+
+
+@requirement("REQ-SEG-004")
+def test_seg004_the_system_prompt_counts_before_the_first_response() -> None:
+    start = conversation(system_tokens=179_990)
+    (Playbook(start) >> UserMessage(text="hi", token_count=9)) << [user("hi"), RequestLlm()]
+    (Playbook(start) >> UserMessage(text="hi", token_count=10)) << [
+        user("hi"),
+        RequestContinuation(),
+    ]
+
+
+@requirement("REQ-SEG-004", "REQ-SEG-013")
+def test_seg004_preflight_fails_a_sub_agent() -> None:
+    playbook = idle_at(175_000, B.INTENTIONALLY_UNHANDLED, parent_id="parent")
+    playbook >> UserMessage(text="next", token_count=5_000)
+    playbook << [user("next"), NotifyFailed, NotifyParent]
+    assert playbook.phase.error_kind is ErrorKind.CONTEXT_EXHAUSTED
+
+
+@requirement("REQ-SEG-005")
+def test_seg005_a_message_at_the_threshold_is_rejected_and_not_recorded() -> None:
+    start = conversation()
+    playbook = Playbook(start) >> UserMessage(text="huge", token_count=180_000)
+    playbook << [RejectUserMessage]
+    assert playbook.state is start
+    assert "180,000" in playbook.effects[0].reason  # type: ignore[union-attr]  # checked above
+    fits = Playbook(start) >> UserMessage(text="big", token_count=179_999)
+    fits << [user("big"), RequestLlm()]
+
+
+@requirement("REQ-SEG-005")
+def test_seg005_an_estimated_oversize_message_is_rejected() -> None:
+    start = conversation()
+    text = "a" * (3 * (THRESHOLD - 8))  # estimate: exactly 180,000 tokens
+    assert estimate_tokens(text) == THRESHOLD
+    (Playbook(start) >> UserMessage(text=text)) << [RejectUserMessage]
+    (Playbook(start) >> UserMessage(text=text[:-3])) << ["append_message", "request_llm"]
+
+
+# =========================================================================== exhaustion path
+
+
+@requirement("REQ-SEG-006")
+def test_seg006_tools_at_the_threshold_are_rejected_not_run() -> None:
+    playbook = asking() >> reply(THRESHOLD, call(1), call(2), text="running two tools")
+    playbook << [
+        warning(THRESHOLD),
+        assistant(THRESHOLD, call(1), call(2), text="running two tools"),
+        not_run(call(1)),
+        not_run(call(2)),
+        RequestContinuation(rejected_tool_calls=(call(1), call(2))),
+    ]
+    assert playbook.phase.rejected_tool_calls == (call(1), call(2))
+    assert unpaired_tool_uses(playbook.messages) == []
+    assert TOOL_NOT_RUN_CONTEXT == "Not run: the context window is nearly full."
+
+
+@requirement("REQ-SEG-006")
+def test_seg006_rejected_tools_are_named_to_checkpoint_and_compaction_requests() -> None:
+    restart = asking(B.CHECKPOINT_RESTART) >> reply(THRESHOLD, call(1))
+    restart << [
+        "notify_context_warning",
+        "append_message",
+        not_run(call(1)),
+        RequestCheckpoint(purpose="restart", rejected_tool_calls=(call(1),)),
+    ]
+    compact = asking(B.COMPACT_IN_PLACE) >> reply(THRESHOLD, call(1))
+    compact << [
+        "notify_context_warning",
+        "append_message",
+        not_run(call(1)),
+        ArchiveTranscript(generation=1),
+        RequestCompaction(rejected_tool_calls=(call(1),)),
+    ]
+
+
+@requirement("REQ-SEG-006")
+def test_seg006_rejected_tools_are_kept_across_retries_of_the_summary() -> None:
+    playbook = summarising(call(7))
+    playbook >> ContinuationFailed(error="overloaded", retryable=True) << [ScheduleRetry]
+    playbook >> RetryDue(attempt=2)
+    playbook << [RequestContinuation(rejected_tool_calls=(call(7),), attempt=2)]
+
+
+@requirement("REQ-SEG-007")
+@pytest.mark.parametrize("retryable", [False, True])
+def test_seg007_provider_overflow_takes_the_exhaustion_path(retryable: bool) -> None:
+    error = LlmError(
+        message="prompt is too long: 210000 tokens > 200000 maximum",
+        retryable=retryable,
+        context_overflow=True,
+    )
+    playbook = idle_at(150_000).given(UserMessage(text="next", token_count=10)) >> error
+    playbook << [RequestContinuation()]
+    assert playbook.phase == AwaitingContinuation(trigger="overflow")
+
+
+@requirement("REQ-SEG-007")
+def test_seg007_window_exceeded_stop_reason_below_the_threshold() -> None:
+    event = reply(150_000, call(1), text="cut", stop="model_context_window_exceeded")
+    playbook = asking() >> event
+    playbook << [
+        assistant(150_000, call(1), text="cut"),
+        not_run(call(1)),
+        RequestContinuation(rejected_tool_calls=(call(1),)),
+    ]
+    assert playbook.phase.trigger == "overflow"
+
+
+@requirement("REQ-SEG-007", "REQ-SEG-013")
+def test_seg007_provider_overflow_fails_a_sub_agent() -> None:
+    playbook = asking(B.INTENTIONALLY_UNHANDLED) >> LlmError(
+        message="too long", context_overflow=True
+    )
+    playbook << [NotifyFailed]
+    assert playbook.phase.error_kind is ErrorKind.CONTEXT_EXHAUSTED
+
+
+@requirement("REQ-SEG-008")
+def test_seg008_max_tokens_keeps_the_text_and_drops_the_tools() -> None:
+    playbook = asking() >> reply(50_000, call(1), text="partial", stop="max_tokens")
+    playbook << [assistant(50_000, text="partial"), NotifyTruncated(dropped_tool_calls=(call(1),))]
+    playbook.in_phase("idle")
+    assert playbook.messages[-1].tool_calls == ()
+    assert unpaired_tool_uses(playbook.messages) == []
+
+
+@requirement("REQ-SEG-008")
+def test_seg008_max_tokens_without_tools_still_says_so() -> None:
+    playbook = asking() >> reply(50_000, text="partial", stop="max_tokens")
+    playbook << [assistant(50_000, text="partial"), NotifyTruncated(dropped_tool_calls=())]
+
+
+@requirement("REQ-SEG-009")
+def test_seg009_llm_retries_are_bounded_with_growing_delays() -> None:
+    playbook = asking()
+    for attempt, delay in ((2, 1.0), (3, 2.0), (4, 4.0)):
+        playbook >> LlmError(message="overloaded", retryable=True)
+        playbook << [ScheduleRetry(request="llm", attempt=attempt, delay_seconds=delay)]
+        assert playbook.phase == LlmRequesting(attempt=attempt - 1, retry_pending=True)
+        playbook >> RetryDue(attempt=attempt) << [RequestLlm(attempt=attempt)]
+    playbook >> LlmError(message="overloaded", retryable=True)
+    message = "The LLM request failed 4 times; last error: overloaded"
+    playbook << [NotifyFailed(error_kind=ErrorKind.RETRIES_EXHAUSTED, message=message)]
+    assert playbook.phase == Failed(error_kind=ErrorKind.RETRIES_EXHAUSTED, message=message)
+
+
+@requirement("REQ-SEG-009")
+def test_seg009_backoff_is_capped() -> None:
+    playbook = asking(max_attempts=10)
+    delays: list[float] = []
+    for attempt in range(2, 11):
+        playbook >> LlmError(message="429", retryable=True) << [ScheduleRetry]
+        delays.append(playbook.effects[0].delay_seconds)  # type: ignore[union-attr]  # checked
+        playbook >> RetryDue(attempt=attempt) << [RequestLlm(attempt=attempt)]
+    assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0, 30.0]
+
+
+@requirement("REQ-SEG-009")
+def test_seg009_a_non_retryable_error_fails_at_once() -> None:
+    playbook = asking() >> LlmError(message="invalid api key")
+    message = "The LLM request failed: invalid api key"
+    playbook << [NotifyFailed(error_kind=ErrorKind.LLM_ERROR, message=message)]
+    assert playbook.phase == Failed(error_kind=ErrorKind.LLM_ERROR, message=message)
+
+
+@requirement("REQ-SEG-009", "REQ-SEG-022")
+def test_seg009_stale_timers_and_late_answers_are_ignored() -> None:
+    playbook = asking().given(LlmError(message="overloaded", retryable=True))
+    waiting = playbook.state
+    for stale in (
+        RetryDue(attempt=1),
+        RetryDue(attempt=3),
+        reply(10),
+        LlmError(message="late"),
+        LlmError(message="late", context_overflow=True),
+    ):
+        assert transition(waiting, stale) == (waiting, ()), stale
+    playbook >> RetryDue(attempt=2) << [RequestLlm(attempt=2)]
+    sent = playbook.state
+    assert transition(sent, RetryDue(attempt=2)) == (sent, ())  # the same timer twice
+
+
+@requirement("REQ-SEG-009", "REQ-SEG-021")
+def test_seg009_answers_after_a_cancel_are_ignored() -> None:
+    playbook = asking().given(LlmError(message="overloaded", retryable=True))
+    playbook >> UserCancel() << [CancelRequest()]
+    playbook.in_phase("idle")
+    idle = playbook.state
+    for late in (reply(10), LlmError(message="late"), RetryDue(attempt=2)):
+        assert transition(idle, late) == (idle, ()), late
+
+
+@requirement("REQ-SEG-009")
+def test_seg009_summary_retries_are_bounded_and_wait_for_their_timer() -> None:
+    playbook = summarising()
+    for attempt, delay in ((2, 1.0), (3, 2.0), (4, 4.0)):
+        playbook >> ContinuationFailed(error="overloaded", retryable=True)
+        playbook << [ScheduleRetry(request="continuation", attempt=attempt, delay_seconds=delay)]
+        waiting = playbook.state
+        assert transition(waiting, ContinuationResponse(summary="late")) == (waiting, ())
+        assert transition(waiting, RetryDue(attempt=attempt + 1)) == (waiting, ())
+        playbook >> RetryDue(attempt=attempt) << [RequestContinuation(attempt=attempt)]
+    playbook >> ContinuationFailed(error="overloaded", retryable=True)
+    playbook << [continuation(FALLBACK_SUMMARY), NotifyContextExhausted(summary=FALLBACK_SUMMARY)]
+
+
+@requirement("REQ-SEG-009")
+def test_seg009_checkpoint_and_compaction_retries_name_their_request() -> None:
+    checkpoint = asking(B.CHECKPOINT_RESTART).given(reply(THRESHOLD))
+    checkpoint >> CheckpointFailed(error="503", retryable=True)
+    checkpoint << [ScheduleRetry(request="checkpoint", attempt=2, delay_seconds=1.0)]
+    checkpoint >> RetryDue(attempt=2) << [RequestCheckpoint(attempt=2)]
+    compaction = asking(B.COMPACT_IN_PLACE).given(reply(THRESHOLD))
+    compaction >> CompactionFailed(error="503", retryable=True)
+    compaction << [ScheduleRetry(request="compaction", attempt=2, delay_seconds=1.0)]
+    compaction >> RetryDue(attempt=2) << [RequestCompaction(attempt=2)]
+
+
+@requirement("REQ-SEG-010")
+def test_seg010_summary_overflow_trims_more_history_each_time() -> None:
+    playbook = summarising(call(1))
+    for attempt in (2, 3, 4):
+        playbook >> ContinuationFailed(error="prompt is too long", context_overflow=True)
+        playbook << [
+            RequestContinuation(
+                rejected_tool_calls=(call(1),), attempt=attempt, trim_level=attempt - 1
+            )
+        ]
+        assert playbook.phase.trim_level == attempt - 1
+    playbook >> ContinuationFailed(error="prompt is too long", context_overflow=True)
+    playbook << [continuation(FALLBACK_SUMMARY), NotifyContextExhausted(summary=FALLBACK_SUMMARY)]
+
+
+@requirement("REQ-SEG-010")
+def test_seg010_trim_level_survives_a_retry() -> None:
+    playbook = summarising()
+    playbook >> ContinuationFailed(error="too long", context_overflow=True)
+    playbook << [RequestContinuation(attempt=2, trim_level=1)]
+    playbook >> ContinuationFailed(error="overloaded", retryable=True) << [ScheduleRetry]
+    playbook >> RetryDue(attempt=3) << [RequestContinuation(attempt=3, trim_level=1)]
+
+
+@requirement("REQ-SEG-010")
+def test_seg010_checkpoint_and_compaction_overflow_trim_too() -> None:
+    checkpoint = asking(B.CHECKPOINT_RESTART).given(reply(THRESHOLD))
+    checkpoint >> CheckpointFailed(error="too long", context_overflow=True)
+    checkpoint << [RequestCheckpoint(attempt=2, trim_level=1)]
+    compaction = asking(B.COMPACT_IN_PLACE).given(reply(THRESHOLD))
+    compaction >> CompactionFailed(error="too long", context_overflow=True)
+    compaction << [RequestCompaction(attempt=2, trim_level=1)]
+
+
+@requirement("REQ-SEG-011")
+def test_seg011_fallback_summary_text() -> None:
+    assert FALLBACK_SUMMARY == (
+        "Context limit reached. The continuation summary could not be generated. "
+        "Please start a new conversation."
+    )
+
+
+@requirement("REQ-SEG-011")
+@pytest.mark.parametrize(
+    "event",
+    [
+        ContinuationFailed(error="SECRET-ERROR-42: invalid request"),
+        ContinuationFailed(error="SECRET-ERROR-42", retryable=False, context_overflow=False),
+        ContinuationResponse(summary=""),
+        ContinuationResponse(summary="  \n\t "),
+        ContinuationResponse(
+            summary="SECRET-ERROR-42 I can't help with that.", stop_reason="refusal"
+        ),
+    ],
+    ids=["failed", "failed-plain", "empty", "blank", "refused"],
+)
+def test_seg011_final_failure_empty_or_refused_summary_gives_the_fallback(event: Any) -> None:
+    playbook = summarising() >> event
+    playbook << [continuation(FALLBACK_SUMMARY), NotifyContextExhausted(summary=FALLBACK_SUMMARY)]
+    assert playbook.phase == ContextExhausted(summary=FALLBACK_SUMMARY)
+    assert "SECRET-ERROR-42" not in effects_text(playbook.all_effects())
+    assert "SECRET-ERROR-42" not in repr(playbook.state)
+
+
+@requirement("REQ-SEG-011")
+def test_seg011_the_error_text_never_becomes_the_summary_after_retries() -> None:
+    playbook = summarising()
+    for attempt in (2, 3, 4):
+        playbook.given(ContinuationFailed(error="SECRET-ERROR-42", retryable=True))
+        playbook.given(RetryDue(attempt=attempt))
+    playbook >> ContinuationFailed(error="SECRET-ERROR-42", retryable=True)
+    playbook << [continuation(FALLBACK_SUMMARY), NotifyContextExhausted(summary=FALLBACK_SUMMARY)]
+    assert "SECRET-ERROR-42" not in effects_text(playbook.all_effects())
+
+
+@requirement("REQ-SEG-012")
+def test_seg012_cancel_while_summarising() -> None:
+    playbook = summarising() >> UserCancel()
+    playbook << [
+        CancelRequest(),
+        continuation(CANCELLED_SUMMARY),
+        NotifyContextExhausted(summary=CANCELLED_SUMMARY),
+    ]
+    assert playbook.phase == ContextExhausted(summary=CANCELLED_SUMMARY)
+    assert "cancelled" in CANCELLED_SUMMARY
+    exhausted = playbook.state
+    assert transition(exhausted, ContinuationResponse(summary="late")) == (exhausted, ())
+
+
+@requirement("REQ-SEG-012")
+def test_seg012_cancel_while_a_summary_retry_is_pending() -> None:
+    playbook = summarising().given(ContinuationFailed(error="503", retryable=True))
+    (
+        playbook
+        >> UserCancel()
+        << [CancelRequest(), continuation(CANCELLED_SUMMARY), "notify_context_exhausted"]
+    )
+    exhausted = playbook.state
+    assert transition(exhausted, RetryDue(attempt=2)) == (exhausted, ())
+
+
+@requirement("REQ-SEG-013")
+def test_seg013_sub_agent_fails_and_notifies_its_parent() -> None:
+    playbook = asking(B.INTENTIONALLY_UNHANDLED, parent_id="parent-1")
+    playbook >> reply(THRESHOLD, call(1))
+    message = "Context window exhausted: 180,000 of 200,000 tokens (threshold 180,000)."
+    playbook << [
+        warning(THRESHOLD),
+        assistant(THRESHOLD, call(1)),
+        not_run(call(1)),
+        NotifyFailed(error_kind=ErrorKind.CONTEXT_EXHAUSTED, message=message),
+        NotifyParent(parent_id="parent-1", error_kind=ErrorKind.CONTEXT_EXHAUSTED, message=message),
+    ]
+    assert playbook.phase == Failed(error_kind=ErrorKind.CONTEXT_EXHAUSTED, message=message)
+    assert ErrorKind.CONTEXT_EXHAUSTED.value == "context_exhausted"
+    assert unpaired_tool_uses(playbook.messages) == []
+
+
+@requirement("REQ-SEG-013")
+def test_seg013_sub_agent_without_parent_just_fails() -> None:
+    playbook = asking(B.INTENTIONALLY_UNHANDLED) >> reply(THRESHOLD)
+    playbook << [warning(THRESHOLD), assistant(THRESHOLD), NotifyFailed]
+    playbook.in_phase("failed")
+    below = asking(B.INTENTIONALLY_UNHANDLED) >> reply(179_999)
+    below << [warning(179_999), assistant(179_999)]
+    below.in_phase("idle")
+
+
+@requirement("REQ-SEG-014")
+def test_seg014_checkpoint_restart_seeds_a_new_session() -> None:
+    playbook = asking(B.CHECKPOINT_RESTART) >> reply(THRESHOLD, call(1))
+    playbook << [
+        "notify_context_warning",
+        "append_message",
+        not_run(call(1)),
+        RequestCheckpoint(purpose="restart", rejected_tool_calls=(call(1),)),
+    ]
+    assert playbook.phase == AwaitingCheckpoint(
+        purpose="restart", rejected_tool_calls=(call(1),), resume_after=True
+    )
+    answer = (
+        "```markdown\n<checkpoint>\n## Goal\nShip v1\n## Remaining Tasks\n1. docs\n"
+        "</checkpoint>\n```"
+    )
+    seed = continuation_prompt("## Goal\nShip v1\n## Remaining Tasks\n1. docs")
+    playbook >> CheckpointResponse(text=answer)
+    playbook << [
+        AppendMessage(message=Message(kind="checkpoint", text=answer)),
+        StartSession(session=2, reason="checkpoint_restart"),
+        user(seed, session=2),
+        RequestLlm(),
+    ]
+    state = playbook.state
+    assert (state.session, state.continuations, state.context_tokens) == (2, 1, None)
+    assert state.pending_tokens == estimate_tokens(seed)
+    assert "<checkpoint>\n## Goal\nShip v1" in seed
+
+
+@requirement("REQ-SEG-014", "REQ-BED-023")
+def test_seg014_the_new_session_may_warn_again() -> None:
+    playbook = asking(B.CHECKPOINT_RESTART).given(
+        reply(THRESHOLD), CheckpointResponse(text="<checkpoint>x</checkpoint>")
+    )
+    playbook.in_phase("idle")  # the agent had ended its turn: nothing to resume
+    assert not playbook.state.warned
+    playbook.given(UserMessage(text="next")) >> reply(WARNING)
+    playbook << [warning(WARNING), assistant(WARNING, session=2)]
+
+
+@requirement("REQ-SEG-014")
+@pytest.mark.parametrize(
+    ("text", "checkpoint"),
+    [
+        ("<checkpoint>\n## Goal\nA\n</checkpoint>", "## Goal\nA"),
+        ("```\n<checkpoint>\n## Goal\nA\n</checkpoint>\n```", "## Goal\nA"),
+        ("```xml\n<checkpoint>\n## Goal\nA\n</checkpoint>\n```", "## Goal\nA"),
+        ("<checkpoint>\n```markdown\n## Goal\nA\n```\n</checkpoint>", "## Goal\nA"),
+        ("Sure, here it is.\n<checkpoint>\n## Goal\nA\n</checkpoint>\nSTOP", "## Goal\nA"),
+        ("<checkpoint>[template]</checkpoint>\n<checkpoint>## Goal\nB</checkpoint>", "## Goal\nB"),
+        ("<CHECKPOINT>\n## Goal\nA\n</CHECKPOINT>", "## Goal\nA"),
+        ("<checkpoint>\n## Goal\nA (cut off", "## Goal\nA (cut off"),
+        ("## Goal\nNo tags at all", "## Goal\nNo tags at all"),
+        ("```\n## Goal\nFenced, no tags\n```", "## Goal\nFenced, no tags"),
+        ("", ""),
+        ("   \n ", ""),
+    ],
+    ids=[
+        "plain",
+        "fenced",
+        "fenced-lang",
+        "fence-inside",
+        "surrounded",
+        "last-block-wins",
+        "upper-case",
+        "unclosed",
+        "no-tags",
+        "fenced-no-tags",
+        "empty",
+        "blank",
+    ],
+)
+def test_seg014_checkpoint_extraction(text: str, checkpoint: str) -> None:
+    assert extract_checkpoint(text) == checkpoint
+
+
+@requirement("REQ-SEG-014")
+def test_seg014_checkpoint_sections() -> None:
+    text = "intro\n## Goal\nShip\n\n## Completed Work\n- a\n- b\n## Do Not Redo ##\nx"
+    assert checkpoint_sections(text) == {
+        "Goal": "Ship",
+        "Completed Work": "- a\n- b",
+        "Do Not Redo": "x",
+    }
+    assert checkpoint_sections("no headings") == {}
+
+
+@requirement("REQ-SEG-014")
+@pytest.mark.parametrize(
+    "event",
+    [
+        CheckpointResponse(text="   "),
+        CheckpointFailed(error="SECRET-ERROR-42"),
+    ],
+    ids=["empty-answer", "final-failure"],
+)
+def test_seg014_no_checkpoint_gives_the_minimal_prompt(event: Any) -> None:
+    playbook = asking(B.CHECKPOINT_RESTART).given(reply(THRESHOLD, call(1))) >> event
+    playbook << [
+        StartSession(session=2, reason="checkpoint_restart"),
+        user(CONTINUE_PREVIOUS_WORK, session=2),
+        RequestLlm(),
+    ]
+    assert continuation_prompt("") == CONTINUE_PREVIOUS_WORK
+    assert "continue the previous work" in CONTINUE_PREVIOUS_WORK
+    assert "SECRET-ERROR-42" not in effects_text(playbook.all_effects())
+
+
+@requirement("REQ-SEG-014", "REQ-SEG-021")
+def test_seg014_cancel_while_checkpointing_restarts_without_asking() -> None:
+    playbook = asking(B.CHECKPOINT_RESTART).given(reply(THRESHOLD, call(1))) >> UserCancel()
+    playbook << [
+        CancelRequest(),
+        StartSession(session=2, reason="checkpoint_restart"),
+        user(CONTINUE_PREVIOUS_WORK, session=2),
+    ]
+    playbook.in_phase("idle")
+
+
+@requirement("REQ-SEG-015")
+def test_seg015_checkpoint_restarts_are_bounded() -> None:
+    playbook = asking(B.CHECKPOINT_RESTART, max_continuations=2)
+    for session in (2, 3):
+        playbook.given(reply(THRESHOLD, call(session)))
+        playbook >> CheckpointResponse(text=f"<checkpoint>round {session}</checkpoint>")
+        playbook << [
+            "append_message",
+            StartSession(session=session, reason="checkpoint_restart"),
+            "append_message",
+            RequestLlm(),
+        ]
+    playbook >> reply(THRESHOLD)
+    playbook << [warning(THRESHOLD), assistant(THRESHOLD, session=3), NotifyFailed]
+    assert playbook.phase.error_kind is ErrorKind.CONTINUATION_LIMIT
+    assert playbook.state.continuations == 2
+
+
+@requirement("REQ-SEG-015")
+def test_seg015_compactions_are_bounded() -> None:
+    playbook = asking(B.COMPACT_IN_PLACE, max_continuations=1)
+    playbook.given(reply(THRESHOLD, call(1)))
+    playbook >> CompactionResponse(summary="older work", retained_tokens=50_000)
+    playbook << [
+        StartGeneration(generation=2, summary="older work"),
+        "append_message",
+        RequestLlm(),
+    ]
+    playbook >> reply(THRESHOLD) << [warning(THRESHOLD), "append_message", NotifyFailed]
+    assert playbook.phase.error_kind is ErrorKind.CONTINUATION_LIMIT
+    zero = asking(B.COMPACT_IN_PLACE, max_continuations=0) >> reply(THRESHOLD)
+    zero << [warning(THRESHOLD), "append_message", NotifyFailed]
+
+
+@requirement("REQ-SEG-016")
+def test_seg016_a_checkpoint_that_overflows_the_new_session_fails() -> None:
+    answer = "<checkpoint>\n## Goal\n" + "x" * 600 + "\n</checkpoint>"
+    seed_tokens = estimate_tokens(continuation_prompt(extract_checkpoint(answer)))
+
+    def restart_in(window: int) -> Playbook:
+        playbook = asking(
+            B.CHECKPOINT_RESTART,
+            context_window=window,
+            warning_threshold=1.0,
+            continuation_threshold=1.0,
+        )
+        return playbook.given(reply(window)).in_phase("awaiting_checkpoint")
+
+    fails = restart_in(seed_tokens) >> CheckpointResponse(text=answer)
+    fails << [AppendMessage(message=Message(kind="checkpoint", text=answer)), NotifyFailed]
+    assert fails.phase.error_kind is ErrorKind.CHECKPOINT_OVERFLOW
+    assert fails.state.session == 1
+    fits = restart_in(seed_tokens + 1) >> CheckpointResponse(text=answer)
+    fits << [
+        "append_message",
+        StartSession(session=2, reason="checkpoint_restart"),
+        "append_message",
+    ]
+
+
+@requirement("REQ-SEG-017")
+def test_seg017_compaction_archives_first_then_summarises_into_a_new_generation() -> None:
+    playbook = asking(B.COMPACT_IN_PLACE) >> reply(THRESHOLD, call(1))
+    playbook << [
+        warning(THRESHOLD),
+        assistant(THRESHOLD, call(1)),
+        not_run(call(1)),
+        ArchiveTranscript(generation=1),
+        RequestCompaction(rejected_tool_calls=(call(1),)),
+    ]
+    assert playbook.phase == Compacting(rejected_tool_calls=(call(1),), resume_after=True)
+    playbook >> CompactionResponse(summary=" Older work: parser done. ", retained_tokens=40_000)
+    playbook << [
+        StartGeneration(generation=2, summary="Older work: parser done."),
+        AppendMessage(
+            message=Message(kind="summary", text="Older work: parser done.", generation=2)
+        ),
+        RequestLlm(),
+    ]
+    state = playbook.state
+    assert (state.generation, state.continuations, state.session) == (2, 1, 1)
+    assert (state.context_tokens, state.pending_tokens) == (None, 40_000)
+
+
+@requirement("REQ-SEG-017")
+def test_seg017_compaction_after_a_finished_turn_waits_for_the_user() -> None:
+    playbook = asking(B.COMPACT_IN_PLACE).given(reply(THRESHOLD))
+    playbook >> CompactionResponse(summary="", retained_tokens=10_000)
+    playbook << [
+        StartGeneration(generation=2, summary=COMPACTION_FALLBACK_SUMMARY),
+        AppendMessage(
+            message=Message(kind="summary", text=COMPACTION_FALLBACK_SUMMARY, generation=2)
+        ),
+    ]
+    playbook.in_phase("idle")
+
+
+@requirement("REQ-SEG-017")
+def test_seg017_compaction_that_cannot_be_done_fails() -> None:
+    playbook = asking(B.COMPACT_IN_PLACE).given(reply(THRESHOLD))
+    playbook >> CompactionFailed(error="bad request")
+    message = "Compaction failed, so the context cannot be reduced: bad request"
+    playbook << [NotifyFailed(error_kind=ErrorKind.CONTEXT_EXHAUSTED, message=message)]
+
+
+@requirement("REQ-SEG-018", "REQ-SEG-025")
+def test_seg018_compaction_leaving_the_context_over_the_threshold_fails() -> None:
+    fails = asking(B.COMPACT_IN_PLACE).given(reply(THRESHOLD))
+    fails >> CompactionResponse(summary="s", retained_tokens=180_000)
+    message = (
+        "After compaction the context still holds 180,000 tokens (threshold 180,000); "
+        "compacting again would loop."
+    )
+    fails << [NotifyFailed(error_kind=ErrorKind.COMPACTION_INEFFECTIVE, message=message)]
+    assert fails.phase == Failed(error_kind=ErrorKind.COMPACTION_INEFFECTIVE, message=message)
+    assert fails.state.generation == 1
+    fits = asking(B.COMPACT_IN_PLACE).given(reply(THRESHOLD))
+    fits >> CompactionResponse(summary="s", retained_tokens=179_999)
+    fits << [StartGeneration(generation=2, summary="s"), "append_message"]
+
+
+# =========================================================================== control
+
+
+SNAPSHOT_TEXT = "<checkpoint>\n## Goal\nG\n\n## Remaining Tasks\nR\n</checkpoint>"
+
+
+def paused() -> Playbook:
+    """A conversation paused after one exchange (the pause asked while the request ran)."""
+    playbook = asking().given(PauseRequested(reason="nightly"), reply(50_000))
+    return playbook.given(CheckpointResponse(text=SNAPSHOT_TEXT)).in_phase("paused")
+
+
+@requirement("REQ-SEG-019")
+def test_seg019_pause_waits_for_the_turn_boundary_and_stores_a_snapshot() -> None:
+    playbook = asking() >> PauseRequested(reason="nightly") << []
+    playbook.in_phase("llm_requesting")
+    assert playbook.state.pause_requested
+    (
+        playbook
+        >> reply(50_000, text="done")
+        << [
+            assistant(50_000, text="done"),
+            RequestCheckpoint(purpose="pause"),
+        ]
+    )
+    assert playbook.phase == AwaitingCheckpoint(purpose="pause")
+    playbook >> CheckpointResponse(text=SNAPSHOT_TEXT)
+    snapshot = SessionSnapshot(
+        conversation_id="conversation",
+        version=1,
+        session=1,
+        reason="nightly",
+        checkpoint="## Goal\nG\n\n## Remaining Tasks\nR",
+        sections={"Goal": "G", "Remaining Tasks": "R"},
+        context_tokens=50_000,
+        context_window=WINDOW,
+        message_count=3,
+        continuations=0,
+    )
+    playbook << [
+        AppendMessage(message=Message(kind="checkpoint", text=SNAPSHOT_TEXT)),
+        SaveSnapshot(snapshot=snapshot),
+    ]
+    assert playbook.phase == Paused(snapshot=snapshot)
+    assert not playbook.state.pause_requested
+
+
+@requirement("REQ-SEG-019")
+def test_seg019_pause_lets_running_tools_finish() -> None:
+    playbook = asking().given(reply(50_000, call(1), call(2)))
+    playbook >> PauseRequested() << []
+    playbook >> ToolResult(tool_call_id="toolu_1", output="a") << [tool_result("toolu_1", "a")]
+    playbook >> ToolResult(tool_call_id="toolu_2", output="b")
+    playbook << [tool_result("toolu_2", "b"), RequestCheckpoint(purpose="pause")]
+    assert playbook.phase == AwaitingCheckpoint(purpose="pause", resume_after=True)
+    assert unpaired_tool_uses(playbook.messages) == []
+
+
+@requirement("REQ-SEG-019")
+def test_seg019_pause_from_idle_is_immediate_and_snapshots_are_versioned() -> None:
+    playbook = idle_at(10) >> PauseRequested() << [RequestCheckpoint(purpose="pause")]
+    (
+        playbook
+        >> CheckpointResponse(text="<checkpoint>one</checkpoint>")
+        << ["append_message", SaveSnapshot]
+    )
+    assert playbook.phase.snapshot.version == 1
+    playbook.given(ResumeRequested(), reply(20)).in_phase("idle")
+    playbook >> PauseRequested() << [RequestCheckpoint(purpose="pause")]
+    (
+        playbook
+        >> CheckpointResponse(text="<checkpoint>two</checkpoint>")
+        << ["append_message", SaveSnapshot]
+    )
+    snapshot = playbook.phase.snapshot
+    assert (snapshot.version, snapshot.session, snapshot.checkpoint) == (2, 2, "two")
+
+
+@requirement("REQ-SEG-019")
+def test_seg019_paused_conversation_rejects_user_messages() -> None:
+    playbook = paused()
+    before = playbook.state
+    playbook >> UserMessage(text="hi") << [RejectUserMessage]
+    assert playbook.state is before
+    assert transition(before, PauseRequested()) == (before, ())
+
+
+@requirement("REQ-SEG-020")
+def test_seg020_resume_starts_a_new_session_with_the_compiled_context() -> None:
+    playbook = paused()
+    snapshot = playbook.phase.snapshot
+    context = compile_resume_context(snapshot)
+    (
+        playbook
+        >> ResumeRequested()
+        << [
+            StartSession(session=2, reason="resume", system_context=context),
+            user(RESUME_PROMPT, session=2),
+            RequestLlm(),
+        ]
+    )
+    state = playbook.state
+    assert (state.session, state.context_tokens) == (2, None)
+    assert state.pending_tokens == estimate_tokens(context) + estimate_tokens(RESUME_PROMPT)
+    assert context.startswith("## Session Resume Context")
+    assert "conversation (session 2; snapshot v1)" in context
+    assert "paused because: nightly" in context
+    assert context.index("### Goal\nG") < context.index("### Remaining Tasks\nR")
+
+
+@requirement("REQ-SEG-020")
+def test_seg020_resume_with_a_prompt_of_its_own() -> None:
+    playbook = paused() >> ResumeRequested(prompt="Finish the docs.")
+    playbook << ["start_session", user("Finish the docs.", session=2), RequestLlm()]
+    blank = paused() >> ResumeRequested(prompt="  ")
+    blank << ["start_session", user(RESUME_PROMPT, session=2), RequestLlm()]
+
+
+@requirement("REQ-SEG-020")
+def test_seg020_resume_context_orders_sections_and_adds_git_state() -> None:
+    snapshot = SessionSnapshot(
+        conversation_id="c1",
+        version=3,
+        session=4,
+        checkpoint="...",
+        sections={"Key Decisions": "K", "Notes": "N", "Goal": "G", "Do Not Redo": ""},
+        context_window=WINDOW,
+        git=GitState(branch="main", commit="abc123", files_modified=("a.py", "b.py")),
+    )
+    context = compile_resume_context(snapshot)
+    headings = [line for line in context.splitlines() if line.startswith("### ")]
+    assert headings == [
+        "### Goal",
+        "### Do Not Redo",
+        "### Key Decisions",
+        "### Notes",
+        "### Git State",
+    ]
+    assert "(session 5; snapshot v3)" in context
+    assert "### Do Not Redo\n(none)" in context
+    assert "- Branch: main at abc123" in context
+    assert "- Files modified: 2" in context
+    assert "- Uncommitted changes: no" in context
+    bare = compile_resume_context(snapshot.model_copy(update={"sections": {}, "checkpoint": ""}))
+    assert "### Checkpoint\n(no checkpoint was written)" in bare
+
+
+@requirement("REQ-SEG-020", "REQ-SEG-004")
+def test_seg020_resume_goes_through_preflight() -> None:
+    def paused_in(window: int) -> Playbook:
+        state = conversation(
+            context_window=window, warning_threshold=1.0, continuation_threshold=1.0
+        )
+        playbook = Playbook(state).given(
+            PauseRequested(), CheckpointResponse(text="<checkpoint>c</checkpoint>")
+        )
+        return playbook.in_phase("paused")
+
+    context = compile_resume_context(paused_in(WINDOW).phase.snapshot)
+    needed = estimate_tokens(context) + estimate_tokens(RESUME_PROMPT)
+    over = paused_in(needed) >> ResumeRequested()
+    over << ["start_session", "append_message", RequestContinuation()]
+    assert over.phase.trigger == "preflight"
+    fits = paused_in(needed + 1) >> ResumeRequested()
+    fits << ["start_session", "append_message", RequestLlm()]
+
+
+def _busy_states() -> list[tuple[str, ConversationState]]:
+    return [
+        ("llm_requesting", asking().state),
+        ("tool_executing", asking().given(reply(10, call(1))).state),
+        ("awaiting_continuation", summarising().state),
+        ("awaiting_checkpoint", asking(B.CHECKPOINT_RESTART).given(reply(THRESHOLD)).state),
+        ("compacting", asking(B.COMPACT_IN_PLACE).given(reply(THRESHOLD)).state),
+    ]
+
+
+@requirement("REQ-SEG-021")
+@pytest.mark.parametrize(("kind", "state"), _busy_states(), ids=lambda value: str(value)[:22])
+def test_seg021_busy_phases_reject_user_messages(kind: str, state: ConversationState) -> None:
+    assert state.phase.kind == kind
+    playbook = Playbook(state) >> UserMessage(text="are you there?") << [RejectUserMessage]
+    assert playbook.state is state
+    assert "busy" in playbook.effects[0].reason  # type: ignore[union-attr]  # checked above
+
+
+@requirement("REQ-SEG-021")
+def test_seg021_cancel_stops_a_request() -> None:
+    playbook = asking() >> UserCancel() << [CancelRequest()]
+    playbook.in_phase("idle")
+
+
+@requirement("REQ-SEG-021")
+def test_seg021_cancel_answers_every_tool_still_running() -> None:
+    playbook = asking().given(reply(100_000, call(1), call(2), call(3)))
+    playbook >> ToolResult(tool_call_id="toolu_2", output="done") << ["append_message"]
+    (
+        playbook
+        >> UserCancel()
+        << [
+            CancelRequest(),
+            not_run(call(1), TOOL_NOT_RUN_CANCELLED),
+            not_run(call(3), TOOL_NOT_RUN_CANCELLED),
+        ]
+    )
+    playbook.in_phase("idle")
+    assert unpaired_tool_uses(playbook.messages) == []
+    idle = playbook.state
+    assert transition(idle, ToolResult(tool_call_id="toolu_1", output="late")) == (idle, ())
+
+
+@requirement("REQ-SEG-021", "REQ-SEG-022")
+def test_seg021_unknown_or_duplicate_tool_results_are_ignored() -> None:
+    playbook = asking().given(reply(100_000, call(1), call(2)))
+    playbook.given(ToolResult(tool_call_id="toolu_1", output="a"))
+    state = playbook.state
+    for stale in ("toolu_1", "toolu_9"):
+        assert transition(state, ToolResult(tool_call_id=stale, output="x")) == (state, ())
+
+
+@requirement("REQ-SEG-021")
+def test_seg021_cancel_while_compacting_returns_to_idle() -> None:
+    playbook = asking(B.COMPACT_IN_PLACE).given(reply(THRESHOLD)) >> UserCancel()
+    playbook << [CancelRequest()]
+    playbook.in_phase("idle")
+
+
+@requirement("REQ-SEG-021")
+@pytest.mark.parametrize("behavior", list(B))
+def test_seg021_every_tool_use_gets_a_result(behavior: ContextExhaustionBehavior) -> None:
+    """A long run across the paths that record tool calls: no ``tool_use`` left unpaired."""
+    playbook = asking(behavior, max_continuations=5)
+    playbook.given(reply(50_000, call(1), call(2)), ToolResult(tool_call_id="toolu_1", output="a"))
+    playbook.given(UserCancel(), UserMessage(text="again"))
+    playbook.given(reply(60_000, call(3), stop="max_tokens"), UserMessage(text="go"))
+    playbook.given(reply(70_000, call(4)), PauseRequested())
+    playbook.given(ToolResult(tool_call_id="toolu_4", output="d"))
+    if playbook.state.phase.kind == "awaiting_checkpoint":
+        playbook.given(CheckpointResponse(text="<checkpoint>p</checkpoint>"), ResumeRequested())
+    playbook.given(reply(THRESHOLD, call(5), call(6)))
+    assert playbook.state.phase.kind != "tool_executing"
+    assert unpaired_tool_uses(playbook.messages) == []
+
+
+# =========================================================================== totality
+
+SNAPSHOT = SessionSnapshot(
+    conversation_id="conversation", version=1, session=1, checkpoint="G", context_window=WINDOW
+)
+PHASES: list[Any] = [
+    Idle(),
+    LlmRequesting(),
+    LlmRequesting(attempt=2, retry_pending=True),
+    ToolExecuting(tool_calls=(call(1), call(2)), pending=("toolu_1", "toolu_2")),
+    AwaitingContinuation(rejected_tool_calls=(call(1),)),
+    AwaitingContinuation(attempt=2, retry_pending=True),
+    AwaitingCheckpoint(),
+    AwaitingCheckpoint(purpose="pause", resume_after=True, retry_pending=True),
+    Compacting(resume_after=True),
+    Compacting(attempt=3, trim_level=1, retry_pending=True),
+    ContextExhausted(summary="S"),
+    Paused(snapshot=SNAPSHOT),
+    Failed(error_kind=ErrorKind.LLM_ERROR, message="m"),
+    Failed(error_kind=ErrorKind.CONTEXT_EXHAUSTED, message="m"),
+]
+EVENTS: list[Any] = [
+    UserMessage(text="hi"),
+    UserMessage(text="huge", token_count=THRESHOLD),
+    UserMessage(text="overflowing", token_count=90_000),
+    reply(10),
+    reply(THRESHOLD, call(1)),
+    reply(None, call(1)),
+    reply(WINDOW + 1),
+    reply(10, call(1), stop="max_tokens"),
+    reply(10, stop="model_context_window_exceeded"),
+    LlmError(message="e"),
+    LlmError(message="e", retryable=True),
+    LlmError(message="e", context_overflow=True),
+    ToolResult(tool_call_id="toolu_1", output="x"),
+    ToolResult(tool_call_id="toolu_9", output="x"),
+    ContinuationResponse(summary="S"),
+    ContinuationResponse(summary="", stop_reason="refusal"),
+    ContinuationFailed(error="e"),
+    ContinuationFailed(error="e", retryable=True),
+    ContinuationFailed(error="e", context_overflow=True),
+    CheckpointResponse(text="<checkpoint>c</checkpoint>"),
+    CheckpointResponse(text="x" * 600_000),
+    CheckpointFailed(error="e", retryable=True),
+    CompactionResponse(summary="s", retained_tokens=10),
+    CompactionResponse(summary="s", retained_tokens=THRESHOLD),
+    CompactionFailed(error="e"),
+    CompactionFailed(error="e", context_overflow=True),
+    RetryDue(attempt=2),
+    RetryDue(attempt=3),
+    UserCancel(),
+    ManualContinuation(),
+    PauseRequested(reason="r"),
+    ResumeRequested(),
+    ResumeRequested(prompt="go"),
+]
+EFFECT_ADAPTER: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(Effect)
+
+
+def test_totality_samples_cover_every_phase_and_event_type() -> None:
+    assert {type(phase) for phase in PHASES} == set(PHASE_TYPES)
+    assert {type(event) for event in EVENTS} == set(EVENT_TYPES)
+    phase_kinds = {phase.kind for phase in PHASES}
+    event_kinds = {event.kind for event in EVENTS}
+    assert {pair[0] for pair in HANDLED_PAIRS} <= phase_kinds
+    assert {pair[1] for pair in HANDLED_PAIRS} <= event_kinds
+
+
+@requirement("REQ-SEG-022")
+@pytest.mark.parametrize("behavior", list(B))
+@pytest.mark.parametrize("phase", PHASES, ids=lambda phase: phase.kind)
+def test_seg022_every_phase_answers_every_event(
+    behavior: ContextExhaustionBehavior, phase: Any
+) -> None:
+    base = idle_at(100_000, behavior, parent_id="parent").state.with_phase(phase)
+    dumped = base.model_dump()
+    problems: list[str] = []
+    for event in EVENTS:
+        new, effects = transition(base, event)
+        if base.model_dump() != dumped:
+            problems.append(f"{event!r} mutated the input state")
+        if transition(base, event) != (new, effects):
+            problems.append(f"{event!r} is not deterministic")
+        if (phase.kind, event.kind) not in HANDLED_PAIRS:
+            if new is not base or effects != ():
+                problems.append(f"unhandled {event!r} changed something: {effects!r}")
+            continue
+        if ConversationState.model_validate(new.model_dump()) != new:
+            problems.append(f"{event!r} built an invalid state: {new!r}")
+        problems.extend(
+            f"{event!r} built an invalid effect: {effect!r}"
+            for effect in effects
+            if EFFECT_ADAPTER.validate_python(effect.model_dump()) != effect
+        )
+    assert not problems, "\n".join(problems)
+
+
+@requirement("REQ-SEG-022")
+def test_seg022_handled_pairs_are_the_only_ones_that_change_anything() -> None:
+    assert ("context_exhausted", "user_message") in HANDLED_PAIRS
+    assert ("idle", "llm_response") not in HANDLED_PAIRS
+    assert ("context_exhausted", "manual_continuation") not in HANDLED_PAIRS
+    state = idle_at(10).state
+    assert transition(state, reply(10)) == (state, ())
+    assert transition(state, UserCancel()) == (state, ())
+
+
+# =========================================================================== failures
+
+
+@requirement("REQ-SEG-023")
+@pytest.mark.parametrize(
+    "failure",
+    [LlmError(message="bad request"), LlmError(message="503", retryable=True)],
+    ids=["llm_error", "retries_exhausted"],
+)
+def test_seg023_recoverable_failures_accept_a_new_message(failure: LlmError) -> None:
+    playbook = asking(max_attempts=1).given(failure)
+    assert playbook.phase.error_kind in {ErrorKind.LLM_ERROR, ErrorKind.RETRIES_EXHAUSTED}
+    playbook >> UserMessage(text="try again") << [user("try again"), RequestLlm()]
+    playbook.in_phase("llm_requesting")
+
+
+@requirement("REQ-SEG-023")
+def test_seg023_a_recovered_conversation_still_rejects_oversize_messages() -> None:
+    playbook = asking().given(LlmError(message="bad request"))
+    failed = playbook.state
+    playbook >> UserMessage(text="huge", token_count=THRESHOLD) << [RejectUserMessage]
+    assert playbook.state is failed
+
+
+@requirement("REQ-SEG-023")
+@pytest.mark.parametrize(
+    "kind",
+    [
+        ErrorKind.CONTEXT_EXHAUSTED,
+        ErrorKind.CONTINUATION_LIMIT,
+        ErrorKind.CHECKPOINT_OVERFLOW,
+        ErrorKind.COMPACTION_INEFFECTIVE,
+    ],
+)
+def test_seg023_other_failures_reject_user_messages(kind: ErrorKind) -> None:
+    state = conversation().with_phase(Failed(error_kind=kind, message="why"))
+    playbook = Playbook(state) >> UserMessage(text="hello") << [RejectUserMessage]
+    assert playbook.state is state
+    reason = playbook.effects[0].reason  # type: ignore[union-attr]  # checked above
+    assert f"({kind.value}: why)" in reason
+    assert "new conversation" in reason
+
+
+@requirement("REQ-SEG-024")
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [
+        (lambda: Usage(input_tokens=-1), "input_tokens"),
+        (lambda: Usage(input_tokens=True), "input_tokens"),
+        (lambda: Usage.model_validate({"tokens": 1}), "tokens"),
+        (lambda: LlmResponse(usage={"output_tokens": "many"}), "output_tokens"),
+        (lambda: ToolCall(id="", name="bash"), "id"),
+        (lambda: UserMessage(text="x", token_count=-1), "token_count"),
+        (lambda: new_conversation(model=MODEL, warning_threshold=0.95), "warning_threshold"),
+    ],
+)
+def test_seg024_bad_input_raises_validation_error(build: Any, field: str) -> None:
+    with pytest.raises(pydantic.ValidationError, match=field):
+        build()
+
+
+@requirement("REQ-SEG-025")
+def test_seg025_thresholds_are_exact_integers() -> None:
+    assert threshold_tokens(0.9, 200_000) == 180_000
+    assert threshold_tokens(0.8, 200_000) == 160_000
+    # 0.7 * 100 == 70.00000000000001 in floats: a float comparison would let 70 through.
+    state = conversation(context_window=100, warning_threshold=0.07, continuation_threshold=0.7)
+    assert state.config.continuation_tokens == 70
+    below = Playbook(state).given(UserMessage(text="x", token_count=1)) >> reply(69)
+    below << [warning(69, 100), assistant(69)]
+    at = Playbook(state).given(UserMessage(text="x", token_count=1)) >> reply(70)
+    at << [warning(70, 100), assistant(70), RequestContinuation()]
+
+
+# =========================================================================== suspected bugs
+
+
+@requirement("REQ-SEG-004")
+def test_seg004_cancelled_tool_results_count_in_preflight() -> None:
+    playbook = asking().given(reply(179_970, call(1)), UserCancel())
+    appended = estimate_tokens(TOOL_NOT_RUN_CANCELLED)  # 19
+    assert playbook.state.projected_tokens == 179_970 + appended
+    playbook >> UserMessage(text="next", token_count=30 - appended)
+    playbook << [user("next"), RequestContinuation()]  # 179,970 + 19 + 11 = 180,000
+
+
+@requirement("REQ-SEG-016", "REQ-SEG-004")
+def test_seg016_the_system_prompt_counts_in_the_new_session() -> None:
+    answer = "<checkpoint>\n## Goal\nship\n</checkpoint>"
+    seed_tokens = estimate_tokens(continuation_prompt(extract_checkpoint(answer)))
+    playbook = Playbook(conversation(B.CHECKPOINT_RESTART, system_tokens=THRESHOLD - seed_tokens))
+    playbook.given(UserMessage(text="hi", token_count=1), reply(THRESHOLD))
+    playbook >> CheckpointResponse(text=answer) << ["append_message", NotifyFailed]
+    assert playbook.phase.error_kind is ErrorKind.CHECKPOINT_OVERFLOW
+
+
+# =========================================================================== the helper
+
+
+def test_playbook_reports_a_diff_on_mismatch() -> None:
+    playbook = asking() >> reply(10)
+    with pytest.raises(AssertionError) as caught:
+        playbook << ["append_message", "request_llm"]
+    report = str(caught.value)
+    assert "effects differ (- expected, + actual)" in report
+    assert "- request_llm" in report
+    assert "now in phase 'idle'" in report
+    with pytest.raises(AssertionError, match="expected phase 'failed', got 'idle'"):
+        playbook.in_phase("failed")
+
+
+def test_playbook_compares_kinds_classes_and_values() -> None:
+    (asking() >> reply(10)) << [AppendMessage]
+    (asking() >> reply(10)) << [assistant(10)]
+    with pytest.raises(AssertionError, match="usage=Usage"):
+        (asking() >> reply(10)) << [assistant(11)]
+    classes: list[Any] = [AppendMessage, RequestLlm]
+    with pytest.raises(AssertionError, match="<RequestLlm>"):
+        (asking() >> reply(10)) << classes
+
+
+def test_playbook_refuses_unchecked_effects() -> None:
+    playbook = Playbook(conversation()) >> UserMessage(text="hi")
+    with pytest.raises(AssertionError, match="never checked"):
+        playbook >> reply(10)
+    (Playbook(conversation()).given(UserMessage(text="hi")) >> reply(10)) << ["append_message"]
+
+
+def test_unpaired_tool_uses_finds_a_missing_result() -> None:
+    used = Message(kind="assistant", tool_calls=(call(1), call(2)))
+    answered = Message(kind="tool_result", tool_call_id="toolu_1")
+    assert unpaired_tool_uses([used, answered]) == ["toolu_2"]
+    assert unpaired_tool_uses([used, answered, Message(kind="assistant")]) == ["toolu_2"]
+
+
+# =========================================================================== traceability
+
+
+def _tagged_tests() -> dict[str, tuple[str, ...]]:
+    return {
+        name: requirements_of(test)
+        for name, test in globals().items()
+        if name.startswith("test_") and requirements_of(test)
+    }
+
+
+def test_every_requirement_in_the_spec_has_a_test() -> None:
+    spec = SPEC.read_text(encoding="utf-8")
+    declared = re.findall(r"^### (REQ-[A-Z]+-\d{3}):", spec, flags=re.MULTILINE)
+    assert len(declared) == len(set(declared)) == 30, declared
+    mentioned = set(re.findall(r"REQ-[A-Z]+-\d{3}", spec))
+    assert mentioned == set(declared), "the spec mentions ids it does not declare"
+    tagged = _tagged_tests()
+    covered = {rid for ids in tagged.values() for rid in ids}
+    assert sorted(set(declared) - covered) == [], "requirements without a test"
+    assert sorted(covered - set(declared)) == [], "tests cite ids the spec does not declare"
+    for name, ids in tagged.items():
+        short = {rid.split("-", 1)[1].replace("-", "").lower() for rid in ids}
+        assert any(f"_{tag}_" in name for tag in short), f"{name} is not named after {ids}"
