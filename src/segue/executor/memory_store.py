@@ -1,0 +1,217 @@
+"""``MemoryStore``: the ``Store`` contract held in a process's memory.
+
+It exists for tests and for measuring the runtime's own per-event overhead, so it is built to
+cost as little as possible per commit: states, messages and effects are kept as the live,
+immutable objects the core made (nothing is JSON-encoded), every per-conversation record is an
+append-only list, and an event log line is a tuple until someone reads it. A commit therefore
+costs the same at the ten-thousandth message as at the tenth.
+
+Atomicity comes from asyncio itself: no method awaits between checking and writing, so each one
+runs to completion before another coroutine can look. Writers of one conversation are
+serialised by the version check, exactly as in the persistent stores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from segue.executor.ports import (
+    Commit,
+    ConcurrentUpdateError,
+    ConversationNotFoundError,
+    PendingEffect,
+    SegueError,
+    StoredConversation,
+    StoredMessage,
+    TransitionRecord,
+)
+from segue.statemachine import ConversationState, Message
+from segue.statemachine.checkpoint import SessionSnapshot
+from segue.statemachine.effects import AppendMessage
+
+# An event log line as written: (seq, commit). The commit already holds everything a
+# ``TransitionRecord`` shows, so building the record is left to the (rare) reader.
+_LogLine = tuple[int, Commit]
+
+
+@dataclass(slots=True)
+class _Conversation:
+    """One conversation's mutable record; every list only ever grows (the outbox aside)."""
+
+    state: ConversationState
+    version: int
+    system: str | None
+    created_at: float
+    order: int
+    """Insertion order, to break ties between equal ``created_at``."""
+    updated_at: float
+    child_id: str | None = None
+    messages: list[StoredMessage] = field(default_factory=list)
+    log: list[_LogLine] = field(default_factory=list)
+    outbox: dict[int, PendingEffect] = field(default_factory=dict)
+    effect_count: int = 0
+    """Ids handed out so far: an outbox id is never reused, even after it is completed."""
+    snapshots: dict[int, SessionSnapshot] = field(default_factory=dict)
+
+    def stored(self, *, with_pending: bool = True) -> StoredConversation:
+        return StoredConversation(
+            state=self.state,
+            version=self.version,
+            system=self.system,
+            pending=tuple(self.outbox.values()) if with_pending else (),
+            child_id=self.child_id,
+            created_at=self.created_at,
+        )
+
+
+def _record(line: _LogLine) -> TransitionRecord:
+    seq, commit = line
+    state = commit.state
+    return TransitionRecord(
+        seq=seq,
+        event_kind=commit.event_kind,
+        event_json=commit.event_json,
+        from_phase=commit.from_phase,
+        to_phase=state.phase.kind,
+        context_tokens=state.context_tokens,
+        reason=commit.reason,
+        effect_kinds=tuple(effect.kind for effect in commit.effects),
+        at=commit.at,
+    )
+
+
+def check_snapshot_unchanged(existing: SessionSnapshot, snapshot: SessionSnapshot) -> None:
+    """Saving a snapshot again is harmless (a runtime finishing its outbox after a crash does
+    it); saving a different one under a used version would overwrite history, so it is refused."""
+    if existing != snapshot:
+        msg = (
+            f"snapshot v{snapshot.version} of conversation {snapshot.conversation_id!r} "
+            "already exists with other content; snapshots are never overwritten"
+        )
+        raise SegueError(msg)
+
+
+class MemoryStore:
+    """A ``Store`` in memory: fast, private to one process, gone when the process ends."""
+
+    def __init__(self) -> None:
+        self._conversations: dict[str, _Conversation] = {}
+
+    def _get(self, conversation_id: str) -> _Conversation:
+        try:
+            return self._conversations[conversation_id]
+        except KeyError:
+            msg = f"no conversation {conversation_id!r} in this store"
+            raise ConversationNotFoundError(msg) from None
+
+    async def create(
+        self,
+        state: ConversationState,
+        *,
+        system: str | None,
+        messages: Sequence[Message] = (),
+        at: float = 0.0,
+    ) -> StoredConversation:
+        """Insert a new conversation (version 1) with optional seed messages."""
+        conversation_id = state.config.id
+        if conversation_id in self._conversations:
+            msg = f"conversation {conversation_id!r} already exists"
+            raise SegueError(msg)
+        record = _Conversation(
+            state=state,
+            version=1,
+            system=system,
+            created_at=at,
+            order=len(self._conversations),
+            updated_at=at,
+        )
+        record.messages.extend(
+            StoredMessage(seq=seq, message=message) for seq, message in enumerate(messages, 1)
+        )
+        self._conversations[conversation_id] = record
+        return record.stored()
+
+    async def load(self, conversation_id: str) -> StoredConversation:
+        """The current state, version and pending outbox."""
+        return self._get(conversation_id).stored()
+
+    async def commit(self, commit: Commit) -> StoredConversation:
+        """Apply ``commit``: everything is checked before the first write, so a refused commit
+        leaves nothing behind."""
+        record = self._get(commit.conversation_id)
+        if commit.state.config.id != commit.conversation_id:
+            msg = (
+                f"commit for {commit.conversation_id!r} carries the state of "
+                f"{commit.state.config.id!r}"
+            )
+            raise SegueError(msg)
+        if record.version != commit.expected_version:
+            msg = (
+                f"conversation {commit.conversation_id!r} is at version {record.version}, "
+                f"not {commit.expected_version}: another writer committed first"
+            )
+            raise ConcurrentUpdateError(msg)
+        messages = record.messages
+        outbox = record.outbox
+        for effect in commit.effects:
+            if isinstance(effect, AppendMessage):
+                messages.append(StoredMessage(seq=len(messages) + 1, message=effect.message))
+            else:
+                record.effect_count += 1
+                outbox[record.effect_count] = PendingEffect(id=record.effect_count, effect=effect)
+        for effect_id in commit.completes:
+            outbox.pop(effect_id, None)
+        record.log.append((record.version, commit))
+        record.version += 1
+        record.state = commit.state
+        record.updated_at = commit.at
+        return record.stored()
+
+    async def complete(self, conversation_id: str, effect_ids: Sequence[int]) -> None:
+        """Remove performed effects; ids no longer pending are ignored (completing twice after
+        a crash is harmless)."""
+        outbox = self._get(conversation_id).outbox
+        for effect_id in effect_ids:
+            outbox.pop(effect_id, None)
+
+    async def messages(self, conversation_id: str, *, after_seq: int = 0) -> list[StoredMessage]:
+        """The transcript from ``after_seq`` + 1; seq N sits at index N - 1."""
+        return self._get(conversation_id).messages[max(after_seq, 0) :]
+
+    async def transitions(self, conversation_id: str) -> list[TransitionRecord]:
+        """The event log in order."""
+        return [_record(line) for line in self._get(conversation_id).log]
+
+    async def list_conversations(self) -> list[StoredConversation]:
+        """All conversations, oldest first (without their pending effects)."""
+        records = sorted(self._conversations.values(), key=lambda r: (r.created_at, r.order))
+        return [record.stored(with_pending=False) for record in records]
+
+    async def with_pending(self) -> list[str]:
+        """Ids of conversations with a non-empty outbox."""
+        return [cid for cid, record in self._conversations.items() if record.outbox]
+
+    async def link_child(self, parent_id: str, child_id: str) -> str:
+        """Record ``child_id`` as the child of ``parent_id`` unless one is recorded already."""
+        record = self._get(parent_id)
+        if record.child_id is None:
+            record.child_id = child_id
+        return record.child_id
+
+    async def save_snapshot(self, snapshot: SessionSnapshot) -> None:
+        """Store a pause snapshot under its version (the same snapshot twice is a no-op)."""
+        snapshots = self._get(snapshot.conversation_id).snapshots
+        existing = snapshots.get(snapshot.version)
+        if existing is not None:
+            check_snapshot_unchanged(existing, snapshot)
+            return
+        snapshots[snapshot.version] = snapshot
+
+    async def snapshots(self, conversation_id: str) -> list[SessionSnapshot]:
+        """The conversation's snapshots by version, oldest first."""
+        snapshots = self._get(conversation_id).snapshots
+        return [snapshots[version] for version in sorted(snapshots)]
+
+    async def close(self) -> None:
+        """Nothing to release; the data stays readable until the store is dropped."""

@@ -1,0 +1,741 @@
+"""Contract tests for every ``Store``: the same scenarios against each implementation.
+
+Commits are built from real ``transition()`` outputs (a user turn, tool calls, the exhaustion
+path, a pause), the way the executor builds them, so a store is tested on the effects and states
+the core actually produces. The SQLite-only tests at the end use real files, a second store on
+the same file, a raw connection holding the write lock, and a conflicting row planted to make a
+commit fail half-way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import stat
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from segue import (
+    CancelRequest,
+    CheckpointResponse,
+    ContinuationResponse,
+    ConversationState,
+    LlmResponse,
+    Message,
+    PauseRequested,
+    ResumeRequested,
+    ToolCall,
+    ToolResult,
+    Usage,
+    UserCancel,
+    UserMessage,
+    new_conversation,
+    transition,
+)
+from segue.effects import SaveSnapshot
+from segue.executor.codec import dump_effect, dump_event, load_event
+from segue.executor.memory_store import MemoryStore
+from segue.executor.ports import (
+    Commit,
+    ConcurrentUpdateError,
+    ConversationNotFoundError,
+    SegueError,
+    Store,
+    StoredConversation,
+)
+from segue.executor.sqlite_store import SCHEMA_VERSION, SqliteStore, StoreLockedError
+from segue.statemachine.checkpoint import SessionSnapshot
+
+T = TypeVar("T")
+MODEL = "claude-sonnet-4-5"  # 200k window: threshold 180,000
+CALL_A = ToolCall(id="call_a", name="read_file", input={"path": "README.md"})
+CALL_B = ToolCall(id="call_b", name="grep", input={"pattern": "segue"})
+
+
+def run(coroutine: Awaitable[T]) -> T:
+    async def main() -> T:
+        return await coroutine
+
+    return asyncio.run(main())
+
+
+def fresh(conversation_id: str = "c1", **kwargs: Any) -> ConversationState:
+    return new_conversation(model=MODEL, conversation_id=conversation_id, **kwargs)
+
+
+def make_commit(
+    stored: StoredConversation,
+    event: Any,
+    *,
+    completes: Sequence[int] = (),
+    at: float = 0.0,
+    expected_version: int | None = None,
+) -> Commit:
+    """What the executor commits after feeding ``event`` to the core."""
+    state, effects = transition(stored.state, event)
+    return Commit(
+        conversation_id=stored.state.id,
+        expected_version=stored.version if expected_version is None else expected_version,
+        state=state,
+        event_kind=event.kind,
+        event_json=dump_event(event),
+        from_phase=stored.state.phase.kind,
+        reason=f"{stored.state.phase.kind} + {event.kind}",
+        effects=effects,
+        completes=tuple(completes),
+        at=at,
+    )
+
+
+async def step(
+    store: Store,
+    stored: StoredConversation,
+    event: Any,
+    *,
+    completes: Sequence[int] = (),
+    at: float = 0.0,
+) -> StoredConversation:
+    return await store.commit(make_commit(stored, event, completes=completes, at=at))
+
+
+def pending_kinds(stored: StoredConversation) -> list[str]:
+    return [pending.effect.kind for pending in stored.pending]
+
+
+async def tool_turn(store: Store, conversation_id: str = "c1") -> StoredConversation:
+    """A full turn: user -> LLM asks for a tool -> tool result -> LLM answers -> idle.
+
+    Each response completes the request it answers, as the executor does.
+    """
+    stored = await store.create(fresh(conversation_id), system="be brief", at=1.0)
+    stored = await step(store, stored, UserMessage(text="what is in README?"), at=2.0)
+    request = stored.pending[0].id
+    stored = await step(
+        store,
+        stored,
+        LlmResponse(text="let me look", tool_calls=(CALL_A,), usage=Usage(input_tokens=1_000)),
+        completes=(request,),
+        at=3.0,
+    )
+    tools = stored.pending[0].id
+    stored = await step(
+        store,
+        stored,
+        ToolResult(tool_call_id=CALL_A.id, output="# segue"),
+        completes=(tools,),
+        at=4.0,
+    )
+    request = stored.pending[0].id
+    return await step(
+        store,
+        stored,
+        LlmResponse(text="It is segue's README.", usage=Usage(input_tokens=1_200, output_tokens=8)),
+        completes=(request,),
+        at=5.0,
+    )
+
+
+async def paused(
+    store: Store, conversation_id: str = "c1"
+) -> tuple[StoredConversation, list[SessionSnapshot]]:
+    """Pause, resume, answer, pause again: two real snapshots from ``SaveSnapshot`` effects."""
+    stored = await store.create(fresh(conversation_id), system=None)
+    snapshots: list[SessionSnapshot] = []
+    for reason in ("lunch", "the night"):
+        stored = await step(store, stored, PauseRequested(reason=reason))
+        stored = await step(
+            store,
+            stored,
+            CheckpointResponse(text=f"<checkpoint>\n## Goal\nship it ({reason})\n</checkpoint>"),
+            completes=[p.id for p in stored.pending],
+        )
+        snapshots += [
+            p.effect.snapshot for p in stored.pending if isinstance(p.effect, SaveSnapshot)
+        ]
+        if len(snapshots) < 2:
+            stored = await step(
+                store, stored, ResumeRequested(), completes=[p.id for p in stored.pending]
+            )
+            stored = await step(
+                store,
+                stored,
+                LlmResponse(text="resumed", usage=Usage(input_tokens=500)),
+                completes=[p.id for p in stored.pending],
+            )
+    return stored, snapshots
+
+
+# --------------------------------------------------------------------------- fixtures
+
+STORES = ["memory", "sqlite"]
+
+
+@pytest.fixture(params=STORES)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    made: Store = MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "s.db")
+    yield made
+    run(made.close())
+
+
+# --------------------------------------------------------------------------- create and load
+
+
+def test_create_then_load_gives_back_the_state(store: Store) -> None:
+    async def scenario() -> None:
+        state = fresh(behavior="compact_in_place", system_tokens=42)
+        seed = [Message(kind="user", text="seed one"), Message(kind="assistant", text="seed two")]
+        created = await store.create(state, system="you are terse", messages=seed, at=12.5)
+        loaded = await store.load("c1")
+        for stored in (created, loaded):
+            assert stored.state == state
+            assert stored.version == 1
+            assert stored.system == "you are terse"
+            assert stored.pending == ()
+            assert stored.child_id is None
+            assert stored.created_at == 12.5
+        messages = await store.messages("c1")
+        assert [(m.seq, m.kind, m.text) for m in messages] == [
+            (1, "user", "seed one"),
+            (2, "assistant", "seed two"),
+        ]
+        assert [m.message for m in messages] == seed
+        assert await store.transitions("c1") == []
+
+    run(scenario())
+
+
+def test_creating_an_existing_id_fails_and_keeps_the_first(store: Store) -> None:
+    async def scenario() -> None:
+        await store.create(fresh(), system="first")
+        with pytest.raises(SegueError, match="already exists") as caught:
+            await store.create(fresh(behavior="checkpoint_restart"), system="second")
+        assert not isinstance(caught.value, ConversationNotFoundError | ConcurrentUpdateError)
+        loaded = await store.load("c1")
+        assert loaded.system == "first"
+        assert loaded.state == fresh()
+
+    run(scenario())
+
+
+def test_unknown_ids_raise_conversation_not_found(store: Store) -> None:
+    async def scenario() -> None:
+        await store.create(fresh("known"), system=None)
+        ghost = StoredConversation(state=fresh("ghost"), version=1, system=None)
+        snapshot = SessionSnapshot(
+            conversation_id="ghost", version=1, session=1, checkpoint="x", context_window=1
+        )
+        calls: list[Callable[[], Awaitable[object]]] = [
+            lambda: store.load("ghost"),
+            lambda: store.commit(make_commit(ghost, UserMessage(text="hi"))),
+            lambda: store.complete("ghost", [1]),
+            lambda: store.messages("ghost"),
+            lambda: store.transitions("ghost"),
+            lambda: store.link_child("ghost", "child"),
+            lambda: store.save_snapshot(snapshot),
+            lambda: store.snapshots("ghost"),
+        ]
+        for call in calls:
+            with pytest.raises(ConversationNotFoundError, match="ghost"):
+                await call()
+        assert [c.state.id for c in await store.list_conversations()] == ["known"]
+
+    run(scenario())
+
+
+# --------------------------------------------------------------------------- commit
+
+
+def test_commit_appends_messages_and_queues_the_other_effects(store: Store) -> None:
+    async def scenario() -> None:
+        stored = await store.create(fresh(), system=None)
+        commit = make_commit(stored, UserMessage(text="hello"), at=7.0)
+        after = await store.commit(commit)
+        assert after.version == 2
+        assert after.state == commit.state
+        assert after.state.phase.kind == "llm_requesting"
+        assert pending_kinds(after) == ["request_llm"]
+        assert [(m.seq, m.kind, m.text) for m in await store.messages("c1")] == [
+            (1, "user", "hello")
+        ]
+        loaded = await store.load("c1")
+        assert loaded.version == 2
+        assert loaded.state == commit.state
+        assert loaded.pending == after.pending
+
+    run(scenario())
+
+
+def test_commit_returns_the_conversation_as_loaded(store: Store) -> None:
+    async def scenario() -> None:
+        last = await tool_turn(store)
+        loaded = await store.load("c1")
+        assert last == loaded
+        assert loaded.system == "be brief"
+        assert loaded.created_at == 1.0
+
+    run(scenario())
+
+
+def test_a_stale_version_is_refused_and_leaves_nothing_behind(store: Store) -> None:
+    async def scenario() -> None:
+        stored = await store.create(fresh(), system=None)
+        first = make_commit(stored, UserMessage(text="one"))
+        rival = make_commit(stored, UserMessage(text="two"))
+        winner = await store.commit(first)
+        with pytest.raises(ConcurrentUpdateError, match="version 2, not 1"):
+            await store.commit(rival)
+        assert await store.load("c1") == winner
+        assert [m.text for m in await store.messages("c1")] == ["one"]
+        assert [t.event_json for t in await store.transitions("c1")] == [first.event_json]
+        # A version from the future is as wrong as one from the past.
+        with pytest.raises(ConcurrentUpdateError):
+            await store.commit(make_commit(winner, UserCancel(), expected_version=7))
+        assert (await store.load("c1")).version == 2
+
+    run(scenario())
+
+
+def test_a_commit_for_another_conversations_state_is_refused(store: Store) -> None:
+    async def scenario() -> None:
+        one = await store.create(fresh("one"), system=None)
+        await store.create(fresh("two"), system=None)
+        commit = make_commit(one, UserMessage(text="hi"))
+        crossed = Commit(
+            conversation_id="two",
+            expected_version=1,
+            state=commit.state,
+            event_kind=commit.event_kind,
+            event_json=commit.event_json,
+            from_phase=commit.from_phase,
+            reason=commit.reason,
+            effects=commit.effects,
+        )
+        with pytest.raises(SegueError, match="state of 'one'"):
+            await store.commit(crossed)
+        assert (await store.load("two")).version == 1
+        assert await store.messages("two") == []
+
+    run(scenario())
+
+
+def test_completes_removes_outbox_entries_and_ids_are_never_reused(store: Store) -> None:
+    async def scenario() -> None:
+        stored = await store.create(fresh(), system=None)
+        stored = await step(store, stored, UserMessage(text="hi"))
+        (request,) = stored.pending
+        stored = await step(
+            store,
+            stored,
+            LlmResponse(text="tools", tool_calls=(CALL_A, CALL_B), usage=Usage(input_tokens=50)),
+            completes=(request.id,),
+        )
+        assert pending_kinds(stored) == ["execute_tools"]
+        (tools,) = stored.pending
+        assert tools.id > request.id
+        stored = await step(store, stored, ToolResult(tool_call_id=CALL_A.id, output="a"))
+        assert stored.pending == (tools,)  # one tool still running: nothing completed yet
+        stored = await step(
+            store, stored, ToolResult(tool_call_id=CALL_B.id, output="b"), completes=(tools.id,)
+        )
+        assert pending_kinds(stored) == ["request_llm"]
+        assert stored.pending[0].id > tools.id
+        assert (await store.load("c1")).pending == stored.pending
+
+    run(scenario())
+
+
+def test_complete_removes_effects_and_ignores_ids_already_gone(store: Store) -> None:
+    async def scenario() -> None:
+        stored = await store.create(fresh(), system=None)
+        stored = await step(store, stored, UserMessage(text="hi"))
+        # Crossing the warning threshold queues a notification next to the next request.
+        stored = await step(
+            store,
+            stored,
+            LlmResponse(text="t", tool_calls=(CALL_A,), usage=Usage(input_tokens=170_000)),
+            completes=[p.id for p in stored.pending],
+        )
+        assert pending_kinds(stored) == ["notify_context_warning", "execute_tools"]
+        warning, tools = stored.pending
+        await store.complete("c1", [warning.id])
+        assert (await store.load("c1")).pending == (tools,)
+        await store.complete("c1", [warning.id, 999])  # again, and an id never handed out
+        loaded = await store.load("c1")
+        assert loaded.pending == (tools,)
+        assert loaded.version == stored.version  # completing is not a transition
+
+    run(scenario())
+
+
+# --------------------------------------------------------------------------- reads
+
+
+def test_messages_are_in_order_and_after_seq_skips_the_start(store: Store) -> None:
+    async def scenario() -> None:
+        await tool_turn(store)
+        messages = await store.messages("c1")
+        assert [(m.seq, m.kind) for m in messages] == [
+            (1, "user"),
+            (2, "assistant"),
+            (3, "tool_result"),
+            (4, "assistant"),
+        ]
+        assert messages[1].message.tool_calls == (CALL_A,)
+        assert messages[2].message.tool_call_id == CALL_A.id
+        assert messages[3].text == "It is segue's README."
+        assert await store.messages("c1", after_seq=2) == messages[2:]
+        assert await store.messages("c1", after_seq=4) == []
+        assert await store.messages("c1", after_seq=40) == []
+
+    run(scenario())
+
+
+def test_transitions_log_every_step(store: Store) -> None:
+    async def scenario() -> None:
+        await tool_turn(store)
+        log = await store.transitions("c1")
+        assert [t.seq for t in log] == [1, 2, 3, 4]
+        assert [(t.event_kind, t.from_phase, t.to_phase) for t in log] == [
+            ("user_message", "idle", "llm_requesting"),
+            ("llm_response", "llm_requesting", "tool_executing"),
+            ("tool_result", "tool_executing", "llm_requesting"),
+            ("llm_response", "llm_requesting", "idle"),
+        ]
+        assert [t.context_tokens for t in log] == [None, 1_000, 1_000, 1_208]
+        assert [t.effect_kinds for t in log] == [
+            ("append_message", "request_llm"),
+            ("append_message", "execute_tools"),
+            ("append_message", "request_llm"),
+            ("append_message",),
+        ]
+        assert [t.at for t in log] == [2.0, 3.0, 4.0, 5.0]
+        assert log[0].reason == "idle + user_message"
+        assert load_event(log[2].event_json) == ToolResult(tool_call_id=CALL_A.id, output="# segue")
+
+    run(scenario())
+
+
+def test_the_exhaustion_path_is_stored_as_the_core_decided(store: Store) -> None:
+    async def scenario() -> None:
+        stored = await store.create(fresh(), system=None)
+        stored = await step(store, stored, UserMessage(text="go"))
+        stored = await step(
+            store,
+            stored,
+            LlmResponse(text="t", tool_calls=(CALL_A, CALL_B), usage=Usage(input_tokens=185_000)),
+            completes=[p.id for p in stored.pending],
+        )
+        assert stored.state.phase.kind == "awaiting_continuation"
+        assert pending_kinds(stored) == ["notify_context_warning", "request_continuation"]
+        stored = await step(
+            store,
+            stored,
+            ContinuationResponse(summary="we read the README"),
+            completes=[stored.pending[1].id],
+        )
+        assert stored.state.phase.kind == "context_exhausted"
+        assert pending_kinds(stored) == ["notify_context_warning", "notify_context_exhausted"]
+        kinds = [(m.kind, m.message.is_error) for m in await store.messages("c1")]
+        assert kinds == [
+            ("user", False),
+            ("assistant", False),
+            ("tool_result", True),  # the rejected tools are answered, never left unpaired
+            ("tool_result", True),
+            ("continuation", False),
+        ]
+        log = await store.transitions("c1")
+        assert log[-1].to_phase == "context_exhausted"
+        assert log[1].context_tokens == 185_000
+
+    run(scenario())
+
+
+def test_with_pending_lists_conversations_with_a_non_empty_outbox(store: Store) -> None:
+    async def scenario() -> None:
+        await tool_turn(store, "done")
+        waiting = await store.create(fresh("waiting"), system=None)
+        await store.create(fresh("untouched"), system=None)
+        assert await store.with_pending() == []
+        waiting = await step(store, waiting, UserMessage(text="hi"))
+        assert await store.with_pending() == ["waiting"]
+        await store.complete("waiting", [p.id for p in waiting.pending])
+        assert await store.with_pending() == []
+
+    run(scenario())
+
+
+def test_list_conversations_is_oldest_first_without_pending(store: Store) -> None:
+    async def scenario() -> None:
+        await store.create(fresh("late"), system="s", at=30.0)
+        early = await store.create(fresh("early"), system=None, at=10.0)
+        await store.create(fresh("tie-1"), system=None, at=20.0)
+        await store.create(fresh("tie-2"), system=None, at=20.0)
+        early = await step(store, early, UserMessage(text="hi"))
+        listed = await store.list_conversations()
+        assert [c.state.id for c in listed] == ["early", "tie-1", "tie-2", "late"]
+        assert listed[0].version == 2
+        assert listed[0].state == early.state
+        assert all(c.pending == () for c in listed)
+        assert listed[-1].system == "s"
+
+    run(scenario())
+
+
+def test_link_child_records_one_child(store: Store) -> None:
+    async def scenario() -> None:
+        await store.create(fresh("parent"), system=None)
+        assert await store.link_child("parent", "child-1") == "child-1"
+        assert await store.link_child("parent", "child-2") == "child-1"
+        loaded = await store.load("parent")
+        assert loaded.child_id == "child-1"
+        assert loaded.version == 1
+        listed = await store.list_conversations()
+        assert listed[0].child_id == "child-1"
+
+    run(scenario())
+
+
+def test_snapshots_round_trip_oldest_first(store: Store) -> None:
+    async def scenario() -> None:
+        stored, made = await paused(store)
+        assert stored.state.phase.kind == "paused"
+        assert [s.version for s in made] == [1, 2]
+        assert made[1].sections == {"Goal": "ship it (the night)"}
+        assert await store.snapshots("c1") == []  # the effect is pending, not yet performed
+        for snapshot in reversed(made):
+            await store.save_snapshot(snapshot)
+        assert await store.snapshots("c1") == made
+        await store.save_snapshot(made[0])  # finishing an outbox twice is harmless
+        assert await store.snapshots("c1") == made
+        changed = SessionSnapshot(**{**made[0].model_dump(), "checkpoint": "something else"})
+        with pytest.raises(SegueError, match="never overwritten"):
+            await store.save_snapshot(changed)
+        assert await store.snapshots("c1") == made
+
+    run(scenario())
+
+
+def test_conversations_do_not_see_each_other(store: Store) -> None:
+    async def scenario() -> None:
+        await tool_turn(store, "a")
+        b = await store.create(fresh("b"), system=None)
+        b = await step(store, b, UserMessage(text="only b"))
+        assert [m.text for m in await store.messages("b")] == ["only b"]
+        assert len(await store.messages("a")) == 4
+        assert [t.seq for t in await store.transitions("b")] == [1]
+        assert b.pending[0].id == 1  # outbox ids count per conversation
+
+    run(scenario())
+
+
+# --------------------------------------------------------------------------- SQLite only
+
+
+def test_sqlite_keeps_everything_across_close_and_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "segue.db"
+
+    async def write() -> StoredConversation:
+        store = SqliteStore(path)
+        try:
+            last = await tool_turn(store)
+            await store.link_child("c1", "c2")
+            waiting = await store.create(fresh("w"), system=None, at=9.0)
+            await step(store, waiting, UserMessage(text="pending"))
+            _, made = await paused(store, "p")
+            await store.save_snapshot(made[0])
+            return last
+        finally:
+            await store.close()
+
+    async def read(last: StoredConversation) -> None:
+        store = SqliteStore(path)
+        try:
+            loaded = await store.load("c1")
+            assert loaded.state == last.state
+            assert loaded.version == last.version
+            assert loaded.child_id == "c2"
+            assert [m.kind for m in await store.messages("c1")] == [
+                "user",
+                "assistant",
+                "tool_result",
+                "assistant",
+            ]
+            assert len(await store.transitions("c1")) == 4
+            assert sorted(await store.with_pending()) == ["p", "w"]
+            assert pending_kinds(await store.load("w")) == ["request_llm"]
+            assert [s.version for s in await store.snapshots("p")] == [1]
+        finally:
+            await store.close()
+
+    run(read(run(write())))
+
+
+def test_sqlite_file_is_private(tmp_path: Path) -> None:
+    path = tmp_path / "new" / "deeper" / "segue.db"
+
+    async def scenario() -> None:
+        store = SqliteStore(path)
+        try:
+            await tool_turn(store)
+            modes = {
+                name: stat.S_IMODE(os.stat(p).st_mode)
+                for name, p in {
+                    "db": path,
+                    "wal": Path(f"{path}-wal"),
+                    "dir": path.parent,
+                    "parent dir": path.parent.parent,
+                }.items()
+            }
+            assert modes == {"db": 0o600, "wal": 0o600, "dir": 0o700, "parent dir": 0o700}
+        finally:
+            await store.close()
+
+    old = os.umask(0o022)  # a typical umask: new files would be world-readable
+    try:
+        run(scenario())
+    finally:
+        os.umask(old)
+
+
+def test_sqlite_schema_is_versioned(tmp_path: Path) -> None:
+    path = tmp_path / "segue.db"
+    run(_create_and_close(path))
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+        assert raw.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        raw.execute("PRAGMA user_version = 999")
+    raw.close()
+
+    async def reopen() -> None:
+        store = SqliteStore(path)
+        try:
+            with pytest.raises(SegueError, match="schema version 999"):
+                await store.load("c1")
+        finally:
+            await store.close()
+
+    run(reopen())
+
+
+async def _create_and_close(path: Path) -> None:
+    store = SqliteStore(path)
+    try:
+        await store.create(fresh(), system=None)
+    finally:
+        await store.close()
+
+
+def test_sqlite_two_stores_on_one_file_one_commit_wins(tmp_path: Path) -> None:
+    path = tmp_path / "segue.db"
+
+    async def scenario() -> None:
+        one, two = SqliteStore(path), SqliteStore(path)
+        try:
+            await one.create(fresh(), system=None)
+            seen_by_one = await one.load("c1")
+            seen_by_two = await two.load("c1")
+            results = await asyncio.gather(
+                one.commit(make_commit(seen_by_one, UserMessage(text="from one"))),
+                two.commit(make_commit(seen_by_two, UserMessage(text="from two"))),
+                return_exceptions=True,
+            )
+            winners = [r for r in results if isinstance(r, StoredConversation)]
+            losers = [r for r in results if isinstance(r, BaseException)]
+            assert len(winners) == 1
+            assert len(losers) == 1
+            assert isinstance(losers[0], ConcurrentUpdateError)
+            messages = await two.messages("c1")
+            assert len(messages) == 1
+            assert (await one.load("c1")) == winners[0]
+            assert len(await one.transitions("c1")) == 1
+        finally:
+            await one.close()
+            await two.close()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("table", ["messages", "outbox"])
+def test_sqlite_a_commit_failing_half_way_leaves_nothing(tmp_path: Path, table: str) -> None:
+    """A row planted where the commit will write makes it fail after its UPDATE succeeded."""
+    path = tmp_path / "segue.db"
+
+    async def scenario() -> None:
+        store = SqliteStore(path)
+        try:
+            before = await store.create(fresh(), system=None)
+            with sqlite3.connect(path) as raw:
+                if table == "messages":
+                    raw.execute(
+                        "INSERT INTO messages VALUES ('c1', 1, 'user', ?)",
+                        (Message(kind="user", text="planted").model_dump_json(),),
+                    )
+                else:
+                    raw.execute(
+                        "INSERT INTO outbox VALUES ('c1', 1, ?)", (dump_effect(CancelRequest()),)
+                    )
+            raw.close()
+            commit = make_commit(before, UserMessage(text="real"))
+            with pytest.raises(sqlite3.IntegrityError):
+                await store.commit(commit)
+            after = await store.load("c1")
+            assert after.version == 1
+            assert after.state == before.state
+            assert await store.transitions("c1") == []
+            planted_messages = await store.messages("c1")
+            assert [m.text for m in planted_messages] == (
+                ["planted"] if table == "messages" else []
+            )
+            assert pending_kinds(after) == (["cancel_request"] if table == "outbox" else [])
+            # Remove the obstacle: the counters rolled back too, so the same commit now lands
+            # exactly where it would have.
+            with sqlite3.connect(path) as raw:
+                raw.execute(f"DELETE FROM {table}")  # noqa: S608  # a literal table name
+            raw.close()
+            landed = await store.commit(commit)
+            assert landed.version == 2
+            assert [(m.seq, m.text) for m in await store.messages("c1")] == [(1, "real")]
+            assert [p.id for p in landed.pending] == [1]
+        finally:
+            await store.close()
+
+    run(scenario())
+
+
+def test_sqlite_lock_held_elsewhere_raises_store_locked(tmp_path: Path) -> None:
+    path = tmp_path / "segue.db"
+
+    async def scenario() -> None:
+        store = SqliteStore(path, busy_timeout=0.2)
+        try:
+            stored = await store.create(fresh(), system=None)
+            holder = sqlite3.connect(path, isolation_level=None)
+            try:
+                holder.execute("BEGIN IMMEDIATE")
+                with pytest.raises(StoreLockedError, match="database is locked: another process"):
+                    await store.commit(make_commit(stored, UserMessage(text="blocked")))
+                holder.execute("ROLLBACK")
+            finally:
+                holder.close()
+            landed = await store.commit(make_commit(stored, UserMessage(text="later")))
+            assert landed.version == 2
+        finally:
+            await store.close()
+
+    run(scenario())
+
+
+def test_sqlite_closed_store_refuses_calls(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = SqliteStore(tmp_path / "segue.db")
+        await store.create(fresh(), system=None)
+        await store.close()
+        await store.close()  # twice is fine
+        with pytest.raises(SegueError, match="closed"):
+            await store.load("c1")
+
+    run(scenario())
