@@ -30,9 +30,11 @@ from segue.statemachine import ConversationState, Message
 from segue.statemachine.checkpoint import SessionSnapshot
 from segue.statemachine.effects import AppendMessage
 
-# An event log line as written: (seq, commit). The commit already holds everything a
-# ``TransitionRecord`` shows, so building the record is left to the (rare) reader.
-_LogLine = tuple[int, Commit]
+# An event log line as written: the fields of a ``TransitionRecord`` in order, as a plain tuple
+# of strings and numbers. Building the record is left to the (rare) reader, and a tuple holding
+# no containers is untracked by the cyclic GC, so a long log costs no collector time; keeping the
+# ``Commit`` instead would keep every old state alive and make each full collection slower.
+_LogLine = tuple[int, str, str, str, str, int | None, str, tuple[str, ...], float]
 
 
 @dataclass(slots=True)
@@ -66,18 +68,17 @@ class _Conversation:
 
 
 def _record(line: _LogLine) -> TransitionRecord:
-    seq, commit = line
-    state = commit.state
+    seq, event_kind, event_json, from_phase, to_phase, tokens, reason, kinds, at = line
     return TransitionRecord(
         seq=seq,
-        event_kind=commit.event_kind,
-        event_json=commit.event_json,
-        from_phase=commit.from_phase,
-        to_phase=state.phase.kind,
-        context_tokens=state.context_tokens,
-        reason=commit.reason,
-        effect_kinds=tuple(effect.kind for effect in commit.effects),
-        at=commit.at,
+        event_kind=event_kind,
+        event_json=event_json,
+        from_phase=from_phase,
+        to_phase=to_phase,
+        context_tokens=tokens,
+        reason=reason,
+        effect_kinds=kinds,
+        at=at,
     )
 
 
@@ -152,9 +153,12 @@ class MemoryStore:
                 f"not {commit.expected_version}: another writer committed first"
             )
             raise ConcurrentUpdateError(msg)
+        state = commit.state
         messages = record.messages
         outbox = record.outbox
+        kinds: list[str] = []
         for effect in commit.effects:
+            kinds.append(effect.kind)
             if isinstance(effect, AppendMessage):
                 messages.append(StoredMessage(seq=len(messages) + 1, message=effect.message))
             else:
@@ -162,9 +166,21 @@ class MemoryStore:
                 outbox[record.effect_count] = PendingEffect(id=record.effect_count, effect=effect)
         for effect_id in commit.completes:
             outbox.pop(effect_id, None)
-        record.log.append((record.version, commit))
+        record.log.append(
+            (
+                record.version,
+                commit.event_kind,
+                commit.event_json,
+                commit.from_phase,
+                state.phase.kind,
+                state.context_tokens,
+                commit.reason,
+                tuple(kinds),
+                commit.at,
+            )
+        )
         record.version += 1
-        record.state = commit.state
+        record.state = state
         record.updated_at = commit.at
         return record.stored()
 

@@ -144,6 +144,8 @@ class Runtime:
         self._sleep = sleep
         self._locks: dict[str, asyncio.Lock] = {}
         self._inflight: dict[str, asyncio.Task[Any]] = {}
+        self._user_cancels: set[str] = set()
+        self._pause_requests: dict[str, str] = {}
         self._views: OrderedDict[str, list[Message]] = OrderedDict()
         self._listeners: list[Listener] = []
         self._recovery: asyncio.Task[None] | None = None
@@ -241,6 +243,7 @@ class Runtime:
         """Stop what is in flight. A running ``send`` returns with the cancelled state."""
         task = self._inflight.get(conversation_id)
         if task is not None and not task.done():
+            self._user_cancels.add(conversation_id)
             task.cancel()
             async with self._lock(conversation_id):
                 return (await self.store.load(conversation_id)).state
@@ -250,8 +253,10 @@ class Runtime:
     async def pause(self, conversation_id: str, reason: str = "") -> ConversationState:
         """Pause at the next turn boundary (at once when idle) and store a snapshot."""
         if conversation_id in self._inflight:
-            stored = await self.store.load(conversation_id)
-            return stored.state  # the running drive sees the flag at its next boundary
+            # The running drive commits the request before its next effect, so the pause
+            # takes effect at the next turn boundary.
+            self._pause_requests[conversation_id] = reason
+            return (await self.store.load(conversation_id)).state
         state, _ = await self._drive(conversation_id, PauseRequested(reason=reason))
         return state
 
@@ -316,9 +321,13 @@ class Runtime:
             first: tuple[Effect, ...] = ()
             if event is not None:
                 stored, first = await self._commit(stored, event, ())
-            while stored.pending:
-                pending = stored.pending[0]
-                stored = await self._perform(stored, pending)
+            while True:
+                reason = self._pause_requests.pop(conversation_id, None)
+                if reason is not None:
+                    stored, _ = await self._commit(stored, PauseRequested(reason=reason), ())
+                if not stored.pending:
+                    break
+                stored = await self._perform(stored, stored.pending[0])
             return stored.state, first
 
     async def _commit(
@@ -367,11 +376,14 @@ class Runtime:
         try:
             outcome = await task
         except asyncio.CancelledError:
-            if not task.cancelled():
+            # Only the user's cancel becomes an event; a caller's timeout or a shutdown leaves
+            # the effect pending in the outbox, to be performed again on the next start.
+            if cid not in self._user_cancels:
                 raise
             outcome = [UserCancel()]
         finally:
             self._inflight.pop(cid, None)
+            self._user_cancels.discard(cid)
         if not outcome:
             await self.store.complete(cid, (pending.id,))
             return await self.store.load(cid)

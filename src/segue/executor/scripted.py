@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from segue.executor.ports import LlmCallError, LlmReply, LlmRequest
 from segue.statemachine import ToolCall, Usage, estimate_tokens
@@ -73,6 +73,11 @@ class ScriptedModel:
         self.requests.append(request)
         if self._delay:
             await asyncio.sleep(self._delay)
+        if request.trim_level and request.purpose != "turn":
+            messages = list(request.messages)
+            drop = min(len(messages) - 4, len(messages) * request.trim_level // 4)
+            if drop > 0:
+                request = replace(request, messages=messages[drop:])
         prompt = prompt_tokens(request)
         if self._window is not None and prompt > self._window:
             msg = f"prompt is too long: {prompt} tokens > {self._window} maximum"

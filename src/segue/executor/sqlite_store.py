@@ -108,7 +108,7 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             id INTEGER NOT NULL CHECK (id >= 1),
             effect TEXT NOT NULL,
             PRIMARY KEY (conversation_id, id)
-        )""",
+        ) WITHOUT ROWID""",  # one b-tree, not two: its rows are few, small and short-lived
         """CREATE TABLE snapshots (
             conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
             version INTEGER NOT NULL CHECK (version >= 1),
@@ -214,7 +214,6 @@ class SqliteStore:
             self._path,
             timeout=self._busy_timeout,
             isolation_level=None,  # transactions are explicit: BEGIN IMMEDIATE ... COMMIT
-            check_same_thread=False,  # used only by the store's one worker thread
             cached_statements=64,
         )
         try:
@@ -229,7 +228,13 @@ class SqliteStore:
         return conn
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
-        """Bring the schema to ``SCHEMA_VERSION``, one numbered step at a time, atomically."""
+        """Bring the schema to ``SCHEMA_VERSION``, one numbered step at a time, atomically.
+
+        An up-to-date file is only read; the write lock is taken (and the version read again
+        under it) only when there is something to do, so two processes can migrate at once.
+        """
+        if int(conn.execute("PRAGMA user_version").fetchone()[0]) == SCHEMA_VERSION:
+            return
         conn.execute("BEGIN IMMEDIATE")
         try:
             current = int(conn.execute("PRAGMA user_version").fetchone()[0])
@@ -242,8 +247,7 @@ class SqliteStore:
             for step in _MIGRATIONS[current:]:
                 for statement in step:
                     conn.execute(statement)
-            if current != SCHEMA_VERSION:
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
             conn.rollback()
@@ -251,13 +255,13 @@ class SqliteStore:
 
     def _call(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``work`` on the connection; roll back whatever it left open if it raised."""
-        if self._conn is None:
-            self._conn = self._connect()
         conn = self._conn
         try:
+            if conn is None:
+                conn = self._conn = self._connect()
             return work(conn)
         except BaseException as error:
-            if conn.in_transaction:
+            if conn is not None and conn.in_transaction:
                 conn.rollback()
             if isinstance(error, sqlite3.OperationalError) and _is_locked(error):
                 msg = (

@@ -1,0 +1,224 @@
+"""Persistence and crash recovery across real processes, on a real SQLite file.
+
+A child process (a helper script written to ``tmp_path``) runs a conversation; the test process
+then opens the same file with a new ``Runtime``. For the crash tests the child talks to a
+``FakeAnthropicServer`` running in the test process, whose scripted reply is held back until
+the child is killed with SIGKILL mid-request: whatever the child committed is all there is.
+``async with Runtime(...)`` must then perform what was pending, exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import anthropic
+import pytest
+
+from segue import ContextExhausted, ContextExhaustionBehavior
+from segue.executor.anthropic_model import AnthropicModel
+from segue.executor.runtime import ConversationExhaustedError, Runtime
+from segue.executor.scripted import ScriptedModel
+from segue.executor.sqlite_store import SqliteStore
+from segue.testing.anthropic_server import FakeAnthropicServer, MessageReply, Usage
+
+pytestmark = pytest.mark.slow
+
+MODEL = "claude-sonnet-4-6"
+SCRIPTED_WINDOW = 3_000
+MARK = "RESULT "
+
+SCRIPTED_CHILD = f"""
+import asyncio
+import sys
+
+from segue.executor.runtime import Runtime
+from segue.executor.scripted import ScriptedModel
+from segue.executor.sqlite_store import SqliteStore
+
+
+async def main(path: str) -> None:
+    model = ScriptedModel(window={SCRIPTED_WINDOW}, tool_every=0)
+    async with Runtime(store=SqliteStore(path), llm=model) as rt:
+        conv = await rt.create_conversation(model="claude-sonnet-4-5", system="Be brief.")
+        for index in range(40):
+            state = await rt.send(conv.id, f"Question {{index}}")
+            if state.phase.kind != "idle":
+                break
+        print("{MARK}" + conv.id + " " + state.phase.kind, flush=True)
+
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+ANTHROPIC_CHILD = f"""
+import asyncio
+import sys
+
+import anthropic
+
+from segue.executor.anthropic_model import AnthropicModel
+from segue.executor.runtime import Runtime
+from segue.executor.sqlite_store import SqliteStore
+
+
+async def main(path: str, url: str, conversation_id: str) -> None:
+    async with anthropic.AsyncAnthropic(api_key="test", base_url=url, max_retries=0) as client:
+        async with Runtime(store=SqliteStore(path), llm=AnthropicModel(client)) as rt:
+            await rt.create_conversation(model="{MODEL}", conversation_id=conversation_id)
+            await rt.send(conversation_id, "Hello from a process about to die.")
+            print("{MARK}finished", flush=True)
+
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+def spawn(tmp_path: Path, source: str, *args: str) -> subprocess.Popen[bytes]:
+    """Start ``source`` as a script in a child process; its output goes to files in tmp_path."""
+    script = tmp_path / "child.py"
+    script.write_text(source, encoding="utf-8")
+    with (tmp_path / "child.out").open("wb") as out, (tmp_path / "child.err").open("wb") as err:
+        return subprocess.Popen(  # noqa: S603  # our own interpreter on our own script
+            [sys.executable, str(script), *args], stdout=out, stderr=err
+        )
+
+
+def output(tmp_path: Path) -> str:
+    return (tmp_path / "child.out").read_text(encoding="utf-8") + (
+        tmp_path / "child.err"
+    ).read_text(encoding="utf-8")
+
+
+def kill_when(
+    server: FakeAnthropicServer, child: subprocess.Popen[bytes], requests: int, tmp_path: Path
+) -> None:
+    """SIGKILL ``child`` once the server has received ``requests`` requests (it holds the last)."""
+    try:
+        arrived = server.wait_for_requests(requests, timeout=60)
+        assert arrived, f"the child never sent {requests} requests:\n{output(tmp_path)}"
+        assert child.poll() is None, f"the child ended early:\n{output(tmp_path)}"
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait(timeout=30)
+    assert child.returncode == -signal.SIGKILL
+    assert MARK not in output(tmp_path)
+
+
+def test_an_exhausted_conversation_reads_the_same_in_another_process(tmp_path: Path) -> None:
+    db = tmp_path / "segue.db"
+    child = spawn(tmp_path, SCRIPTED_CHILD, str(db))
+    assert child.wait(timeout=120) == 0, output(tmp_path)
+    result = next(line for line in output(tmp_path).splitlines() if line.startswith(MARK))
+    conversation_id, phase = result.removeprefix(MARK).split()
+    assert phase == "context_exhausted"
+
+    async def main() -> None:
+        model = ScriptedModel(window=SCRIPTED_WINDOW)
+        async with Runtime(store=SqliteStore(db), llm=model) as rt:
+            assert await rt.store.with_pending() == []
+            state = await rt.state(conversation_id)
+            assert isinstance(state.phase, ContextExhausted)
+            transcript = await rt.messages(conversation_id)
+            assert transcript[-1].kind == "continuation"
+            assert transcript[-1].text == state.phase.summary
+            assert state.phase.summary.startswith("Continuation summary")
+            users = [m.text for m in transcript if m.kind == "user"]
+            assert users == [f"Question {index}" for index in range(len(users))]
+
+            log = await rt.store.transitions(conversation_id)
+            assert (log[0].event_kind, log[0].from_phase) == ("user_message", "idle")
+            assert (log[-1].from_phase, log[-1].to_phase) == (
+                "awaiting_continuation",
+                "context_exhausted",
+            )
+            assert log[-1].effect_kinds == ("append_message", "notify_context_exhausted")
+            assert [r.seq for r in log] == sorted(r.seq for r in log)
+            assert len(log) == 2 * len(users) + 1
+
+            with pytest.raises(ConversationExhaustedError):
+                await rt.send(conversation_id, "Still there?")
+            child_conv = await rt.start_new_from(conversation_id)
+            assert child_conv.parent_id == conversation_id
+            assert model.requests == []  # nothing was pending, nothing was asked again
+
+    asyncio.run(main())
+
+
+def test_a_crash_during_an_llm_call_is_recovered_exactly_once(tmp_path: Path) -> None:
+    db = tmp_path / "segue.db"
+    conversation_id = "crash-1"
+    with FakeAnthropicServer(default=MessageReply(text="Answer after the crash.")) as server:
+        server.enqueue(MessageReply(text="This reply never arrives.", delay=60))
+        child = spawn(tmp_path, ANTHROPIC_CHILD, str(db), server.url, conversation_id)
+        kill_when(server, child, 2, tmp_path)  # models.retrieve, then the held message request
+        assert len(server.message_requests()) == 1
+
+        async def main() -> None:
+            inspect = SqliteStore(db)
+            try:
+                before = await inspect.load(conversation_id)
+                assert before.state.phase.kind == "llm_requesting"
+                assert [p.effect.kind for p in before.pending] == ["request_llm"]
+            finally:
+                await inspect.close()
+            async with (
+                anthropic.AsyncAnthropic(
+                    api_key="test", base_url=server.url, max_retries=0
+                ) as client,
+                Runtime(store=SqliteStore(db), llm=AnthropicModel(client)) as rt,
+            ):
+                state = await rt.state(conversation_id)
+                assert state.phase.kind == "idle"
+                transcript = await rt.messages(conversation_id)
+                assert [(m.kind, m.text) for m in transcript] == [
+                    ("user", "Hello from a process about to die."),
+                    ("assistant", "Answer after the crash."),
+                ]
+                assert await rt.store.with_pending() == []
+
+        asyncio.run(main())
+        retried = server.message_requests()
+        assert len(retried) == 2
+        assert retried[1].body["messages"] == retried[0].body["messages"]
+
+
+def test_a_crash_while_summarising_asks_for_the_summary_again(tmp_path: Path) -> None:
+    db = tmp_path / "segue.db"
+    conversation_id = "crash-2"
+    crossing = MessageReply(
+        text="A very long answer.",
+        usage=Usage(input_tokens=1_000, output_tokens=200, cache_read_input_tokens=185_000),
+    )
+    with FakeAnthropicServer(default=MessageReply(text="Summary written after the crash.")) as (
+        server
+    ):
+        server.enqueue(crossing, MessageReply(text="This summary never arrives.", delay=60))
+        child = spawn(tmp_path, ANTHROPIC_CHILD, str(db), server.url, conversation_id)
+        kill_when(server, child, 3, tmp_path)  # models, the crossing turn, the held summary
+        assert "tools" not in server.message_requests()[-1].body
+
+        async def main() -> None:
+            async with (
+                anthropic.AsyncAnthropic(
+                    api_key="test", base_url=server.url, max_retries=0
+                ) as client,
+                Runtime(store=SqliteStore(db), llm=AnthropicModel(client)) as rt,
+            ):
+                state = await rt.state(conversation_id)
+                assert isinstance(state.phase, ContextExhausted)
+                assert state.phase.summary == "Summary written after the crash."
+                transcript = await rt.messages(conversation_id)
+                assert [m.kind for m in transcript] == ["user", "assistant", "continuation"]
+                assert state.behavior is ContextExhaustionBehavior.THRESHOLD_BASED_CONTINUATION
+
+        asyncio.run(main())
+        summaries = server.message_requests()[1:]
+        assert len(summaries) == 2  # the held one, then exactly one more
+        assert summaries[0].body["messages"] == summaries[1].body["messages"]

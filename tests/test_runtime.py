@@ -1,0 +1,789 @@
+"""The runtime end to end: whole conversations through ``Runtime`` on both stores.
+
+The model is the offline ``ScriptedModel`` (usage per request, growing with the prompt, as a
+provider reports it), the stores are the real ``MemoryStore`` and ``SqliteStore`` (a file in
+``tmp_path``), tools are real coroutines. Each behaviour of DESIGN section 2 is driven to the
+place where it must end; the runtime's own duties (retries with back-off, cancellation, tool
+failures as results, many conversations at once, sub-agents, one log line per transition) are
+checked on the same footing. Tests of known runtime bugs are ``xfail(strict=True)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import stat
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from segue import (
+    CANCELLED_SUMMARY,
+    CHECKPOINT_PROMPT,
+    ContextExhausted,
+    ContextExhaustionBehavior,
+    ConversationState,
+    ErrorKind,
+    Failed,
+    Message,
+    Paused,
+    ToolCall,
+    Usage,
+    extract_checkpoint,
+)
+from segue.executor.memory_store import MemoryStore
+from segue.executor.ports import LlmCallError, LlmReply, LlmRequest, Store, StoredMessage
+from segue.executor.runtime import (
+    COMPACTION_INSTRUCTION,
+    CONTINUATION_INSTRUCTION,
+    ConversationExhaustedError,
+    MessageRejectedError,
+    Runtime,
+)
+from segue.executor.scripted import ScriptedModel
+from segue.executor.sqlite_store import SqliteStore
+from segue.executor.subagent import subagent_tool
+from segue.executor.tools import Tool
+
+MODEL = "claude-sonnet-4-5"
+WINDOW = 3_000  # ScriptedModel(window=WINDOW): threshold 2,700, exhausted after a few turns
+Behavior = ContextExhaustionBehavior
+StoreFactory = Callable[[], Store]
+
+
+async def lookup(tool_input: dict[str, Any]) -> str:
+    """A tool that answers at once."""
+    return f"result for {tool_input.get('query', '?')}"
+
+
+LOOKUP = Tool(name="lookup", description="Look something up.", function=lookup)
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
+    """Opens the test's one store: the same ``MemoryStore``, or the same SQLite file, each time.
+
+    A ``Runtime`` closes its store on exit, so a test that reopens gets a fresh ``SqliteStore``
+    on the same file; ``MemoryStore.close`` keeps its data, so the same object serves again.
+    """
+    if request.param == "memory":
+        memory = MemoryStore()
+        return lambda: memory
+    return lambda: SqliteStore(tmp_path / "segue.db")
+
+
+class SleepRecorder:
+    """The runtime's ``sleep``: records each back-off delay and returns at once."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.delays.append(seconds)
+
+
+async def send_until(
+    rt: Runtime,
+    conversation_id: str,
+    done: Callable[[ConversationState], bool],
+    *,
+    limit: int = 40,
+) -> ConversationState:
+    """Send numbered questions until ``done(state)``; fail if ``limit`` sends do not get there."""
+    for index in range(limit):
+        state = await rt.send(conversation_id, f"Question {index}: tell me more.")
+        if done(state):
+            return state
+    pytest.fail(f"{conversation_id} did not get there in {limit} sends")
+
+
+def not_idle(state: ConversationState) -> bool:
+    return state.phase.kind != "idle"
+
+
+def kinds(messages: Sequence[StoredMessage]) -> list[str]:
+    return [m.kind for m in messages]
+
+
+def assert_paired(view: Sequence[Any]) -> None:
+    """Every tool_result in ``view`` answers a tool_use of an earlier assistant message in it."""
+    called: set[str] = set()
+    for message in view:
+        if message.kind == "assistant":
+            called.update(call.id for call in message.tool_calls)
+        if message.kind == "tool_result":
+            assert message.tool_call_id in called, f"orphan tool_result in view: {message!r}"
+
+
+# --------------------------------------------------------------------------- the four behaviours
+
+
+def test_threshold_ends_read_only_and_continues_in_one_seeded_child(
+    make_store: StoreFactory,
+) -> None:
+    async def main() -> None:
+        model = ScriptedModel(window=WINDOW, tool_every=2)
+        effects: list[str] = []
+        async with Runtime(store=make_store(), llm=model, tools=[LOOKUP]) as rt:
+            rt.subscribe(lambda _cid, effect: effects.append(effect.kind))
+            conv = await rt.create_conversation(model=MODEL, system="Be brief.")
+            state = await send_until(rt, conv.id, not_idle)
+
+            assert isinstance(state.phase, ContextExhausted)
+            summary = state.phase.summary
+            assert summary.startswith("Continuation summary")
+            transcript = await rt.messages(conv.id)
+            assert transcript[-1].kind == "continuation"
+            assert transcript[-1].text == summary
+            assert transcript[-2].kind == "assistant"  # the crossing response was kept
+            asked = model.requests[-1]
+            assert asked.purpose == "continuation"
+            assert asked.tools == ()
+            assert asked.instruction == CONTINUATION_INSTRUCTION
+            assert all(r.purpose == "turn" and r.tools for r in model.requests[:-1])
+            assert effects.count("notify_context_warning") == 1
+            assert effects.count("notify_context_exhausted") == 1
+
+            asked_before = len(model.requests)
+            with pytest.raises(ConversationExhaustedError, match=r"start_new_from") as info:
+                await rt.send(conv.id, "One more thing.")
+            assert conv.id in str(info.value)
+            assert "read-only" in str(info.value)
+            assert len(await rt.messages(conv.id)) == len(transcript)
+            assert len(model.requests) == asked_before
+
+            child = await rt.start_new_from(conv.id)
+            again = await rt.start_new_from(conv.id)
+            assert again.id == child.id != conv.id
+            assert child.parent_id == conv.id
+            assert child.behavior is Behavior.THRESHOLD_BASED_CONTINUATION
+            seeded = await rt.messages(child.id)
+            assert [(m.kind, m.text) for m in seeded] == [("summary", summary)]
+
+            requests_before = len(model.requests)
+            after = await rt.send(child.id, "Carry on.")
+            assert after.phase.kind == "idle"
+            first_turn = model.requests[requests_before]
+            assert first_turn.conversation_id == child.id
+            assert first_turn.system == "Be brief."
+            assert [(m.kind, m.text) for m in first_turn.messages] == [
+                ("summary", summary),
+                ("user", "Carry on."),
+            ]
+            children = [c for c in await rt.store.list_conversations() if c.state.parent_id]
+            assert [c.state.id for c in children] == [child.id]
+
+    asyncio.run(main())
+
+
+def test_start_new_from_refuses_a_conversation_that_is_not_exhausted(
+    make_store: StoreFactory,
+) -> None:
+    async def main() -> None:
+        async with Runtime(store=make_store(), llm=ScriptedModel(window=WINDOW)) as rt:
+            conv = await rt.create_conversation(model=MODEL)
+            await rt.send(conv.id, "Hello.")
+            with pytest.raises(Exception, match="not context_exhausted"):
+                await rt.start_new_from(conv.id)
+
+    asyncio.run(main())
+
+
+def test_manual_continuation_summarises_an_idle_conversation(make_store: StoreFactory) -> None:
+    async def main() -> None:
+        model = ScriptedModel(window=WINDOW)
+        async with Runtime(store=make_store(), llm=model) as rt:
+            conv = await rt.create_conversation(model=MODEL)
+            await rt.send(conv.id, "Hello.")
+            state = await rt.continue_manually(conv.id)
+            assert isinstance(state.phase, ContextExhausted)
+            assert kinds(await rt.messages(conv.id)) == ["user", "assistant", "continuation"]
+            assert [r.purpose for r in model.requests] == ["turn", "continuation"]
+
+    asyncio.run(main())
+
+
+def test_intentionally_unhandled_fails_with_context_exhausted_and_no_summary(
+    make_store: StoreFactory,
+) -> None:
+    async def main() -> None:
+        model = ScriptedModel(window=WINDOW)
+        async with Runtime(store=make_store(), llm=model) as rt:
+            conv = await rt.create_conversation(
+                model=MODEL, behavior=Behavior.INTENTIONALLY_UNHANDLED
+            )
+            state = await send_until(rt, conv.id, not_idle)
+            assert isinstance(state.phase, Failed)
+            assert state.phase.error_kind is ErrorKind.CONTEXT_EXHAUSTED
+            assert all(r.purpose == "turn" for r in model.requests)
+            assert set(kinds(await rt.messages(conv.id))) == {"user", "assistant"}
+            with pytest.raises(MessageRejectedError, match="context_exhausted"):
+                await rt.send(conv.id, "Still there?")
+
+    asyncio.run(main())
+
+
+def test_checkpoint_restart_continues_in_a_new_session_seeded_with_the_checkpoint(
+    make_store: StoreFactory,
+) -> None:
+    async def main() -> None:
+        model = ScriptedModel(window=WINDOW)
+        async with Runtime(store=make_store(), llm=model) as rt:
+            conv = await rt.create_conversation(model=MODEL, behavior=Behavior.CHECKPOINT_RESTART)
+            state = await send_until(rt, conv.id, lambda s: s.session > 1 or not_idle(s))
+            assert state.phase.kind == "idle"
+            assert (state.session, state.continuations) == (2, 1)
+            checkpoint_request = model.requests[-1]
+            assert checkpoint_request.purpose == "checkpoint"
+            assert checkpoint_request.tools == ()
+            assert checkpoint_request.instruction == CHECKPOINT_PROMPT
+
+            transcript = await rt.messages(conv.id)
+            written = [m for m in transcript if m.kind == "checkpoint"]
+            assert len(written) == 1
+            seed = next(m for m in transcript if m.message.session == 2)
+            assert seed.kind == "user"
+            checkpoint = extract_checkpoint(written[0].text)
+            assert f"<checkpoint>\n{checkpoint}\n</checkpoint>" in seed.text
+            assert "## Remaining Tasks" in seed.text
+
+            await rt.send(conv.id, "Next step, please.")
+            turn = model.requests[-1]
+            assert turn.purpose == "turn"
+            assert [m.text for m in turn.messages] == [seed.text, "Next step, please."]
+            assert {m.session for m in turn.messages} == {2}
+
+    asyncio.run(main())
+
+
+def test_checkpoint_restart_stops_at_the_bound_on_continuations(make_store: StoreFactory) -> None:
+    async def main() -> None:
+        model = ScriptedModel(window=WINDOW)
+        async with Runtime(store=make_store(), llm=model) as rt:
+            conv = await rt.create_conversation(
+                model=MODEL, behavior=Behavior.CHECKPOINT_RESTART, max_continuations=2
+            )
+            state = await send_until(rt, conv.id, not_idle, limit=60)
+            assert isinstance(state.phase, Failed)
+            assert state.phase.error_kind is ErrorKind.CONTINUATION_LIMIT
+            assert (state.session, state.continuations) == (3, 2)
+            transcript = await rt.messages(conv.id)
+            assert kinds(transcript).count("checkpoint") == 2
+            # The third exhaustion fails at once: no third checkpoint is asked for.
+            assert [r.purpose for r in model.requests].count("checkpoint") == 2
+
+    asyncio.run(main())
+
+
+def test_checkpoint_too_big_for_a_fresh_session_fails_instead_of_looping(
+    make_store: StoreFactory,
+) -> None:
+    def respond(request: LlmRequest) -> LlmReply:
+        if request.purpose == "checkpoint":  # about 10,000 tokens: over the 9,000 threshold
+            return LlmReply(text=f"<checkpoint>\n## Goal\n{'x' * 30_000}\n</checkpoint>")
+        return LlmReply(text="Working.", usage=Usage(input_tokens=9_200))
+
+    async def main() -> None:
+        model = ScriptedModel([respond] * 5, window=10_000)
+        async with Runtime(store=make_store(), llm=model) as rt:
+            conv = await rt.create_conversation(model=MODEL, behavior=Behavior.CHECKPOINT_RESTART)
+            state = await rt.send(conv.id, "Do the whole job.")
+            assert isinstance(state.phase, Failed)
+            assert state.phase.error_kind is ErrorKind.CHECKPOINT_OVERFLOW
+            assert (state.session, state.continuations) == (1, 0)
+            assert [r.purpose for r in model.requests] == ["turn", "checkpoint"]
+            assert kinds(await rt.messages(conv.id)) == ["user", "assistant", "checkpoint"]
+
+    asyncio.run(main())
+
+
+CALL = ToolCall(id="toolu_look", name="lookup", input={"query": "tides"})
+
+
+def compaction_script() -> list[LlmReply]:
+    """Two turns, the second with a tool call; its final answer crosses the threshold."""
+    return [
+        LlmReply(text="First answer.", usage=Usage(input_tokens=1_000, output_tokens=10)),
+        LlmReply(
+            text="Let me look.",
+            tool_calls=(CALL,),
+            stop_reason="tool_use",
+            usage=Usage(input_tokens=1_500, output_tokens=10),
+        ),
+        LlmReply(text="Second answer.", usage=Usage(input_tokens=9_500, output_tokens=10)),
+        LlmReply(text="SUMMARY: the user asked about tides."),
+    ]
+
+
+def test_compact_in_place_archives_privately_and_keeps_the_tail_paired(
+    make_store: StoreFactory, tmp_path: Path
+) -> None:
+    archive_dir = tmp_path / "archives"
+    evil = "../../etc/passwd"
+
+    async def main() -> None:
+        model = ScriptedModel(compaction_script(), window=10_000)  # threshold 9,000
+        async with Runtime(
+            store=make_store(), llm=model, tools=[LOOKUP], archive_dir=archive_dir, keep_recent=2
+        ) as rt:
+            conv = await rt.create_conversation(
+                model=MODEL, behavior=Behavior.COMPACT_IN_PLACE, conversation_id=evil
+            )
+            assert (await rt.send(conv.id, "Hi.")).generation == 1
+            state = await rt.send(conv.id, "What about the tides?")
+            assert state.phase.kind == "idle"
+            assert (state.generation, state.continuations) == (2, 1)
+            compaction = model.requests[-1]
+            assert compaction.purpose == "compaction"
+            assert compaction.tools == ()
+            assert compaction.instruction == COMPACTION_INSTRUCTION
+
+            transcript = await rt.messages(conv.id)
+            generation_one = [m.message for m in transcript if m.message.generation == 1]
+            summary = transcript[-1]
+            assert summary.kind == "summary"
+            assert summary.text == "SUMMARY: the user asked about tides."
+            # keep_recent=2 would cut between the tool call and its result: the tail grows back.
+            assert summary.message.kept_messages == 3
+            tail = generation_one[-3:]
+            assert [m.kind for m in tail] == ["assistant", "tool_result", "assistant"]
+
+            await rt.send(conv.id, "And tomorrow?")
+            view = list(model.requests[-1].messages)
+            assert view[0].kind == "summary"
+            assert view[1:4] == tail
+            assert [m.text for m in view[4:]] == ["And tomorrow?"]
+            assert_paired(view)
+
+        # The archive: one private file, in a private directory, named safely from the id.
+        assert stat.S_IMODE(archive_dir.stat().st_mode) == 0o700
+        files = list(archive_dir.iterdir())
+        assert len(files) == 1
+        archive = files[0]
+        assert os.sep not in archive.name
+        assert ".." not in archive.name
+        assert archive.resolve().parent == archive_dir.resolve()
+        assert stat.S_IMODE(archive.stat().st_mode) == 0o600
+        assert not (tmp_path / "etc").exists()
+        lines = archive.read_text(encoding="utf-8").splitlines()
+        assert json.loads(lines[0]) == {"conversation_id": evil, "generation": 1}
+        archived = [json.loads(line)["text"] for line in lines[1:]]
+        assert archived == [m.text for m in generation_one]
+
+    asyncio.run(main())
+
+
+def test_compaction_goes_on_when_the_archive_cannot_be_written(
+    make_store: StoreFactory, tmp_path: Path
+) -> None:
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("a file where the archive directory should be", encoding="utf-8")
+
+    async def main() -> None:
+        model = ScriptedModel(compaction_script(), window=10_000)
+        async with Runtime(
+            store=make_store(), llm=model, tools=[LOOKUP], archive_dir=blocked / "archives"
+        ) as rt:
+            conv = await rt.create_conversation(model=MODEL, behavior=Behavior.COMPACT_IN_PLACE)
+            await rt.send(conv.id, "Hi.")
+            with capture_logs() as logs:
+                state = await rt.send(conv.id, "What about the tides?")
+            assert (state.phase.kind, state.generation) == ("idle", 2)
+            assert [e["event"] for e in logs].count("archive_failed") == 1
+
+    asyncio.run(main())
+
+
+# --------------------------------------------------------------------------- runtime duties
+
+
+def test_retryable_errors_back_off_then_succeed(make_store: StoreFactory) -> None:
+    async def main() -> None:
+        overloaded = LlmCallError("overloaded", retryable=True, status_code=529)
+        model = ScriptedModel([overloaded, overloaded, LlmReply(text="Finally.")])
+        sleep = SleepRecorder()
+        async with Runtime(store=make_store(), llm=model, sleep=sleep) as rt:
+            conv = await rt.create_conversation(model=MODEL)
+            state = await rt.send(conv.id, "Hello?")
+            assert state.phase.kind == "idle"
+            assert sleep.delays == [1.0, 2.0]
+            assert len(model.requests) == 3
+            transcript = await rt.messages(conv.id)
+            assert [(m.kind, m.text) for m in transcript] == [
+                ("user", "Hello?"),
+                ("assistant", "Finally."),
+            ]
+
+    asyncio.run(main())
+
+
+def test_retries_are_bounded_and_the_conversation_recovers(make_store: StoreFactory) -> None:
+    async def main() -> None:
+        overloaded = LlmCallError("overloaded", retryable=True, status_code=529)
+        model = ScriptedModel([overloaded] * 4)
+        sleep = SleepRecorder()
+        async with Runtime(store=make_store(), llm=model, sleep=sleep) as rt:
+            conv = await rt.create_conversation(model=MODEL)
+            state = await rt.send(conv.id, "Hello?")
+            assert isinstance(state.phase, Failed)
+            assert state.phase.error_kind is ErrorKind.RETRIES_EXHAUSTED
+            assert sleep.delays == [1.0, 2.0, 4.0]
+            assert len(model.requests) == 4
+            again = await rt.send(conv.id, "Try again.")
+            assert again.phase.kind == "idle"
+            assert kinds(await rt.messages(conv.id)) == ["user", "user", "assistant"]
+
+    asyncio.run(main())
+
+
+def test_a_fatal_error_is_not_retried(make_store: StoreFactory) -> None:
+    async def main() -> None:
+        denied = LlmCallError("bad key", retryable=True, fatal=True, status_code=401)
+        model = ScriptedModel([denied])
+        sleep = SleepRecorder()
+        async with Runtime(store=make_store(), llm=model, sleep=sleep) as rt:
+            conv = await rt.create_conversation(model=MODEL)
+            state = await rt.send(conv.id, "Hello?")
+            assert isinstance(state.phase, Failed)
+            assert state.phase.error_kind is ErrorKind.LLM_ERROR
+            assert sleep.delays == []
+
+    asyncio.run(main())
+
+
+async def wait_for_requests(model: ScriptedModel, count: int) -> None:
+    async with asyncio.timeout(5):
+        while len(model.requests) < count:  # noqa: ASYNC110  # the model has no event to await
+            await asyncio.sleep(0.005)
+
+
+def test_cancel_during_an_llm_call_returns_to_idle(make_store: StoreFactory) -> None:
+    async def main() -> None:
+        slow = ScriptedModel(delay=30)
+        async with Runtime(store=make_store(), llm=slow) as rt:
+            conv = await rt.create_conversation(model=MODEL)
+            running = asyncio.create_task(rt.send(conv.id, "Take your time."))
+            await wait_for_requests(slow, 1)
+            cancelled = await rt.cancel(conv.id)
+            assert cancelled.phase.kind == "idle"
+            returned = await asyncio.wait_for(running, 5)
+            assert returned.phase.kind == "idle"
+            assert kinds(await rt.messages(conv.id)) == ["user"]
+
+            rt.llm = fast = ScriptedModel()
+            state = await rt.send(conv.id, "Quick one.")
+            assert state.phase.kind == "idle"
+            assert kinds(await rt.messages(conv.id)) == ["user", "user", "assistant"]
+            assert [m.text for m in fast.requests[0].messages] == [
+                "Take your time.",
+                "Quick one.",
+            ]
+
+    asyncio.run(main())
+
+
+def test_cancel_during_tools_answers_every_call(make_store: StoreFactory) -> None:
+    started = asyncio.Event()
+
+    async def stuck(_input: dict[str, Any]) -> str:
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    async def main() -> None:
+        call = ToolCall(id="toolu_stuck", name="stuck", input={})
+        model = ScriptedModel([LlmReply(text="Running it.", tool_calls=(call,))])
+        tools = [Tool(name="stuck", description="Never ends.", function=stuck)]
+        async with Runtime(store=make_store(), llm=model, tools=tools) as rt:
+            conv = await rt.create_conversation(model=MODEL)
+            running = asyncio.create_task(rt.send(conv.id, "Run the stuck tool."))
+            await asyncio.wait_for(started.wait(), 5)
+            state = await rt.cancel(conv.id)
+            assert state.phase.kind == "idle"
+            assert (await asyncio.wait_for(running, 5)).phase.kind == "idle"
+            transcript = await rt.messages(conv.id)
+            assert kinds(transcript) == ["user", "assistant", "tool_result"]
+            assert transcript[-1].message.is_error
+            assert transcript[-1].message.tool_call_id == call.id
+            state = await rt.send(conv.id, "Never mind.")
+            assert state.phase.kind == "idle"
+            assert_paired(model.requests[-1].messages)
+
+    asyncio.run(main())
+
+
+def test_cancel_while_summarising_ends_with_the_cancelled_summary(
+    make_store: StoreFactory,
+) -> None:
+    async def main() -> None:
+        summary_started = asyncio.Event()
+
+        def respond(request: LlmRequest) -> LlmReply:
+            if request.purpose == "continuation":
+                summary_started.set()
+            return LlmReply(text="Answer.", usage=Usage(input_tokens=9_500))
+
+        model = ScriptedModel([respond, respond], window=10_000, delay=0.05)
+        async with Runtime(store=make_store(), llm=model) as rt:
+            conv = await rt.create_conversation(model=MODEL)
+            running = asyncio.create_task(rt.send(conv.id, "Hello."))
+            await wait_for_requests(model, 2)
+            assert model.requests[-1].purpose == "continuation"
+            state = await rt.cancel(conv.id)
+            assert isinstance(state.phase, ContextExhausted)
+            assert state.phase.summary == CANCELLED_SUMMARY
+            await asyncio.wait_for(running, 5)
+            assert not summary_started.is_set()  # the summary reply never came back
+            transcript = await rt.messages(conv.id)
+            assert (transcript[-1].kind, transcript[-1].text) == (
+                "continuation",
+                CANCELLED_SUMMARY,
+            )
+
+    asyncio.run(main())
+
+
+def test_tool_failures_become_error_results(make_store: StoreFactory) -> None:
+    async def boom(_input: dict[str, Any]) -> str:
+        raise RuntimeError("kaboom")
+
+    async def slow(_input: dict[str, Any]) -> str:
+        await asyncio.sleep(30)
+        return "too late"
+
+    async def main() -> None:
+        calls = (
+            ToolCall(id="toolu_boom", name="boom", input={}),
+            ToolCall(id="toolu_slow", name="slow", input={}),
+            ToolCall(id="toolu_ghost", name="ghost", input={}),
+            ToolCall(id="toolu_ok", name="lookup", input={"query": "tides"}),
+        )
+        model = ScriptedModel(
+            [LlmReply(text="Trying four tools.", tool_calls=calls), LlmReply(text="Done.")]
+        )
+        tools = [
+            Tool(name="boom", description="Raises.", function=boom),
+            Tool(name="slow", description="Hangs.", function=slow, timeout=0.05),
+            LOOKUP,
+        ]
+        async with Runtime(store=make_store(), llm=model, tools=tools) as rt:
+            conv = await rt.create_conversation(model=MODEL)
+            state = await rt.send(conv.id, "Use every tool.")
+            assert state.phase.kind == "idle"
+            results = {
+                m.message.tool_call_id: m.message
+                for m in await rt.messages(conv.id)
+                if m.kind == "tool_result"
+            }
+            assert set(results) == {call.id for call in calls}
+            assert results["toolu_boom"].is_error
+            assert "kaboom" in results["toolu_boom"].text
+            assert results["toolu_slow"].is_error
+            assert "timed out" in results["toolu_slow"].text
+            assert results["toolu_ghost"].is_error
+            assert "Unknown tool 'ghost'" in results["toolu_ghost"].text
+            assert not results["toolu_ok"].is_error
+            assert results["toolu_ok"].text == "result for tides"
+            second = model.requests[1]
+            assert [m.kind for m in second.messages].count("tool_result") == 4
+            assert_paired(second.messages)
+
+    asyncio.run(main())
+
+
+def test_a_hundred_conversations_at_once(make_store: StoreFactory) -> None:
+    """Even conversations run a tool turn and a plain turn; odd ones cross the threshold at
+    their first answer, end exhausted, and refuse their second message."""
+
+    def respond(request: LlmRequest) -> LlmReply:
+        cid = request.conversation_id
+        if request.purpose == "continuation":
+            return LlmReply(text=f"Summary of {cid}.")
+        if int(cid[1:]) % 2:
+            return LlmReply(text=f"Big answer for {cid}.", usage=Usage(input_tokens=2_800))
+        if len(request.messages) == 1:
+            call = ToolCall(id=f"toolu_{cid}", name="lookup", input={"query": cid})
+            return LlmReply(text="Looking.", tool_calls=(call,), stop_reason="tool_use")
+        return LlmReply(text=f"Answer for {cid}.")
+
+    async def main() -> None:
+        model = ScriptedModel([respond] * 1_000, window=WINDOW, delay=0.001)
+        async with Runtime(store=make_store(), llm=model, tools=[LOOKUP]) as rt:
+            ids = [f"c{index:03d}" for index in range(100)]
+            await asyncio.gather(
+                *(rt.create_conversation(model=MODEL, conversation_id=cid) for cid in ids)
+            )
+
+            async def talk(cid: str) -> ConversationState:
+                await rt.send(cid, f"first from {cid}")
+                return await rt.send(cid, f"second from {cid}")
+
+            outcomes = await asyncio.gather(*(talk(cid) for cid in ids), return_exceptions=True)
+            for index, (cid, outcome) in enumerate(zip(ids, outcomes, strict=True)):
+                state = await rt.state(cid)
+                texts = [(m.kind, m.text) for m in await rt.messages(cid)]
+                if index % 2:
+                    assert isinstance(outcome, ConversationExhaustedError), cid
+                    assert isinstance(state.phase, ContextExhausted), cid
+                    assert texts == [
+                        ("user", f"first from {cid}"),
+                        ("assistant", f"Big answer for {cid}."),
+                        ("continuation", f"Summary of {cid}."),
+                    ]
+                else:
+                    assert isinstance(outcome, ConversationState), outcome
+                    assert outcome.phase.kind == state.phase.kind == "idle", cid
+                    assert texts == [
+                        ("user", f"first from {cid}"),
+                        ("assistant", "Looking."),
+                        ("tool_result", f"result for {cid}"),
+                        ("assistant", f"Answer for {cid}."),
+                        ("user", f"second from {cid}"),
+                        ("assistant", f"Answer for {cid}."),
+                    ]
+            for request in model.requests:  # every request saw only its own conversation
+                for message in request.messages:
+                    if message.kind in ("user", "tool_result"):
+                        assert message.text.endswith(request.conversation_id)
+
+    asyncio.run(main())
+
+
+HUGE_TASK = "Read all of this and report: " + "lorem ipsum dolor " * 25_000  # ~150k tokens
+CHILD_MODEL = "claude-sonnet-4-5"  # 200k window: the sub-agent's threshold is 180,000
+PARENT_MODEL = "claude-sonnet-4-6"  # 1M window: the huge task is nothing to the parent
+
+
+def test_a_sub_agent_exhausts_and_the_parent_respawns_it(make_store: StoreFactory) -> None:
+    big = ToolCall(id="toolu_big", name="subagent", input={"task": HUGE_TASK})
+    small = ToolCall(id="toolu_small", name="subagent", input={"task": "Just the title."})
+
+    async def main() -> None:
+        model = ScriptedModel(
+            [
+                LlmReply(text="Delegating.", tool_calls=(big,), stop_reason="tool_use"),
+                LlmReply(text="y" * 100_000),  # child 1: its answer crosses 180,000
+                LlmReply(text="Narrower.", tool_calls=(small,), stop_reason="tool_use"),
+                LlmReply(text="The title is Lorem."),  # child 2
+                LlmReply(text="The sub-agent says: The title is Lorem."),
+            ]
+        )
+        async with Runtime(store=make_store(), llm=model) as rt:
+            rt.tools.add(subagent_tool(rt, model=CHILD_MODEL))
+            parent = await rt.create_conversation(model=PARENT_MODEL)
+            state = await rt.send(parent.id, "Summarise the document with a sub-agent.")
+            assert state.phase.kind == "idle"
+
+            results = [m.message for m in await rt.messages(parent.id) if m.kind == "tool_result"]
+            assert [r.tool_call_id for r in results] == [big.id, small.id]
+            assert results[0].is_error
+            assert "context_exhausted" in results[0].text
+            assert not results[1].is_error
+            assert results[1].text == "The title is Lorem."
+
+            children = [c.state for c in await rt.store.list_conversations() if c.state.parent_id]
+            assert [c.parent_id for c in children] == [parent.id, parent.id]
+            assert all(c.behavior is Behavior.INTENTIONALLY_UNHANDLED for c in children)
+            first, second = children
+            assert isinstance(first.phase, Failed)
+            assert first.phase.error_kind is ErrorKind.CONTEXT_EXHAUSTED
+            assert first.id in results[0].text
+            assert second.phase.kind == "idle"
+
+    asyncio.run(main())
+
+
+def test_one_transition_log_entry_per_committed_transition(make_store: StoreFactory) -> None:
+    async def main() -> None:
+        model = ScriptedModel(window=WINDOW, tool_every=2)
+        async with Runtime(store=make_store(), llm=model, tools=[LOOKUP]) as rt:
+            conv = await rt.create_conversation(model=MODEL, system="secret-system-prompt")
+            with capture_logs() as logs:
+                await send_until(rt, conv.id, not_idle)
+            records = await rt.store.transitions(conv.id)
+            entries = [e for e in logs if e["event"] == "transition"]
+            assert len(entries) == len(records) > 8
+            for entry, record in zip(entries, records, strict=True):
+                assert entry["conversation_id"] == conv.id
+                assert entry["log_level"] == "info"
+                assert entry["event_kind"] == record.event_kind
+                assert (entry["from_phase"], entry["to_phase"]) == (
+                    record.from_phase,
+                    record.to_phase,
+                )
+                assert entry["context_tokens"] == record.context_tokens
+                assert tuple(entry["effects"]) == record.effect_kinds
+            assert entries[-1]["to_phase"] == "context_exhausted"
+            assert any(e["context_tokens"] for e in entries)
+            assert "secret-system-prompt" not in repr(logs)
+            assert "Question 0" not in repr(logs)  # message text stays out of the logs
+
+    asyncio.run(main())
+
+
+# --------------------------------------------------------------------------- known bugs
+
+
+def test_pause_while_busy_takes_effect_at_the_next_turn_boundary() -> None:
+    async def main() -> None:
+        model = ScriptedModel(delay=0.2)
+        async with Runtime(store=MemoryStore(), llm=model) as rt:
+            conv = await rt.create_conversation(model=MODEL, behavior=Behavior.CHECKPOINT_RESTART)
+            running = asyncio.create_task(rt.send(conv.id, "Work on it."))
+            await wait_for_requests(model, 1)
+            await rt.pause(conv.id, "operator asked")
+            state = await asyncio.wait_for(running, 5)
+            assert isinstance(state.phase, Paused)
+
+    asyncio.run(main())
+
+
+def test_a_callers_timeout_around_send_still_raises() -> None:
+    async def main() -> None:
+        model = ScriptedModel(delay=30)
+        async with Runtime(store=MemoryStore(), llm=model) as rt:
+            conv = await rt.create_conversation(model=MODEL)
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.1):
+                    await rt.send(conv.id, "Hello.")
+
+    asyncio.run(main())
+
+
+def test_closing_while_summarising_leaves_the_summary_request_pending() -> None:
+    async def main() -> None:
+        store = MemoryStore()
+        crossing = LlmReply(text="Answer.", usage=Usage(input_tokens=9_500))
+        model = ScriptedModel([crossing], window=10_000, delay=0.05)
+        rt = Runtime(store=store, llm=model)
+        conv = await rt.create_conversation(model=MODEL)
+        running = asyncio.create_task(rt.send(conv.id, "Hello."))
+        await wait_for_requests(model, 2)  # the continuation request is in flight
+        await rt.close()
+        await asyncio.gather(running, return_exceptions=True)
+        assert (await store.load(conv.id)).state.phase.kind == "awaiting_continuation"
+        async with Runtime(store=store, llm=ScriptedModel(window=10_000)) as again:
+            state = await again.state(conv.id)
+        assert isinstance(state.phase, ContextExhausted)
+        assert state.phase.summary.startswith("Continuation summary")
+
+    asyncio.run(main())
+
+
+def test_scripted_model_trims_an_overflowing_summary_request() -> None:
+    history = [Message(kind="user", text="x" * 600) for _ in range(8)]  # ~1,660 tokens
+    request = LlmRequest(
+        conversation_id="c1",
+        model=MODEL,
+        purpose="continuation",
+        system=None,
+        messages=history,
+        instruction=CONTINUATION_INSTRUCTION,
+        trim_level=3,  # AnthropicModel drops 4 of the 8 messages here: ~830 tokens remain
+    )
+    reply = asyncio.run(ScriptedModel(window=1_000).complete(request))
+    assert reply.text.startswith("Continuation summary")
