@@ -5,7 +5,7 @@ provider reports it), the stores are the real ``MemoryStore`` and ``SqliteStore`
 ``tmp_path``), tools are real coroutines. Each behaviour of DESIGN section 2 is driven to the
 place where it must end; the runtime's own duties (retries with back-off, cancellation, tool
 failures as results, many conversations at once, sub-agents, one log line per transition) are
-checked on the same footing. Tests of known runtime bugs are ``xfail(strict=True)``.
+checked on the same footing.
 """
 
 from __future__ import annotations
