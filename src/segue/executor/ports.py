@@ -222,9 +222,7 @@ class Store(Protocol):
         """Remove performed effects that produced no event (notifications, archives)."""
         ...
 
-    async def messages(
-        self, conversation_id: str, *, after_seq: int = 0
-    ) -> list[StoredMessage]:
+    async def messages(self, conversation_id: str, *, after_seq: int = 0) -> list[StoredMessage]:
         """The transcript in order, from ``after_seq`` + 1."""
         ...
 

@@ -1,0 +1,269 @@
+"""Runtime benchmarks: what ``Runtime`` itself costs per event, per commit and per conversation.
+
+Run ``python bench/bench_runtime.py [--quick]``. The model answers at once (``InstantModel``: a
+fixed reply with usage), so everything measured is the runtime's own work: the core's
+``transition()``, the commit, the outbox loop, building the request, logging. Each ``send`` is
+two committed events (the user message, then the response).
+
+- Overhead: microseconds per event through ``Runtime.send`` on ``MemoryStore``; target <= 100.
+- Throughput: committed transitions per second through ``Runtime.send`` on ``SqliteStore`` (a
+  real file, WAL); target >= 3,000/s.
+- Growth: the cost per event with 10 messages in the conversation and with 10,000 (1,000 with
+  ``--quick``), on both stores; target: within 1.5x.
+- Idle conversations: memory held by 10,000 conversations (1,000 with ``--quick``, scaled to
+  10,000) that each had one exchange, on both stores; target <= 100 MB. Measured with
+  ``tracemalloc`` (Python allocations: runtime, store objects, the SQLite driver's Python side),
+  with the process's RSS growth printed beside it (it also counts SQLite's page cache).
+
+Logging is filtered to warnings: the runtime logs every transition at info level, and what
+rendering that costs depends on the deployment's structlog setup, not on segue. The best of
+several timed batches is reported, which filters out a busy machine's pauses. Prints PASS/FAIL
+per target; the full run exits 1 if any target is missed, while ``--quick`` (a smoke run whose
+sizes are too small to judge by) exits 0 whenever it completes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import logging
+import os
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from segue import Usage
+from segue.executor.memory_store import MemoryStore
+from segue.executor.ports import LlmReply, LlmRequest, Store
+from segue.executor.runtime import Runtime
+from segue.executor.sqlite_store import SqliteStore
+
+MODEL = "claude-sonnet-4-5"  # 200k window; the instant model's usage stays far below it
+OVERHEAD_TARGET_US = 100.0
+THROUGHPUT_TARGET = 3_000.0
+GROWTH_TARGET = 1.5
+MEMORY_TARGET_MB = 100.0
+SMALL = 10
+IDLE_TARGET_COUNT = 10_000
+EVENTS_PER_SEND = 2
+REPLY = LlmReply(
+    text="Noted.",
+    usage=Usage(input_tokens=40, output_tokens=5, cache_read_input_tokens=1_000),
+)
+
+
+class InstantModel:
+    """An ``LlmModel`` that answers every request at once with the same reply."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def complete(self, request: LlmRequest) -> LlmReply:
+        self.calls += 1
+        return REPLY
+
+    async def context_window(self, model: str) -> int | None:
+        return None  # the static table's window
+
+    async def count_tokens(self, request: LlmRequest) -> int | None:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    """How much work each measurement does (``--quick`` shrinks everything)."""
+
+    overhead_sends: int
+    batches: int
+    throughput_sends: int
+    large: int
+    growth_sends: int
+    idle: int
+
+
+FULL = Sizes(
+    overhead_sends=2_000,
+    batches=7,
+    throughput_sends=1_000,
+    large=10_000,
+    growth_sends=200,
+    idle=IDLE_TARGET_COUNT,
+)
+QUICK = Sizes(
+    overhead_sends=200, batches=3, throughput_sends=100, large=1_000, growth_sends=50, idle=1_000
+)
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+async def timed_sends(rt: Runtime, conversation_id: str, sends: int) -> float:
+    """Seconds per event for ``sends`` sends to one conversation."""
+    start = time.perf_counter()
+    for index in range(sends):
+        await rt.send(conversation_id, f"Message {index}.")
+    return (time.perf_counter() - start) / (sends * EVENTS_PER_SEND)
+
+
+async def overhead(sizes: Sizes) -> float:
+    """Best seconds per event on ``MemoryStore``, on short conversations (10 to 100 messages)."""
+    best = float("inf")
+    async with Runtime(store=MemoryStore(), llm=InstantModel()) as rt:
+        for _ in range(sizes.batches):
+            ids = [(await rt.create_conversation(model=MODEL)).id for _ in range(40)]
+            per_conversation = max(1, sizes.overhead_sends // len(ids))
+            start = time.perf_counter()
+            for cid in ids:
+                for index in range(per_conversation):
+                    await rt.send(cid, f"Message {index}.")
+            elapsed = time.perf_counter() - start
+            best = min(best, elapsed / (len(ids) * per_conversation * EVENTS_PER_SEND))
+    return best
+
+
+async def committed_transitions(store: Store, ids: list[str]) -> int:
+    """How many transitions the store holds for ``ids`` (read back, not counted by the bench)."""
+    total = 0
+    for cid in ids:
+        total += len(await store.transitions(cid))
+    return total
+
+
+async def throughput(path: Path, sizes: Sizes) -> float:
+    """Committed transitions per second through ``Runtime.send`` on ``SqliteStore``."""
+    store = SqliteStore(path)
+    async with Runtime(store=store, llm=InstantModel()) as rt:
+        ids = [(await rt.create_conversation(model=MODEL)).id for _ in range(10)]
+        for cid in ids:
+            await rt.send(cid, "Warm up.")
+        best = 0.0
+        for _ in range(sizes.batches):
+            before = await committed_transitions(store, ids)
+            start = time.perf_counter()
+            for index in range(sizes.throughput_sends // len(ids)):
+                for cid in ids:
+                    await rt.send(cid, f"Message {index}.")
+            elapsed = time.perf_counter() - start
+            committed = await committed_transitions(store, ids) - before
+            best = max(best, committed / elapsed)
+    return best
+
+
+async def growth(make: Callable[[], Store], sizes: Sizes) -> tuple[float, float, int]:
+    """Best seconds per event near ``SMALL`` messages and near ``sizes.large``; final count."""
+    async with Runtime(store=make(), llm=InstantModel()) as rt:
+        small = float("inf")
+        for _ in range(sizes.batches):  # a fresh conversation per batch: always near SMALL
+            cid = (await rt.create_conversation(model=MODEL)).id
+            await timed_sends(rt, cid, SMALL // EVENTS_PER_SEND)
+            small = min(small, await timed_sends(rt, cid, sizes.growth_sends // 10))
+        cid = (await rt.create_conversation(model=MODEL)).id
+        await timed_sends(rt, cid, sizes.large // EVENTS_PER_SEND)
+        large = float("inf")
+        for _ in range(sizes.batches):
+            large = min(large, await timed_sends(rt, cid, sizes.growth_sends // 10))
+        messages = len(await rt.messages(cid))
+    return small, large, messages
+
+
+def rss_bytes() -> int:
+    """The process's resident set size now (Linux ``/proc``; 0 where unavailable)."""
+    try:
+        fields = Path("/proc/self/statm").read_text(encoding="ascii").split()
+    except OSError:
+        return 0
+    return int(fields[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+async def idle_memory(make: Callable[[], Store], count: int) -> tuple[float, float]:
+    """Bytes per idle conversation: (tracemalloc growth, RSS growth), each divided by count."""
+    gc.collect()
+    rss_before = rss_bytes()
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        rt = Runtime(store=make(), llm=InstantModel())
+        await rt.__aenter__()
+        try:
+            for index in range(count):
+                conv = await rt.create_conversation(model=MODEL)
+                await rt.send(conv.id, f"Hello number {index}.")
+            gc.collect()
+            after, _ = tracemalloc.get_traced_memory()
+            rss_after = rss_bytes()
+            assert len(await rt.store.list_conversations()) == count
+        finally:
+            await rt.__aexit__(None, None, None)
+    finally:
+        tracemalloc.stop()
+    return (after - before) / count, (rss_after - rss_before) / count
+
+
+async def main(quick: bool) -> int:
+    sizes = QUICK if quick else FULL
+    failures = 0
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    load, cpus = os.getloadavg()[0], os.cpu_count() or 1
+    busy = ": the machine is busy, timings are pessimistic" if load > cpus * 0.75 else ""
+    print(f"load average {load:.2f} on {cpus} CPUs{busy}")
+    with tempfile.TemporaryDirectory() as tmp:
+        counter = iter(range(1_000))
+
+        def sqlite() -> Store:
+            return SqliteStore(Path(tmp) / f"bench-{next(counter)}.db")
+
+        per_event = await overhead(sizes)
+        ok = per_event * 1e6 <= OVERHEAD_TARGET_US
+        failures += not ok
+        print(
+            f"Runtime overhead (MemoryStore, instant model): {per_event * 1e6:,.1f} us/event "
+            f"(target <= {OVERHEAD_TARGET_US:,.0f}) {verdict(ok)}"
+        )
+
+        rate = await throughput(Path(tmp) / "throughput.db", sizes)
+        ok = rate >= THROUGHPUT_TARGET
+        failures += not ok
+        print(
+            f"Runtime throughput (SqliteStore): {rate:,.0f} committed transitions/s "
+            f"(target >= {THROUGHPUT_TARGET:,.0f}) {verdict(ok)}"
+        )
+
+        for name, make in (("MemoryStore", MemoryStore), ("SqliteStore", sqlite)):
+            small, large, messages = await growth(make, sizes)
+            ratio = large / small
+            ok = ratio <= GROWTH_TARGET
+            failures += not ok
+            print(
+                f"Runtime growth ({name}): {small * 1e6:,.1f} us/event at ~{SMALL} messages, "
+                f"{large * 1e6:,.1f} us/event at {messages:,} messages: {ratio:.2f}x "
+                f"(target <= {GROWTH_TARGET}x) {verdict(ok)}"
+            )
+
+        scale = IDLE_TARGET_COUNT / sizes.idle
+        for name, make in (("MemoryStore", MemoryStore), ("SqliteStore", sqlite)):
+            traced, rss = await idle_memory(make, sizes.idle)
+            projected = traced * IDLE_TARGET_COUNT / 1e6
+            ok = projected <= MEMORY_TARGET_MB
+            failures += not ok
+            measured = f"{sizes.idle:,} measured, x{scale:g}" if scale != 1 else "measured"
+            print(
+                f"Idle conversations ({name}): {projected:,.1f} MB for "
+                f"{IDLE_TARGET_COUNT:,} ({measured}; {traced / 1e3:,.1f} kB each, "
+                f"RSS growth {rss * IDLE_TARGET_COUNT / 1e6:,.1f} MB) "
+                f"(target <= {MEMORY_TARGET_MB:,.0f} MB) {verdict(ok)}"
+            )
+    return 1 if failures and not quick else 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions (CI smoke run)")
+    sys.exit(asyncio.run(main(parser.parse_args().quick)))

@@ -1,0 +1,43 @@
+"""``bench/bench_runtime.py --quick`` runs to the end and reports every target.
+
+Timings depend on the machine, so they are never asserted here: a missed target is the bench's
+verdict to print (and the full run's exit status); ``--quick`` exits 0 whenever it completes.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_runtime.py"
+REPORT_LINES = (
+    r"^Runtime overhead \(MemoryStore, instant model\): [\d,.]+ us/event \(target <= 100\) "
+    r"(PASS|FAIL)$",
+    r"^Runtime throughput \(SqliteStore\): [\d,]+ committed transitions/s "
+    r"\(target >= 3,000\) (PASS|FAIL)$",
+    r"^Runtime growth \(MemoryStore\): [\d,.]+ us/event at ~10 messages, [\d,.]+ us/event at "
+    r"[\d,]+ messages: [\d.]+x \(target <= 1.5x\) (PASS|FAIL)$",
+    r"^Runtime growth \(SqliteStore\): .* \(target <= 1.5x\) (PASS|FAIL)$",
+    r"^Idle conversations \(MemoryStore\): [\d,.]+ MB for 10,000 .* \(target <= 100 MB\) "
+    r"(PASS|FAIL)$",
+    r"^Idle conversations \(SqliteStore\): [\d,.]+ MB for 10,000 .* \(target <= 100 MB\) "
+    r"(PASS|FAIL)$",
+)
+
+
+def test_quick_run_reports_every_target() -> None:
+    result = subprocess.run(  # noqa: S603  # our own interpreter on our own script
+        [sys.executable, str(BENCH), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    report = result.stdout
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    for pattern in REPORT_LINES:
+        assert re.search(pattern, report, re.MULTILINE), f"{pattern!r} not in:\n{report}"
+    assert len(re.findall(r"\b(PASS|FAIL)$", report, re.MULTILINE)) == len(REPORT_LINES)

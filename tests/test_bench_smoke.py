@@ -1,0 +1,55 @@
+"""``bench/bench_transition.py --quick`` runs to the end and prints every part of its report.
+
+Only the shape of the report is checked, never a timing: timed assertions fail on a busy machine
+for reasons unrelated to the code. The state-size line is checked because it is not a timing:
+the deep size of a state is deterministic, and it must not grow with the number of turns.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_transition.py"
+NUMBER = r"\d[\d,]*(?:\.\d+)?"
+VERDICT = r"(?:PASS|FAIL)"
+
+
+@pytest.fixture(scope="module")
+def report() -> str:
+    result = subprocess.run(  # noqa: S603  # our own interpreter on our own script
+        [sys.executable, "-W", "error", str(BENCH), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    return result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "line",
+    [
+        rf"segue transition\(\)\s+{NUMBER}\s+{NUMBER}$",
+        rf"transitions \S+\s+{NUMBER}\s+{NUMBER}$",
+        rf"python-statemachine \S+\s+{NUMBER}\s+{NUMBER}$",
+        rf"transitions / segue\s+{NUMBER}x\s+target >= 4x\s+{VERDICT}$",
+        rf"python-statemachine / segue\s+{NUMBER}x\s+target >= 30x\s+{VERDICT}$",
+        rf"segue turns 10-110\s+{NUMBER} us/event$",
+        rf"segue turns 10,000-10,100\s+{NUMBER} us/event$",
+        rf"late / early\s+{NUMBER}x\s+target <= 1.5x\s+{VERDICT}$",
+        rf"state after turn 10\s+{NUMBER} bytes$",
+        rf"state after turn 10,000\s+{NUMBER} bytes$",
+        r"growth\s+0 bytes\s+PASS$",
+        rf"tracemalloc over 1,000 more turns: {NUMBER} bytes kept",
+    ],
+)
+def test_report_has_line(report: str, line: str) -> None:
+    assert re.search(line, report, re.MULTILINE), f"no line matching {line!r} in:\n{report}"

@@ -1,0 +1,287 @@
+"""The ``segue`` command line, run for real: the demo on a real SQLite file, the inspector on
+what the demo wrote, and ``chat`` through the real ``anthropic`` client to the local fake API.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from segue.cli import app
+from segue.statemachine import ContextExhaustionBehavior
+from segue.statemachine.spec import load_rows, mermaid
+from segue.testing.anthropic_server import ErrorReply, FakeAnthropicServer, MessageReply, Usage
+
+KEY = "sk-ant-test-cli-0123456789"
+ID = r"[0-9a-f]{32}"
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _plain_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Output as a CI log gets it: no colour forced, no width imposed by the environment."""
+    for name in ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE", "SEGUE_DB", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def invoke(*args: str, stdin: str | None = None) -> Result:
+    return runner.invoke(app, list(args), input=stdin)
+
+
+def one_error_line(result: Result) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def percentages(output: str) -> list[float]:
+    return [float(p) for p in re.findall(r"(\d+\.\d)%", output)]
+
+
+# --------------------------------------------------------------------------- demo
+
+
+@pytest.mark.slow
+def test_installed_demo_tells_the_whole_story(tmp_path: Path) -> None:
+    segue = shutil.which("segue")
+    assert segue is not None, "the console script is not installed (pip install -e .)"
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "COLUMNS")}
+    env["TMPDIR"] = str(tmp_path)  # the demo's fresh temp dir lands here
+    result = subprocess.run(  # noqa: S603  # the installed console script, no shell
+        [segue, "demo"], capture_output=True, text=True, timeout=60, env=env, check=False
+    )
+    out = result.stdout
+    assert result.returncode == 0, result.stderr
+    warning = out.index("WARNING: context")
+    assert warning < out.index("threshold reached: asking for a continuation summary")
+    assert max(percentages(out)) >= 90.0
+    assert "continuation summary" in out
+    parent = re.search(rf"^conversation ({ID}):", out, re.MULTILINE)
+    assert parent is not None
+    assert f"read-only: send() refused: Conversation {parent[1]} is read-only" in out
+    assert re.search(rf"child conversation {ID} \(parent {parent[1]}\)", out)
+    assert "assistant: Answer" in out
+    db = re.search(r"^database: (.+)$", out, re.MULTILINE)
+    assert db is not None
+    assert Path(db[1]).is_file()
+    assert Path(db[1]).is_relative_to(tmp_path)
+
+
+EXPECTED = {
+    ContextExhaustionBehavior.THRESHOLD_BASED_CONTINUATION: (
+        "context exhausted: the conversation is now read-only",
+        "read-only: send() refused",
+        "child conversation",
+    ),
+    ContextExhaustionBehavior.INTENTIONALLY_UNHANDLED: (
+        "failed: context_exhausted",
+        "typed failure: Failed(error_kind=CONTEXT_EXHAUSTED)",
+        "send() refused: Conversation",
+    ),
+    ContextExhaustionBehavior.CHECKPOINT_RESTART: (
+        "new session 2 (checkpoint_restart)",
+        "<checkpoint>",
+        "session 1 -> 2",
+    ),
+    ContextExhaustionBehavior.COMPACT_IN_PLACE: (
+        "archiving the transcript (generation 1)",
+        "new generation 2 starts from a summary",
+        "generation 1 -> 2",
+    ),
+}
+
+
+@pytest.mark.parametrize("behavior", list(ContextExhaustionBehavior))
+def test_demo_shows_each_behaviour(behavior: ContextExhaustionBehavior, tmp_path: Path) -> None:
+    db = tmp_path / "demo.db"
+    result = invoke("demo", "--fast", "--behavior", behavior.value, "--db", str(db))
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    positions = [out.index("WARNING: context"), *(out.index(text) for text in EXPECTED[behavior])]
+    assert positions == sorted(positions), out  # warned first, then the story in order
+    assert f"segue demo: {behavior.name}" in out
+    assert max(percentages(out)) >= 90.0
+    assert f"database: {db}" in out
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM conversations").fetchone()[0] >= 1
+    archives = list((tmp_path / "demo-archives").glob("*.jsonl"))
+    assert bool(archives) == (behavior is ContextExhaustionBehavior.COMPACT_IN_PLACE)
+
+
+def test_demo_behaviour_names_are_checked() -> None:
+    result = invoke("demo", "--fast", "--behavior", "forget_everything")
+    assert result.exit_code == 2
+    assert "forget_everything" in result.output
+
+
+# --------------------------------------------------------------------------- list / show
+
+
+@pytest.fixture(scope="module")
+def demo_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+    """A finished threshold demo: (db, parent id, child id)."""
+    db = tmp_path_factory.mktemp("demo") / "segue.db"
+    result = runner.invoke(app, ["demo", "--fast", "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    parent = re.search(rf"^conversation ({ID}):", result.stdout, re.MULTILINE)
+    child = re.search(rf"child conversation ({ID})", result.stdout)
+    assert parent is not None
+    assert child is not None
+    return db, parent[1], child[1]
+
+
+def test_list_shows_parent_and_child(
+    demo_db: tuple[Path, str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db, parent, child = demo_db
+    monkeypatch.setenv("SEGUE_DB", str(db))  # the default --db
+    result = invoke("list")
+    assert result.exit_code == 0, result.output
+    rows = {line.split()[1]: line for line in result.stdout.splitlines() if re.search(ID, line)}
+    assert set(rows) == {parent, child}
+    assert "context_exhausted" in rows[parent]
+    assert re.search(rf"{child}\s+│\s*$", rows[parent])  # the parent's child column
+    assert parent in rows[child]  # the child's parent column
+    assert "/ 24,000" in rows[child]
+    assert "threshold_based_continuation" in rows[child]
+
+
+def test_show_prints_messages_and_transition_log(demo_db: tuple[Path, str, str]) -> None:
+    db, parent, _ = demo_db
+    result = invoke("show", parent, "--db", str(db))
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert f"{parent}: segue-demo, threshold_based_continuation, context_exhausted" in out
+    assert re.search(r"│ 1\s+│ user\s+│ 1/1 │ Tell me more about topic 1\.", out)
+    assert "-> lookup(" in out  # the assistant's tool call
+    assert re.search(r"│ continuation\s+│ 1/1 │ Continuation summary:", out)
+    assert re.search(r"│ user_message\s+│ idle -> llm_requesting\s+│", out)
+    assert re.search(r"llm_requesting -> awaiting_continuation\s+│ [\d,]+\s+│ threshold", out)
+    assert "notify_context_warning" in out
+    assert "awaiting_continuation -> context_exhausted" in out
+
+
+def test_show_unknown_id_is_one_line(demo_db: tuple[Path, str, str]) -> None:
+    db, _, _ = demo_db
+    result = invoke("show", "nope", "--db", str(db))
+    assert result.exit_code == 2
+    assert one_error_line(result) == "error: no conversation 'nope' in this store"
+
+
+def test_inspecting_a_missing_db_does_not_create_it(tmp_path: Path) -> None:
+    db = tmp_path / "missing.db"
+    result = invoke("list", "--db", str(db))
+    assert result.exit_code == 2
+    assert one_error_line(result).startswith(f"error: no database at {db}")
+    assert not db.exists()
+
+
+@pytest.mark.slow
+def test_a_locked_store_is_one_line(demo_db: tuple[Path, str, str]) -> None:
+    db, _, _ = demo_db
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process's writer, for longer than busy_timeout
+    try:
+        reading = invoke("list", "--db", str(db))
+        writing = invoke("demo", "--fast", "--db", str(db))
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert reading.exit_code == 0, reading.output  # WAL: a writer does not block readers
+    assert writing.exit_code == 1
+    assert one_error_line(writing).startswith("error: database is locked")
+
+
+def test_diagram_is_mermaid() -> None:
+    result = invoke("diagram")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("stateDiagram-v2\n")
+    assert result.stdout.rstrip("\n") == mermaid(load_rows()).rstrip("\n")
+    assert "awaiting_continuation --> context_exhausted" in result.stdout
+
+
+# --------------------------------------------------------------------------- chat
+
+
+def test_chat_without_a_key_is_a_setup_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    db = tmp_path / "chat.db"
+    result = invoke("chat", "--db", str(db), stdin="hello\n")
+    assert result.exit_code == 2
+    assert one_error_line(result).startswith("error: ANTHROPIC_API_KEY is not set")
+    assert not db.exists()
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAnthropicServer]:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    reply = MessageReply(text="Hello from the fake API.", usage=Usage(input_tokens=1_000))
+    with FakeAnthropicServer(default=reply) as fake:
+        yield fake
+
+
+def chat(server: FakeAnthropicServer, db: Path, stdin: str, *args: str) -> Result:
+    return invoke("chat", "--base-url", server.url, "--db", str(db), *args, stdin=stdin)
+
+
+def test_chat_prints_each_reply_and_the_meter(server: FakeAnthropicServer, tmp_path: Path) -> None:
+    result = chat(server, tmp_path / "chat.db", "hello there\nand again\n")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.count("Hello from the fake API.") == 2
+    assert len(re.findall(r"1,005 / 200,000\s+0\.5%\s+idle", result.stdout)) == 2
+    sent = [r.body["messages"] for r in server.message_requests()]
+    assert len(sent) == 2
+    assert "hello there" in str(sent[0])
+    assert "and again" in str(sent[1])
+    for request in server.message_requests():  # the key from the environment was used
+        assert any(KEY in value for value in request.headers.values())
+
+
+def test_chat_with_an_unknown_model_is_a_setup_error(
+    server: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    result = chat(server, tmp_path / "chat.db", "hello\n", "--model", "claude-nonesuch-9")
+    assert result.exit_code == 2
+    assert one_error_line(result).startswith("error: unknown model 'claude-nonesuch-9'")
+    assert server.message_requests() == []
+
+
+def test_chat_reports_a_model_failure_mid_conversation(
+    server: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    server.enqueue(ErrorReply(404, "not_found_error", "model: claude-sonnet-4-6"))
+    result = chat(server, tmp_path / "chat.db", "hello\nnever sent\n")
+    assert result.exit_code == 1
+    assert "unknown model 'claude-sonnet-4-6'" in one_error_line(result)
+    assert len(server.message_requests()) == 1
+
+
+def test_chat_on_an_exhausted_conversation_hints_at_new(
+    server: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    server.enqueue(MessageReply(text="A long answer.", usage=Usage(input_tokens=185_000)))
+    db = tmp_path / "chat.db"
+    result = chat(server, db, "fill it up\nstill there?\n")
+    assert result.exit_code == 1
+    assert "this conversation is read-only now" in result.stdout
+    error = one_error_line(result)
+    assert re.match(rf"error: Conversation {ID} is read-only: .*Hint: type /new", error)
+    assert len(server.message_requests()) == 2  # the turn and the continuation summary
+
+    parent = re.search(rf"Conversation ({ID})", error)
+    assert parent is not None
+    resumed = chat(server, db, "/new\nhello child\n", "--conversation", parent[1])
+    assert resumed.exit_code == 0, resumed.output
+    assert re.search(rf"continuing in conversation {ID} \(parent {parent[1]}\)", resumed.stdout)
+    assert "Hello from the fake API." in resumed.stdout

@@ -1,0 +1,248 @@
+"""``PostgresStore`` against a real, throwaway PostgreSQL cluster.
+
+A session fixture runs ``initdb`` into a temporary directory (as the ``postgres`` user when the
+tests run as root, since PostgreSQL refuses to run as root), starts the server on a free port on
+127.0.0.1 with ``pg_ctl``, and stops it at the end. Every test gets a fresh database. The
+contract tests of ``test_stores`` run here unchanged; the tests below them cover what only a
+server shows (persistence across connections, two stores racing, a half-failed commit, a lock
+held by another session). Skipped only when the PostgreSQL binaries are not installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import itertools
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import test_stores
+from segue import CancelRequest, Message, UserMessage
+from segue.executor.codec import dump_effect
+from segue.executor.ports import (
+    ConcurrentUpdateError,
+    SegueError,
+    Store,
+    StoredConversation,
+)
+from segue.executor.postgres_store import SCHEMA_VERSION, PostgresStore
+from segue.executor.sqlite_store import StoreLockedError
+from test_stores import fresh, make_commit, paused, pending_kinds, run, step, tool_turn
+
+pytestmark = pytest.mark.slow
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+# The contract: every test of test_stores that takes the ``store`` fixture runs here too, with
+# the ``store`` fixture below (a PostgresStore on a fresh database) in place of the originals.
+globals().update(
+    {
+        name: test
+        for name, test in vars(test_stores).items()
+        if name.startswith("test_") and "store" in inspect.signature(test).parameters
+    }
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _pg(tool: str, *args: str, check: bool = True) -> None:
+    """Run one of the server's tools; as ``postgres`` when we are root (the server refuses
+    root)."""
+    command = [str(PG_BIN / tool), *args]
+    if os.geteuid() == 0:
+        command = ["runuser", "-u", "postgres", "--", *command]
+    subprocess.run(command, check=check, capture_output=True)  # noqa: S603  # fixed binary, no shell
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[str]:
+    """A running throwaway cluster; yields the conninfo of its maintenance database."""
+    if not (PG_BIN / "initdb").exists() or not (PG_BIN / "pg_ctl").exists():
+        pytest.skip(f"PostgreSQL 15 binaries not found in {PG_BIN}")
+    # Not pytest's tmp_path: its parents are private to root and the server user must reach it.
+    base = Path(tempfile.mkdtemp(prefix="segue-pg-"))
+    if os.geteuid() == 0:
+        server = pwd.getpwnam("postgres")
+        os.chown(base, server.pw_uid, server.pw_gid)
+    data, log = base / "data", base / "server.log"
+    port = _free_port()
+    _pg("initdb", "-D", str(data), "-U", "postgres", "--auth=trust", "-N")
+    options = f"-p {port} -c listen_addresses=127.0.0.1 -k {base} -c fsync=off"
+    _pg("pg_ctl", "-D", str(data), "-l", str(log), "-o", options, "-w", "start")
+    try:
+        yield f"host=127.0.0.1 port={port} user=postgres dbname=postgres"
+    finally:
+        _pg("pg_ctl", "-D", str(data), "-m", "fast", "stop", check=False)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+_numbers = itertools.count()
+
+
+@pytest.fixture
+def database(cluster: str) -> str:
+    """A fresh, empty database on the cluster; yields its conninfo."""
+    name = f"segue_test_{next(_numbers)}"
+    with psycopg.connect(cluster, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    return cluster.replace("dbname=postgres", f"dbname={name}")
+
+
+@pytest.fixture
+def store(database: str) -> Iterator[Store]:
+    made = PostgresStore(database)
+    yield made
+    run(made.close())
+
+
+# --------------------------------------------------------------------------- PostgreSQL only
+
+
+def test_postgres_keeps_everything_across_stores(database: str) -> None:
+    async def write() -> StoredConversation:
+        store = PostgresStore(database)
+        try:
+            last = await tool_turn(store)
+            await store.link_child("c1", "c2")
+            waiting = await store.create(fresh("w"), system=None)
+            await step(store, waiting, UserMessage(text="pending"))
+            _, made = await paused(store, "p")
+            await store.save_snapshot(made[0])
+            return last
+        finally:
+            await store.close()
+
+    async def read(last: StoredConversation) -> None:
+        store = PostgresStore(database)
+        try:
+            loaded = await store.load("c1")
+            assert loaded == dataclasses.replace(last, child_id="c2")
+            assert len(await store.messages("c1")) == 4
+            assert len(await store.transitions("c1")) == 4
+            assert sorted(await store.with_pending()) == ["p", "w"]
+            assert [s.version for s in await store.snapshots("p")] == [1]
+        finally:
+            await store.close()
+
+    run(read(run(write())))
+
+
+def test_postgres_schema_is_versioned(database: str) -> None:
+    run(_create_and_close(database))
+    with psycopg.connect(database, autocommit=True) as raw:
+        assert raw.execute("SELECT version FROM segue_schema").fetchall() == [(SCHEMA_VERSION,)]
+        raw.execute("UPDATE segue_schema SET version = 999")
+
+    async def reopen() -> None:
+        store = PostgresStore(database)
+        try:
+            with pytest.raises(SegueError, match="schema version 999"):
+                await store.load("c1")
+        finally:
+            await store.close()
+
+    run(reopen())
+
+
+async def _create_and_close(database: str) -> None:
+    store = PostgresStore(database)
+    try:
+        await store.create(fresh(), system=None)
+    finally:
+        await store.close()
+
+
+def test_postgres_two_stores_one_commit_wins(database: str) -> None:
+    async def scenario() -> None:
+        one, two = PostgresStore(database), PostgresStore(database)
+        try:
+            await one.create(fresh(), system=None)
+            seen_by_one, seen_by_two = await one.load("c1"), await two.load("c1")
+            results = await asyncio.gather(
+                one.commit(make_commit(seen_by_one, UserMessage(text="from one"))),
+                two.commit(make_commit(seen_by_two, UserMessage(text="from two"))),
+                return_exceptions=True,
+            )
+            winners = [r for r in results if isinstance(r, StoredConversation)]
+            losers = [r for r in results if isinstance(r, BaseException)]
+            assert len(winners) == 1
+            assert len(losers) == 1
+            assert isinstance(losers[0], ConcurrentUpdateError)
+            assert len(await two.messages("c1")) == 1
+            assert await one.load("c1") == winners[0]
+        finally:
+            await one.close()
+            await two.close()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("table", ["messages", "outbox"])
+def test_postgres_a_commit_failing_half_way_leaves_nothing(database: str, table: str) -> None:
+    async def scenario() -> None:
+        store = PostgresStore(database)
+        try:
+            before = await store.create(fresh(), system=None)
+            with psycopg.connect(database, autocommit=True) as raw:
+                if table == "messages":
+                    raw.execute(
+                        "INSERT INTO messages VALUES ('c1', 1, 'user', %s)",
+                        (Message(kind="user", text="planted").model_dump_json(),),
+                    )
+                else:
+                    raw.execute(
+                        "INSERT INTO outbox VALUES ('c1', 1, %s)", (dump_effect(CancelRequest()),)
+                    )
+            commit = make_commit(before, UserMessage(text="real"))
+            with pytest.raises(psycopg.errors.UniqueViolation):
+                await store.commit(commit)
+            after = await store.load("c1")
+            assert after.version == 1
+            assert after.state == before.state
+            assert await store.transitions("c1") == []
+            texts = [m.text for m in await store.messages("c1")]
+            assert texts == (["planted"] if table == "messages" else [])
+            assert pending_kinds(after) == (["cancel_request"] if table == "outbox" else [])
+            with psycopg.connect(database, autocommit=True) as raw:
+                raw.execute(f"DELETE FROM {table}")  # noqa: S608  # a literal table name
+            landed = await store.commit(commit)
+            assert landed.version == 2
+            assert [(m.seq, m.text) for m in await store.messages("c1")] == [(1, "real")]
+            assert [p.id for p in landed.pending] == [1]
+        finally:
+            await store.close()
+
+    run(scenario())
+
+
+def test_postgres_lock_held_elsewhere_raises_store_locked(database: str) -> None:
+    async def scenario() -> None:
+        store = PostgresStore(database, lock_timeout=0.2)
+        try:
+            stored = await store.create(fresh(), system=None)
+            with psycopg.connect(database) as holder:
+                holder.execute("SELECT * FROM conversations WHERE id = 'c1' FOR UPDATE")
+                with pytest.raises(StoreLockedError, match="database is locked: another process"):
+                    await store.commit(make_commit(stored, UserMessage(text="blocked")))
+                holder.rollback()
+            landed = await store.commit(make_commit(stored, UserMessage(text="later")))
+            assert landed.version == 2
+        finally:
+            await store.close()
+
+    run(scenario())

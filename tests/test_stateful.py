@@ -1,0 +1,171 @@
+"""The shipped state machine (``segue.testing.ConversationMachine``) against the real core.
+
+The first test is the one users copy: ``transition()`` keeps every invariant over random runs.
+The rest prove that each invariant can fail: a deliberately broken transition function, checked
+by a machine with only that invariant switched on, must be caught. Without them a machine whose
+invariants were vacuous (checking the wrong step, or nothing) would pass just the same.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import INVARIANT_MARKER, run_state_machine_as_test
+
+from segue import (
+    ConversationState,
+    Idle,
+    LlmError,
+    LlmResponse,
+    RequestLlm,
+    ToolResult,
+    UserCancel,
+    UserMessage,
+    transition,
+)
+from segue.effects import AppendMessage, Effect
+from segue.testing import ConversationMachine, InvariantError, TransitionFunction
+
+TestConversationMachine = ConversationMachine.TestCase
+TestConversationMachine.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+
+Result = tuple[ConversationState, tuple[Effect, ...]]
+
+INVARIANTS = sorted(
+    name
+    for name, member in inspect.getmembers(ConversationMachine)
+    if hasattr(member, INVARIANT_MARKER)
+)
+
+
+def test_the_machine_checks_the_promised_invariants() -> None:
+    assert INVARIANTS == [
+        "attempts_bounded",
+        "exhausted_is_absorbing",
+        "late_answers_ignored",
+        "no_tools_past_threshold",
+        "occupancy_never_summed",
+        "one_request_in_flight",
+        "phase_matches_world",
+        "preflight_before_requests",
+        "tool_calls_paired",
+        "values_valid",
+    ]
+
+
+# --------------------------------------------------------------------------- broken cores
+
+
+def summing_usage(state: ConversationState, event: Any) -> Result:
+    """Adds each response's usage to the last figure: the classic 'reads 3x too full' bug."""
+    after, effects = transition(state, event)
+    if (
+        isinstance(event, LlmResponse)
+        and state.context_tokens is not None
+        and after.context_tokens is not None
+        and after.context_tokens != state.context_tokens
+    ):
+        after = after.model_copy(
+            update={"context_tokens": state.context_tokens + after.context_tokens}
+        )
+    return after, effects
+
+
+def tools_despite_threshold(state: ConversationState, event: Any) -> Result:
+    """Checks the threshold only on responses without tool calls."""
+    if isinstance(event, LlmResponse) and event.tool_calls:
+        return transition(state, event.model_copy(update={"usage": None}))
+    return transition(state, event)
+
+
+def reopening_exhausted(state: ConversationState, event: Any) -> Result:
+    """Lets a read-only conversation take user messages again."""
+    if state.phase.kind == "context_exhausted" and isinstance(event, UserMessage):
+        return transition(state.with_phase(Idle()), event)
+    return transition(state, event)
+
+
+def forgetting_cancelled_tools(state: ConversationState, event: Any) -> Result:
+    """Cancels running tools without recording error results for them."""
+    after, effects = transition(state, event)
+    if state.phase.kind == "tool_executing" and isinstance(event, UserCancel):
+        effects = tuple(effect for effect in effects if not isinstance(effect, AppendMessage))
+    return after, effects
+
+
+def double_request(state: ConversationState, event: Any) -> Result:
+    """Sends the first request of a turn twice."""
+    after, effects = transition(state, event)
+    if state.phase.kind == "idle" and after.phase.kind == "llm_requesting":
+        effects = (*effects, RequestLlm())
+    return after, effects
+
+
+def unbounded_retries(state: ConversationState, event: Any) -> Result:
+    """Retries LLM errors past the configured bound."""
+    if isinstance(event, LlmError):
+        loose = state.config.model_copy(update={"max_attempts": 20})
+        after, effects = transition(state.model_copy(update={"config": loose}), event)
+        return after.model_copy(update={"config": state.config}), effects
+    return transition(state, event)
+
+
+def raising_on_stale_results(state: ConversationState, event: Any) -> Result:
+    """Looks up a tool result's call without checking it is still pending."""
+    if isinstance(event, ToolResult) and state.phase.kind != "tool_executing":
+        raise KeyError(event.tool_call_id)
+    return transition(state, event)
+
+
+def machine_checking_only(invariant: str, broken: TransitionFunction) -> type[ConversationMachine]:
+    """A ConversationMachine over ``broken`` with every other invariant switched off, so the
+    test shows that this one catches the bug (an undecorated override is not an invariant)."""
+
+    def off(_self: ConversationMachine) -> None:
+        return None
+
+    namespace: dict[str, Callable[..., Any]] = {
+        name: off for name in INVARIANTS if name != invariant
+    }
+    namespace["transition_function"] = staticmethod(broken)
+    return type(f"Broken_{invariant}", (ConversationMachine,), namespace)
+
+
+@pytest.mark.parametrize(
+    ("broken", "invariant"),
+    [
+        (summing_usage, "occupancy_never_summed"),
+        (tools_despite_threshold, "no_tools_past_threshold"),
+        (reopening_exhausted, "exhausted_is_absorbing"),
+        (forgetting_cancelled_tools, "tool_calls_paired"),
+        (double_request, "one_request_in_flight"),
+        (unbounded_retries, "attempts_bounded"),
+        (raising_on_stale_results, "transition never raises"),
+    ],
+)
+def test_a_broken_transition_is_caught(broken: TransitionFunction, invariant: str) -> None:
+    machine = machine_checking_only(invariant, broken)
+    quick = settings(
+        max_examples=400,
+        stateful_step_count=40,
+        deadline=None,
+        database=None,
+        phases=[Phase.generate],  # finding the bug is the point; shrinking it costs seconds
+        report_multiple_bugs=False,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    with pytest.raises(InvariantError, match=f"^{invariant}"):
+        run_state_machine_as_test(machine, settings=quick)  # type: ignore[no-untyped-call]
+
+
+def test_the_real_transition_passes_each_isolated_invariant() -> None:
+    """The isolating helper itself does not break anything: a correct core passes with any one
+    invariant on (so the failures above come from the broken cores)."""
+    machine = machine_checking_only("occupancy_never_summed", transition)
+    run_state_machine_as_test(  # type: ignore[no-untyped-call]  # untyped in hypothesis
+        machine, settings=settings(max_examples=20, stateful_step_count=20, deadline=None)
+    )
