@@ -238,8 +238,8 @@ class Reference:
 
     def step(self, event: Any) -> bool:
         """Feed ``event``; whether a row fired (``False``: nothing changed)."""
-        if event.kind not in self.machine.events:
-            return False
+        if event.kind not in self.machine.get_triggers(self.phase):
+            return False  # no row for the pair: nothing changes (and transitions logs nothing)
         return bool(cast(Any, self.model).trigger(event.kind, event=event))
 
     def select(self, event: Any) -> Row | None:
@@ -369,12 +369,12 @@ class Reference:
         source, target = row.phase, row.target
         if target == "tool_executing" and source != target:
             self.waiting = list(dict.fromkeys(call.id for call in event.tool_calls))
-        elif target == "failed" and source != target:
+        elif target == "failed" and (source != target or row.behavior != "*"):
             self.recoverable = row.event == "llm_error" and row.guard in (
                 "retryable_attempts_spent",
                 "not_retryable",
             )
-        elif target == "paused":
+        elif target == "paused" and source != target:
             checkpoint = extract_checkpoint(_checkpoint_text(event))
             self.snapshots += 1
             self.snapshot = SessionSnapshot(
@@ -398,11 +398,14 @@ class Reference:
         self.attempt, self.retry = 1, False
         if row.behavior != "*":  # the exhaustion path: a restart checkpoint or a compaction
             self.purpose = "restart"
+            # Mid-task (resume at once): tools were asked for, the provider overflowed, or
+            # pre-flight stopped a request; not after a finished turn or a manual trigger.
             base = row.guard.removesuffix("_at_bound")
+            overflowed = getattr(event, "stop_reason", "") == "model_context_window_exceeded"
             self.resume_after = (
-                bool(event.tool_calls)
+                bool(event.tool_calls) or overflowed
                 if base == "crosses_continuation"
-                else (base in ("preflight_over", "context_overflow", "window_exceeded"))
+                else base in ("preflight_over", "context_overflow", "window_exceeded")
             )
         elif target == "awaiting_checkpoint":  # a pause taken at a turn boundary
             self.purpose = "pause"

@@ -426,6 +426,10 @@ def _occupancy(state: ConversationState) -> str:
     return f"{tokens:,} / {window:,} ({tokens / window:.0%})"
 
 
+def _status(state: ConversationState) -> tuple[str, str, str, str]:
+    return state.model, state.behavior.value, state.phase.kind, _occupancy(state)
+
+
 def _table(title: str, columns: str, rows: Iterable[Iterable[object]]) -> Table:
     """A table of plain text (never markup: cells quote model output); ids never wrap."""
     table = Table(title=Text(title))
@@ -442,10 +446,7 @@ async def _list(db: Path) -> None:
         conversations = await store.list_conversations()
     finally:
         await store.close()
-    rows = [
-        (s.id, s.model, s.behavior.value, s.phase.kind, _occupancy(s), s.parent_id, c.child_id)
-        for c, s in ((c, c.state) for c in conversations)
-    ]
+    rows = [(c.state.id, *_status(c.state), c.state.parent_id, c.child_id) for c in conversations]
     columns = "id|model|behavior|phase|tokens / window|parent|child"
     _console().print(_table(f"conversations in {db}", columns, rows))
 

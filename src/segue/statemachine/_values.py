@@ -24,6 +24,7 @@ class Frozen(BaseModel):
 
     _defaults: ClassVar[dict[str, Any]] = {}
     _all_fields: ClassVar[frozenset[str]] = frozenset()
+    _field_names: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
@@ -34,6 +35,7 @@ class Frozen(BaseModel):
                 defaults[name] = info.default
         cls._defaults = defaults
         cls._all_fields = frozenset(cls.model_fields)
+        cls._field_names = tuple(cls.model_fields)
 
     @classmethod
     def _make(cls, **fields: Any) -> Self:
@@ -42,8 +44,11 @@ class Frozen(BaseModel):
         Fields with a ``default_factory`` must be passed explicitly.
         """
         obj = cls.__new__(cls)
-        values = dict(cls._defaults)
-        values.update(fields)
+        # Field order, as pydantic builds it: serialisation follows the dict's order.
+        defaults = cls._defaults
+        values = {
+            name: fields[name] if name in fields else defaults[name] for name in cls._field_names
+        }
         _set(obj, "__dict__", values)
         _set(obj, "__pydantic_fields_set__", set(cls._all_fields))
         _set(obj, "__pydantic_extra__", None)

@@ -591,10 +591,16 @@ def _sequence(
     first = draw(start)
     state = first
     drawn: list[Event] = []
-    for _ in range(draw(st.integers(*sizes))):
+    min_size, max_size = sizes
+    moved = False
+    while len(drawn) < max_size:
+        if len(drawn) >= min_size and draw(st.integers(0, 3 if moved else 15)) == 0:
+            break  # more likely right after a phase change: short-lived phases end sequences too
         event = draw(events_for(state, noise=noise))
         drawn.append(event)
+        before = state.phase.kind
         state, _ = transition_function(state, event)
+        moved = state.phase.kind != before
     return EventSequence(start=first, events=tuple(drawn))
 
 
