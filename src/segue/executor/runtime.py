@@ -407,26 +407,16 @@ class Runtime:
             ]
         if isinstance(effect, ExecuteTools):
             return list(await self._run_tools(stored, effect))
-        if isinstance(effect, RequestContinuation):
+        if isinstance(effect, RequestContinuation | RequestCheckpoint):
+            purpose, instruction, to_event = _SUMMARY_REQUESTS[type(effect)]
             return [
                 await self._ask(
                     stored,
-                    "continuation",
-                    instruction=CONTINUATION_INSTRUCTION,
+                    purpose,
+                    instruction=instruction,
                     rejected=effect.rejected_tool_calls,
                     trim_level=effect.trim_level,
-                    to_event=_continuation_event,
-                )
-            ]
-        if isinstance(effect, RequestCheckpoint):
-            return [
-                await self._ask(
-                    stored,
-                    "checkpoint",
-                    instruction=CHECKPOINT_PROMPT,
-                    rejected=effect.rejected_tool_calls,
-                    trim_level=effect.trim_level,
-                    to_event=_checkpoint_event,
+                    to_event=to_event,
                 )
             ]
         if isinstance(effect, RequestCompaction):
@@ -607,6 +597,15 @@ def _checkpoint_event(outcome: LlmReply | LlmCallError) -> Event:
             context_overflow=outcome.context_overflow,
         )
     return CheckpointResponse(text=outcome.text, usage=outcome.usage)
+
+
+_SUMMARY_REQUESTS: dict[
+    type[Effect], tuple[Purpose, str, Callable[[LlmReply | LlmCallError], Event]]
+] = {
+    RequestContinuation: ("continuation", CONTINUATION_INSTRUCTION, _continuation_event),
+    RequestCheckpoint: ("checkpoint", CHECKPOINT_PROMPT, _checkpoint_event),
+}
+"""The two tool-less requests that differ only in purpose, prompt and resulting event."""
 
 
 def failure_of(state: ConversationState) -> tuple[ErrorKind, str] | None:
