@@ -8,11 +8,10 @@ since a strategy that never reaches a phase would make every property above quie
 
 from __future__ import annotations
 
-import json
 from typing import Any, get_args
 
 import pytest
-from hypothesis import HealthCheck, find, given, settings
+from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
 from segue import (
@@ -155,7 +154,7 @@ def test_reachable_states_survive_the_codec(state: ConversationState) -> None:
     text = dump_state(state)
     loaded = load_state(text)
     assert loaded == state
-    assert json.loads(dump_state(loaded)) == json.loads(text)
+    assert dump_state(loaded) == text
 
 
 def test_a_state_dumps_to_the_same_text_after_a_reload() -> None:
@@ -246,13 +245,24 @@ def test_events_refuse_unknown_kinds() -> None:
         events(kinds=("llm_reply",))
 
 
-@pytest.mark.parametrize("kind", get_args(PhaseKind))
-def test_states_reach_every_phase(kind: str) -> None:
-    found = find(
+def test_states_reach_every_phase() -> None:
+    """One derandomized pass (so it cannot flake): every phase shows up as a drawn state."""
+    every_phase = set(get_args(PhaseKind))
+    seen: set[str] = set()
+
+    def all_seen(state: ConversationState) -> bool:
+        seen.add(state.phase.kind)
+        return seen >= every_phase
+
+    find(
         states(),
-        lambda state: state.phase.kind == kind,
+        all_seen,
         settings=settings(
-            database=None, max_examples=2_000, suppress_health_check=[HealthCheck.too_slow]
+            database=None,
+            max_examples=2_000,
+            phases=[Phase.generate],
+            derandomize=True,
+            suppress_health_check=[HealthCheck.too_slow],
         ),
     )
-    assert found.phase.kind == kind
+    assert seen == every_phase

@@ -6,45 +6,68 @@ ships ``zarr.testing.stateful`` for store implementers). ``strategies`` generate
 including reachable states; ``stateful.ConversationMachine`` drives a transition function and
 checks the invariants after every step::
 
+    from hypothesis import settings
     from segue.testing import ConversationMachine
 
     TestConversationMachine = ConversationMachine.TestCase  # pytest collects it
+    TestConversationMachine.settings = settings(max_examples=150, deadline=None)
 
-Requires ``hypothesis``, a dev dependency of segue (``pip install segue[dev]``); importing this
-package without it raises ``ImportError``. The fake Anthropic server in
-``segue.testing.anthropic_server`` is separate and needs only the standard library.
+Requires ``hypothesis``, a dev dependency of segue (``pip install segue[dev]``): the names below
+are imported on first use, and raise ``ImportError`` without it. They are lazy so that the fake
+Anthropic server, ``segue.testing.anthropic_server`` (standard library only), can be imported
+and run as ``python -m segue.testing.anthropic_server`` where hypothesis is not installed.
 """
 
-from segue.testing.stateful import ConversationMachine, InvariantError, Step
-from segue.testing.strategies import (
-    EVENT_KINDS,
-    TOOL_CALL_IDS,
-    EventSequence,
-    TransitionFunction,
-    configs,
-    conversations,
-    event_sequences,
-    events,
-    events_for,
-    states,
-    tool_calls,
-    usages,
-)
+from __future__ import annotations
 
-__all__ = [
-    "EVENT_KINDS",
-    "TOOL_CALL_IDS",
-    "ConversationMachine",
-    "EventSequence",
-    "InvariantError",
-    "Step",
-    "TransitionFunction",
-    "configs",
-    "conversations",
-    "event_sequences",
-    "events",
-    "events_for",
-    "states",
-    "tool_calls",
-    "usages",
-]
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a re-export)
+    from segue.testing.stateful import ConversationMachine as ConversationMachine
+    from segue.testing.stateful import InvariantError as InvariantError
+    from segue.testing.stateful import Step as Step
+    from segue.testing.strategies import EVENT_KINDS as EVENT_KINDS
+    from segue.testing.strategies import TOOL_CALL_IDS as TOOL_CALL_IDS
+    from segue.testing.strategies import EventSequence as EventSequence
+    from segue.testing.strategies import TransitionFunction as TransitionFunction
+    from segue.testing.strategies import configs as configs
+    from segue.testing.strategies import conversations as conversations
+    from segue.testing.strategies import event_sequences as event_sequences
+    from segue.testing.strategies import events as events
+    from segue.testing.strategies import events_for as events_for
+    from segue.testing.strategies import states as states
+    from segue.testing.strategies import tool_calls as tool_calls
+    from segue.testing.strategies import usages as usages
+
+_LAZY = {
+    "ConversationMachine": "segue.testing.stateful",
+    "InvariantError": "segue.testing.stateful",
+    "Step": "segue.testing.stateful",
+    "EVENT_KINDS": "segue.testing.strategies",
+    "TOOL_CALL_IDS": "segue.testing.strategies",
+    "EventSequence": "segue.testing.strategies",
+    "TransitionFunction": "segue.testing.strategies",
+    "configs": "segue.testing.strategies",
+    "conversations": "segue.testing.strategies",
+    "event_sequences": "segue.testing.strategies",
+    "events": "segue.testing.strategies",
+    "events_for": "segue.testing.strategies",
+    "states": "segue.testing.strategies",
+    "tool_calls": "segue.testing.strategies",
+    "usages": "segue.testing.strategies",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        msg = f"module 'segue.testing' has no attribute {name!r}"
+        raise AttributeError(msg)
+    import importlib  # noqa: PLC0415  # only when a hypothesis-backed name is first used
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = list(_LAZY)

@@ -6,12 +6,21 @@ read-only, occupancy is measured and never summed, every ``tool_use`` gets its `
 A backend that wraps or reimplements ``transition`` can check it keeps them by subclassing
 ``ConversationMachine`` and pointing ``transition_function`` at its own callable::
 
-    from segue.testing import ConversationMachine
+    from hypothesis import settings
+    from segue.testing import ConversationMachine, conversations
 
     class MyBackendMachine(ConversationMachine):
         transition_function = staticmethod(my_backend.transition)
 
+        @classmethod
+        def initial_states(cls):  # optional: the conversations each run starts from
+            return conversations(behaviors=["checkpoint_restart"])
+
     TestMyBackend = MyBackendMachine.TestCase  # collected by pytest or unittest
+    TestMyBackend.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+
+An invariant a backend does not promise is switched off by overriding it with a plain method
+(without ``@invariant()``).
 
 The machine plays the world honestly: it answers the request the conversation is waiting for,
 runs the tools it was asked to run and fires the retry timers it was asked to set, and it also

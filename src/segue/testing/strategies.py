@@ -121,8 +121,8 @@ conversation, so it dominates here too, while every other kind still shows up.""
 
 _MODELS: Final = ("claude-sonnet-4-5", "claude-opus-4-6", "claude-haiku-4-5", "not-a-known-model")
 _WINDOWS: Final = (200, 1_000, 8_192, 200_000, 1_000_000)
-"""Windows worth hitting on purpose: smaller than a checkpoint seed is tall (about 85 tokens
-at 200 x 0.4), small enough for estimates to matter, and the real 200k and 1M windows."""
+"""Windows worth hitting on purpose: one where a checkpoint seed (about 85 tokens) may not fit
+a fresh session, small ones where token estimates decide, and the real 200k and 1M windows."""
 _RATIOS: Final = (0.5, 0.8, 0.85, 0.9, 0.95, 1.0)
 _TOOL_NAMES: Final = ("read_file", "bash", "search")
 _STOP_REASONS: Final = (
