@@ -41,6 +41,8 @@ from test_stores import fresh, make_commit, paused, pending_kinds, run, step, to
 
 pytestmark = pytest.mark.slow
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
+_PREFIX = "segue-pg-"
+_OWNER = "owner.pid"
 
 # The contract: every test of test_stores that takes the ``store`` fixture runs here too, with
 # the ``store`` fixture below (a PostgresStore on a fresh database) in place of the originals.
@@ -69,13 +71,39 @@ def _pg(tool: str, *args: str, check: bool = True) -> None:
     subprocess.run(command, check=check, capture_output=True)  # noqa: S603  # fixed binary, no shell
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    return True
+
+
+def _reap_orphans() -> None:
+    """Stop clusters of earlier runs killed before their teardown could (``timeout`` sends
+    SIGTERM, which skips ``finally``). Only directories naming a dead owner are touched: a
+    cluster serving a run still going on is left alone."""
+    for base in Path(tempfile.gettempdir()).glob(f"{_PREFIX}*"):
+        try:
+            owner = int((base / _OWNER).read_text())
+        except (OSError, ValueError):
+            continue
+        if not _alive(owner):
+            _pg("pg_ctl", "-D", str(base / "data"), "-m", "immediate", "stop", check=False)
+            shutil.rmtree(base, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[str]:
     """A running throwaway cluster; yields the conninfo of its maintenance database."""
     if not (PG_BIN / "initdb").exists() or not (PG_BIN / "pg_ctl").exists():
         pytest.skip(f"PostgreSQL 15 binaries not found in {PG_BIN}")
     # Not pytest's tmp_path: its parents are private to root and the server user must reach it.
-    base = Path(tempfile.mkdtemp(prefix="segue-pg-"))
+    _reap_orphans()
+    base = Path(tempfile.mkdtemp(prefix=_PREFIX))
+    (base / _OWNER).write_text(str(os.getpid()))
     if os.geteuid() == 0:
         server = pwd.getpwnam("postgres")
         os.chown(base, server.pw_uid, server.pw_gid)
