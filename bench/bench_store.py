@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import statistics
 import sys
@@ -89,6 +90,7 @@ class Driver:
         """Best mean seconds per commit over ``batches`` batches of ``turns`` turns."""
         best = float("inf")
         for _ in range(batches):
+            gc.collect()  # start each batch from a collected heap, at either size alike
             start = time.perf_counter()
             for _ in range(turns):
                 await self.turn()
@@ -111,6 +113,7 @@ async def throughput(make: Callable[[], Store], turns: int, batches: int) -> tup
             await driver.turn()  # warm the statement cache and the pages
         rates: list[float] = []
         for _ in range(batches):
+            gc.collect()
             start = time.perf_counter()
             for _ in range(turns):
                 for driver in drivers:
@@ -139,7 +142,7 @@ async def growth(make: Callable[[], Store], turns: int, batches: int) -> tuple[f
 
 
 async def main(quick: bool) -> int:
-    turns, batches = (25, 5) if quick else (100, 9)
+    turns, batches = (25, 9) if quick else (100, 15)
     failures = 0
     load, cpus = os.getloadavg()[0], os.cpu_count() or 1
     print(

@@ -522,27 +522,17 @@ class SqliteStore:
 
         return [
             TransitionRecord(
-                seq=seq,
-                event_kind=event_kind,
-                event_json=event,
-                from_phase=from_phase,
-                to_phase=to_phase,
-                context_tokens=context_tokens,
-                reason=reason,
-                effect_kinds=tuple(json.loads(effect_kinds)),
-                at=at,
+                seq=row[0],
+                event_kind=row[1],
+                event_json=row[2],
+                from_phase=row[3],
+                to_phase=row[4],
+                context_tokens=row[5],
+                reason=row[6],
+                effect_kinds=tuple(json.loads(row[7])),
+                at=row[8],
             )
-            for (
-                seq,
-                event_kind,
-                event,
-                from_phase,
-                to_phase,
-                context_tokens,
-                reason,
-                effect_kinds,
-                at,
-            ) in await self._run(work)
+            for row in await self._run(work)
         ]
 
     async def list_conversations(self) -> list[StoredConversation]:
