@@ -384,6 +384,13 @@ def test_bed023_manual_continuation_while_busy_changes_nothing() -> None:
 # =========================================================================== accounting
 
 
+@requirement("REQ-SEG-003")
+def test_seg003_a_summary_answer_above_the_window_is_an_anomaly() -> None:
+    playbook = summarising() >> ContinuationResponse(summary="done", usage=usage(WINDOW + 5))
+    playbook << [ReportAccountingAnomaly, continuation("done"), NotifyContextExhausted]
+    assert playbook.state.context_tokens == THRESHOLD
+
+
 @requirement("REQ-SEG-001")
 def test_seg001_occupancy_sums_the_four_usage_fields() -> None:
     def four(cache_read: int) -> Usage:
@@ -1004,7 +1011,8 @@ def test_seg015_compactions_are_bounded() -> None:
         "append_message",
         RequestLlm(),
     ]
-    playbook >> reply(THRESHOLD) << [warning(THRESHOLD), "append_message", NotifyFailed]
+    # The warning was given in generation 1: a new generation is the same session, so none.
+    playbook >> reply(THRESHOLD) << ["append_message", NotifyFailed]
     assert playbook.phase.error_kind is ErrorKind.CONTINUATION_LIMIT
     zero = asking(B.COMPACT_IN_PLACE, max_continuations=0) >> reply(THRESHOLD)
     zero << [warning(THRESHOLD), "append_message", NotifyFailed]
@@ -1315,6 +1323,35 @@ def test_seg021_unknown_or_duplicate_tool_results_are_ignored() -> None:
     state = playbook.state
     for stale in ("toolu_1", "toolu_9"):
         assert transition(state, ToolResult(tool_call_id=stale, output="x")) == (state, ())
+
+
+@requirement("REQ-SEG-021", "REQ-SEG-019")
+def test_seg021_cancel_abandons_a_pause_checkpoint() -> None:
+    playbook = asking().given(PauseRequested(reason="deploy"), reply(100_000))
+    playbook.in_phase("awaiting_checkpoint")
+    playbook >> UserCancel() << [CancelRequest()]
+    playbook.in_phase("idle")
+    assert (playbook.state.pause_requested, playbook.state.snapshots) == (False, 0)
+
+
+@requirement("REQ-SEG-021", "REQ-SEG-014")
+def test_seg021_cancel_of_a_restart_checkpoint_drops_a_pending_pause() -> None:
+    playbook = asking(B.CHECKPOINT_RESTART).given(PauseRequested(), reply(THRESHOLD))
+    playbook.in_phase("awaiting_checkpoint")
+    playbook >> UserCancel()
+    playbook << [
+        CancelRequest(),
+        StartSession(session=2, reason="checkpoint_restart"),
+        user(continuation_prompt(""), session=2),
+    ]
+    playbook.in_phase("idle")
+    assert not playbook.state.pause_requested
+
+
+@requirement("REQ-SEG-021", "REQ-SEG-014")
+def test_seg021_rejected_tool_results_are_counted() -> None:
+    playbook = asking(B.CHECKPOINT_RESTART).given(reply(THRESHOLD, call(1), call(2)))
+    assert playbook.state.message_count == len(playbook.messages) == 4
 
 
 @requirement("REQ-SEG-021")

@@ -219,11 +219,6 @@ def run(state: ConversationState, events: list[Any]) -> tuple[ConversationState,
     return state, effects
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_on_llm_response's exhaustion path records an error result per rejected tool call "
-    "without counting it in message_count (the cancel path counts them)",
-)
 def test_message_count_counts_the_results_of_rejected_tools() -> None:
     call = ToolCall(id="toolu_01", name="bash")
     state, effects = run(
@@ -238,11 +233,6 @@ def test_message_count_counts_the_results_of_rejected_tools() -> None:
     assert state.message_count == len(recorded)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_on_cancel_checkpoint keeps pause_requested, so the restart it finishes sends a "
-    "pause checkpoint request at once; every other cancel clears the pending pause",
-)
 def test_a_cancel_leaves_no_request_in_flight() -> None:
     state, effects = run(
         new_conversation(model="claude-sonnet-4-5", behavior="checkpoint_restart"),

@@ -315,7 +315,12 @@ def _on_llm_response(state: ConversationState, event: LlmResponse) -> Result:
         effects.append(
             _message(state, kind="assistant", text=event.text, tool_calls=calls, usage=event.usage)
         )
-        effects += _not_run(state, calls, TOOL_NOT_RUN_CONTEXT)
+        if calls:
+            # Their error results are recorded messages, so they are counted; their tokens are
+            # not, since every exhaustion path leaves this context (new session, generation or
+            # an end) and the figure reported to the user stays the measured one.
+            effects += _not_run(state, calls, TOOL_NOT_RUN_CONTEXT)
+            state = state._evolve(message_count=state.message_count + len(calls))
         trigger: ExhaustionTrigger = (
             "overflow" if event.stop_reason == _WINDOW_EXCEEDED else ("threshold")
         )
@@ -386,7 +391,8 @@ def _on_retry_due(state: ConversationState, event: RetryDue) -> Result:
 
 
 def _on_cancel_request(state: ConversationState, _event: object) -> Result:
-    return state._evolve(phase=IDLE, pause_requested=False), (CancelRequest._make(),)
+    cancelled = state._evolve(phase=IDLE, pause_requested=False, pause_reason="")
+    return cancelled, (CancelRequest._make(),)
 
 
 # --------------------------------------------------------------------------- ToolExecuting
@@ -423,6 +429,7 @@ def _on_cancel_tools(state: ConversationState, _event: object) -> Result:
     cancelled = state._evolve(
         phase=IDLE,
         pause_requested=False,
+        pause_reason="",
         pending_tokens=state.pending_tokens + not_run_tokens,
         message_count=state.message_count + len(waiting),
     )
@@ -484,9 +491,18 @@ def _exhausted_with(state: ConversationState, summary: str, effects: list[Effect
     return exhausted, tuple(effects)
 
 
-def _measured_only(state: ConversationState, usage: Any) -> ConversationState:
+def _measured_only(
+    state: ConversationState, usage: Any, effects: list[Effect]
+) -> ConversationState:
+    """A summary answer's usage: occupancy when usable, an anomaly report above the window."""
     reported = reported_occupancy(usage)
-    if reported is None or reported > state.config.context_window:
+    if reported is None:
+        return state
+    window = state.config.context_window
+    if reported > window:
+        effects.append(
+            ReportAccountingAnomaly._make(reported_tokens=reported, context_window=window)
+        )
         return state
     return state._evolve(context_tokens=reported, pending_tokens=0)
 
@@ -497,7 +513,8 @@ def _on_continuation_response(state: ConversationState, event: ContinuationRespo
     summary = event.summary.strip()
     if not summary or event.stop_reason == _REFUSAL:
         summary = FALLBACK_SUMMARY
-    return _exhausted_with(_measured_only(state, event.usage), summary, [])
+    effects: list[Effect] = []
+    return _exhausted_with(_measured_only(state, event.usage, effects), summary, effects)
 
 
 def _on_continuation_failed(state: ConversationState, event: ContinuationFailed) -> Result:
@@ -585,7 +602,13 @@ def _on_checkpoint_failed(state: ConversationState, event: CheckpointFailed) -> 
 
 
 def _on_cancel_checkpoint(state: ConversationState, _event: object) -> Result:
-    return _checkpoint_taken(state, "", [CancelRequest._make()], resume=False)
+    """The user's cancel abandons a pending pause, as it does in every busy phase
+    (REQ-SEG-021). A restart still happens (the old session is over the threshold), seeded
+    with the minimal prompt and waiting for the user; a pause checkpoint just stops."""
+    calm = state._evolve(pause_requested=False, pause_reason="")
+    if cast(AwaitingCheckpoint, state.phase).purpose == "pause":
+        return calm._evolve(phase=IDLE), (CancelRequest._make(),)
+    return _checkpoint_taken(calm, "", [CancelRequest._make()], resume=False)
 
 
 def _on_resume(state: ConversationState, event: ResumeRequested) -> Result:
@@ -630,7 +653,8 @@ def _on_compaction_response(state: ConversationState, event: CompactionResponse)
         continuations=state.continuations + 1,
         context_tokens=None,
         pending_tokens=event.retained_tokens,
-        warned=event.retained_tokens >= config.warning_tokens,
+        # Once per session (REQ-BED-023): a new generation is the same session.
+        warned=state.warned or event.retained_tokens >= config.warning_tokens,
         message_count=state.message_count + 1,
     )
     effects: list[Effect] = [
