@@ -34,9 +34,9 @@ from segue.executor.ports import (
     SegueError,
     Store,
     StoredConversation,
+    StoreLockedError,
 )
 from segue.executor.postgres_store import SCHEMA_VERSION, PostgresStore
-from segue.executor.sqlite_store import StoreLockedError
 from test_stores import fresh, make_commit, paused, pending_kinds, run, step, tool_turn
 
 pytestmark = pytest.mark.slow

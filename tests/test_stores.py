@@ -42,12 +42,14 @@ from segue.executor.memory_store import MemoryStore
 from segue.executor.ports import (
     Commit,
     ConcurrentUpdateError,
+    ConversationExistsError,
     ConversationNotFoundError,
     SegueError,
     Store,
     StoredConversation,
+    StoreLockedError,
 )
-from segue.executor.sqlite_store import SCHEMA_VERSION, SqliteStore, StoreLockedError
+from segue.executor.sqlite_store import SCHEMA_VERSION, SqliteStore
 from segue.statemachine.checkpoint import SessionSnapshot
 
 T = TypeVar("T")
@@ -211,9 +213,8 @@ def test_create_then_load_gives_back_the_state(store: Store) -> None:
 def test_creating_an_existing_id_fails_and_keeps_the_first(store: Store) -> None:
     async def scenario() -> None:
         await store.create(fresh(), system="first")
-        with pytest.raises(SegueError, match="already exists") as caught:
+        with pytest.raises(ConversationExistsError, match="already exists"):
             await store.create(fresh(behavior="checkpoint_restart"), system="second")
-        assert not isinstance(caught.value, ConversationNotFoundError | ConcurrentUpdateError)
         loaded = await store.load("c1")
         assert loaded.system == "first"
         assert loaded.state == fresh()
@@ -390,6 +391,26 @@ def test_messages_are_in_order_and_after_seq_skips_the_start(store: Store) -> No
         assert await store.messages("c1", after_seq=2) == messages[2:]
         assert await store.messages("c1", after_seq=4) == []
         assert await store.messages("c1", after_seq=40) == []
+
+    run(scenario())
+
+
+def test_last_seq_comes_with_every_read_of_the_conversation(store: Store) -> None:
+    """``last_seq`` is read with the state, so a reader knows which messages go with it."""
+
+    async def scenario() -> None:
+        seed = [Message(kind="summary", text="before"), Message(kind="user", text="seeded")]
+        created = await store.create(fresh(), system=None, messages=seed)
+        assert created.last_seq == (await store.load("c1")).last_seq == 2
+        stored = await step(store, created, UserMessage(text="hello"))
+        assert stored.last_seq == (await store.load("c1")).last_seq == 3
+        cancelled = await step(store, stored, UserCancel(), completes=[stored.pending[0].id])
+        assert cancelled.version == stored.version + 1
+        assert cancelled.last_seq == (await store.load("c1")).last_seq == 3  # nothing appended
+        assert [m.seq for m in await store.messages("c1")] == [1, 2, 3]
+        assert await store.messages("c1", after_seq=cancelled.last_seq) == []
+        empty = await store.create(fresh("c2"), system=None)
+        assert empty.last_seq == (await store.load("c2")).last_seq == 0
 
     run(scenario())
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from segue.executor.ports import (
     Commit,
     ConcurrentUpdateError,
+    ConversationExistsError,
     ConversationNotFoundError,
     PendingEffect,
     SegueError,
@@ -64,6 +65,7 @@ class _Conversation:
             pending=tuple(self.outbox.values()) if with_pending else (),
             child_id=self.child_id,
             created_at=self.created_at,
+            last_seq=len(self.messages),
         )
 
 
@@ -118,7 +120,7 @@ class MemoryStore:
         conversation_id = state.config.id
         if conversation_id in self._conversations:
             msg = f"conversation {conversation_id!r} already exists"
-            raise SegueError(msg)
+            raise ConversationExistsError(msg)
         record = _Conversation(
             state=state,
             version=1,

@@ -28,8 +28,17 @@ class ConversationNotFoundError(SegueError, LookupError):
     """No conversation has this id in the store."""
 
 
+class ConversationExistsError(SegueError):
+    """``Store.create`` was given an id the store already holds; the first one is kept."""
+
+
 class ConcurrentUpdateError(SegueError):
     """Another writer committed to this conversation first (optimistic versioning)."""
+
+
+class StoreLockedError(SegueError):
+    """Another connection held the store's write lock for longer than the store waits
+    (``SqliteStore``'s ``busy_timeout``, ``PostgresStore``'s ``lock_timeout``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -169,6 +178,10 @@ class StoredConversation:
     pending: tuple[PendingEffect, ...] = ()
     child_id: str | None = None
     created_at: float = 0.0
+    last_seq: int = 0
+    """Seq of the transcript's last message when this was read (0: none), from the same read as
+    ``state``. Seqs are never reused, so a reader holding messages up to ``last_seq`` holds the
+    whole transcript that goes with ``state``; the runtime's view cache relies on it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -195,7 +208,22 @@ class Commit:
 
 
 class Store(Protocol):
-    """Persistence of conversations. Every method is atomic on its own."""
+    """Persistence of conversations. Every method is atomic on its own.
+
+    Behaviours every store shares (the contract tests in ``tests/test_stores.py`` check them):
+
+    - **Transcript seqs** are 1, 2, 3... per conversation in append order, seed messages first,
+      with no gaps and never reused; ``StoredConversation.last_seq`` is the last one.
+    - **Outbox ids** are unique within a conversation and increase in commit order; an id is
+      never handed out again, even after its effect was completed.
+    - **Versions** start at 1 and grow by one per commit; ``complete``, ``link_child`` and
+      snapshots do not change them.
+    - **Snapshots** are never overwritten: saving the same snapshot again is a no-op (a runtime
+      finishing its outbox after a crash does that), a different one under a used version
+      raises ``SegueError``.
+    - Every call about an unknown id raises ``ConversationNotFoundError``; a lock held elsewhere
+      for too long raises ``StoreLockedError``.
+    """
 
     async def create(
         self,
@@ -205,25 +233,29 @@ class Store(Protocol):
         messages: Sequence[Message] = (),
         at: float = 0.0,
     ) -> StoredConversation:
-        """Insert a new conversation (version 1) with optional seed messages; raise
-        ``SegueError`` if the id exists."""
+        """Insert a new conversation (version 1) with optional seed messages (seqs 1..n); raise
+        ``ConversationExistsError`` if the id exists."""
         ...
 
     async def load(self, conversation_id: str) -> StoredConversation:
-        """The current state, version and pending outbox; ``ConversationNotFoundError`` if none."""
+        """The current state, version, ``last_seq`` and pending outbox, read together;
+        ``ConversationNotFoundError`` if none."""
         ...
 
     async def commit(self, commit: Commit) -> StoredConversation:
         """Apply ``commit`` atomically (see ``Commit``); ``ConcurrentUpdateError`` if the
-        version moved. Returns the conversation as it now is."""
+        version moved. Returns the conversation as it now is (as ``load`` would return it), so
+        a writer never needs to load again after committing."""
         ...
 
     async def complete(self, conversation_id: str, effect_ids: Sequence[int]) -> None:
-        """Remove performed effects that produced no event (notifications, archives)."""
+        """Remove performed effects that produced no event (notifications, archives); ids no
+        longer pending are ignored (completing twice after a crash is harmless)."""
         ...
 
     async def messages(self, conversation_id: str, *, after_seq: int = 0) -> list[StoredMessage]:
-        """The transcript in order, from ``after_seq`` + 1."""
+        """The transcript in order, from ``after_seq`` + 1 (a reader that has the first
+        ``after_seq`` messages fetches only what is new)."""
         ...
 
     async def transitions(self, conversation_id: str) -> list[TransitionRecord]:

@@ -42,14 +42,15 @@ from segue.executor.memory_store import check_snapshot_unchanged
 from segue.executor.ports import (
     Commit,
     ConcurrentUpdateError,
+    ConversationExistsError,
     ConversationNotFoundError,
     PendingEffect,
     SegueError,
     StoredConversation,
     StoredMessage,
+    StoreLockedError,
     TransitionRecord,
 )
-from segue.executor.sqlite_store import StoreLockedError
 from segue.statemachine import ConversationState, Message
 from segue.statemachine.checkpoint import SessionSnapshot
 from segue.statemachine.effects import AppendMessage, Effect
@@ -238,10 +239,12 @@ class PostgresStore:
                             )
             except errors.UniqueViolation:
                 msg = f"conversation {conversation_id!r} already exists"
-                raise SegueError(msg) from None
+                raise ConversationExistsError(msg) from None
 
         await self._run(work)
-        return StoredConversation(state=state, version=1, system=system, created_at=at)
+        return StoredConversation(
+            state=state, version=1, system=system, created_at=at, last_seq=len(message_rows)
+        )
 
     async def load(self, conversation_id: str) -> StoredConversation:
         """The current state, version and pending outbox, read in one snapshot."""
@@ -250,7 +253,7 @@ class PostgresStore:
             async with conn.transaction():
                 await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 cur = await conn.execute(
-                    "SELECT state::text, version, system, child_id, created_at"
+                    "SELECT state::text, version, system, child_id, created_at, message_count"
                     " FROM conversations WHERE id = %s",
                     (conversation_id,),
                 )
@@ -269,6 +272,7 @@ class PostgresStore:
                 pending=tuple(PendingEffect(id=i, effect=load_effect(text)) for i, text in pending),
                 child_id=row[3],
                 created_at=row[4],
+                last_seq=row[5],
             )
 
         return await self._run(work)
@@ -374,6 +378,7 @@ class PostgresStore:
                 pending=pending,
                 child_id=child_id,
                 created_at=created_at,
+                last_seq=message_count,
             )
 
         return await self._run(work)

@@ -50,16 +50,22 @@ from segue.executor.memory_store import check_snapshot_unchanged
 from segue.executor.ports import (
     Commit,
     ConcurrentUpdateError,
+    ConversationExistsError,
     ConversationNotFoundError,
     PendingEffect,
     SegueError,
     StoredConversation,
     StoredMessage,
+    StoreLockedError,
     TransitionRecord,
 )
 from segue.statemachine import ConversationState, Message
 from segue.statemachine.checkpoint import SessionSnapshot
 from segue.statemachine.effects import AppendMessage, Effect
+
+__all__ = ["SCHEMA_VERSION", "SqliteStore", "StoreLockedError"]
+"""``StoreLockedError`` lives in ports (PostgresStore raises it too); re-exported for callers
+that imported it from here."""
 
 T = TypeVar("T")
 
@@ -121,10 +127,6 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
 _SQLITE_BUSY: Final = 5
 _SQLITE_LOCKED: Final = 6
 _MEMORY: Final = ":memory:"
-
-
-class StoreLockedError(SegueError):
-    """Another connection held the database's write lock for longer than ``busy_timeout``."""
 
 
 def _is_locked(error: sqlite3.OperationalError) -> bool:
@@ -329,7 +331,7 @@ class SqliteStore:
                 )
             except sqlite3.IntegrityError:
                 msg = f"conversation {conversation_id!r} already exists"
-                raise SegueError(msg) from None
+                raise ConversationExistsError(msg) from None
             conn.executemany(
                 "INSERT INTO messages (conversation_id, seq, kind, message) VALUES (?, ?, ?, ?)",
                 message_rows,
@@ -337,7 +339,9 @@ class SqliteStore:
             conn.execute("COMMIT")
 
         await self._run(work)
-        return StoredConversation(state=state, version=1, system=system, created_at=at)
+        return StoredConversation(
+            state=state, version=1, system=system, created_at=at, last_seq=len(messages)
+        )
 
     async def load(self, conversation_id: str) -> StoredConversation:
         """The current state, version and pending outbox, read in one snapshot."""
@@ -345,8 +349,8 @@ class SqliteStore:
         def work(conn: sqlite3.Connection) -> StoredConversation:
             conn.execute("BEGIN")
             row = conn.execute(
-                "SELECT state, version, system, child_id, created_at FROM conversations"
-                " WHERE id = ?",
+                "SELECT state, version, system, child_id, created_at, message_count"
+                " FROM conversations WHERE id = ?",
                 (conversation_id,),
             ).fetchone()
             if row is None:
@@ -363,6 +367,7 @@ class SqliteStore:
                 pending=tuple(PendingEffect(id=i, effect=load_effect(text)) for i, text in pending),
                 child_id=row[3],
                 created_at=row[4],
+                last_seq=row[5],
             )
 
         return await self._run(work)
@@ -473,6 +478,7 @@ class SqliteStore:
                 pending=pending,
                 child_id=child_id,
                 created_at=created_at,
+                last_seq=message_count,
             )
 
         return await self._run(work)
