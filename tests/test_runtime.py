@@ -5,7 +5,7 @@ provider reports it), the stores are the real ``MemoryStore`` and ``SqliteStore`
 ``tmp_path``), tools are real coroutines. Each behaviour of DESIGN section 2 is driven to the
 place where it must end; the runtime's own duties (retries with back-off, cancellation, tool
 failures as results, many conversations at once, sub-agents, one log line per transition) are
-checked on the same footing. Known runtime bugs are ``xfail(strict=True)`` tests at the end.
+checked on the same footing. Regressions of fixed runtime bugs are at the end.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from segue import (
@@ -57,6 +59,7 @@ from segue.executor.scripted import ScriptedModel
 from segue.executor.sqlite_store import SqliteStore
 from segue.executor.subagent import subagent_tool
 from segue.executor.tools import Tool
+from segue.executor.views import TranscriptView, ViewSnapshot, current_view
 
 MODEL = "claude-sonnet-4-5"
 WINDOW = 3_000  # ScriptedModel(window=WINDOW): threshold 2,700, exhausted after a few turns
@@ -734,7 +737,7 @@ def test_one_transition_log_entry_per_committed_transition(make_store: StoreFact
     asyncio.run(main())
 
 
-# ------------------------------------------------------------------------ regressions, known bugs
+# ------------------------------------------------------------------ regressions of fixed bugs
 
 
 def test_pause_while_busy_takes_effect_at_the_next_turn_boundary() -> None:
@@ -817,12 +820,6 @@ class HookedSqliteStore(SqliteStore):
         return await super().commit(commit)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Runtime.cancel only cancels an effect in flight: between two effects (while the "
-    "drive awaits a store commit) nothing is in flight, so cancel queues a UserCancel behind "
-    "the drive's lock, the turn runs to its end (another LLM call) and the cancel is a no-op",
-)
 def test_cancel_between_two_effects_stops_the_turn(tmp_path: Path) -> None:
     async def main() -> None:
         model = ScriptedModel(
@@ -842,12 +839,6 @@ def test_cancel_between_two_effects_stops_the_turn(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Runtime caches each conversation's transcript (_views) and only extends it with its "
-    "own commits: after another runtime (another process) wrote to the conversation, the "
-    "cached view misses those messages and the next request silently drops them",
-)
 def test_a_second_runtime_on_the_same_store_sees_the_whole_history(
     make_store: StoreFactory,
 ) -> None:
@@ -865,3 +856,163 @@ def test_a_second_runtime_on_the_same_store_sees_the_whole_history(
             assert sent == ["one", "two", "three"]
 
     asyncio.run(main())
+
+
+# ------------------------------------------------------------- cost per request, locks, views
+
+
+class CountingStore(MemoryStore):
+    """The real ``MemoryStore``, counting the calls a runtime makes and the messages it reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: dict[str, int] = {}
+        self.messages_read = 0
+
+    def reset(self) -> None:
+        self.calls.clear()
+        self.messages_read = 0
+
+    def _count(self, name: str) -> None:
+        self.calls[name] = self.calls.get(name, 0) + 1
+
+    async def load(self, conversation_id: str) -> StoredConversation:
+        self._count("load")
+        return await super().load(conversation_id)
+
+    async def commit(self, commit: Commit) -> StoredConversation:
+        self._count("commit")
+        return await super().commit(commit)
+
+    async def messages(self, conversation_id: str, *, after_seq: int = 0) -> list[StoredMessage]:
+        self._count("messages")
+        read = await super().messages(conversation_id, after_seq=after_seq)
+        self.messages_read += len(read)
+        return read
+
+
+def test_a_send_loads_once_and_reads_only_messages_it_has_not_seen() -> None:
+    async def main() -> None:
+        store = CountingStore()
+        model = ScriptedModel()
+        async with (
+            Runtime(store=store, llm=model) as first,
+            Runtime(store=store, llm=model) as second,
+        ):
+            conv = await first.create_conversation(model=MODEL)
+            for index in range(40):
+                await first.send(conv.id, f"message {index}")
+            store.reset()
+            await first.send(conv.id, "one more")
+            assert store.calls == {"load": 1, "commit": 2}  # its own messages need no read
+            assert len(model.requests[-1].messages) == 81
+
+            await second.send(conv.id, "from elsewhere")  # a cold runtime reads it all once
+            assert store.messages_read == 83
+            store.reset()
+            await first.send(conv.id, "and back")
+            # The two messages the other runtime wrote and its own new one, not all 85.
+            assert store.messages_read == 3
+            assert store.calls == {"load": 1, "commit": 2, "messages": 1}
+            users = [m.text for m in model.requests[-1].messages if m.kind == "user"]
+            assert users[-3:] == ["one more", "from elsewhere", "and back"]
+            assert len(users) == 43
+
+    asyncio.run(main())
+
+
+def test_locks_are_dropped_once_nobody_holds_or_awaits_them(make_store: StoreFactory) -> None:
+    async def main() -> None:
+        model = ScriptedModel(delay=0.01)
+        async with Runtime(store=make_store(), llm=model) as rt:
+            conv = await rt.create_conversation(model=MODEL)
+            # Two sends at once: the second waits for the first, so the lock must outlive the
+            # first drive; each send still sees the other's messages.
+            await asyncio.gather(rt.send(conv.id, "first"), rt.send(conv.id, "second"))
+            assert kinds(await rt.messages(conv.id)) == ["user", "assistant"] * 2
+            assert [m.text for m in model.requests[1].messages if m.kind == "user"] == [
+                "first",
+                "second",
+            ]
+            await rt.pause(conv.id, "lunch")
+            await rt.resume(conv.id)
+            await rt.cancel(conv.id)
+            others = [(await rt.create_conversation(model=MODEL)).id for _ in range(20)]
+            await asyncio.gather(*(rt.send(cid, "hello") for cid in others))
+            assert rt._gates == {}
+
+    asyncio.run(main())
+
+
+def test_a_cancel_of_an_idle_conversation_leaves_no_flag_behind(make_store: StoreFactory) -> None:
+    async def main() -> None:
+        model = ScriptedModel()
+        async with Runtime(store=make_store(), llm=model) as rt:
+            conv = await rt.create_conversation(model=MODEL)
+            assert (await rt.cancel(conv.id)).phase.kind == "idle"
+            state = await rt.send(conv.id, "Still there?")
+            assert state.phase.kind == "idle"
+            assert kinds(await rt.messages(conv.id)) == ["user", "assistant"]
+            assert len(model.requests) == 1
+            log = [t.event_kind for t in await rt.store.transitions(conv.id)]
+            assert log == ["user_cancel", "user_message", "llm_response"]
+
+    asyncio.run(main())
+
+
+def _reference_view(transcript: Sequence[Message], session: int, generation: int) -> list[Message]:
+    """The view computed from scratch, as ``current_view`` did before it was incremental."""
+    in_session = [m for m in transcript if m.session == session]
+    summary_at = None
+    for index in range(len(in_session) - 1, -1, -1):
+        if in_session[index].kind == "summary" and in_session[index].generation == generation:
+            summary_at = index
+            break
+    if summary_at is None:
+        return [m for m in in_session if m.generation == generation]
+    summary = in_session[summary_at]
+    before = [
+        m for m in in_session[:summary_at] if m.generation == generation - 1 and m.kind != "summary"
+    ]
+    keep = summary.kept_messages
+    kept = before[max(0, len(before) - keep) :] if keep else []
+    after = [m for m in in_session[summary_at + 1 :] if m.generation == generation]
+    return [summary, *kept, *after]
+
+
+_transcripts = st.lists(
+    st.builds(
+        Message,
+        kind=st.sampled_from(["user", "assistant", "tool_result", "summary"]),
+        text=st.text(alphabet="abc", max_size=2),
+        session=st.integers(1, 2),
+        generation=st.integers(1, 3),
+        kept_messages=st.integers(0, 4),
+    ),
+    max_size=30,
+)
+
+
+@given(transcript=_transcripts, session=st.integers(1, 2), generation=st.integers(1, 3))
+def test_the_incremental_view_is_the_view_of_every_prefix(
+    transcript: list[Message], session: int, generation: int
+) -> None:
+    view = TranscriptView(session, generation)
+    taken: list[tuple[ViewSnapshot, list[Message]]] = []
+    for seq, message in enumerate(transcript, 1):
+        view.add(seq, message)
+        snapshot = view.snapshot()
+        expected = _reference_view(transcript[:seq], session, generation)
+        assert list(snapshot) == expected
+        assert snapshot == expected
+        assert len(snapshot) == len(expected)
+        assert [snapshot[i] for i in range(-len(expected), len(expected))] == expected * 2
+        assert snapshot[1:] == expected[1:]
+        taken.append((snapshot, expected))
+    for snapshot, expected in taken:  # later messages never show up in an earlier request
+        assert list(snapshot) == expected
+    assert current_view(transcript, session, generation) == _reference_view(
+        transcript, session, generation
+    )
+    with pytest.raises(ValueError, match="does not follow"):
+        view.add(view.last_seq + 2, Message(kind="user"))

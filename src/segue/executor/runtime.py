@@ -6,16 +6,25 @@ performs the outbox in order: each effect that yields an event is completed by t
 event, so a crash at any point leaves either the effect pending (it is performed again on start)
 or its outcome committed (it is not). The loop stops when the outbox is empty: the conversation
 waits for input.
+
+A drive loads the conversation once; every commit returns the conversation as it now is, so the
+loop never reads it again. Requests to stop or pause that arrive while a drive runs are flags the
+loop reads before each effect, so they land at once, not behind the lock. The view sent to the
+model is folded incrementally per conversation and checked against the store's ``last_seq`` on
+every request: a cached view is extended with what the store holds beyond it (written by this
+runtime or by any other), never served stale, and a request costs the same at any length.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
+import dataclasses
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -36,7 +45,12 @@ from segue.executor.ports import (
     StoredMessage,
 )
 from segue.executor.tools import Tool, ToolRegistry
-from segue.executor.views import DEFAULT_KEEP_RECENT, current_view, split_for_compaction
+from segue.executor.views import (
+    DEFAULT_KEEP_RECENT,
+    TranscriptView,
+    ViewSnapshot,
+    split_for_compaction,
+)
 from segue.statemachine import (
     CHECKPOINT_PROMPT,
     CheckpointFailed,
@@ -67,6 +81,7 @@ from segue.statemachine import (
 from segue.statemachine.effects import (
     AppendMessage,
     ArchiveTranscript,
+    CancelRequest,
     Effect,
     ExecuteTools,
     RejectUserMessage,
@@ -97,6 +112,24 @@ current_conversation_id: contextvars.ContextVar[str | None] = contextvars.Contex
 Listener = Callable[[str, Effect], None]
 _log = structlog.get_logger("segue.runtime")
 _VIEW_CACHE_SIZE = 256
+_ANSWERED_BY_EVENTS = (
+    RequestLlm,
+    ExecuteTools,
+    RequestContinuation,
+    RequestCheckpoint,
+    RequestCompaction,
+    ScheduleRetry,
+)
+"""Effects whose outcome comes back as an event: the requests a ``CancelRequest`` makes stale."""
+
+
+@dataclasses.dataclass(slots=True)
+class _Gate:
+    """A conversation's lock and how many drives hold or wait for it, so that it can be dropped
+    when nobody does (a long-running server sees many conversations once)."""
+
+    lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
+    users: int = 0
 
 
 class ConversationExhaustedError(SegueError):
@@ -142,11 +175,11 @@ class Runtime:
         self.max_tokens = max_tokens
         self._clock = clock
         self._sleep = sleep
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._gates: dict[str, _Gate] = {}
         self._inflight: dict[str, asyncio.Task[Any]] = {}
-        self._user_cancels: set[str] = set()
+        self._cancel_requests: set[str] = set()
         self._pause_requests: dict[str, str] = {}
-        self._views: OrderedDict[str, list[Message]] = OrderedDict()
+        self._views: OrderedDict[str, TranscriptView] = OrderedDict()
         self._listeners: list[Listener] = []
         self._recovery: asyncio.Task[None] | None = None
 
@@ -213,11 +246,7 @@ class Runtime:
 
     async def send(self, conversation_id: str, text: str) -> ConversationState:
         """Record a user message and run until the conversation waits for input."""
-        event = UserMessage(text=text)
-        before = await self.store.load(conversation_id)
-        if before.state.phase.kind == "context_exhausted":
-            raise ConversationExhaustedError(conversation_id, "its context window is exhausted.")
-        state, effects = await self._drive(conversation_id, event)
+        state, effects = await self._drive(conversation_id, UserMessage(text=text))
         rejection = next((e for e in effects if isinstance(e, RejectUserMessage)), None)
         if rejection is not None:
             if state.phase.kind == "context_exhausted":
@@ -231,8 +260,7 @@ class Runtime:
 
     async def messages(self, conversation_id: str) -> list[StoredMessage]:
         """The whole transcript (every session and generation), in order."""
-        await self.store.load(conversation_id)  # raises ConversationNotFoundError
-        return await self.store.messages(conversation_id)
+        return await self.store.messages(conversation_id)  # ConversationNotFoundError if none
 
     async def continue_manually(self, conversation_id: str) -> ConversationState:
         """Take the exhaustion path now (REQ-BED-023); a no-op unless the conversation is idle."""
@@ -240,19 +268,26 @@ class Runtime:
         return state
 
     async def cancel(self, conversation_id: str) -> ConversationState:
-        """Stop what is in flight. A running ``send`` returns with the cancelled state."""
+        """Stop the turn now; a running ``send`` returns with the cancelled state.
+
+        The cancel is a flag the running drive reads before its next step, so it lands whether
+        an effect is in flight (that effect is cancelled) or the drive is between two effects
+        (waiting on the store): it never queues behind the turn it is meant to stop. This call
+        then takes the lock itself, and commits the cancel if no drive did.
+        """
+        self._cancel_requests.add(conversation_id)
         task = self._inflight.get(conversation_id)
         if task is not None and not task.done():
-            self._user_cancels.add(conversation_id)
             task.cancel()
-            async with self._lock(conversation_id):
-                return (await self.store.load(conversation_id)).state
-        state, _ = await self._drive(conversation_id, UserCancel())
+        try:
+            state, _ = await self._drive(conversation_id, None)
+        finally:
+            self._cancel_requests.discard(conversation_id)  # landed, or its caller gave up
         return state
 
     async def pause(self, conversation_id: str, reason: str = "") -> ConversationState:
         """Pause at the next turn boundary (at once when idle) and store a snapshot."""
-        if conversation_id in self._inflight:
+        if self._busy(conversation_id):
             # The running drive commits the request before its next effect, so the pause
             # takes effect at the next turn boundary.
             self._pause_requests[conversation_id] = reason
@@ -269,7 +304,7 @@ class Runtime:
         self, conversation_id: str, *, seed_with_summary: bool = True
     ) -> ConversationState:
         """The one child of an exhausted conversation (asking twice returns the same child)."""
-        async with self._lock(conversation_id):
+        async with self._exclusive(conversation_id):
             parent = await self.store.load(conversation_id)
             if parent.child_id is not None:
                 return (await self.store.load(parent.child_id)).state
@@ -306,22 +341,44 @@ class Runtime:
 
     # ------------------------------------------------------------------ the loop
 
-    def _lock(self, conversation_id: str) -> asyncio.Lock:
-        lock = self._locks.get(conversation_id)
-        if lock is None:
-            lock = self._locks[conversation_id] = asyncio.Lock()
-        return lock
+    @contextlib.asynccontextmanager
+    async def _exclusive(self, conversation_id: str) -> AsyncIterator[None]:
+        """Hold the conversation's lock; the lock is forgotten once nobody holds or awaits it."""
+        gate = self._gates.get(conversation_id)
+        if gate is None:
+            gate = self._gates[conversation_id] = _Gate()
+        gate.users += 1
+        try:
+            async with gate.lock:
+                yield
+        finally:
+            gate.users -= 1
+            if not gate.users:
+                del self._gates[conversation_id]
+
+    def _busy(self, conversation_id: str) -> bool:
+        """Whether a drive holds the conversation's lock now."""
+        gate = self._gates.get(conversation_id)
+        return gate is not None and gate.lock.locked()
 
     async def _drive(
         self, conversation_id: str, event: Event | None
     ) -> tuple[ConversationState, tuple[Effect, ...]]:
         """Commit ``event`` (if any), then perform the outbox until it is empty."""
-        async with self._lock(conversation_id):
+        async with self._exclusive(conversation_id):
             stored = await self.store.load(conversation_id)
+            if isinstance(event, UserMessage) and stored.state.phase.kind == "context_exhausted":
+                # Refused before the core sees it: a read-only conversation's log stays as it is.
+                raise ConversationExhaustedError(
+                    conversation_id, "its context window is exhausted."
+                )
             first: tuple[Effect, ...] = ()
             if event is not None:
                 stored, first = await self._commit(stored, event, ())
             while True:
+                if conversation_id in self._cancel_requests:
+                    self._cancel_requests.discard(conversation_id)
+                    stored, _ = await self._commit(stored, UserCancel(), ())
                 reason = self._pause_requests.pop(conversation_id, None)
                 if reason is not None:
                     stored, _ = await self._commit(stored, PauseRequested(reason=reason), ())
@@ -335,6 +392,11 @@ class Runtime:
     ) -> tuple[StoredConversation, tuple[Effect, ...]]:
         before = stored.state
         after, effects = transition(before, event)
+        if any(isinstance(effect, CancelRequest) for effect in effects):
+            # The core cancelled the pending request: its answer would be stale, so the request
+            # leaves the outbox with this commit instead of being performed after it.
+            stale = (p.id for p in stored.pending if isinstance(p.effect, _ANSWERED_BY_EVENTS))
+            completes = tuple(dict.fromkeys((*completes, *stale)))
         phase = after.phase
         reason = getattr(phase, "message", "") or getattr(phase, "trigger", "")
         commit = Commit(
@@ -350,9 +412,12 @@ class Runtime:
             at=self._clock(),
         )
         committed = await self.store.commit(commit)
+        appended = [effect.message for effect in effects if isinstance(effect, AppendMessage)]
         view = self._views.get(before.id)
-        if view is not None:
-            view.extend(e.message for e in effects if isinstance(e, AppendMessage))
+        if appended and view is not None and view.last_seq == committed.last_seq - len(appended):
+            # Our messages landed right after what the view holds: fold them in without a read.
+            # Otherwise someone else wrote too, and the next request reads the gap from the store.
+            view.extend(view.last_seq + 1, appended)
         window = after.context_window
         _log.info(
             "transition",
@@ -378,15 +443,17 @@ class Runtime:
         except asyncio.CancelledError:
             # Only the user's cancel becomes an event; a caller's timeout or a shutdown leaves
             # the effect pending in the outbox, to be performed again on the next start.
-            if cid not in self._user_cancels:
+            if cid not in self._cancel_requests:
                 raise
+            self._cancel_requests.discard(cid)
             outcome = [UserCancel()]
         finally:
             self._inflight.pop(cid, None)
-            self._user_cancels.discard(cid)
         if not outcome:
             await self.store.complete(cid, (pending.id,))
-            return await self.store.load(cid)
+            # Completing changes nothing but the outbox (not even the version): no need to load.
+            rest = tuple(p for p in stored.pending if p.id != pending.id)
+            return dataclasses.replace(stored, pending=rest)
         for index, event in enumerate(outcome):
             last = index == len(outcome) - 1
             stored, _ = await self._commit(stored, event, (pending.id,) if last else ())
@@ -434,17 +501,43 @@ class Runtime:
 
     # ------------------------------------------------------------------ effects
 
-    async def _view(self, state: ConversationState) -> list[Message]:
+    async def _view(self, stored: StoredConversation) -> ViewSnapshot:
+        """The current view, exactly as of ``stored`` (its state and ``last_seq``).
+
+        The cached fold is reused only for the state's session and generation and only while it
+        holds no more than the store does; it is brought up to ``stored.last_seq`` with the
+        messages after its own ``last_seq``, whoever wrote them. A new session or generation,
+        or a transcript the store no longer agrees with, is folded again from the start.
+        """
+        state = stored.state
         cid = state.id
-        transcript = self._views.get(cid)
-        if transcript is None:
-            transcript = [stored.message for stored in await self.store.messages(cid)]
-            self._views[cid] = transcript
+        view = self._views.get(cid)
+        if (
+            view is None
+            or view.session != state.session
+            or view.generation != state.generation
+            or view.last_seq > stored.last_seq
+        ):
+            view = TranscriptView(state.session, state.generation)
+            self._views[cid] = view
             while len(self._views) > _VIEW_CACHE_SIZE:
                 self._views.popitem(last=False)
         else:
             self._views.move_to_end(cid)
-        return current_view(transcript, state.session, state.generation)
+        if view.last_seq < stored.last_seq:
+            try:
+                for message in await self.store.messages(cid, after_seq=view.last_seq):
+                    if message.seq > stored.last_seq:
+                        break  # written after ``stored`` was read: not part of this state
+                    view.add(message.seq, message.message)
+            except ValueError as error:  # a gap in the seqs: the store broke its contract
+                del self._views[cid]
+                raise SegueError(f"transcript of {cid} is not contiguous: {error}") from error
+            if view.last_seq != stored.last_seq:
+                del self._views[cid]
+                msg = f"the store holds {view.last_seq} messages of {cid}, not {stored.last_seq}"
+                raise SegueError(msg)
+        return view.snapshot()
 
     async def _system(self, stored: StoredConversation) -> str | None:
         state = stored.state
@@ -473,7 +566,7 @@ class Runtime:
             model=state.model,
             purpose=purpose,
             system=await self._system(stored),
-            messages=messages if messages is not None else await self._view(state),
+            messages=messages if messages is not None else await self._view(stored),
             tools=self.tools.specs if purpose == "turn" else (),
             instruction=instruction,
             rejected_tool_calls=tuple(rejected),
@@ -535,7 +628,7 @@ class Runtime:
 
     async def _compact(self, stored: StoredConversation, effect: RequestCompaction) -> Event:
         state = stored.state
-        view = await self._view(state)
+        view = await self._view(stored)
         head, tail = split_for_compaction(view, state.generation, self.keep_recent)
         request = await self._request(
             stored,

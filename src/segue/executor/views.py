@@ -4,11 +4,19 @@ The transcript is append-only and keeps everything; fresh starts are views over 
 restart or a resume starts a new *session* (the model sees only that session's messages); a
 compaction starts a new *generation* within a session (the model sees the summary, the verbatim
 tail the summary names, then what came after).
+
+``TranscriptView`` keeps one (session, generation)'s view up to date message by message, so a
+request at the ten-thousandth message costs what it costs at the tenth: the runtime feeds it only
+what the store appended since, and hands the model a ``ViewSnapshot`` (a read-only window on the
+view's append-only lists) instead of copying them. ``current_view`` is the same fold run over a
+whole transcript at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import chain, islice
+from typing import overload
 
 from segue.statemachine import Message
 
@@ -16,24 +24,109 @@ DEFAULT_KEEP_RECENT = 6
 """Messages kept verbatim by compaction: enough for the last exchange and its tool calls."""
 
 
+class ViewSnapshot(Sequence[Message]):
+    """The view as it was when taken: a fixed head (summary and kept tail), then the first
+    ``length`` messages of a list that is only ever appended to. Later appends are not seen, so
+    a request recorded by a test or an adapter never changes under it, and taking one is O(1)."""
+
+    __slots__ = ("_head", "_length", "_tail")
+
+    def __init__(self, head: tuple[Message, ...], tail: list[Message], length: int) -> None:
+        self._head = head
+        self._tail = tail
+        self._length = length
+
+    def __len__(self) -> int:
+        return len(self._head) + self._length
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Message]: ...
+
+    def __getitem__(self, index: int | slice) -> Message | list[Message]:
+        if isinstance(index, slice):
+            return list(self)[index]
+        size = len(self)
+        if index < 0:
+            index += size
+        if not 0 <= index < size:
+            msg = "view index out of range"
+            raise IndexError(msg)
+        head = len(self._head)
+        return self._head[index] if index < head else self._tail[index - head]
+
+    def __iter__(self) -> Iterator[Message]:
+        return chain(self._head, islice(self._tail, self._length))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, which do not hash
+
+    def __repr__(self) -> str:
+        return f"ViewSnapshot({list(self)!r})"
+
+
+class TranscriptView:
+    """The view of one (``session``, ``generation``), folded over the transcript in seq order.
+
+    Exactly what ``current_view`` computes, kept incrementally: the last ``summary`` of this
+    generation in this session, the messages of the previous generation it keeps verbatim, and
+    this generation's messages after it. ``last_seq`` says how much of the transcript has been
+    folded in, which is how the runtime knows whether the store holds more.
+    """
+
+    __slots__ = ("_after", "_kept", "_previous", "_summary", "generation", "last_seq", "session")
+
+    def __init__(self, session: int, generation: int) -> None:
+        self.session = session
+        self.generation = generation
+        self.last_seq = 0
+        self._summary: Message | None = None
+        self._kept: tuple[Message, ...] = ()
+        self._after: list[Message] = []
+        self._previous: list[Message] = []
+        """The previous generation's non-summary messages: where a new summary's tail is from."""
+
+    def add(self, seq: int, message: Message) -> None:
+        """Fold in the transcript message ``seq``; seqs must come one after another."""
+        if seq != self.last_seq + 1:
+            msg = f"transcript message {seq} does not follow {self.last_seq}"
+            raise ValueError(msg)
+        self.last_seq = seq
+        if message.session != self.session:
+            return
+        if message.generation == self.generation:
+            if message.kind == "summary":
+                keep = message.kept_messages
+                self._summary = message
+                self._kept = tuple(self._previous[-keep:]) if keep else ()
+                self._after = []  # a new list: snapshots taken so far keep the old one
+            else:
+                self._after.append(message)
+        elif message.generation == self.generation - 1 and message.kind != "summary":
+            self._previous.append(message)
+
+    def extend(self, first_seq: int, messages: Iterable[Message]) -> None:
+        """Fold in consecutive messages, the first of which is ``first_seq``."""
+        for seq, message in enumerate(messages, first_seq):
+            self.add(seq, message)
+
+    def snapshot(self) -> ViewSnapshot:
+        """The messages the model must be sent now, in order."""
+        head = () if self._summary is None else (self._summary, *self._kept)
+        return ViewSnapshot(head, self._after, len(self._after))
+
+
 def current_view(transcript: Sequence[Message], session: int, generation: int) -> list[Message]:
     """The messages the model must be sent for ``session``/``generation``, in order."""
-    in_session = [m for m in transcript if m.session == session]
-    summary_at = None
-    for index in range(len(in_session) - 1, -1, -1):
-        message = in_session[index]
-        if message.kind == "summary" and message.generation == generation:
-            summary_at = index
-            break
-    if summary_at is None:
-        return [m for m in in_session if m.generation == generation]
-    summary = in_session[summary_at]
-    before = [
-        m for m in in_session[:summary_at] if m.generation == generation - 1 and m.kind != "summary"
-    ]
-    kept = before[len(before) - summary.kept_messages :] if summary.kept_messages else []
-    after = [m for m in in_session[summary_at + 1 :] if m.generation == generation]
-    return [summary, *kept, *after]
+    view = TranscriptView(session, generation)
+    view.extend(1, transcript)
+    return list(view.snapshot())
 
 
 def split_for_compaction(
