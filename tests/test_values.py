@@ -6,6 +6,8 @@ what "invalid" means (and that the error names the field) so the core may trust 
 
 from __future__ import annotations
 
+import copy
+import pickle
 from typing import Any
 
 import pydantic
@@ -344,3 +346,56 @@ def test_core_built_values_support_model_copy_with_update() -> None:
     state, effects = transition(new_conversation(model="claude-sonnet-4-5"), UserMessage(text="hi"))
     assert state.model_copy(update={"warned": True}).warned
     assert effects[0].model_copy(update={"kind": "append_message"}) == effects[0]
+
+
+def _a_turn() -> list[pydantic.BaseModel]:
+    """Every kind of value one turn makes the core build without validation."""
+    call = ToolCall(id="toolu_1", name="bash", input={"cmd": "ls"})
+    values: list[pydantic.BaseModel] = []
+    state = new_conversation(model="claude-sonnet-4-5")
+    for event in (
+        UserMessage(text="hi"),
+        LlmResponse(text="run", tool_calls=(call,), usage=Usage(input_tokens=170_000)),
+        ToolResult(tool_call_id="toolu_1", output="a.txt"),
+        LlmResponse(text="done", usage=Usage(input_tokens=170_100)),
+    ):
+        state, effects = transition(state, event)
+        values += [state, state.phase, *effects]
+    return values
+
+
+@pytest.mark.parametrize("value", _a_turn(), ids=lambda value: type(value).__name__)
+def test_core_built_values_behave_like_validated_ones(value: pydantic.BaseModel) -> None:
+    """Core-built values skip validation and two of pydantic's slots; nothing may show it."""
+    cls = type(value)
+    validated = cls.model_validate_json(value.model_dump_json())
+    assert validated == value
+    assert validated.model_dump_json() == value.model_dump_json()
+    assert repr(validated) == repr(value)
+    try:
+        assert hash(validated) == hash(value)
+    except TypeError:  # a tool call's input is a dict, validated or not
+        with pytest.raises(TypeError):
+            hash(value)
+    assert pickle.loads(pickle.dumps(value)) == value  # noqa: S301  # our own bytes
+    assert copy.deepcopy(value) == value
+    assert value.model_fields_set <= set(cls.model_fields)
+    assert value.__pydantic_extra__ is None
+    assert value.__pydantic_private__ is None
+
+
+def test_a_shared_fields_set_is_never_changed_by_a_copy() -> None:
+    state, _ = transition(new_conversation(model="claude-sonnet-4-5"), UserMessage(text="hi"))
+    before = set(state.model_fields_set)
+    state.model_copy(update={"warned": True})
+    assert state.model_fields_set == before
+
+
+def test_extra_or_private_values_cannot_be_slipped_in() -> None:
+    usage = Usage(input_tokens=1)
+    with pytest.raises(TypeError, match="refuses extra fields"):
+        object.__setattr__(usage, "__pydantic_extra__", {"surprise": 1})
+    with pytest.raises(TypeError, match="no private attributes"):
+        object.__setattr__(usage, "__pydantic_private__", {"_hidden": 1})
+    object.__setattr__(usage, "__pydantic_extra__", None)  # what pydantic itself writes
+    assert usage == Usage(input_tokens=1)

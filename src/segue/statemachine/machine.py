@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final, cast
 
+from segue.statemachine._values import builder
 from segue.statemachine.accounting import (
     estimate_tokens,
     estimate_tool_calls,
@@ -74,7 +75,13 @@ from segue.statemachine.events import (
     ToolResult,
     UserMessage,
 )
-from segue.statemachine.models import ContextExhaustionBehavior, ErrorKind, Message, ToolCall
+from segue.statemachine.models import (
+    ContextExhaustionBehavior,
+    ErrorKind,
+    Message,
+    MessageKind,
+    ToolCall,
+)
 from segue.statemachine.phases import (
     IDLE,
     AwaitingCheckpoint,
@@ -108,6 +115,11 @@ RESUME_PROMPT: Final = "Resume the paused work from the resume context in your s
 TOOL_NOT_RUN_CONTEXT: Final = "Not run: the context window is nearly full."
 TOOL_NOT_RUN_CANCELLED: Final = "Not run: cancelled by the user."
 _NOTHING: Final[Effects] = ()
+# Values without data are shared, never rebuilt: they are immutable, and building one costs
+# as much as the rest of an ordinary event.
+_REQUEST_LLM: Final = RequestLlm._make()
+_LLM_REQUESTING: Final = LlmRequesting._make()
+_CANCEL: Final = CancelRequest._make()
 _Requesting = LlmRequesting | AwaitingContinuation | AwaitingCheckpoint | Compacting
 _Summarising = AwaitingContinuation | AwaitingCheckpoint | Compacting
 _RECOVERABLE_ERRORS: Final = frozenset({ErrorKind.LLM_ERROR, ErrorKind.RETRIES_EXHAUSTED})
@@ -131,17 +143,24 @@ def transition(state: ConversationState, event: Any) -> Result:
 # --------------------------------------------------------------------------- small builders
 
 
-def _message(state: ConversationState, **fields: Any) -> AppendMessage:
-    return AppendMessage._make(
-        message=Message._make(session=state.session, generation=state.generation, **fields)
+_build_append = builder(AppendMessage)
+_build_message = builder(Message)
+_build_execute = builder(ExecuteTools)
+_build_executing = builder(ToolExecuting)
+
+
+def _record(state: ConversationState, kind: MessageKind, text: str, **extra: Any) -> AppendMessage:
+    """Record a message of ``kind`` in the transcript, in the state's session and generation."""
+    message = _build_message(
+        kind=kind, text=text, session=state.session, generation=state.generation, **extra
     )
+    return _build_append(message=message)
 
 
 def _not_run(state: ConversationState, calls: tuple[ToolCall, ...], why: str) -> list[Effect]:
     """Error results for tool calls that will never run, so no ``tool_use`` is left unpaired."""
     return [
-        _message(state, kind="tool_result", text=why, tool_call_id=call.id, is_error=True)
-        for call in calls
+        _record(state, "tool_result", why, tool_call_id=call.id, is_error=True) for call in calls
     ]
 
 
@@ -210,18 +229,33 @@ def _exhaust(
     return state._evolve(phase=phase), tuple(effects)
 
 
-def _turn_boundary(state: ConversationState, effects: list[Effect], ask_llm: bool) -> Result:
-    """Where a turn may stop: pre-flight, then a pending pause, then the next request or Idle."""
-    if ask_llm and state.projected_tokens >= state.config.continuation_tokens:
-        return _exhaust(state, "preflight", (), True, effects)
-    if state.pause_requested:
-        effects.append(RequestCheckpoint._make(purpose="pause"))
-        phase = AwaitingCheckpoint._make(purpose="pause", resume_after=ask_llm)
-        return state._evolve(phase=phase), tuple(effects)
+def _turn_boundary(
+    state: ConversationState,
+    effects: list[Effect],
+    ask_llm: bool,
+    changes: dict[str, Any] | None = None,
+) -> Result:
+    """Where a turn may stop: pre-flight, then a pending pause, then the next request or Idle.
+
+    ``changes`` are what the event itself did to the state (tokens appended, a message counted);
+    they are applied together with the new phase, so an ordinary event builds one state.
+    """
+    if changes is None:
+        changes = {}
     if ask_llm:
-        effects.append(RequestLlm._make())
-        return state._evolve(phase=LlmRequesting._make()), tuple(effects)
-    return state._evolve(phase=IDLE), tuple(effects)
+        context = changes.get("context_tokens", state.context_tokens) or 0
+        pending = changes.get("pending_tokens", state.pending_tokens)
+        if context + pending >= state.config.continuation_tokens:
+            return _exhaust(state._replace(changes), "preflight", (), True, effects)
+    if changes.get("pause_requested", state.pause_requested):
+        effects.append(RequestCheckpoint._make(purpose="pause"))
+        changes["phase"] = AwaitingCheckpoint._make(purpose="pause", resume_after=ask_llm)
+    elif ask_llm:
+        effects.append(_REQUEST_LLM)
+        changes["phase"] = _LLM_REQUESTING
+    else:
+        changes["phase"] = IDLE
+    return state._replace(changes), tuple(effects)
 
 
 # --------------------------------------------------------------------------- Idle
@@ -236,12 +270,12 @@ def _on_user_message(state: ConversationState, event: UserMessage) -> Result:
             "Shorten it or attach it as a file."
         )
         return state, (RejectUserMessage._make(reason=reason),)
-    effects: list[Effect] = [_message(state, kind="user", text=event.text)]
-    grown = state._evolve(
-        pending_tokens=state.pending_tokens + tokens,
-        message_count=state.message_count + 1,
-    )
-    return _turn_boundary(grown, effects, ask_llm=True)
+    effects: list[Effect] = [_record(state, "user", event.text)]
+    changes = {
+        "pending_tokens": state.pending_tokens + tokens,
+        "message_count": state.message_count + 1,
+    }
+    return _turn_boundary(state, effects, True, changes)
 
 
 def _on_manual_continuation(state: ConversationState, _event: object) -> Result:
@@ -249,8 +283,8 @@ def _on_manual_continuation(state: ConversationState, _event: object) -> Result:
 
 
 def _on_pause_when_idle(state: ConversationState, event: PauseRequested) -> Result:
-    paused = state._evolve(pause_requested=True, pause_reason=event.reason)
-    return _turn_boundary(paused, [], ask_llm=False)
+    changes = {"pause_requested": True, "pause_reason": event.reason}
+    return _turn_boundary(state, [], False, changes)
 
 
 def _on_pause_when_busy(state: ConversationState, event: PauseRequested) -> Result:
@@ -272,8 +306,8 @@ def _reject_busy(state: ConversationState, _event: object) -> Result:
 
 def _measure(
     state: ConversationState, event: LlmResponse, effects: list[Effect]
-) -> tuple[ConversationState, bool]:
-    """Apply a response's usage to the state; returns the state and whether it is over."""
+) -> tuple[dict[str, Any], bool]:
+    """What a response's usage changes in the state, and whether it crossed the threshold."""
     config = state.config
     reported = reported_occupancy(event.usage)
     if reported is not None and reported > config.context_window:
@@ -287,59 +321,52 @@ def _measure(
         grown = state.pending_tokens + estimate_tokens(event.text)
         if event.tool_calls:
             grown += estimate_tool_calls(event.tool_calls)
-        return state._evolve(pending_tokens=grown, message_count=state.message_count + 1), False
-    warned = state.warned
-    if not warned and reported >= config.warning_tokens:
+        return {"pending_tokens": grown, "message_count": state.message_count + 1}, False
+    changes: dict[str, Any] = {
+        "context_tokens": reported,
+        "pending_tokens": 0,
+        "message_count": state.message_count + 1,
+    }
+    if not state.warned and reported >= config.warning_tokens:
         effects.append(
             NotifyContextWarning._make(
                 context_tokens=reported, context_window=config.context_window
             )
         )
-        warned = True
-    measured = state._evolve(
-        context_tokens=reported,
-        pending_tokens=0,
-        warned=warned,
-        message_count=state.message_count + 1,
-    )
-    return measured, reported >= config.continuation_tokens
+        changes["warned"] = True
+    return changes, reported >= config.continuation_tokens
 
 
 def _on_llm_response(state: ConversationState, event: LlmResponse) -> Result:
     if cast(LlmRequesting, state.phase).retry_pending:
         return state, _NOTHING
     effects: list[Effect] = []
-    state, over = _measure(state, event, effects)
+    changes, over = _measure(state, event, effects)
     calls = event.tool_calls
-    if event.stop_reason == _WINDOW_EXCEEDED or over:
-        effects.append(
-            _message(state, kind="assistant", text=event.text, tool_calls=calls, usage=event.usage)
-        )
+    stop_reason = event.stop_reason
+    if stop_reason == _WINDOW_EXCEEDED or over:
+        effects.append(_record(state, "assistant", event.text, tool_calls=calls, usage=event.usage))
         if calls:
             # Their error results are recorded messages, so they are counted; their tokens are
             # not, since every exhaustion path leaves this context (new session, generation or
             # an end) and the figure reported to the user stays the measured one.
             effects += _not_run(state, calls, TOOL_NOT_RUN_CONTEXT)
-            state = state._evolve(message_count=state.message_count + len(calls))
-        trigger: ExhaustionTrigger = (
-            "overflow" if event.stop_reason == _WINDOW_EXCEEDED else ("threshold")
-        )
-        resume_after = bool(calls) or event.stop_reason == _WINDOW_EXCEEDED
-        return _exhaust(state, trigger, calls, resume_after, effects)
-    if event.stop_reason == _TRUNCATED:
-        effects.append(_message(state, kind="assistant", text=event.text, usage=event.usage))
+            changes["message_count"] += len(calls)
+        trigger: ExhaustionTrigger = "overflow" if stop_reason == _WINDOW_EXCEEDED else "threshold"
+        resume_after = bool(calls) or stop_reason == _WINDOW_EXCEEDED
+        return _exhaust(state._replace(changes), trigger, calls, resume_after, effects)
+    if stop_reason == _TRUNCATED:
+        effects.append(_record(state, "assistant", event.text, usage=event.usage))
         effects.append(NotifyTruncated._make(dropped_tool_calls=calls))
-        return _turn_boundary(state, effects, ask_llm=False)
-    effects.append(
-        _message(state, kind="assistant", text=event.text, tool_calls=calls, usage=event.usage)
-    )
+        return _turn_boundary(state, effects, False, changes)
+    effects.append(_record(state, "assistant", event.text, tool_calls=calls, usage=event.usage))
     if not calls:
-        return _turn_boundary(state, effects, ask_llm=False)
-    pending = tuple(dict.fromkeys(call.id for call in calls))
-    effects.append(ExecuteTools._make(tool_calls=calls))
-    return state._evolve(phase=ToolExecuting._make(tool_calls=calls, pending=pending)), tuple(
-        effects
-    )
+        return _turn_boundary(state, effects, False, changes)
+    # One call is the common case; several may repeat an id, which is waited for once.
+    pending = (calls[0].id,) if len(calls) == 1 else tuple(dict.fromkeys(c.id for c in calls))
+    effects.append(_build_execute(tool_calls=calls))
+    changes["phase"] = _build_executing(tool_calls=calls, pending=pending)
+    return state._replace(changes), tuple(effects)
 
 
 def _on_llm_error(state: ConversationState, event: LlmError) -> Result:
@@ -392,7 +419,7 @@ def _on_retry_due(state: ConversationState, event: RetryDue) -> Result:
 
 def _on_cancel_request(state: ConversationState, _event: object) -> Result:
     cancelled = state._evolve(phase=IDLE, pause_requested=False, pause_reason="")
-    return cancelled, (CancelRequest._make(),)
+    return cancelled, (_CANCEL,)
 
 
 # --------------------------------------------------------------------------- ToolExecuting
@@ -404,27 +431,29 @@ def _on_tool_result(state: ConversationState, event: ToolResult) -> Result:
         return state, _NOTHING  # unknown or duplicate: a stale report
     tokens = event.token_count if event.token_count is not None else estimate_tokens(event.output)
     effects: list[Effect] = [
-        _message(
+        _record(
             state,
-            kind="tool_result",
-            text=event.output,
+            "tool_result",
+            event.output,
             tool_call_id=event.tool_call_id,
             is_error=event.is_error,
         )
     ]
     pending = tuple(call_id for call_id in phase.pending if call_id != event.tool_call_id)
-    grown = state._evolve(
-        pending_tokens=state.pending_tokens + tokens, message_count=state.message_count + 1
-    )
+    grown = state.pending_tokens + tokens
+    count = state.message_count + 1
     if pending:
-        return grown._evolve(phase=phase._evolve(pending=pending)), tuple(effects)
-    return _turn_boundary(grown, effects, ask_llm=True)
+        waiting = phase._evolve(pending=pending)
+        return state._evolve(phase=waiting, pending_tokens=grown, message_count=count), tuple(
+            effects
+        )
+    return _turn_boundary(state, effects, True, {"pending_tokens": grown, "message_count": count})
 
 
 def _on_cancel_tools(state: ConversationState, _event: object) -> Result:
     phase = cast(ToolExecuting, state.phase)
     waiting = tuple(call for call in phase.tool_calls if call.id in phase.pending)
-    effects = [CancelRequest._make(), *_not_run(state, waiting, TOOL_NOT_RUN_CANCELLED)]
+    effects = [_CANCEL, *_not_run(state, waiting, TOOL_NOT_RUN_CANCELLED)]
     not_run_tokens = len(waiting) * estimate_tokens(TOOL_NOT_RUN_CANCELLED)
     cancelled = state._evolve(
         phase=IDLE,
@@ -481,7 +510,7 @@ def _retry_or_give_up(
 
 
 def _exhausted_with(state: ConversationState, summary: str, effects: list[Effect]) -> Result:
-    effects.append(_message(state, kind="continuation", text=summary))
+    effects.append(_record(state, "continuation", summary))
     effects.append(NotifyContextExhausted._make(summary=summary))
     exhausted = state._evolve(
         phase=ContextExhausted._make(summary=summary),
@@ -524,7 +553,7 @@ def _on_continuation_failed(state: ConversationState, event: ContinuationFailed)
 
 
 def _on_cancel_continuation(state: ConversationState, _event: object) -> Result:
-    return _exhausted_with(state, CANCELLED_SUMMARY, [CancelRequest._make()])
+    return _exhausted_with(state, CANCELLED_SUMMARY, [_CANCEL])
 
 
 # --------------------------------------------------------------------------- checkpoints
@@ -537,7 +566,7 @@ def _checkpoint_taken(
     phase = cast(AwaitingCheckpoint, state.phase)
     checkpoint = extract_checkpoint(text)
     if text.strip():
-        effects.append(_message(state, kind="checkpoint", text=text))
+        effects.append(_record(state, "checkpoint", text))
         state = state._evolve(message_count=state.message_count + 1)
     resume_after = phase.resume_after if resume is None else resume
     if phase.purpose == "pause":
@@ -561,7 +590,7 @@ def _checkpoint_taken(
         warned=False,
         message_count=state.message_count + 1,
     )
-    effects.append(_message(fresh, kind="user", text=seed))
+    effects.append(_record(fresh, "user", seed))
     return _turn_boundary(fresh, effects, ask_llm=resume_after)
 
 
@@ -607,8 +636,8 @@ def _on_cancel_checkpoint(state: ConversationState, _event: object) -> Result:
     with the minimal prompt and waiting for the user; a pause checkpoint just stops."""
     calm = state._evolve(pause_requested=False, pause_reason="")
     if cast(AwaitingCheckpoint, state.phase).purpose == "pause":
-        return calm._evolve(phase=IDLE), (CancelRequest._make(),)
-    return _checkpoint_taken(calm, "", [CancelRequest._make()], resume=False)
+        return calm._evolve(phase=IDLE), (_CANCEL,)
+    return _checkpoint_taken(calm, "", [_CANCEL], resume=False)
 
 
 def _on_resume(state: ConversationState, event: ResumeRequested) -> Result:
@@ -628,7 +657,7 @@ def _on_resume(state: ConversationState, event: ResumeRequested) -> Result:
         warned=False,
         message_count=state.message_count + 1,
     )
-    effects.append(_message(fresh, kind="user", text=prompt))
+    effects.append(_record(fresh, "user", prompt))
     return _turn_boundary(fresh, effects, ask_llm=True)
 
 
@@ -659,7 +688,7 @@ def _on_compaction_response(state: ConversationState, event: CompactionResponse)
     )
     effects: list[Effect] = [
         StartGeneration._make(generation=generation, summary=summary),
-        _message(fresh, kind="summary", text=summary, kept_messages=event.kept_messages),
+        _record(fresh, "summary", summary, kept_messages=event.kept_messages),
     ]
     return _turn_boundary(fresh, effects, ask_llm=phase.resume_after)
 
