@@ -51,6 +51,10 @@ from segue import (
     new_conversation,
     transition,
 )
+from segue.effects import AppendMessage, ExecuteTools, RequestLlm
+from segue.statemachine._values import builder
+from segue.statemachine.models import Message, MessageKind
+from segue.statemachine.phases import IDLE, LlmRequesting, ToolExecuting
 
 MODEL = "claude-sonnet-4-6"
 """A 1M-token window: the fixed usage below (about 31k tokens) stays far under the 80% warning
@@ -65,6 +69,9 @@ WINDOW_TURNS = 100
 GROWTH_LIMIT = 1.5
 TRANSITIONS_TARGET = 4.0
 STATEMACHINE_TARGET = 30.0
+
+REQUEST_LLM = RequestLlm()
+LLM_REQUESTING = LlmRequesting()
 
 Turn = tuple[UserMessage, LlmResponse, ToolResult, LlmResponse]
 Run = Callable[[int], int]
@@ -125,6 +132,42 @@ def prepare_segue(turn: Turn) -> Run:
         state, consumed = segue_turns(start, turn, turns)
         assert state.phase.kind == "idle", state.phase
         assert state.message_count == 4 * turns, state.message_count
+        return consumed
+
+    return run
+
+
+def prepare_floor(turn: Turn) -> Run:
+    """The values one turn returns (4 states, 4 transcript messages with their AppendMessage,
+    ExecuteTools, ToolExecuting; RequestLlm and LlmRequesting are shared), built the way the core
+    builds them, with no decision made: the floor under any ``transition()`` whose values are
+    frozen pydantic models, as DESIGN section 4 makes them."""
+    user, tool_call, result, final = turn
+    start = new_conversation(model=MODEL, conversation_id="bench")
+    message, append = builder(Message), builder(AppendMessage)
+    execute, executing = builder(ExecuteTools), builder(ToolExecuting)
+    calls = tool_call.tool_calls
+    pending = (calls[0].id,)
+
+    def record(kind: MessageKind, text: str) -> AppendMessage:
+        return append(message=message(kind=kind, text=text, session=1, generation=1))
+
+    def run(turns: int) -> int:
+        state, consumed = start, 0
+        for count in range(0, 4 * turns, 4):
+            effects: tuple[object, ...] = (record("user", user.text), REQUEST_LLM)
+            state = state._replace({"message_count": count + 1, "phase": LLM_REQUESTING})
+            consumed += len(effects)
+            effects = (record("assistant", tool_call.text), execute(tool_calls=calls))
+            phase = executing(tool_calls=calls, pending=pending)
+            state = state._replace({"message_count": count + 2, "phase": phase})
+            consumed += len(effects)
+            effects = (record("tool_result", result.output), REQUEST_LLM)
+            state = state._replace({"message_count": count + 3, "phase": LLM_REQUESTING})
+            consumed += len(effects)
+            effects = (record("assistant", final.text),)
+            state = state._replace({"message_count": count + 4, "phase": IDLE})
+            consumed += len(effects)
         return consumed
 
     return run
@@ -319,6 +362,7 @@ def compare(turn: Turn, turns: int, repeats: int) -> list[Best]:
         Best("segue transition()", prepare_segue(turn)),
         Best(f"transitions {version('transitions')}", prepare_transitions(turn)),
         Best(f"python-statemachine {version('python-statemachine')}", prepare_statemachine(turn)),
+        Best("values only (segue's floor)", prepare_floor(turn)),
     ]
     for driver in drivers:  # warm-up: imports, caches, first-call paths
         driver.run(10)
@@ -364,7 +408,7 @@ def report_comparison(turn: Turn, turns: int, repeats: int) -> None:
     for driver in drivers:
         per_event = driver.us_per_event(turns)
         print(f"   {driver.name:<30} {per_event:>9.2f} {4 * per_event:>9.2f}")
-    segue, other, chart = drivers
+    segue, other, chart, floor = drivers
     print()
     for label, driver, target in (
         ("transitions / segue", other, TRANSITIONS_TARGET),
@@ -372,6 +416,12 @@ def report_comparison(turn: Turn, turns: int, repeats: int) -> None:
     ):
         ratio = driver.ns / segue.ns
         print(f"   {label:<30} {ratio:>8.1f}x  target >= {target:g}x  {pass_fail(ratio >= target)}")
+    print(
+        f"   {'transitions / values only':<30} {other.ns / floor.ns:>8.1f}x  the most any "
+        "transition() returning these values could reach\n"
+        f"   {'values only / segue':<30} {floor.ns / segue.ns:>8.0%}  of segue's time is "
+        "building the values it returns"
+    )
 
 
 def report_growth(turn: Turn, repeats: int) -> None:
