@@ -433,8 +433,12 @@ def test_seg001_a_later_figure_replaces_the_earlier_one() -> None:
     assert (playbook.state.context_tokens, playbook.state.pending_tokens) == (90_000, 0)
 
 
+UNKNOWN_USAGE = [None, Usage(), Usage(output_tokens=120)]
+"""Reports that say nothing about occupancy: no prompt can hold zero tokens."""
+
+
 @requirement("REQ-SEG-002")
-@pytest.mark.parametrize("unknown", [None, Usage()], ids=["absent", "all-zero"])
+@pytest.mark.parametrize("unknown", UNKNOWN_USAGE, ids=["absent", "all-zero", "output-only"])
 def test_seg002_unknown_usage_keeps_the_last_figure(unknown: Usage | None) -> None:
     playbook = idle_at(100_000).given(UserMessage(text="next", token_count=40))
     playbook >> LlmResponse(text="answer", usage=unknown)
@@ -444,7 +448,7 @@ def test_seg002_unknown_usage_keeps_the_last_figure(unknown: Usage | None) -> No
 
 
 @requirement("REQ-SEG-002")
-@pytest.mark.parametrize("unknown", [None, Usage()], ids=["absent", "all-zero"])
+@pytest.mark.parametrize("unknown", UNKNOWN_USAGE, ids=["absent", "all-zero", "output-only"])
 def test_seg002_unknown_usage_never_triggers(unknown: Usage | None) -> None:
     playbook = idle_at(179_000).given(UserMessage(text="next", token_count=10))
     playbook >> LlmResponse(text="x" * 30_000, usage=unknown) << ["append_message"]

@@ -149,8 +149,11 @@ def _tokens(text: str, counted: int | None) -> int:
 
 
 def _reported(usage: Usage | None) -> int | None:
-    """Occupancy a usage report states: its four fields summed, ``None`` when it says nothing."""
+    """Occupancy a usage report states: its four fields summed, ``None`` when it says nothing
+    (absent, or no prompt tokens: every prompt holds at least one message)."""
     if usage is None:
+        return None
+    if usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens == 0:
         return None
     total = (
         usage.input_tokens

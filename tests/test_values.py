@@ -223,8 +223,11 @@ def test_usage_context_tokens_sums_the_four_fields() -> None:
     )
     assert usage.context_tokens == 4_321
     assert usage.is_known
+    assert usage.prompt_tokens == 4_301
     assert not Usage().is_known
     assert Usage().context_tokens == 0
+    assert not Usage(output_tokens=50).is_known  # no prompt is empty: this says nothing
+    assert Usage(cache_read_input_tokens=1).is_known
 
 
 def test_valid_json_from_a_provider_is_accepted() -> None:

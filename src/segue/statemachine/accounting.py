@@ -1,7 +1,7 @@
 """Token accounting: occupancy from usage, and a conservative estimate for pre-flight.
 
 The laws (DESIGN section 1): occupancy is the four usage fields of the LATEST response, summed;
-usage is never added across requests; an unknown (absent or all-zero) report keeps the last
+usage is never added across requests; an unknown report (absent, or no prompt tokens) keeps the last
 figure; a figure above the window is an accounting error, never exhaustion.
 """
 
@@ -32,7 +32,6 @@ def estimate_tool_calls(tool_calls: tuple[ToolCall, ...]) -> int:
 
 def reported_occupancy(usage: Usage | None) -> int | None:
     """The occupancy a usage report states, or ``None`` when it states nothing."""
-    if usage is None:
+    if usage is None or not usage.is_known:
         return None
-    tokens = usage.context_tokens
-    return tokens if tokens > 0 else None
+    return usage.context_tokens

@@ -35,7 +35,7 @@ class LlmResponse(Frozen):
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage | None = None
-    """Per-request usage of THIS response; ``None`` or all zeros means unknown."""
+    """Per-request usage of THIS response; ``None`` or no prompt tokens means unknown."""
     stop_reason: str = "end_turn"
 
 

@@ -89,9 +89,15 @@ class Usage(Frozen):
         )
 
     @property
+    def prompt_tokens(self) -> int:
+        """The whole prompt of this request: the uncached tail plus both cache fields."""
+        return self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
+
+    @property
     def is_known(self) -> bool:
-        """False for an all-zero report, which says nothing about occupancy."""
-        return self.context_tokens > 0
+        """False when the prompt fields are all zero: every prompt holds at least one message,
+        so such a report (all zeros, or output tokens alone) says nothing about occupancy."""
+        return self.prompt_tokens > 0
 
 
 class ToolCall(Frozen):
