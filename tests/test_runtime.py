@@ -891,7 +891,11 @@ class CountingStore(MemoryStore):
         return read
 
 
-def test_a_send_loads_once_and_reads_only_messages_it_has_not_seen() -> None:
+def test_a_send_reads_nothing_it_knows_and_catches_up_with_other_writers() -> None:
+    """Per-send store work does not grow with the transcript: a send commits twice and reads
+    nothing back; after another runtime wrote, its stale copy is refused by the version check,
+    and it loads the conversation and reads just the messages it has not seen."""
+
     async def main() -> None:
         store = CountingStore()
         model = ScriptedModel()
@@ -904,7 +908,7 @@ def test_a_send_loads_once_and_reads_only_messages_it_has_not_seen() -> None:
                 await first.send(conv.id, f"message {index}")
             store.reset()
             await first.send(conv.id, "one more")
-            assert store.calls == {"load": 1, "commit": 2}  # its own messages need no read
+            assert store.calls == {"commit": 2}  # its own commits tell it all it needs
             assert len(model.requests[-1].messages) == 81
 
             await second.send(conv.id, "from elsewhere")  # a cold runtime reads it all once
@@ -913,7 +917,7 @@ def test_a_send_loads_once_and_reads_only_messages_it_has_not_seen() -> None:
             await first.send(conv.id, "and back")
             # The two messages the other runtime wrote and its own new one, not all 85.
             assert store.messages_read == 3
-            assert store.calls == {"load": 1, "commit": 2, "messages": 1}
+            assert store.calls == {"commit": 3, "load": 1, "messages": 1}  # one commit refused
             users = [m.text for m in model.requests[-1].messages if m.kind == "user"]
             assert users[-3:] == ["one more", "from elsewhere", "and back"]
             assert len(users) == 43

@@ -7,12 +7,15 @@ event, so a crash at any point leaves either the effect pending (it is performed
 or its outcome committed (it is not). The loop stops when the outbox is empty: the conversation
 waits for input.
 
-A drive loads the conversation once; every commit returns the conversation as it now is, so the
-loop never reads it again. Requests to stop or pause that arrive while a drive runs are flags the
-loop reads before each effect, so they land at once, not behind the lock. The view sent to the
-model is folded incrementally per conversation and checked against the store's ``last_seq`` on
-every request: a cached view is extended with what the store holds beyond it (written by this
-runtime or by any other), never served stale, and a request costs the same at any length.
+Every commit returns the conversation as it now is, so a drive never reads it back; a drive
+that starts with an event does not even load it, but commits on the copy its last commit
+returned: if another writer moved the conversation on since, the store's version check refuses
+the commit, and the event is committed again on the conversation as loaded. Requests to stop or
+pause that arrive while a drive runs are flags the loop reads before each effect, so they land
+at once, not behind the lock. The view sent to the model is folded incrementally per
+conversation and checked against the store's ``last_seq`` on every request: a cached view is
+extended with what the store holds beyond it (written by this runtime or by any other), never
+served stale, and a request costs the same at any length.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import structlog
 from segue.executor.archive import write_archive
 from segue.executor.ports import (
     Commit,
+    ConcurrentUpdateError,
     LlmCallError,
     LlmModel,
     LlmReply,
@@ -111,7 +115,8 @@ current_conversation_id: contextvars.ContextVar[str | None] = contextvars.Contex
 
 Listener = Callable[[str, Effect], None]
 _log = structlog.get_logger("segue.runtime")
-_VIEW_CACHE_SIZE = 256
+_CACHE_SIZE = 256
+"""Conversations whose last known copy and view are kept (the most recently used)."""
 _ANSWERED_BY_EVENTS = (
     RequestLlm,
     ExecuteTools,
@@ -121,6 +126,16 @@ _ANSWERED_BY_EVENTS = (
     ScheduleRetry,
 )
 """Effects whose outcome comes back as an event: the requests a ``CancelRequest`` makes stale."""
+
+
+@dataclasses.dataclass(slots=True)
+class _Known:
+    """What this runtime last saw of a conversation; each part is checked before it is used."""
+
+    stored: StoredConversation | None = None
+    """As the last commit or load returned it; the store's version check catches a stale one."""
+    view: TranscriptView | None = None
+    """The model's view; checked against ``stored.last_seq`` on every request."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -179,7 +194,7 @@ class Runtime:
         self._inflight: dict[str, asyncio.Task[Any]] = {}
         self._cancel_requests: set[str] = set()
         self._pause_requests: dict[str, str] = {}
-        self._views: OrderedDict[str, TranscriptView] = OrderedDict()
+        self._known: OrderedDict[str, _Known] = OrderedDict()
         self._listeners: list[Listener] = []
         self._recovery: asyncio.Task[None] | None = None
 
@@ -234,6 +249,7 @@ class Runtime:
             seeded = sum(estimate_tokens(message.text) for message in seed)
             state = state.model_copy(update={"pending_tokens": state.pending_tokens + seeded})
         stored = await self.store.create(state, system=system, messages=seed, at=self._clock())
+        self._entry(state.id).stored = stored
         _log.info(
             "conversation_created",
             conversation_id=state.id,
@@ -366,15 +382,11 @@ class Runtime:
     ) -> tuple[ConversationState, tuple[Effect, ...]]:
         """Commit ``event`` (if any), then perform the outbox until it is empty."""
         async with self._exclusive(conversation_id):
-            stored = await self.store.load(conversation_id)
-            if isinstance(event, UserMessage) and stored.state.phase.kind == "context_exhausted":
-                # Refused before the core sees it: a read-only conversation's log stays as it is.
-                raise ConversationExhaustedError(
-                    conversation_id, "its context window is exhausted."
-                )
             first: tuple[Effect, ...] = ()
-            if event is not None:
-                stored, first = await self._commit(stored, event, ())
+            if event is None:
+                stored = await self._load(conversation_id)
+            else:
+                stored, first = await self._commit_event(conversation_id, event)
             while True:
                 if conversation_id in self._cancel_requests:
                     self._cancel_requests.discard(conversation_id)
@@ -386,6 +398,44 @@ class Runtime:
                     break
                 stored = await self._perform(stored, stored.pending[0])
             return stored.state, first
+
+    def _entry(self, conversation_id: str) -> _Known:
+        """The conversation's cache entry (made if missing), marked most recently used."""
+        entry = self._known.get(conversation_id)
+        if entry is None:
+            entry = self._known[conversation_id] = _Known()
+            while len(self._known) > _CACHE_SIZE:
+                self._known.popitem(last=False)
+        else:
+            self._known.move_to_end(conversation_id)
+        return entry
+
+    async def _load(self, conversation_id: str) -> StoredConversation:
+        stored = await self.store.load(conversation_id)
+        self._entry(conversation_id).stored = stored
+        return stored
+
+    async def _commit_event(
+        self, conversation_id: str, event: Event
+    ) -> tuple[StoredConversation, tuple[Effect, ...]]:
+        """Commit a caller's event on the last known copy, or on a fresh load if it is stale."""
+        stored = self._entry(conversation_id).stored
+        while True:
+            remembered = stored is not None
+            if stored is None:
+                stored = await self._load(conversation_id)
+            if isinstance(event, UserMessage) and stored.state.phase.kind == "context_exhausted":
+                # Refused before the core sees it: a read-only conversation's log stays as it
+                # is. (Exhausted is absorbing, so even an old copy that says so is right.)
+                raise ConversationExhaustedError(
+                    conversation_id, "its context window is exhausted."
+                )
+            try:
+                return await self._commit(stored, event, ())
+            except ConcurrentUpdateError:
+                if not remembered:
+                    raise  # another writer in the moment since we loaded: theirs to win
+                stored = None  # our copy was behind (another runtime or process wrote)
 
     async def _commit(
         self, stored: StoredConversation, event: Event, completes: tuple[int, ...]
@@ -412,8 +462,10 @@ class Runtime:
             at=self._clock(),
         )
         committed = await self.store.commit(commit)
+        entry = self._entry(before.id)
+        entry.stored = committed
         appended = [effect.message for effect in effects if isinstance(effect, AppendMessage)]
-        view = self._views.get(before.id)
+        view = entry.view
         if appended and view is not None and view.last_seq == committed.last_seq - len(appended):
             # Our messages landed right after what the view holds: fold them in without a read.
             # Otherwise someone else wrote too, and the next request reads the gap from the store.
@@ -453,7 +505,9 @@ class Runtime:
             await self.store.complete(cid, (pending.id,))
             # Completing changes nothing but the outbox (not even the version): no need to load.
             rest = tuple(p for p in stored.pending if p.id != pending.id)
-            return dataclasses.replace(stored, pending=rest)
+            stored = dataclasses.replace(stored, pending=rest)
+            self._entry(cid).stored = stored
+            return stored
         for index, event in enumerate(outcome):
             last = index == len(outcome) - 1
             stored, _ = await self._commit(stored, event, (pending.id,) if last else ())
@@ -511,19 +565,15 @@ class Runtime:
         """
         state = stored.state
         cid = state.id
-        view = self._views.get(cid)
+        entry = self._entry(cid)
+        view = entry.view
         if (
             view is None
             or view.session != state.session
             or view.generation != state.generation
             or view.last_seq > stored.last_seq
         ):
-            view = TranscriptView(state.session, state.generation)
-            self._views[cid] = view
-            while len(self._views) > _VIEW_CACHE_SIZE:
-                self._views.popitem(last=False)
-        else:
-            self._views.move_to_end(cid)
+            view = entry.view = TranscriptView(state.session, state.generation)
         if view.last_seq < stored.last_seq:
             try:
                 for message in await self.store.messages(cid, after_seq=view.last_seq):
@@ -531,10 +581,10 @@ class Runtime:
                         break  # written after ``stored`` was read: not part of this state
                     view.add(message.seq, message.message)
             except ValueError as error:  # a gap in the seqs: the store broke its contract
-                del self._views[cid]
+                entry.view = None
                 raise SegueError(f"transcript of {cid} is not contiguous: {error}") from error
             if view.last_seq != stored.last_seq:
-                del self._views[cid]
+                entry.view = None
                 msg = f"the store holds {view.last_seq} messages of {cid}, not {stored.last_seq}"
                 raise SegueError(msg)
         return view.snapshot()
