@@ -123,7 +123,7 @@ class ScriptedModel:
             tool = request.tools[0]
             call = ToolCall(id=f"toolu_{self._turns:04d}", name=tool.name, input={"query": "x"})
             return LlmReply(text="Let me check that.", tool_calls=(call,), stop_reason="tool_use")
-        body = f"Answer {self._turns} to: {last_user[:80]}. "
+        body = f"Answer {self._turns} to {_quoted(last_user, 80)}. "
         filler = "This is a detailed, deterministic answer from the scripted model. "
         text = (body + filler * (self._reply_chars // len(filler) + 1))[: self._reply_chars]
         return LlmReply(text=text)
@@ -137,9 +137,15 @@ class ScriptedModel:
         return prompt_tokens(request)
 
 
+def _quoted(text: str, limit: int) -> str:
+    """``text`` as a short quotation, so its own punctuation never doubles the sentence's."""
+    clipped = text if len(text) <= limit else f"{text[:limit]}..."
+    return f'"{clipped}"'
+
+
 def _summary(request: LlmRequest, title: str) -> str:
-    users = [m.text[:60] for m in request.messages if m.kind == "user"]
-    topics = "; ".join(users[-5:]) or "no user messages"
+    users = [_quoted(m.text, 60) for m in request.messages if m.kind == "user"]
+    topics = ", ".join(users[-5:]) or "no user messages"
     rejected = ", ".join(call.name for call in request.rejected_tool_calls)
     lines = [f"{title}: {len(request.messages)} messages.", f"Recent requests: {topics}."]
     if rejected:
