@@ -1020,3 +1020,27 @@ def test_the_incremental_view_is_the_view_of_every_prefix(
     )
     with pytest.raises(ValueError, match="does not follow"):
         view.add(view.last_seq + 2, Message(kind="user"))
+
+
+def test_a_runtime_whose_copy_is_behind_still_refuses_an_exhausted_conversation(
+    make_store: StoreFactory,
+) -> None:
+    async def main() -> None:
+        model = ScriptedModel(window=WINDOW)
+        async with (
+            Runtime(store=make_store(), llm=model) as first,
+            Runtime(store=make_store(), llm=model) as second,
+        ):
+            conv = await first.create_conversation(model=MODEL)
+            await first.send(conv.id, "Hello.")  # first now holds an idle copy
+            state = await send_until(second, conv.id, not_idle)
+            assert isinstance(state.phase, ContextExhausted)
+            transcript = await first.messages(conv.id)
+            asked = len(model.requests)
+            with pytest.raises(ConversationExhaustedError, match="start_new_from"):
+                await first.send(conv.id, "One more thing.")
+            assert await first.messages(conv.id) == transcript
+            assert len(model.requests) == asked
+            assert isinstance((await first.state(conv.id)).phase, ContextExhausted)
+
+    asyncio.run(main())

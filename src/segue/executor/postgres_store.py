@@ -247,35 +247,40 @@ class PostgresStore:
         )
 
     async def load(self, conversation_id: str) -> StoredConversation:
-        """The current state, version and pending outbox, read in one snapshot."""
+        """The current state, version, ``last_seq`` and pending outbox, read by one statement
+        (one snapshot and one round trip, instead of a transaction around two reads)."""
 
-        async def work(conn: Connection) -> StoredConversation:
-            async with conn.transaction():
-                await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                cur = await conn.execute(
-                    "SELECT state::text, version, system, child_id, created_at, message_count"
-                    " FROM conversations WHERE id = %s",
-                    (conversation_id,),
-                )
-                row = await cur.fetchone()
-                if row is None:
-                    raise _not_found(conversation_id)
-                cur = await conn.execute(
-                    "SELECT id, effect::text FROM outbox WHERE conversation_id = %s ORDER BY id",
-                    (conversation_id,),
-                )
-                pending = await cur.fetchall()
-            return StoredConversation(
-                state=load_state(row[0]),
-                version=row[1],
-                system=row[2],
-                pending=tuple(PendingEffect(id=i, effect=load_effect(text)) for i, text in pending),
-                child_id=row[3],
-                created_at=row[4],
-                last_seq=row[5],
+        async def work(conn: Connection) -> list[tuple[Any, ...]]:
+            cur = await conn.execute(
+                "SELECT c.state::text, c.version, c.system, c.child_id, c.created_at,"
+                " c.message_count, o.id, o.effect::text FROM conversations AS c"
+                " LEFT JOIN outbox AS o ON o.conversation_id = c.id"
+                " WHERE c.id = %s ORDER BY o.id",
+                (conversation_id,),
             )
+            return await cur.fetchall()
 
-        return await self._run(work)
+        rows = await self._run(work)
+        if not rows:
+            raise _not_found(conversation_id)
+        state, version, system, child_id, created_at, last_seq, first_id, _ = rows[0]
+        pending = (
+            ()
+            if first_id is None
+            else tuple(
+                PendingEffect(id=effect_id, effect=load_effect(text))
+                for *_, effect_id, text in rows
+            )
+        )
+        return StoredConversation(
+            state=load_state(state),
+            version=version,
+            system=system,
+            pending=pending,
+            child_id=child_id,
+            created_at=created_at,
+            last_seq=last_seq,
+        )
 
     async def commit(self, commit: Commit) -> StoredConversation:
         """Apply ``commit`` in one transaction (see ``Commit``)."""
