@@ -1044,3 +1044,23 @@ def test_a_runtime_whose_copy_is_behind_still_refuses_an_exhausted_conversation(
             assert isinstance((await first.state(conv.id)).phase, ContextExhausted)
 
     asyncio.run(main())
+
+
+def test_conversations_evicted_from_the_cache_are_read_back_whole(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("segue.executor.runtime._CACHE_SIZE", 2)
+
+    async def main() -> None:
+        model = ScriptedModel()
+        async with Runtime(store=make_store(), llm=model) as rt:
+            ids = [(await rt.create_conversation(model=MODEL)).id for _ in range(3)]
+            for turn in range(3):
+                for cid in ids:  # each send evicts the conversation that comes next
+                    await rt.send(cid, f"{cid} turn {turn}")
+                    sent = [m.text for m in model.requests[-1].messages if m.kind == "user"]
+                    assert sent == [f"{cid} turn {t}" for t in range(turn + 1)]
+                    assert len(model.requests[-1].messages) == 2 * turn + 1
+            assert len(rt._known) == 2
+
+    asyncio.run(main())
