@@ -4,8 +4,8 @@ A session fixture runs ``initdb`` into a temporary directory (as the ``postgres`
 tests run as root, since PostgreSQL refuses to run as root), starts the server on a free port on
 127.0.0.1 with ``pg_ctl``, and stops it at the end. Every test gets a fresh database. The
 contract tests of ``test_stores`` run here unchanged; the tests below them cover what only a
-server shows (persistence across connections, two stores racing, a half-failed commit, a lock
-held by another session). Skipped only when the PostgreSQL binaries are not installed.
+server shows (persistence across connections, two stores racing, two runtimes taking turns, a
+half-failed commit, a lock held by another session). Skipped only when the PostgreSQL binaries are not installed.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ from segue.executor.ports import (
     StoreLockedError,
 )
 from segue.executor.postgres_store import SCHEMA_VERSION, PostgresStore
+from segue.executor.runtime import Runtime
+from segue.executor.scripted import ScriptedModel
 from test_stores import fresh, make_commit, paused, pending_kinds, run, step, tool_turn
 
 pytestmark = pytest.mark.slow
@@ -272,5 +274,29 @@ def test_postgres_lock_held_elsewhere_raises_store_locked(database: str) -> None
             assert landed.version == 2
         finally:
             await store.close()
+
+    run(scenario())
+
+
+def test_postgres_two_runtimes_take_turns_on_one_conversation(database: str) -> None:
+    """Two runtimes (two processes, say) on one database: each request carries every message,
+    whoever wrote it, and a runtime whose copy is behind commits again on the current one."""
+
+    async def scenario() -> None:
+        model = ScriptedModel(reply_chars=40)
+        async with (
+            Runtime(store=PostgresStore(database), llm=model) as first,
+            Runtime(store=PostgresStore(database), llm=model) as second,
+        ):
+            conv = await first.create_conversation(model="claude-sonnet-4-5")
+            for turn in range(3):
+                for rt in (first, second):
+                    await rt.send(conv.id, f"turn {turn}")
+            sent = [m.text for m in model.requests[-1].messages if m.kind == "user"]
+            assert sent == [f"turn {turn}" for turn in range(3) for _ in range(2)]
+            assert len(model.requests[-1].messages) == 11
+            transcript = await first.messages(conv.id)
+            assert [m.seq for m in transcript] == list(range(1, 13))
+            assert (await second.state(conv.id)).phase.kind == "idle"
 
     run(scenario())
