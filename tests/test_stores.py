@@ -536,6 +536,7 @@ def test_snapshots_round_trip_oldest_first(store: Store) -> None:
         with pytest.raises(SegueError, match="never overwritten"):
             await store.save_snapshot(changed)
         assert await store.snapshots("c1") == made
+        assert await store.load("c1") == stored  # saving snapshots is not a transition
 
     run(scenario())
 
