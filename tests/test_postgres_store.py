@@ -5,7 +5,8 @@ tests run as root, since PostgreSQL refuses to run as root), starts the server o
 127.0.0.1 with ``pg_ctl``, and stops it at the end. Every test gets a fresh database. The
 contract tests of ``test_stores`` run here unchanged; the tests below them cover what only a
 server shows (persistence across connections, two stores racing, two runtimes taking turns, a
-half-failed commit, a lock held by another session). Skipped only when the PostgreSQL binaries are not installed.
+half-failed commit, a lock held by another session). Skipped only when the PostgreSQL binaries
+are not installed.
 """
 
 from __future__ import annotations

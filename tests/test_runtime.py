@@ -802,20 +802,22 @@ def test_scripted_model_trims_an_overflowing_summary_request() -> None:
 
 
 class HookedSqliteStore(SqliteStore):
-    """The real ``SqliteStore``; as a tool result's commit begins, it starts ``on_tool_result``.
+    """The real ``SqliteStore``; as the commit of an ``event_kind`` event (a tool result unless
+    told) begins, it starts ``on_tool_result``.
 
     The started task's first step runs while the commit is still in the store's thread (its
     result can only be delivered on a later turn of the loop), so it lands exactly between
     two effects of the conversation: nothing is in flight, and the drive holds the lock.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, event_kind: str = "tool_result") -> None:
         super().__init__(path)
+        self.event_kind = event_kind
         self.on_tool_result: Callable[[], Coroutine[Any, Any, ConversationState]] | None = None
         self.started: list[asyncio.Task[ConversationState]] = []
 
     async def commit(self, commit: Commit) -> StoredConversation:
-        if commit.event_kind == "tool_result" and self.on_tool_result is not None:
+        if commit.event_kind == self.event_kind and self.on_tool_result is not None:
             self.started.append(asyncio.get_running_loop().create_task(self.on_tool_result()))
         return await super().commit(commit)
 
@@ -1062,5 +1064,36 @@ def test_conversations_evicted_from_the_cache_are_read_back_whole(
                     assert sent == [f"{cid} turn {t}" for t in range(turn + 1)]
                     assert len(model.requests[-1].messages) == 2 * turn + 1
             assert len(rt._known) == 2
+
+    asyncio.run(main())
+
+
+def test_cancel_after_the_model_asked_for_tools_runs_none_of_them(tmp_path: Path) -> None:
+    """The cancel lands between the response that asks for a tool and the tool's run: the tool
+    never runs, its call is answered as not run, and the request to run it leaves the outbox."""
+
+    async def main() -> None:
+        ran: list[str] = []
+
+        async def recorded(tool_input: dict[str, Any]) -> str:
+            ran.append(str(tool_input))
+            return "ran"
+
+        model = ScriptedModel([LlmReply(text="Checking.", tool_calls=(CALL,))])
+        store = HookedSqliteStore(tmp_path / "segue.db", event_kind="llm_response")
+        tool = Tool(name="lookup", description="Look something up.", function=recorded)
+        async with Runtime(store=store, llm=model, tools=[tool]) as rt:
+            conv = await rt.create_conversation(model=MODEL)
+            store.on_tool_result = lambda: rt.cancel(conv.id)
+            await asyncio.wait_for(rt.send(conv.id, "Look it up."), 5)
+            (cancelling,) = store.started
+            state = await asyncio.wait_for(cancelling, 5)
+            assert state.phase.kind == "idle"
+            assert ran == []
+            transcript = await rt.messages(conv.id)
+            assert kinds(transcript) == ["user", "assistant", "tool_result"]
+            assert transcript[-1].message.tool_call_id == CALL.id
+            assert (await rt.store.load(conv.id)).pending == ()
+            assert len(model.requests) == 1
 
     asyncio.run(main())
