@@ -1022,6 +1022,16 @@ def test_seg015_compactions_are_bounded() -> None:
     zero << [warning(THRESHOLD), "append_message", NotifyFailed]
 
 
+@requirement("REQ-SEG-015", "REQ-BED-023")
+def test_seg015_a_heavy_compaction_still_warns_at_the_next_response() -> None:
+    playbook = asking(B.COMPACT_IN_PLACE).given(reply(150_000))
+    playbook.given(UserMessage(text="more", token_count=35_000)).in_phase("compacting")
+    playbook >> CompactionResponse(summary="older work", retained_tokens=165_000)
+    playbook << ["start_generation", "append_message", RequestLlm()]
+    assert not playbook.state.warned  # an estimate is not a response's occupancy
+    playbook >> reply(170_000) << [warning(170_000), "append_message"]
+
+
 @requirement("REQ-SEG-016")
 def test_seg016_a_checkpoint_that_overflows_the_new_session_fails() -> None:
     answer = "<checkpoint>\n## Goal\n" + "x" * 600 + "\n</checkpoint>"

@@ -364,7 +364,6 @@ class Reference:
         elif row.event == "compaction_response" and row.target != "failed":
             self.continuations += 1
             self.context, self.pending = None, event.retained_tokens
-            self.warned = self.warned or event.retained_tokens >= self.warning
 
     def _measure(self, event: Any) -> None:
         known = self.known(event)

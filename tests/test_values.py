@@ -369,7 +369,8 @@ def _a_turn() -> list[pydantic.BaseModel]:
 
 @pytest.mark.parametrize("value", _a_turn(), ids=lambda value: type(value).__name__)
 def test_core_built_values_behave_like_validated_ones(value: pydantic.BaseModel) -> None:
-    """Core-built values skip validation and two of pydantic's slots; nothing may show it."""
+    """Core-built values skip validation and two of pydantic's slots; nothing may show it
+    (but exclude_unset: every field of a core-built value counts as set)."""
     cls = type(value)
     validated = cls.model_validate_json(value.model_dump_json())
     assert validated == value
@@ -402,3 +403,35 @@ def test_extra_or_private_values_cannot_be_slipped_in() -> None:
         object.__setattr__(usage, "__pydantic_private__", {"_hidden": 1})
     object.__setattr__(usage, "__pydantic_extra__", None)  # what pydantic itself writes
     assert usage == Usage(input_tokens=1)
+
+
+def test_model_fields_set_is_a_copy() -> None:
+    state, _ = transition(new_conversation(model="claude-sonnet-4-5"), UserMessage(text="hi"))
+    state.model_fields_set.discard("warned")
+    later, _ = transition(state, LlmResponse(usage=Usage(input_tokens=9)))
+    assert "warned" in state.model_fields_set
+    assert "warned" in later.model_dump(exclude_unset=True)
+
+
+def test_make_refuses_a_missing_required_field() -> None:
+    with pytest.raises(TypeError, match=r"needs the fields \['input'\]"):
+        ToolCall._make(id="toolu_1", name="bash")  # input has a default_factory: required here
+
+
+def test_subclasses_may_use_private_attributes_and_extra_fields() -> None:
+    """Serving pydantic's extra and private slots by properties is for segue's own values; a
+    user's subclass that needs them gets pydantic's slots back."""
+
+    class Tagged(Usage):
+        _seen: list[str] = pydantic.PrivateAttr(default_factory=list)
+
+    class Open(Usage):
+        model_config = pydantic.ConfigDict(extra="allow")
+
+    tagged = Tagged(input_tokens=3)
+    tagged._seen.append("x")
+    assert (tagged._seen, tagged.context_tokens) == (["x"], 3)
+    opened = Open(input_tokens=3, region="eu")  # extra="allow"
+    assert opened.model_dump()["region"] == "eu"
+    assert opened._evolve(output_tokens=1).model_dump()["region"] == "eu"
+    assert Usage._make(input_tokens=3).__pydantic_extra__ is None

@@ -18,6 +18,10 @@ from pydantic_core import PydanticUndefined
 _set = object.__setattr__
 _new = object.__new__
 _T = TypeVar("_T", bound="Frozen")
+_PYDANTIC_SLOTS: dict[str, Any] = {
+    name: BaseModel.__dict__[name] for name in ("__pydantic_extra__", "__pydantic_private__")
+}
+"""Pydantic's own descriptors of the two slots ``Frozen`` serves by properties."""
 
 
 class Frozen(BaseModel):
@@ -30,6 +34,10 @@ class Frozen(BaseModel):
     _fields_set: ClassVar[set[str]] = set()
     """The ``__pydantic_fields_set__`` of every core-built instance: all fields. Shared, which is
     safe for frozen models: pydantic only adds to it on assignment, and copies it on copy."""
+    _required: ClassVar[frozenset[str]] = frozenset()
+    """Fields without a plain default: ``_make`` must be given them."""
+    _own_slots: ClassVar[bool] = False
+    """True for a subclass that uses pydantic's extra or private slots (see below)."""
     _build: ClassVar[Callable[..., Any]]
     """``builder(cls)``, made once per class."""
 
@@ -37,7 +45,8 @@ class Frozen(BaseModel):
     # (always None here: extra="forbid") and private attributes (segue declares none). Served by
     # these properties, a value the core builds needs two slot writes instead of four, about a
     # fifth of its cost. Pydantic still writes None to them when it validates or copies; the
-    # setters take that and refuse anything else, so nothing can be silently lost.
+    # setters take that and refuse anything else, so nothing can be silently lost. A subclass
+    # that declares private attributes or allows extra fields gets pydantic's slots back.
 
     @property
     def __pydantic_extra__(self) -> dict[str, Any] | None:
@@ -67,15 +76,36 @@ class Frozen(BaseModel):
             for name, info in cls.model_fields.items()
         }
         cls._fields_set = set(cls.model_fields)
+        cls._required = frozenset(
+            name for name, info in cls.model_fields.items() if info.default is PydanticUndefined
+        )
+        cls._own_slots = bool(cls.__private_attributes__) or cls.model_config.get("extra") not in (
+            None,
+            "forbid",
+        )
+        if cls._own_slots:
+            for name, slot in _PYDANTIC_SLOTS.items():
+                setattr(cls, name, slot)
         cls._build = builder(cls)
+
+    @property
+    def model_fields_set(self) -> set[str]:
+        """The fields set explicitly, as a copy: values the core builds share one set, which
+        must never change through one of them."""
+        return set(self.__pydantic_fields_set__)
 
     @classmethod
     def _make(cls, **fields: Any) -> Self:
         """Build an instance from already-valid values, without validation (core use only).
 
-        Required fields and fields with a ``default_factory`` must be passed explicitly. Hot
-        paths use ``builder(cls)`` instead, which saves the class lookups of each call.
+        Required fields and fields with a ``default_factory`` must be passed explicitly (a
+        missing one raises ``TypeError``). Hot paths use ``builder(cls)`` instead, which saves the
+        class lookups and this check; tests round-trip every value they build.
         """
+        missing = cls._required.difference(fields)
+        if missing:
+            msg = f"{cls.__name__}._make() needs the fields {sorted(missing)}"
+            raise TypeError(msg)
         return cast(Self, cls._build(**fields))
 
     def _evolve(self, **changes: Any) -> Self:
@@ -88,6 +118,9 @@ class Frozen(BaseModel):
         obj = _new(cls)
         _set(obj, "__dict__", self.__dict__ | changes)
         _set(obj, "__pydantic_fields_set__", cls._fields_set)
+        if cls._own_slots:
+            _set(obj, "__pydantic_extra__", self.__pydantic_extra__)
+            _set(obj, "__pydantic_private__", self.__pydantic_private__)
         return obj
 
 
@@ -107,5 +140,12 @@ def builder(cls: type[_T]) -> Callable[..., _T]:
         _set(obj, "__pydantic_fields_set__", fields_set)
         return obj
 
-    build.__qualname__ = build.__name__ = f"build_{cls.__name__}"
-    return build
+    def build_with_slots(**fields: Any) -> _T:
+        obj = build(**fields)
+        _set(obj, "__pydantic_extra__", None)
+        _set(obj, "__pydantic_private__", None)
+        return obj
+
+    chosen = build_with_slots if cls._own_slots else build
+    chosen.__qualname__ = chosen.__name__ = f"build_{cls.__name__}"
+    return chosen

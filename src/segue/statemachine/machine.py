@@ -682,8 +682,10 @@ def _on_compaction_response(state: ConversationState, event: CompactionResponse)
         continuations=state.continuations + 1,
         context_tokens=None,
         pending_tokens=event.retained_tokens,
-        # Once per session (REQ-BED-023): a new generation is the same session.
-        warned=state.warned or event.retained_tokens >= config.warning_tokens,
+        # Once per session (REQ-BED-023): a new generation is the same session, so the flag
+        # stays as it was. The retained figure is an estimate, never a response's occupancy: a
+        # response that reaches the warning threshold in the new generation still warns.
+        warned=state.warned,
         message_count=state.message_count + 1,
     )
     effects: list[Effect] = [

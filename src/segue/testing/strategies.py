@@ -245,14 +245,16 @@ def usages(
 ) -> st.SearchStrategy[Usage]:
     """Per-request usage reports whose occupancy is at most ``max_tokens``.
 
-    Includes the all-zero report (which says nothing about occupancy) and, when ``landmarks`` are
-    given, reports that sum to exactly those figures (pass a window and its thresholds).
+    Includes the reports that say nothing about occupancy (all zeros, or output tokens with no
+    prompt tokens) and, when ``landmarks`` are given, reports that sum to exactly those figures
+    (pass a window and its thresholds).
     """
     totals = st.integers(0, max_tokens)
     marks = sorted(mark for mark in landmarks if 0 <= mark <= max_tokens)
     if marks:
         totals = st.one_of(st.sampled_from(marks), totals)
-    return st.one_of(st.just(Usage()), totals.flatmap(_usage_of))
+    output_only = st.builds(Usage, output_tokens=st.integers(1, max(1, max_tokens)))
+    return st.one_of(st.just(Usage()), output_only, totals.flatmap(_usage_of))
 
 
 @st.composite
