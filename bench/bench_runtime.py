@@ -62,6 +62,8 @@ REPLY = LlmReply(
 class InstantModel:
     """An ``LlmModel`` that answers every request at once with the same reply."""
 
+    exact_preflight = False
+
     def __init__(self) -> None:
         self.calls = 0
 

@@ -55,7 +55,7 @@ from segue.executor.runtime import (
     MessageRejectedError,
     Runtime,
 )
-from segue.executor.scripted import ScriptedModel
+from segue.executor.scripted import ScriptedModel, prompt_tokens
 from segue.executor.sqlite_store import SqliteStore
 from segue.executor.subagent import subagent_tool
 from segue.executor.tools import Tool
@@ -1095,5 +1095,31 @@ def test_cancel_after_the_model_asked_for_tools_runs_none_of_them(tmp_path: Path
             assert transcript[-1].message.tool_call_id == CALL.id
             assert (await rt.store.load(conv.id)).pending == ()
             assert len(model.requests) == 1
+
+    asyncio.run(main())
+
+
+def test_exact_preflight_counts_each_recorded_message_once(make_store: StoreFactory) -> None:
+    """With exact pre-flight the model is asked to count the prompt each user message and tool
+    result would make, and the projection it gives pre-flight is that count exactly."""
+
+    async def main() -> None:
+        model = ScriptedModel(window=50_000, tool_every=1, exact_preflight=True)
+        async with Runtime(store=make_store(), llm=model, tools=[LOOKUP]) as rt:
+            conv = await rt.create_conversation(model=MODEL)
+            state = await rt.send(conv.id, "Look up the tides.")
+            assert state.phase.kind == "idle"
+            last = [request.messages[-1].kind for request in model.counted]
+            assert last == ["user", "tool_result"]
+            log = await rt.store.transitions(conv.id)
+            recorded = [
+                json.loads(t.event_json)["token_count"]
+                for t in log
+                if t.event_kind in ("user_message", "tool_result")
+            ]
+            assert len(recorded) == 2
+            assert all(isinstance(tokens, int) for tokens in recorded)
+            # The first count is the whole first prompt: nothing was measured before it.
+            assert recorded[0] == prompt_tokens(model.counted[0])
 
     asyncio.run(main())

@@ -91,14 +91,21 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
 
 @contextlib.asynccontextmanager
 async def connected(
-    server: FakeAnthropicServer, store: Store, *, max_retries: int = 0, **options: Any
+    server: FakeAnthropicServer,
+    store: Store,
+    *,
+    max_retries: int = 0,
+    exact_preflight: bool = False,
+    **options: Any,
 ) -> AsyncIterator[Runtime]:
     """A runtime whose model is ``AnthropicModel`` over a real client pointed at ``server``."""
     async with (
         anthropic.AsyncAnthropic(
             api_key=KEY, base_url=server.url, max_retries=max_retries
         ) as client,
-        Runtime(store=store, llm=AnthropicModel(client), **options) as rt,
+        Runtime(
+            store=store, llm=AnthropicModel(client, exact_preflight=exact_preflight), **options
+        ) as rt,
     ):
         yield rt
 
@@ -136,6 +143,44 @@ def blocks(body: dict[str, Any], kind: str) -> list[dict[str, Any]]:
         for b in m["content"]
         if b["type"] == kind
     ]
+
+
+# --------------------------------------------------------------------------- exact pre-flight
+
+
+@pytest.mark.parametrize("exact", [True, False], ids=["exact", "estimated"])
+def test_exact_preflight_acts_on_the_providers_count(exact: bool) -> None:
+    """The provider counts 60,000 tokens a message (segue's estimate: a few). Exactly counted,
+    the second question makes the next prompt 180,000 tokens, the threshold: the summary is
+    asked for instead of the question. Estimated, the question is sent."""
+
+    def count(body: dict[str, Any]) -> int:
+        return 60_000 * len(body["messages"])
+
+    with FakeAnthropicServer(count_tokens=count) as server:
+        server.enqueue(
+            MessageReply(text="Hello.", usage=Usage(100_000, 10, 0, 0)),
+            MessageReply(text="Summary of our chat.", usage=Usage(100_050, 20, 0, 0)),
+        )
+
+        async def main() -> list[str]:
+            async with connected(server, MemoryStore(), exact_preflight=exact) as rt:
+                conv = await rt.create_conversation(model=MODEL)
+                first = await rt.send(conv.id, "Hi there.")
+                assert (first.phase.kind, first.context_tokens) == ("idle", 100_010)
+                second = await rt.send(conv.id, "A small question.")
+                return [m.kind for m in await rt.messages(conv.id)] + [second.phase.kind]
+
+        kinds = asyncio.run(main())
+        counted = [r for r in server.requests if r.path == "/v1/messages/count_tokens"]
+    if exact:
+        assert len(counted) == 2  # one per user message
+        assert kinds == ["user", "assistant", "user", "continuation", "context_exhausted"]
+        summary_request = request_body(server.message_requests()[1])
+        assert "tools" not in summary_request
+    else:
+        assert counted == []
+        assert kinds == ["user", "assistant", "user", "assistant", "idle"]
 
 
 # --------------------------------------------------------------------------- occupancy and tools

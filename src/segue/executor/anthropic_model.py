@@ -409,6 +409,11 @@ class AnthropicModel:
         self._exact_preflight = exact_preflight
         self._windows: dict[str, int | None] = {}
 
+    @property
+    def exact_preflight(self) -> bool:
+        """Whether ``count_tokens`` asks the API (see the class docstring)."""
+        return self._exact_preflight
+
     def payload(self, request: LlmRequest) -> Payload:
         """What ``complete`` would send for ``request`` (public so callers can inspect it)."""
         if request.purpose == "turn":

@@ -111,6 +111,12 @@ class LlmCallError(SegueError):
 class LlmModel(Protocol):
     """An LLM adapter."""
 
+    @property
+    def exact_preflight(self) -> bool:
+        """Whether ``count_tokens`` answers: the runtime counts before each message it records
+        only then (each count costs a request to the provider)."""
+        ...
+
     async def complete(self, request: LlmRequest) -> LlmReply:
         """Perform one call; raise ``LlmCallError`` on failure (never another exception)."""
         ...
@@ -120,7 +126,8 @@ class LlmModel(Protocol):
         ...
 
     async def count_tokens(self, request: LlmRequest) -> int | None:
-        """Exact prompt tokens of ``request`` if the provider can count them, else None."""
+        """Exact prompt tokens of ``request``, or None to let pre-flight use its estimate (always
+        None unless ``exact_preflight``; also on any failure to count)."""
         ...
 
 

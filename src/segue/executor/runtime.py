@@ -67,6 +67,8 @@ from segue.statemachine import (
     ConversationState,
     ErrorKind,
     Event,
+    Failed,
+    Idle,
     LlmError,
     LlmResponse,
     ManualContinuation,
@@ -75,6 +77,7 @@ from segue.statemachine import (
     ResumeRequested,
     RetryDue,
     ToolExecuting,
+    ToolResult,
     UserCancel,
     UserMessage,
     compile_resume_context,
@@ -116,6 +119,8 @@ current_conversation_id: contextvars.ContextVar[str | None] = contextvars.Contex
 Listener = Callable[[str, Effect], None]
 _log = structlog.get_logger("segue.runtime")
 _CACHE_SIZE = 256
+_RECOVERABLE = frozenset({ErrorKind.LLM_ERROR, ErrorKind.RETRIES_EXHAUSTED})
+"""Failures a user message recovers from (REQ-SEG-023): the core takes the message."""
 """Conversations whose last known copy and view are kept (the most recently used)."""
 _ANSWERED_BY_EVENTS = (
     RequestLlm,
@@ -437,9 +442,54 @@ class Runtime:
                     raise  # another writer in the moment since we loaded: theirs to win
                 stored = None  # our copy was behind (another runtime or process wrote)
 
+    async def _counted(self, stored: StoredConversation, event: Event) -> Event:
+        """``event`` with an exact ``token_count`` when the model can count prompts.
+
+        Pre-flight compares the projected prompt (last occupancy + what was appended since) with
+        the threshold. When ``llm.count_tokens`` answers, the message gets the count that makes
+        that projection the exact prompt of the next request: counted minus projected, never
+        below zero (an estimate above the truth stays, which errs on the safe side). Only a user
+        message or tool result the core will record is counted, and only once.
+        """
+        if (
+            not self.llm.exact_preflight
+            or not isinstance(event, UserMessage | ToolResult)
+            or event.token_count is not None
+        ):
+            return event
+        state = stored.state
+        phase = state.phase
+        where = {"session": state.session, "generation": state.generation}
+        if isinstance(event, UserMessage):
+            accepted = isinstance(phase, Idle) or (
+                isinstance(phase, Failed) and phase.error_kind in _RECOVERABLE
+            )
+            if not accepted:
+                return event  # the core rejects it: nothing to count
+            message = Message(kind="user", text=event.text, **where)
+        else:
+            if not isinstance(phase, ToolExecuting) or event.tool_call_id not in phase.pending:
+                return event  # a stale result the core ignores
+            message = Message(
+                kind="tool_result",
+                text=event.output,
+                tool_call_id=event.tool_call_id,
+                is_error=event.is_error,
+                **where,
+            )
+        view = await self._view(stored)
+        request = await self._request(
+            stored, "turn", instruction=None, rejected=(), trim_level=0, messages=[*view, message]
+        )
+        counted = await self.llm.count_tokens(request)
+        if counted is None:
+            return event
+        return event.model_copy(update={"token_count": max(0, counted - state.projected_tokens)})
+
     async def _commit(
         self, stored: StoredConversation, event: Event, completes: tuple[int, ...]
     ) -> tuple[StoredConversation, tuple[Effect, ...]]:
+        event = await self._counted(stored, event)
         before = stored.state
         after, effects = transition(before, event)
         if any(isinstance(effect, CancelRequest) for effect in effects):

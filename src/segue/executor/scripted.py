@@ -45,6 +45,7 @@ class ScriptedModel:
     ``script`` items are replies, errors to raise, or callables that build a reply from the
     request. A reply without usage gets the usage a provider would report for that prompt.
     ``window`` makes prompts larger than it fail with the provider's overflow error.
+    ``exact_preflight`` makes ``count_tokens`` answer (as ``AnthropicModel``'s does).
     """
 
     def __init__(
@@ -55,12 +56,16 @@ class ScriptedModel:
         reply_chars: int = 400,
         tool_every: int = 0,
         delay: float = 0.0,
+        exact_preflight: bool = False,
     ) -> None:
         self._script: deque[Step] = deque(script)
         self._window = window
         self._reply_chars = reply_chars
         self._tool_every = tool_every
         self._delay = delay
+        self._exact_preflight = exact_preflight
+        self.counted: list[LlmRequest] = []
+        """The requests ``count_tokens`` answered, in order."""
         self._turns = 0
         self.requests: list[LlmRequest] = []
 
@@ -132,8 +137,16 @@ class ScriptedModel:
         """The window given at construction (None: use segue's static table)."""
         return self._window
 
+    @property
+    def exact_preflight(self) -> bool:
+        """Whether ``count_tokens`` answers."""
+        return self._exact_preflight
+
     async def count_tokens(self, request: LlmRequest) -> int | None:
-        """The scripted provider's exact count of ``request``."""
+        """The scripted provider's exact count of ``request``, if exact pre-flight is on."""
+        if not self._exact_preflight:
+            return None
+        self.counted.append(request)
         return prompt_tokens(request)
 
 
