@@ -130,3 +130,25 @@ def test_a_chat_backend_runs_to_the_limit_and_continues() -> None:
 def test_every_public_name_resolves() -> None:
     for name in segue.__all__:
         assert getattr(segue, name) is not None, name
+
+
+def test_every_error_a_caller_may_catch_is_a_segue_error() -> None:
+    errors = [
+        segue.ConversationExhaustedError,
+        segue.ConversationExistsError,
+        segue.ConversationNotFoundError,
+        segue.ConcurrentUpdateError,
+        segue.LlmCallError,
+        segue.MessageRejectedError,
+        segue.StoreLockedError,
+    ]
+    assert all(issubclass(error, SegueError) for error in errors)
+
+
+def test_an_unknown_conversation_is_a_typed_error() -> None:
+    async def main() -> None:
+        async with Runtime(store=MemoryStore(), llm=ScriptedModel()) as rt:
+            with pytest.raises(segue.ConversationNotFoundError):
+                await rt.send("no-such-conversation", "hello")
+
+    asyncio.run(main())

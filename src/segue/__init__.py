@@ -34,8 +34,12 @@ from segue.statemachine import __all__ as _core_all
 if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a re-export)
     from segue.executor.anthropic_model import AnthropicModel as AnthropicModel
     from segue.executor.memory_store import MemoryStore as MemoryStore
+    from segue.executor.ports import ConcurrentUpdateError as ConcurrentUpdateError
+    from segue.executor.ports import ConversationExistsError as ConversationExistsError
+    from segue.executor.ports import ConversationNotFoundError as ConversationNotFoundError
     from segue.executor.ports import LlmCallError as LlmCallError
     from segue.executor.ports import SegueError as SegueError
+    from segue.executor.ports import StoreLockedError as StoreLockedError
     from segue.executor.runtime import ConversationExhaustedError as ConversationExhaustedError
     from segue.executor.runtime import MessageRejectedError as MessageRejectedError
     from segue.executor.runtime import Runtime as Runtime
@@ -50,8 +54,12 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a
 _LAZY = {
     "AnthropicModel": "segue.executor.anthropic_model",
     "MemoryStore": "segue.executor.memory_store",
+    "ConcurrentUpdateError": "segue.executor.ports",
+    "ConversationExistsError": "segue.executor.ports",
+    "ConversationNotFoundError": "segue.executor.ports",
     "LlmCallError": "segue.executor.ports",
     "SegueError": "segue.executor.ports",
+    "StoreLockedError": "segue.executor.ports",
     "ConversationExhaustedError": "segue.executor.runtime",
     "MessageRejectedError": "segue.executor.runtime",
     "Runtime": "segue.executor.runtime",
