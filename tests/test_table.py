@@ -178,7 +178,7 @@ class Reference:
     """The machine rebuilt from the table's rows, with its own simple counters.
 
     States are phase kinds, triggers are event kinds, each row is a transition whose condition
-    is the guard predicate below (written from the guard's meaning, never from machine.py's
+    is the guard predicate below (written from the guard's meaning, never from the handlers'
     helpers) and whose ``before`` callback keeps the counters: occupancy and what was appended
     since, the warning, the attempt and its retry timer, the tool calls awaiting results, the
     continuations used, the pause flag, the session and the last snapshot.

@@ -1,0 +1,191 @@
+"""The paths every handler of ``transition()`` ends on: record a message, fail, take the
+behaviour's exhaustion path, or stop at a turn boundary (pre-flight, a pending pause, the next
+request or Idle). Shared by ``_turns`` and ``_summaries``; the laws are in ``machine``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+from segue.statemachine._values import builder
+from segue.statemachine.effects import (
+    AppendMessage,
+    ArchiveTranscript,
+    CancelRequest,
+    Effect,
+    ExecuteTools,
+    NotifyFailed,
+    NotifyParent,
+    RequestCheckpoint,
+    RequestCompaction,
+    RequestContinuation,
+    RequestLlm,
+)
+from segue.statemachine.models import (
+    ContextExhaustionBehavior,
+    ErrorKind,
+    Message,
+    MessageKind,
+    ToolCall,
+)
+from segue.statemachine.phases import (
+    IDLE,
+    AwaitingCheckpoint,
+    AwaitingContinuation,
+    Compacting,
+    ExhaustionTrigger,
+    Failed,
+    LlmRequesting,
+    ToolExecuting,
+)
+from segue.statemachine.state import ConversationState
+
+Effects = tuple[Effect, ...]
+Result = tuple[ConversationState, Effects]
+Handler = Callable[[ConversationState, Any], Result]
+
+FALLBACK_SUMMARY: Final = (
+    "Context limit reached. The continuation summary could not be generated. "
+    "Please start a new conversation."
+)
+CANCELLED_SUMMARY: Final = (
+    "Context limit reached. The continuation summary was cancelled. "
+    "Please start a new conversation."
+)
+COMPACTION_FALLBACK_SUMMARY: Final = (
+    "Earlier messages of this conversation were archived; their summary could not be generated."
+)
+RESUME_PROMPT: Final = "Resume the paused work from the resume context in your system prompt."
+TOOL_NOT_RUN_CONTEXT: Final = "Not run: the context window is nearly full."
+TOOL_NOT_RUN_CANCELLED: Final = "Not run: cancelled by the user."
+NOTHING: Final[Effects] = ()
+# Values without data are shared, never rebuilt: they are immutable, and building one costs
+# as much as the rest of an ordinary event.
+REQUEST_LLM: Final = RequestLlm._make()
+LLM_REQUESTING: Final = LlmRequesting._make()
+CANCEL: Final = CancelRequest._make()
+Requesting = LlmRequesting | AwaitingContinuation | AwaitingCheckpoint | Compacting
+Summarising = AwaitingContinuation | AwaitingCheckpoint | Compacting
+RECOVERABLE_ERRORS: Final = frozenset({ErrorKind.LLM_ERROR, ErrorKind.RETRIES_EXHAUSTED})
+WINDOW_EXCEEDED: Final = "model_context_window_exceeded"
+TRUNCATED: Final = "max_tokens"
+REFUSAL: Final = "refusal"
+
+
+# --------------------------------------------------------------------------- small builders
+
+
+build_append = builder(AppendMessage)
+build_message = builder(Message)
+build_execute = builder(ExecuteTools)
+build_executing = builder(ToolExecuting)
+
+
+def record(state: ConversationState, kind: MessageKind, text: str, **extra: Any) -> AppendMessage:
+    """Record a message of ``kind`` in the transcript, in the state's session and generation."""
+    message = build_message(
+        kind=kind, text=text, session=state.session, generation=state.generation, **extra
+    )
+    return build_append(message=message)
+
+
+def not_run(state: ConversationState, calls: tuple[ToolCall, ...], why: str) -> list[Effect]:
+    """Error results for tool calls that will never run, so no ``tool_use`` is left unpaired."""
+    return [
+        record(state, "tool_result", why, tool_call_id=call.id, is_error=True) for call in calls
+    ]
+
+
+def retry_delay(state: ConversationState, next_attempt: int) -> float:
+    config = state.config
+    return float(min(config.retry_max_delay, config.retry_base_delay * 2 ** (next_attempt - 2)))
+
+
+def fail(state: ConversationState, kind: ErrorKind, message: str, effects: list[Effect]) -> Result:
+    effects.append(NotifyFailed._make(error_kind=kind, message=message))
+    config = state.config
+    if (
+        config.parent_id is not None
+        and config.behavior is ContextExhaustionBehavior.INTENTIONALLY_UNHANDLED
+    ):
+        effects.append(
+            NotifyParent._make(parent_id=state.config.parent_id, error_kind=kind, message=message)
+        )
+    failed = Failed._make(error_kind=kind, message=message)
+    return state._evolve(phase=failed, pause_requested=False), tuple(effects)
+
+
+def exhausted_message(state: ConversationState) -> str:
+    return (
+        f"Context window exhausted: {state.projected_tokens:,} of "
+        f"{state.config.context_window:,} tokens (threshold "
+        f"{state.config.continuation_tokens:,})."
+    )
+
+
+# --------------------------------------------------------------------------- the exhaustion path
+
+
+def exhaust(
+    state: ConversationState,
+    trigger: ExhaustionTrigger,
+    rejected: tuple[ToolCall, ...],
+    resume_after: bool,
+    effects: list[Effect],
+) -> Result:
+    """Take the conversation's behaviour at the limit (DESIGN section 2)."""
+    behavior = state.config.behavior
+    if behavior is ContextExhaustionBehavior.THRESHOLD_BASED_CONTINUATION:
+        effects.append(RequestContinuation._make(rejected_tool_calls=rejected))
+        waiting = AwaitingContinuation._make(rejected_tool_calls=rejected, trigger=trigger)
+        return state._evolve(phase=waiting), tuple(effects)
+    if behavior is ContextExhaustionBehavior.INTENTIONALLY_UNHANDLED:
+        return fail(state, ErrorKind.CONTEXT_EXHAUSTED, exhausted_message(state), effects)
+    if state.continuations >= state.config.max_continuations:
+        message = (
+            f"{state.continuations} continuations already; the bound is "
+            f"{state.config.max_continuations}. {exhausted_message(state)}"
+        )
+        return fail(state, ErrorKind.CONTINUATION_LIMIT, message, effects)
+    if behavior is ContextExhaustionBehavior.CHECKPOINT_RESTART:
+        effects.append(RequestCheckpoint._make(rejected_tool_calls=rejected))
+        checkpointing = AwaitingCheckpoint._make(
+            rejected_tool_calls=rejected, trigger=trigger, resume_after=resume_after
+        )
+        return state._evolve(phase=checkpointing), tuple(effects)
+    effects.append(ArchiveTranscript._make(generation=state.generation))
+    effects.append(RequestCompaction._make(rejected_tool_calls=rejected))
+    phase = Compacting._make(
+        rejected_tool_calls=rejected, trigger=trigger, resume_after=resume_after
+    )
+    return state._evolve(phase=phase), tuple(effects)
+
+
+def turn_boundary(
+    state: ConversationState,
+    effects: list[Effect],
+    ask_llm: bool,
+    changes: dict[str, Any] | None = None,
+) -> Result:
+    """Where a turn may stop: pre-flight, then a pending pause, then the next request or Idle.
+
+    ``changes`` are what the event itself did to the state (tokens appended, a message counted);
+    they are applied together with the new phase, so an ordinary event builds one state.
+    """
+    if changes is None:
+        changes = {}
+    if ask_llm:
+        context = changes.get("context_tokens", state.context_tokens) or 0
+        pending = changes.get("pending_tokens", state.pending_tokens)
+        if context + pending >= state.config.continuation_tokens:
+            return exhaust(state._replace(changes), "preflight", (), True, effects)
+    if changes.get("pause_requested", state.pause_requested):
+        effects.append(RequestCheckpoint._make(purpose="pause"))
+        changes["phase"] = AwaitingCheckpoint._make(purpose="pause", resume_after=ask_llm)
+    elif ask_llm:
+        effects.append(REQUEST_LLM)
+        changes["phase"] = LLM_REQUESTING
+    else:
+        changes["phase"] = IDLE
+    return state._replace(changes), tuple(effects)

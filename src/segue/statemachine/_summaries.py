@@ -1,0 +1,307 @@
+"""Handlers of the tool-less requests that end a context: the continuation summary, the
+checkpoint (restart or pause, and resume) and compaction. The laws are in ``machine``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, cast
+
+from segue.statemachine._paths import (
+    CANCEL,
+    CANCELLED_SUMMARY,
+    COMPACTION_FALLBACK_SUMMARY,
+    FALLBACK_SUMMARY,
+    NOTHING,
+    REFUSAL,
+    RESUME_PROMPT,
+    Result,
+    Summarising,
+    fail,
+    record,
+    retry_delay,
+    turn_boundary,
+)
+from segue.statemachine.accounting import (
+    estimate_tokens,
+    reported_occupancy,
+)
+from segue.statemachine.checkpoint import (
+    SessionSnapshot,
+    checkpoint_sections,
+    compile_resume_context,
+    continuation_prompt,
+    extract_checkpoint,
+)
+from segue.statemachine.effects import (
+    Effect,
+    NotifyContextExhausted,
+    ReportAccountingAnomaly,
+    RequestCheckpoint,
+    RequestCompaction,
+    RequestContinuation,
+    RequestKind,
+    SaveSnapshot,
+    ScheduleRetry,
+    StartGeneration,
+    StartSession,
+)
+from segue.statemachine.events import (
+    CheckpointFailed,
+    CheckpointResponse,
+    CompactionFailed,
+    CompactionResponse,
+    ContinuationFailed,
+    ContinuationResponse,
+    ResumeRequested,
+)
+from segue.statemachine.models import (
+    ErrorKind,
+)
+from segue.statemachine.phases import (
+    IDLE,
+    AwaitingCheckpoint,
+    AwaitingContinuation,
+    Compacting,
+    ContextExhausted,
+    Paused,
+)
+from segue.statemachine.state import ConversationState
+
+# --------------------------------------------------------------------------- summary requests
+
+
+def _retry_or_give_up(
+    state: ConversationState,
+    event: ContinuationFailed | CheckpointFailed | CompactionFailed,
+    request: RequestKind,
+    give_up: Callable[[ConversationState, str], Result],
+) -> Result:
+    """Shared by the three tool-less requests: trim on overflow, back off on retryable errors."""
+    phase = cast(Summarising, state.phase)
+    if phase.retry_pending:
+        return state, NOTHING
+    attempt = phase.attempt
+    if attempt >= state.config.max_attempts or not (event.context_overflow or event.retryable):
+        return give_up(state, event.error)
+    if event.context_overflow:
+        trimmed = phase._evolve(attempt=attempt + 1, trim_level=phase.trim_level + 1)
+        effect: Effect
+        if isinstance(phase, AwaitingContinuation):
+            effect = RequestContinuation._make(
+                rejected_tool_calls=phase.rejected_tool_calls,
+                attempt=attempt + 1,
+                trim_level=trimmed.trim_level,
+            )
+        elif isinstance(phase, AwaitingCheckpoint):
+            effect = RequestCheckpoint._make(
+                purpose=phase.purpose,
+                rejected_tool_calls=phase.rejected_tool_calls,
+                attempt=attempt + 1,
+                trim_level=trimmed.trim_level,
+            )
+        else:
+            effect = RequestCompaction._make(
+                rejected_tool_calls=phase.rejected_tool_calls,
+                attempt=attempt + 1,
+                trim_level=trimmed.trim_level,
+            )
+        return state._evolve(phase=trimmed), (effect,)
+    delay = retry_delay(state, attempt + 1)
+    retry = ScheduleRetry._make(request=request, attempt=attempt + 1, delay_seconds=delay)
+    return state._evolve(phase=phase._evolve(retry_pending=True)), (retry,)
+
+
+def _exhausted_with(state: ConversationState, summary: str, effects: list[Effect]) -> Result:
+    effects.append(record(state, "continuation", summary))
+    effects.append(NotifyContextExhausted._make(summary=summary))
+    exhausted = state._evolve(
+        phase=ContextExhausted._make(summary=summary),
+        pause_requested=False,
+        message_count=state.message_count + 1,
+    )
+    return exhausted, tuple(effects)
+
+
+def _measured_only(
+    state: ConversationState, usage: Any, effects: list[Effect]
+) -> ConversationState:
+    """A summary answer's usage: occupancy when usable, an anomaly report above the window."""
+    reported = reported_occupancy(usage)
+    if reported is None:
+        return state
+    window = state.config.context_window
+    if reported > window:
+        effects.append(
+            ReportAccountingAnomaly._make(reported_tokens=reported, context_window=window)
+        )
+        return state
+    return state._evolve(context_tokens=reported, pending_tokens=0)
+
+
+def on_continuation_response(state: ConversationState, event: ContinuationResponse) -> Result:
+    if cast(AwaitingContinuation, state.phase).retry_pending:
+        return state, NOTHING
+    summary = event.summary.strip()
+    if not summary or event.stop_reason == REFUSAL:
+        summary = FALLBACK_SUMMARY
+    effects: list[Effect] = []
+    return _exhausted_with(_measured_only(state, event.usage, effects), summary, effects)
+
+
+def on_continuation_failed(state: ConversationState, event: ContinuationFailed) -> Result:
+    return _retry_or_give_up(
+        state, event, "continuation", lambda s, _error: _exhausted_with(s, FALLBACK_SUMMARY, [])
+    )
+
+
+def on_cancel_continuation(state: ConversationState, _event: object) -> Result:
+    return _exhausted_with(state, CANCELLED_SUMMARY, [CANCEL])
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def _checkpoint_taken(
+    state: ConversationState, text: str, effects: list[Effect], resume: bool | None = None
+) -> Result:
+    """Use an agent's checkpoint answer (``""`` when none could be had)."""
+    phase = cast(AwaitingCheckpoint, state.phase)
+    checkpoint = extract_checkpoint(text)
+    if text.strip():
+        effects.append(record(state, "checkpoint", text))
+        state = state._evolve(message_count=state.message_count + 1)
+    resume_after = phase.resume_after if resume is None else resume
+    if phase.purpose == "pause":
+        return _pause_with(state, checkpoint, effects)
+    seed = continuation_prompt(checkpoint)
+    seed_tokens = state.config.system_tokens + estimate_tokens(seed)
+    if seed_tokens >= state.config.continuation_tokens:
+        message = (
+            f"The checkpoint (about {seed_tokens:,} tokens with the system prompt) does not fit "
+            "a fresh session "
+            f"(threshold {state.config.continuation_tokens:,}); restarting again would loop."
+        )
+        return fail(state, ErrorKind.CHECKPOINT_OVERFLOW, message, effects)
+    session = state.session + 1
+    effects.append(StartSession._make(session=session, reason="checkpoint_restart"))
+    fresh = state._evolve(
+        session=session,
+        continuations=state.continuations + 1,
+        context_tokens=None,
+        pending_tokens=seed_tokens,
+        warned=False,
+        message_count=state.message_count + 1,
+    )
+    effects.append(record(fresh, "user", seed))
+    return turn_boundary(fresh, effects, ask_llm=resume_after)
+
+
+def _pause_with(state: ConversationState, checkpoint: str, effects: list[Effect]) -> Result:
+    version = state.snapshots + 1
+    snapshot = SessionSnapshot._make(
+        conversation_id=state.config.id,
+        version=version,
+        session=state.session,
+        reason=state.pause_reason,
+        checkpoint=checkpoint,
+        sections=checkpoint_sections(checkpoint),
+        context_tokens=state.context_tokens,
+        context_window=state.config.context_window,
+        message_count=state.message_count,
+        continuations=state.continuations,
+    )
+    effects.append(SaveSnapshot._make(snapshot=snapshot))
+    paused = state._evolve(
+        phase=Paused._make(snapshot=snapshot),
+        snapshots=version,
+        pause_requested=False,
+        pause_reason="",
+    )
+    return paused, tuple(effects)
+
+
+def on_checkpoint_response(state: ConversationState, event: CheckpointResponse) -> Result:
+    if cast(AwaitingCheckpoint, state.phase).retry_pending:
+        return state, NOTHING
+    return _checkpoint_taken(state, event.text, [])
+
+
+def on_checkpoint_failed(state: ConversationState, event: CheckpointFailed) -> Result:
+    return _retry_or_give_up(
+        state, event, "checkpoint", lambda s, _error: _checkpoint_taken(s, "", [])
+    )
+
+
+def on_cancel_checkpoint(state: ConversationState, _event: object) -> Result:
+    """The user's cancel abandons a pending pause, as it does in every busy phase
+    (REQ-SEG-021). A restart still happens (the old session is over the threshold), seeded
+    with the minimal prompt and waiting for the user; a pause checkpoint just stops."""
+    calm = state._evolve(pause_requested=False, pause_reason="")
+    if cast(AwaitingCheckpoint, state.phase).purpose == "pause":
+        return calm._evolve(phase=IDLE), (CANCEL,)
+    return _checkpoint_taken(calm, "", [CANCEL], resume=False)
+
+
+def on_resume(state: ConversationState, event: ResumeRequested) -> Result:
+    snapshot = cast(Paused, state.phase).snapshot
+    context = compile_resume_context(snapshot)
+    prompt = event.prompt if event.prompt and event.prompt.strip() else RESUME_PROMPT
+    session = state.session + 1
+    effects: list[Effect] = [
+        StartSession._make(session=session, reason="resume", system_context=context)
+    ]
+    fresh = state._evolve(
+        session=session,
+        context_tokens=None,
+        pending_tokens=state.config.system_tokens
+        + estimate_tokens(context)
+        + estimate_tokens(prompt),
+        warned=False,
+        message_count=state.message_count + 1,
+    )
+    effects.append(record(fresh, "user", prompt))
+    return turn_boundary(fresh, effects, ask_llm=True)
+
+
+# --------------------------------------------------------------------------- compaction
+
+
+def on_compaction_response(state: ConversationState, event: CompactionResponse) -> Result:
+    phase = cast(Compacting, state.phase)
+    if phase.retry_pending:
+        return state, NOTHING
+    config = state.config
+    if event.retained_tokens >= config.continuation_tokens:
+        message = (
+            f"After compaction the context still holds {event.retained_tokens:,} tokens "
+            f"(threshold {config.continuation_tokens:,}); compacting again would loop."
+        )
+        return fail(state, ErrorKind.COMPACTION_INEFFECTIVE, message, [])
+    summary = event.summary.strip() or COMPACTION_FALLBACK_SUMMARY
+    generation = state.generation + 1
+    fresh = state._evolve(
+        generation=generation,
+        continuations=state.continuations + 1,
+        context_tokens=None,
+        pending_tokens=event.retained_tokens,
+        # Once per session (REQ-BED-023): a new generation is the same session, so the flag
+        # stays as it was. The retained figure is an estimate, never a response's occupancy: a
+        # response that reaches the warning threshold in the new generation still warns.
+        warned=state.warned,
+        message_count=state.message_count + 1,
+    )
+    effects: list[Effect] = [
+        StartGeneration._make(generation=generation, summary=summary),
+        record(fresh, "summary", summary, kept_messages=event.kept_messages),
+    ]
+    return turn_boundary(fresh, effects, ask_llm=phase.resume_after)
+
+
+def _compaction_gave_up(state: ConversationState, error: str) -> Result:
+    message = f"Compaction failed, so the context cannot be reduced: {error}"
+    return fail(state, ErrorKind.CONTEXT_EXHAUSTED, message, [])
+
+
+def on_compaction_failed(state: ConversationState, event: CompactionFailed) -> Result:
+    return _retry_or_give_up(state, event, "compaction", _compaction_gave_up)

@@ -1,0 +1,298 @@
+"""Handlers of an ordinary turn: Idle, LlmRequesting, ToolExecuting, and the phases that
+only answer a user message (exhausted, failed, paused). The laws are in ``machine``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from segue.statemachine._paths import (
+    CANCEL,
+    NOTHING,
+    RECOVERABLE_ERRORS,
+    TOOL_NOT_RUN_CANCELLED,
+    TOOL_NOT_RUN_CONTEXT,
+    TRUNCATED,
+    WINDOW_EXCEEDED,
+    Requesting,
+    Result,
+    build_execute,
+    build_executing,
+    exhaust,
+    fail,
+    not_run,
+    record,
+    retry_delay,
+    turn_boundary,
+)
+from segue.statemachine.accounting import (
+    estimate_tokens,
+    estimate_tool_calls,
+    reported_occupancy,
+)
+from segue.statemachine.effects import (
+    Effect,
+    NotifyContextWarning,
+    NotifyTruncated,
+    RejectUserMessage,
+    ReportAccountingAnomaly,
+    RequestCheckpoint,
+    RequestCompaction,
+    RequestContinuation,
+    RequestLlm,
+    ScheduleRetry,
+)
+from segue.statemachine.events import (
+    LlmError,
+    LlmResponse,
+    PauseRequested,
+    RetryDue,
+    ToolResult,
+    UserMessage,
+)
+from segue.statemachine.models import (
+    ErrorKind,
+)
+from segue.statemachine.phases import (
+    IDLE,
+    AwaitingCheckpoint,
+    AwaitingContinuation,
+    ExhaustionTrigger,
+    Failed,
+    LlmRequesting,
+    ToolExecuting,
+)
+from segue.statemachine.state import ConversationState
+
+# --------------------------------------------------------------------------- Idle
+
+
+def on_user_message(state: ConversationState, event: UserMessage) -> Result:
+    tokens = event.token_count if event.token_count is not None else estimate_tokens(event.text)
+    if tokens >= state.config.continuation_tokens:
+        reason = (
+            f"The message is too large for this conversation: about {tokens:,} tokens, while "
+            f"{state.config.continuation_tokens:,} is the most a whole prompt may hold here. "
+            "Shorten it or attach it as a file."
+        )
+        return state, (RejectUserMessage._make(reason=reason),)
+    effects: list[Effect] = [record(state, "user", event.text)]
+    changes = {
+        "pending_tokens": state.pending_tokens + tokens,
+        "message_count": state.message_count + 1,
+    }
+    return turn_boundary(state, effects, True, changes)
+
+
+def on_manual_continuation(state: ConversationState, _event: object) -> Result:
+    return exhaust(state, "manual", (), False, [])
+
+
+def on_pause_when_idle(state: ConversationState, event: PauseRequested) -> Result:
+    changes = {"pause_requested": True, "pause_reason": event.reason}
+    return turn_boundary(state, [], False, changes)
+
+
+def on_pause_when_busy(state: ConversationState, event: PauseRequested) -> Result:
+    if state.pause_requested:
+        return state, NOTHING
+    return state._evolve(pause_requested=True, pause_reason=event.reason), NOTHING
+
+
+def reject_busy(state: ConversationState, _event: object) -> Result:
+    reason = (
+        f"The conversation is busy ({state.phase.kind.replace('_', ' ')}); "
+        "send the message when it is idle, or cancel first."
+    )
+    return state, (RejectUserMessage._make(reason=reason),)
+
+
+# --------------------------------------------------------------------------- LlmRequesting
+
+
+def _measure(
+    state: ConversationState, event: LlmResponse, effects: list[Effect]
+) -> tuple[dict[str, Any], bool]:
+    """What a response's usage changes in the state, and whether it crossed the threshold."""
+    config = state.config
+    reported = reported_occupancy(event.usage)
+    if reported is not None and reported > config.context_window:
+        effects.append(
+            ReportAccountingAnomaly._make(
+                reported_tokens=reported, context_window=config.context_window
+            )
+        )
+        reported = None
+    if reported is None:
+        grown = state.pending_tokens + estimate_tokens(event.text)
+        if event.tool_calls:
+            grown += estimate_tool_calls(event.tool_calls)
+        return {"pending_tokens": grown, "message_count": state.message_count + 1}, False
+    changes: dict[str, Any] = {
+        "context_tokens": reported,
+        "pending_tokens": 0,
+        "message_count": state.message_count + 1,
+    }
+    if not state.warned and reported >= config.warning_tokens:
+        effects.append(
+            NotifyContextWarning._make(
+                context_tokens=reported, context_window=config.context_window
+            )
+        )
+        changes["warned"] = True
+    return changes, reported >= config.continuation_tokens
+
+
+def on_llm_response(state: ConversationState, event: LlmResponse) -> Result:
+    if cast(LlmRequesting, state.phase).retry_pending:
+        return state, NOTHING
+    effects: list[Effect] = []
+    changes, over = _measure(state, event, effects)
+    calls = event.tool_calls
+    stop_reason = event.stop_reason
+    if stop_reason == WINDOW_EXCEEDED or over:
+        effects.append(record(state, "assistant", event.text, tool_calls=calls, usage=event.usage))
+        if calls:
+            # Their error results are recorded messages, so they are counted; their tokens are
+            # not, since every exhaustion path leaves this context (new session, generation or
+            # an end) and the figure reported to the user stays the measured one.
+            effects += not_run(state, calls, TOOL_NOT_RUN_CONTEXT)
+            changes["message_count"] += len(calls)
+        trigger: ExhaustionTrigger = "overflow" if stop_reason == WINDOW_EXCEEDED else "threshold"
+        resume_after = bool(calls) or stop_reason == WINDOW_EXCEEDED
+        return exhaust(state._replace(changes), trigger, calls, resume_after, effects)
+    if stop_reason == TRUNCATED:
+        effects.append(record(state, "assistant", event.text, usage=event.usage))
+        effects.append(NotifyTruncated._make(dropped_tool_calls=calls))
+        return turn_boundary(state, effects, False, changes)
+    effects.append(record(state, "assistant", event.text, tool_calls=calls, usage=event.usage))
+    if not calls:
+        return turn_boundary(state, effects, False, changes)
+    # One call is the common case; several may repeat an id, which is waited for once.
+    pending = (calls[0].id,) if len(calls) == 1 else tuple(dict.fromkeys(c.id for c in calls))
+    effects.append(build_execute(tool_calls=calls))
+    changes["phase"] = build_executing(tool_calls=calls, pending=pending)
+    return state._replace(changes), tuple(effects)
+
+
+def on_llm_error(state: ConversationState, event: LlmError) -> Result:
+    phase = cast(LlmRequesting, state.phase)
+    if phase.retry_pending:
+        return state, NOTHING
+    if event.context_overflow:
+        return exhaust(state, "overflow", (), True, [])
+    attempt = phase.attempt
+    if event.retryable and attempt < state.config.max_attempts:
+        delay = retry_delay(state, attempt + 1)
+        retry = ScheduleRetry._make(request="llm", attempt=attempt + 1, delay_seconds=delay)
+        return state._evolve(phase=phase._evolve(retry_pending=True)), (retry,)
+    if event.retryable:
+        message = f"The LLM request failed {attempt} times; last error: {event.message}"
+        return fail(state, ErrorKind.RETRIES_EXHAUSTED, message, [])
+    return fail(state, ErrorKind.LLM_ERROR, f"The LLM request failed: {event.message}", [])
+
+
+def on_retry_due(state: ConversationState, event: RetryDue) -> Result:
+    """A retry timer fired: only the one for the next attempt of the current request counts."""
+    phase = cast(Requesting, state.phase)
+    if not phase.retry_pending or event.attempt != phase.attempt + 1:
+        return state, NOTHING
+    next_phase = phase._evolve(attempt=event.attempt, retry_pending=False)
+    request: Effect
+    if isinstance(phase, LlmRequesting):
+        request = RequestLlm._make(attempt=event.attempt)
+    elif isinstance(phase, AwaitingContinuation):
+        request = RequestContinuation._make(
+            rejected_tool_calls=phase.rejected_tool_calls,
+            attempt=event.attempt,
+            trim_level=phase.trim_level,
+        )
+    elif isinstance(phase, AwaitingCheckpoint):
+        request = RequestCheckpoint._make(
+            purpose=phase.purpose,
+            rejected_tool_calls=phase.rejected_tool_calls,
+            attempt=event.attempt,
+            trim_level=phase.trim_level,
+        )
+    else:
+        request = RequestCompaction._make(
+            rejected_tool_calls=phase.rejected_tool_calls,
+            attempt=event.attempt,
+            trim_level=phase.trim_level,
+        )
+    return state._evolve(phase=next_phase), (request,)
+
+
+def on_cancel_request(state: ConversationState, _event: object) -> Result:
+    cancelled = state._evolve(phase=IDLE, pause_requested=False, pause_reason="")
+    return cancelled, (CANCEL,)
+
+
+# --------------------------------------------------------------------------- ToolExecuting
+
+
+def on_tool_result(state: ConversationState, event: ToolResult) -> Result:
+    phase = cast(ToolExecuting, state.phase)
+    if event.tool_call_id not in phase.pending:
+        return state, NOTHING  # unknown or duplicate: a stale report
+    tokens = event.token_count if event.token_count is not None else estimate_tokens(event.output)
+    effects: list[Effect] = [
+        record(
+            state,
+            "tool_result",
+            event.output,
+            tool_call_id=event.tool_call_id,
+            is_error=event.is_error,
+        )
+    ]
+    pending = tuple(call_id for call_id in phase.pending if call_id != event.tool_call_id)
+    grown = state.pending_tokens + tokens
+    count = state.message_count + 1
+    if pending:
+        waiting = phase._evolve(pending=pending)
+        return state._evolve(phase=waiting, pending_tokens=grown, message_count=count), tuple(
+            effects
+        )
+    return turn_boundary(state, effects, True, {"pending_tokens": grown, "message_count": count})
+
+
+def on_cancel_tools(state: ConversationState, _event: object) -> Result:
+    phase = cast(ToolExecuting, state.phase)
+    waiting = tuple(call for call in phase.tool_calls if call.id in phase.pending)
+    effects = [CANCEL, *not_run(state, waiting, TOOL_NOT_RUN_CANCELLED)]
+    not_run_tokens = len(waiting) * estimate_tokens(TOOL_NOT_RUN_CANCELLED)
+    cancelled = state._evolve(
+        phase=IDLE,
+        pause_requested=False,
+        pause_reason="",
+        pending_tokens=state.pending_tokens + not_run_tokens,
+        message_count=state.message_count + len(waiting),
+    )
+    return cancelled, tuple(effects)
+
+
+# --------------------------------------------------------------------------- terminal phases
+
+
+def reject_exhausted(state: ConversationState, _event: object) -> Result:
+    reason = (
+        "This conversation has reached its context limit and is read-only. "
+        "Start a new conversation from it to continue (its summary can seed the new one)."
+    )
+    return state, (RejectUserMessage._make(reason=reason),)
+
+
+def on_user_message_failed(state: ConversationState, event: UserMessage) -> Result:
+    failed = cast(Failed, state.phase)
+    if failed.error_kind in RECOVERABLE_ERRORS:
+        return on_user_message(state, event)
+    reason = (
+        f"This conversation has failed ({failed.error_kind.value}: "
+        f"{failed.message}). Start a new conversation to continue."
+    )
+    return state, (RejectUserMessage._make(reason=reason),)
+
+
+def reject_paused(state: ConversationState, _event: object) -> Result:
+    reason = "This conversation is paused. Resume it first; the message was not recorded."
+    return state, (RejectUserMessage._make(reason=reason),)
