@@ -5,7 +5,9 @@ event)`` (new state, the event, the messages and the pending effects, in one tra
 performs the outbox in order: each effect that yields an event is completed by the commit of that
 event, so a crash at any point leaves either the effect pending (it is performed again on start)
 or its outcome committed (it is not). The loop stops when the outbox is empty: the conversation
-waits for input.
+waits for input. This module decides when an effect is performed and commits what comes back;
+what performing one means (asking the model, running tools, compacting, archiving) is in
+``perform``.
 
 Every commit returns the conversation as it now is, so a drive never reads it back; a drive
 that starts with an event does not even load it, but commits on the copy its last commit
@@ -22,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import dataclasses
 import time
 import uuid
@@ -33,61 +34,41 @@ from typing import Any, cast
 
 import structlog
 
-from segue.executor.archive import write_archive
+from segue.executor.perform import (
+    COMPACTION_INSTRUCTION,
+    CONTINUATION_INSTRUCTION,
+    Performer,
+    current_conversation_id,
+)
 from segue.executor.ports import (
     Commit,
     ConcurrentUpdateError,
-    LlmCallError,
     LlmModel,
-    LlmReply,
-    LlmRequest,
     PendingEffect,
-    Purpose,
     SegueError,
     Store,
     StoredConversation,
     StoredMessage,
 )
 from segue.executor.tools import Tool, ToolRegistry
-from segue.executor.views import (
-    DEFAULT_KEEP_RECENT,
-    TranscriptView,
-    ViewSnapshot,
-    split_for_compaction,
-)
+from segue.executor.views import DEFAULT_KEEP_RECENT, TranscriptView
 from segue.statemachine import (
-    CHECKPOINT_PROMPT,
-    CheckpointFailed,
-    CheckpointResponse,
-    CompactionFailed,
-    CompactionResponse,
     ContextExhaustionBehavior,
-    ContinuationFailed,
-    ContinuationResponse,
     ConversationState,
     ErrorKind,
     Event,
-    Failed,
-    Idle,
-    LlmError,
-    LlmResponse,
     ManualContinuation,
     Message,
     PauseRequested,
     ResumeRequested,
-    RetryDue,
-    ToolExecuting,
-    ToolResult,
     UserCancel,
     UserMessage,
-    compile_resume_context,
     estimate_tokens,
     new_conversation,
     transition,
 )
 from segue.statemachine.effects import (
     AppendMessage,
-    ArchiveTranscript,
     CancelRequest,
     Effect,
     ExecuteTools,
@@ -96,31 +77,23 @@ from segue.statemachine.effects import (
     RequestCompaction,
     RequestContinuation,
     RequestLlm,
-    SaveSnapshot,
     ScheduleRetry,
 )
 
-CONTINUATION_INSTRUCTION = (
-    "The conversation context is nearly full, so this conversation will end here. Write a "
-    "concise continuation summary that can seed a new conversation: the user's goal, what was "
-    "done and decided, open questions, and the next steps. Plain text, no tool calls."
-)
-COMPACTION_INSTRUCTION = (
-    "Summarise the conversation so far for your own future reference: the goal, facts learned, "
-    "decisions, work completed and what remains. The most recent messages are kept verbatim "
-    "after your summary, so focus on everything before them. Plain text, no tool calls."
-)
-
-current_conversation_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "segue_current_conversation_id", default=None
-)
-"""The conversation whose tools are running (read by the sub-agent tool to set a parent)."""
+__all__ = [  # the prompts and the tools' context variable live in ``perform``, imported from here
+    "COMPACTION_INSTRUCTION",
+    "CONTINUATION_INSTRUCTION",
+    "ConversationExhaustedError",
+    "Listener",
+    "MessageRejectedError",
+    "Runtime",
+    "current_conversation_id",
+    "failure_of",
+]
 
 Listener = Callable[[str, Effect], None]
 _log = structlog.get_logger("segue.runtime")
 _CACHE_SIZE = 256
-_RECOVERABLE = frozenset({ErrorKind.LLM_ERROR, ErrorKind.RETRIES_EXHAUSTED})
-"""Failures a user message recovers from (REQ-SEG-023): the core takes the message."""
 """Conversations whose last known copy and view are kept (the most recently used)."""
 _ANSWERED_BY_EVENTS = (
     RequestLlm,
@@ -194,7 +167,6 @@ class Runtime:
         self.keep_recent = keep_recent
         self.max_tokens = max_tokens
         self._clock = clock
-        self._sleep = sleep
         self._gates: dict[str, _Gate] = {}
         self._inflight: dict[str, asyncio.Task[Any]] = {}
         self._cancel_requests: set[str] = set()
@@ -202,6 +174,8 @@ class Runtime:
         self._known: OrderedDict[str, _Known] = OrderedDict()
         self._listeners: list[Listener] = []
         self._recovery: asyncio.Task[None] | None = None
+        # It reads store, llm, tools, ... from here per effect: ``rt.llm = other`` is heard.
+        self._performer = Performer(self, entry=self._entry, sleep=sleep)
 
     async def __aenter__(self) -> Runtime:
         await self.recover()
@@ -442,54 +416,10 @@ class Runtime:
                     raise  # another writer in the moment since we loaded: theirs to win
                 stored = None  # our copy was behind (another runtime or process wrote)
 
-    async def _counted(self, stored: StoredConversation, event: Event) -> Event:
-        """``event`` with an exact ``token_count`` when the model can count prompts.
-
-        Pre-flight compares the projected prompt (last occupancy + what was appended since) with
-        the threshold. When ``llm.count_tokens`` answers, the message gets the count that makes
-        that projection the exact prompt of the next request: counted minus projected, never
-        below zero (an estimate above the truth stays, which errs on the safe side). Only a user
-        message or tool result the core will record is counted, and only once.
-        """
-        if (
-            not self.llm.exact_preflight
-            or not isinstance(event, UserMessage | ToolResult)
-            or event.token_count is not None
-        ):
-            return event
-        state = stored.state
-        phase = state.phase
-        where = {"session": state.session, "generation": state.generation}
-        if isinstance(event, UserMessage):
-            accepted = isinstance(phase, Idle) or (
-                isinstance(phase, Failed) and phase.error_kind in _RECOVERABLE
-            )
-            if not accepted:
-                return event  # the core rejects it: nothing to count
-            message = Message(kind="user", text=event.text, **where)
-        else:
-            if not isinstance(phase, ToolExecuting) or event.tool_call_id not in phase.pending:
-                return event  # a stale result the core ignores
-            message = Message(
-                kind="tool_result",
-                text=event.output,
-                tool_call_id=event.tool_call_id,
-                is_error=event.is_error,
-                **where,
-            )
-        view = await self._view(stored)
-        request = await self._request(
-            stored, "turn", instruction=None, rejected=(), trim_level=0, messages=[*view, message]
-        )
-        counted = await self.llm.count_tokens(request)
-        if counted is None:
-            return event
-        return event.model_copy(update={"token_count": max(0, counted - state.projected_tokens)})
-
     async def _commit(
         self, stored: StoredConversation, event: Event, completes: tuple[int, ...]
     ) -> tuple[StoredConversation, tuple[Effect, ...]]:
-        event = await self._counted(stored, event)
+        event = await self._performer.counted(stored, event)
         before = stored.state
         after, effects = transition(before, event)
         if any(isinstance(effect, CancelRequest) for effect in effects):
@@ -538,7 +468,7 @@ class Runtime:
         cid = stored.state.id
         for listener in self._listeners:
             listener(cid, effect)
-        task = asyncio.ensure_future(self._outcome(stored, effect))
+        task = asyncio.ensure_future(self._performer.outcome(stored, effect))
         self._inflight[cid] = task
         try:
             outcome = await task
@@ -562,243 +492,6 @@ class Runtime:
             last = index == len(outcome) - 1
             stored, _ = await self._commit(stored, event, (pending.id,) if last else ())
         return stored
-
-    async def _outcome(self, stored: StoredConversation, effect: Effect) -> list[Event]:
-        """Perform one effect; the events it produced (none for notifications)."""
-        if isinstance(effect, RequestLlm):
-            return [
-                await self._ask(
-                    stored,
-                    "turn",
-                    instruction=None,
-                    rejected=(),
-                    trim_level=0,
-                    to_event=self._turn_event,
-                )
-            ]
-        if isinstance(effect, ExecuteTools):
-            return list(await self._run_tools(stored, effect))
-        if isinstance(effect, RequestContinuation | RequestCheckpoint):
-            purpose, instruction, to_event = _SUMMARY_REQUESTS[type(effect)]
-            return [
-                await self._ask(
-                    stored,
-                    purpose,
-                    instruction=instruction,
-                    rejected=effect.rejected_tool_calls,
-                    trim_level=effect.trim_level,
-                    to_event=to_event,
-                )
-            ]
-        if isinstance(effect, RequestCompaction):
-            return [await self._compact(stored, effect)]
-        if isinstance(effect, ScheduleRetry):
-            await self._sleep(effect.delay_seconds)
-            return [RetryDue(attempt=effect.attempt)]
-        if isinstance(effect, ArchiveTranscript):
-            await self._archive(stored, effect)
-        elif isinstance(effect, SaveSnapshot):
-            await self.store.save_snapshot(effect.snapshot)
-        else:
-            _log.info("notify", conversation_id=stored.state.id, effect=effect.kind)
-        return []
-
-    # ------------------------------------------------------------------ effects
-
-    async def _view(self, stored: StoredConversation) -> ViewSnapshot:
-        """The current view, exactly as of ``stored`` (its state and ``last_seq``).
-
-        The cached fold is reused only for the state's session and generation and only while it
-        holds no more than the store does; it is brought up to ``stored.last_seq`` with the
-        messages after its own ``last_seq``, whoever wrote them. A new session or generation,
-        or a transcript the store no longer agrees with, is folded again from the start.
-        """
-        state = stored.state
-        cid = state.id
-        entry = self._entry(cid)
-        view = entry.view
-        if (
-            view is None
-            or view.session != state.session
-            or view.generation != state.generation
-            or view.last_seq > stored.last_seq
-        ):
-            view = entry.view = TranscriptView(state.session, state.generation)
-        if view.last_seq < stored.last_seq:
-            try:
-                for message in await self.store.messages(cid, after_seq=view.last_seq):
-                    if message.seq > stored.last_seq:
-                        break  # written after ``stored`` was read: not part of this state
-                    view.add(message.seq, message.message)
-            except ValueError as error:  # a gap in the seqs: the store broke its contract
-                entry.view = None
-                raise SegueError(f"transcript of {cid} is not contiguous: {error}") from error
-            if view.last_seq != stored.last_seq:
-                entry.view = None
-                msg = f"the store holds {view.last_seq} messages of {cid}, not {stored.last_seq}"
-                raise SegueError(msg)
-        return view.snapshot()
-
-    async def _system(self, stored: StoredConversation) -> str | None:
-        state = stored.state
-        if state.snapshots == 0 or state.session == 1:
-            return stored.system
-        snapshots = await self.store.snapshots(state.id)
-        latest = snapshots[-1] if snapshots else None
-        if latest is None or latest.session + 1 != state.session:
-            return stored.system
-        context = compile_resume_context(latest)
-        return f"{stored.system}\n\n{context}" if stored.system else context
-
-    async def _request(
-        self,
-        stored: StoredConversation,
-        purpose: Purpose,
-        *,
-        instruction: str | None,
-        rejected: Sequence[Any],
-        trim_level: int,
-        messages: Sequence[Message] | None = None,
-    ) -> LlmRequest:
-        state = stored.state
-        return LlmRequest(
-            conversation_id=state.id,
-            model=state.model,
-            purpose=purpose,
-            system=await self._system(stored),
-            messages=messages if messages is not None else await self._view(stored),
-            tools=self.tools.specs if purpose == "turn" else (),
-            instruction=instruction,
-            rejected_tool_calls=tuple(rejected),
-            trim_level=trim_level,
-            max_tokens=min(self.max_tokens, state.config.max_output_tokens),
-        )
-
-    async def _ask(
-        self,
-        stored: StoredConversation,
-        purpose: Purpose,
-        *,
-        instruction: str | None,
-        rejected: Sequence[Any],
-        trim_level: int,
-        to_event: Callable[[LlmReply | LlmCallError], Event],
-    ) -> Event:
-        request = await self._request(
-            stored, purpose, instruction=instruction, rejected=rejected, trim_level=trim_level
-        )
-        try:
-            reply = await self.llm.complete(request)
-        except LlmCallError as error:
-            _log.warning(
-                "llm_error",
-                conversation_id=stored.state.id,
-                purpose=purpose,
-                retryable=error.retryable,
-                context_overflow=error.context_overflow,
-                status_code=error.status_code,
-            )
-            return to_event(error)
-        return to_event(reply)
-
-    @staticmethod
-    def _turn_event(outcome: LlmReply | LlmCallError) -> Event:
-        if isinstance(outcome, LlmCallError):
-            return LlmError(
-                message=outcome.message,
-                retryable=outcome.retryable and not outcome.fatal,
-                context_overflow=outcome.context_overflow,
-            )
-        return LlmResponse(
-            text=outcome.text,
-            tool_calls=outcome.tool_calls,
-            usage=outcome.usage,
-            stop_reason=outcome.stop_reason,
-        )
-
-    async def _run_tools(self, stored: StoredConversation, effect: ExecuteTools) -> list[Event]:
-        phase = stored.state.phase
-        waiting = set(phase.pending) if isinstance(phase, ToolExecuting) else set()
-        calls = [call for call in effect.tool_calls if call.id in waiting]
-        token = current_conversation_id.set(stored.state.id)
-        try:
-            return list(await self.tools.run_all(calls))
-        finally:
-            current_conversation_id.reset(token)
-
-    async def _compact(self, stored: StoredConversation, effect: RequestCompaction) -> Event:
-        state = stored.state
-        view = await self._view(stored)
-        head, tail = split_for_compaction(view, state.generation, self.keep_recent)
-        request = await self._request(
-            stored,
-            "compaction",
-            instruction=COMPACTION_INSTRUCTION,
-            rejected=effect.rejected_tool_calls,
-            trim_level=effect.trim_level,
-            messages=head,
-        )
-        try:
-            reply = await self.llm.complete(request)
-        except LlmCallError as error:
-            return CompactionFailed(
-                error=error.message,
-                retryable=error.retryable and not error.fatal,
-                context_overflow=error.context_overflow,
-            )
-        retained = estimate_tokens(stored.system or "") + estimate_tokens(reply.text)
-        retained += sum(estimate_tokens(message.text) for message in tail)
-        return CompactionResponse(
-            summary=reply.text, retained_tokens=retained, kept_messages=len(tail), usage=None
-        )
-
-    async def _archive(self, stored: StoredConversation, effect: ArchiveTranscript) -> None:
-        directory = self.archive_dir or Path.home() / ".segue" / "archives"
-        transcript = [m.message for m in await self.store.messages(stored.state.id)]
-        try:
-            path = await asyncio.to_thread(
-                write_archive, directory, stored.state.id, effect.generation, transcript
-            )
-        except (OSError, ValueError) as error:
-            _log.error(
-                "archive_failed",
-                conversation_id=stored.state.id,
-                generation=effect.generation,
-                error_type=type(error).__name__,
-            )
-            return
-        _log.info("archived", conversation_id=stored.state.id, path=str(path))
-
-
-def _continuation_event(outcome: LlmReply | LlmCallError) -> Event:
-    if isinstance(outcome, LlmCallError):
-        return ContinuationFailed(
-            error=outcome.message,
-            retryable=outcome.retryable and not outcome.fatal,
-            context_overflow=outcome.context_overflow,
-        )
-    return ContinuationResponse(
-        summary=outcome.text, usage=outcome.usage, stop_reason=outcome.stop_reason
-    )
-
-
-def _checkpoint_event(outcome: LlmReply | LlmCallError) -> Event:
-    if isinstance(outcome, LlmCallError):
-        return CheckpointFailed(
-            error=outcome.message,
-            retryable=outcome.retryable and not outcome.fatal,
-            context_overflow=outcome.context_overflow,
-        )
-    return CheckpointResponse(text=outcome.text, usage=outcome.usage)
-
-
-_SUMMARY_REQUESTS: dict[
-    type[Effect], tuple[Purpose, str, Callable[[LlmReply | LlmCallError], Event]]
-] = {
-    RequestContinuation: ("continuation", CONTINUATION_INSTRUCTION, _continuation_event),
-    RequestCheckpoint: ("checkpoint", CHECKPOINT_PROMPT, _checkpoint_event),
-}
-"""The two tool-less requests that differ only in purpose, prompt and resulting event."""
 
 
 def failure_of(state: ConversationState) -> tuple[ErrorKind, str] | None:

@@ -1,0 +1,403 @@
+"""Performing the effects that talk to the world: the model, the tools, the archive.
+
+The runtime's loop (``runtime.py``) decides when an effect is performed and commits what comes
+back; a ``Performer`` turns one effect into the events it produced, and holds no state of its
+own. It builds what the model is sent (the view, the system prompt, the ``LlmRequest``), asks,
+and converts the reply or the error into the event the core answers; it runs tools, compacts,
+archives, and counts a message's prompt exactly before the runtime commits it. It reads the
+runtime's parts when it performs, so assigning ``rt.llm`` takes effect at the next request, and
+keeps a conversation's folded view in the runtime's cache entry, next to the copy the loop
+commits on (the loop folds its own messages into the same view).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import structlog
+
+from segue.executor.archive import write_archive
+from segue.executor.ports import (
+    LlmCallError,
+    LlmModel,
+    LlmReply,
+    LlmRequest,
+    Purpose,
+    SegueError,
+    Store,
+    StoredConversation,
+)
+from segue.executor.tools import ToolRegistry
+from segue.executor.views import TranscriptView, ViewSnapshot, split_for_compaction
+from segue.statemachine import (
+    CHECKPOINT_PROMPT,
+    CheckpointFailed,
+    CheckpointResponse,
+    CompactionFailed,
+    CompactionResponse,
+    ContinuationFailed,
+    ContinuationResponse,
+    ErrorKind,
+    Event,
+    Failed,
+    Idle,
+    LlmError,
+    LlmResponse,
+    Message,
+    RetryDue,
+    ToolExecuting,
+    ToolResult,
+    UserMessage,
+    compile_resume_context,
+    estimate_tokens,
+)
+from segue.statemachine.effects import (
+    ArchiveTranscript,
+    Effect,
+    ExecuteTools,
+    RequestCheckpoint,
+    RequestCompaction,
+    RequestContinuation,
+    RequestLlm,
+    SaveSnapshot,
+    ScheduleRetry,
+)
+
+CONTINUATION_INSTRUCTION = (
+    "The conversation context is nearly full, so this conversation will end here. Write a "
+    "concise continuation summary that can seed a new conversation: the user's goal, what was "
+    "done and decided, open questions, and the next steps. Plain text, no tool calls."
+)
+COMPACTION_INSTRUCTION = (
+    "Summarise the conversation so far for your own future reference: the goal, facts learned, "
+    "decisions, work completed and what remains. The most recent messages are kept verbatim "
+    "after your summary, so focus on everything before them. Plain text, no tool calls."
+)
+
+current_conversation_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "segue_current_conversation_id", default=None
+)
+"""The conversation whose tools are running (read by the sub-agent tool to set a parent)."""
+
+_log = structlog.get_logger("segue.runtime")  # its events are the runtime's, under one name
+_RECOVERABLE = frozenset({ErrorKind.LLM_ERROR, ErrorKind.RETRIES_EXHAUSTED})
+"""Failures a user message recovers from (REQ-SEG-023): the core takes the message."""
+
+
+class Parts(Protocol):
+    """The runtime's public parts, read each time an effect is performed (never copied)."""
+
+    store: Store
+    llm: LlmModel
+    tools: ToolRegistry
+    archive_dir: Path | None
+    keep_recent: int
+    max_tokens: int
+
+
+class ViewSlot(Protocol):
+    """Where a conversation's folded view is kept between requests: the runtime's cache entry."""
+
+    view: TranscriptView | None
+
+
+class Performer:
+    """Performs one effect against the world and returns the events it produced."""
+
+    def __init__(
+        self,
+        parts: Parts,
+        *,
+        entry: Callable[[str], ViewSlot],
+        sleep: Callable[[float], Any],
+    ) -> None:
+        self._parts = parts
+        self._entry = entry
+        self._sleep = sleep
+
+    async def outcome(self, stored: StoredConversation, effect: Effect) -> list[Event]:
+        """Perform one effect; the events it produced (none for notifications)."""
+        if isinstance(effect, RequestLlm):
+            return [
+                await self._ask(
+                    stored,
+                    "turn",
+                    instruction=None,
+                    rejected=(),
+                    trim_level=0,
+                    to_event=self._turn_event,
+                )
+            ]
+        if isinstance(effect, ExecuteTools):
+            return list(await self._run_tools(stored, effect))
+        if isinstance(effect, RequestContinuation | RequestCheckpoint):
+            purpose, instruction, to_event = _SUMMARY_REQUESTS[type(effect)]
+            return [
+                await self._ask(
+                    stored,
+                    purpose,
+                    instruction=instruction,
+                    rejected=effect.rejected_tool_calls,
+                    trim_level=effect.trim_level,
+                    to_event=to_event,
+                )
+            ]
+        if isinstance(effect, RequestCompaction):
+            return [await self._compact(stored, effect)]
+        if isinstance(effect, ScheduleRetry):
+            await self._sleep(effect.delay_seconds)
+            return [RetryDue(attempt=effect.attempt)]
+        if isinstance(effect, ArchiveTranscript):
+            await self._archive(stored, effect)
+        elif isinstance(effect, SaveSnapshot):
+            await self._parts.store.save_snapshot(effect.snapshot)
+        else:
+            _log.info("notify", conversation_id=stored.state.id, effect=effect.kind)
+        return []
+
+    async def counted(self, stored: StoredConversation, event: Event) -> Event:
+        """``event`` with an exact ``token_count`` when the model can count prompts.
+
+        Pre-flight compares the projected prompt (last occupancy + what was appended since) with
+        the threshold. When ``llm.count_tokens`` answers, the message gets the count that makes
+        that projection the exact prompt of the next request: counted minus projected, never
+        below zero (an estimate above the truth stays, which errs on the safe side). Only a user
+        message or tool result the core will record is counted, and only once.
+        """
+        if (
+            not self._parts.llm.exact_preflight
+            or not isinstance(event, UserMessage | ToolResult)
+            or event.token_count is not None
+        ):
+            return event
+        state = stored.state
+        phase = state.phase
+        where = {"session": state.session, "generation": state.generation}
+        if isinstance(event, UserMessage):
+            accepted = isinstance(phase, Idle) or (
+                isinstance(phase, Failed) and phase.error_kind in _RECOVERABLE
+            )
+            if not accepted:
+                return event  # the core rejects it: nothing to count
+            message = Message(kind="user", text=event.text, **where)
+        else:
+            if not isinstance(phase, ToolExecuting) or event.tool_call_id not in phase.pending:
+                return event  # a stale result the core ignores
+            message = Message(
+                kind="tool_result",
+                text=event.output,
+                tool_call_id=event.tool_call_id,
+                is_error=event.is_error,
+                **where,
+            )
+        view = await self._view(stored)
+        request = await self._request(
+            stored, "turn", instruction=None, rejected=(), trim_level=0, messages=[*view, message]
+        )
+        counted = await self._parts.llm.count_tokens(request)
+        if counted is None:
+            return event
+        return event.model_copy(update={"token_count": max(0, counted - state.projected_tokens)})
+
+    # ------------------------------------------------------------------ requests
+
+    async def _view(self, stored: StoredConversation) -> ViewSnapshot:
+        """The current view, exactly as of ``stored`` (its state and ``last_seq``).
+
+        The cached fold is reused only for the state's session and generation and only while it
+        holds no more than the store does; it is brought up to ``stored.last_seq`` with the
+        messages after its own ``last_seq``, whoever wrote them. A new session or generation,
+        or a transcript the store no longer agrees with, is folded again from the start.
+        """
+        state = stored.state
+        cid = state.id
+        entry = self._entry(cid)
+        view = entry.view
+        if (
+            view is None
+            or view.session != state.session
+            or view.generation != state.generation
+            or view.last_seq > stored.last_seq
+        ):
+            view = entry.view = TranscriptView(state.session, state.generation)
+        if view.last_seq < stored.last_seq:
+            try:
+                for message in await self._parts.store.messages(cid, after_seq=view.last_seq):
+                    if message.seq > stored.last_seq:
+                        break  # written after ``stored`` was read: not part of this state
+                    view.add(message.seq, message.message)
+            except ValueError as error:  # a gap in the seqs: the store broke its contract
+                entry.view = None
+                raise SegueError(f"transcript of {cid} is not contiguous: {error}") from error
+            if view.last_seq != stored.last_seq:
+                entry.view = None
+                msg = f"the store holds {view.last_seq} messages of {cid}, not {stored.last_seq}"
+                raise SegueError(msg)
+        return view.snapshot()
+
+    async def _system(self, stored: StoredConversation) -> str | None:
+        state = stored.state
+        if state.snapshots == 0 or state.session == 1:
+            return stored.system
+        snapshots = await self._parts.store.snapshots(state.id)
+        latest = snapshots[-1] if snapshots else None
+        if latest is None or latest.session + 1 != state.session:
+            return stored.system
+        context = compile_resume_context(latest)
+        return f"{stored.system}\n\n{context}" if stored.system else context
+
+    async def _request(
+        self,
+        stored: StoredConversation,
+        purpose: Purpose,
+        *,
+        instruction: str | None,
+        rejected: Sequence[Any],
+        trim_level: int,
+        messages: Sequence[Message] | None = None,
+    ) -> LlmRequest:
+        state = stored.state
+        return LlmRequest(
+            conversation_id=state.id,
+            model=state.model,
+            purpose=purpose,
+            system=await self._system(stored),
+            messages=messages if messages is not None else await self._view(stored),
+            tools=self._parts.tools.specs if purpose == "turn" else (),
+            instruction=instruction,
+            rejected_tool_calls=tuple(rejected),
+            trim_level=trim_level,
+            max_tokens=min(self._parts.max_tokens, state.config.max_output_tokens),
+        )
+
+    async def _ask(
+        self,
+        stored: StoredConversation,
+        purpose: Purpose,
+        *,
+        instruction: str | None,
+        rejected: Sequence[Any],
+        trim_level: int,
+        to_event: Callable[[LlmReply | LlmCallError], Event],
+    ) -> Event:
+        request = await self._request(
+            stored, purpose, instruction=instruction, rejected=rejected, trim_level=trim_level
+        )
+        try:
+            reply = await self._parts.llm.complete(request)
+        except LlmCallError as error:
+            _log.warning(
+                "llm_error",
+                conversation_id=stored.state.id,
+                purpose=purpose,
+                retryable=error.retryable,
+                context_overflow=error.context_overflow,
+                status_code=error.status_code,
+            )
+            return to_event(error)
+        return to_event(reply)
+
+    @staticmethod
+    def _turn_event(outcome: LlmReply | LlmCallError) -> Event:
+        if isinstance(outcome, LlmCallError):
+            return LlmError(
+                message=outcome.message,
+                retryable=outcome.retryable and not outcome.fatal,
+                context_overflow=outcome.context_overflow,
+            )
+        return LlmResponse(
+            text=outcome.text,
+            tool_calls=outcome.tool_calls,
+            usage=outcome.usage,
+            stop_reason=outcome.stop_reason,
+        )
+
+    # ------------------------------------------------------------------ tools, compaction, archive
+
+    async def _run_tools(self, stored: StoredConversation, effect: ExecuteTools) -> list[Event]:
+        phase = stored.state.phase
+        waiting = set(phase.pending) if isinstance(phase, ToolExecuting) else set()
+        calls = [call for call in effect.tool_calls if call.id in waiting]
+        token = current_conversation_id.set(stored.state.id)
+        try:
+            return list(await self._parts.tools.run_all(calls))
+        finally:
+            current_conversation_id.reset(token)
+
+    async def _compact(self, stored: StoredConversation, effect: RequestCompaction) -> Event:
+        state = stored.state
+        view = await self._view(stored)
+        head, tail = split_for_compaction(view, state.generation, self._parts.keep_recent)
+        request = await self._request(
+            stored,
+            "compaction",
+            instruction=COMPACTION_INSTRUCTION,
+            rejected=effect.rejected_tool_calls,
+            trim_level=effect.trim_level,
+            messages=head,
+        )
+        try:
+            reply = await self._parts.llm.complete(request)
+        except LlmCallError as error:
+            return CompactionFailed(
+                error=error.message,
+                retryable=error.retryable and not error.fatal,
+                context_overflow=error.context_overflow,
+            )
+        retained = estimate_tokens(stored.system or "") + estimate_tokens(reply.text)
+        retained += sum(estimate_tokens(message.text) for message in tail)
+        return CompactionResponse(
+            summary=reply.text, retained_tokens=retained, kept_messages=len(tail), usage=None
+        )
+
+    async def _archive(self, stored: StoredConversation, effect: ArchiveTranscript) -> None:
+        directory = self._parts.archive_dir or Path.home() / ".segue" / "archives"
+        transcript = [m.message for m in await self._parts.store.messages(stored.state.id)]
+        try:
+            path = await asyncio.to_thread(
+                write_archive, directory, stored.state.id, effect.generation, transcript
+            )
+        except (OSError, ValueError) as error:
+            _log.error(
+                "archive_failed",
+                conversation_id=stored.state.id,
+                generation=effect.generation,
+                error_type=type(error).__name__,
+            )
+            return
+        _log.info("archived", conversation_id=stored.state.id, path=str(path))
+
+
+def _continuation_event(outcome: LlmReply | LlmCallError) -> Event:
+    if isinstance(outcome, LlmCallError):
+        return ContinuationFailed(
+            error=outcome.message,
+            retryable=outcome.retryable and not outcome.fatal,
+            context_overflow=outcome.context_overflow,
+        )
+    return ContinuationResponse(
+        summary=outcome.text, usage=outcome.usage, stop_reason=outcome.stop_reason
+    )
+
+
+def _checkpoint_event(outcome: LlmReply | LlmCallError) -> Event:
+    if isinstance(outcome, LlmCallError):
+        return CheckpointFailed(
+            error=outcome.message,
+            retryable=outcome.retryable and not outcome.fatal,
+            context_overflow=outcome.context_overflow,
+        )
+    return CheckpointResponse(text=outcome.text, usage=outcome.usage)
+
+
+_SUMMARY_REQUESTS: dict[
+    type[Effect], tuple[Purpose, str, Callable[[LlmReply | LlmCallError], Event]]
+] = {
+    RequestContinuation: ("continuation", CONTINUATION_INSTRUCTION, _continuation_event),
+    RequestCheckpoint: ("checkpoint", CHECKPOINT_PROMPT, _checkpoint_event),
+}
+"""The two tool-less requests that differ only in purpose, prompt and resulting event."""
