@@ -16,13 +16,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from segue.executor._stores import (
+    LogLine,
+    check_commit_target,
+    check_snapshot_unchanged,
+    log_line,
+    not_found,
+    transition_record,
+    version_moved,
+)
 from segue.executor.ports import (
     Commit,
-    ConcurrentUpdateError,
     ConversationExistsError,
-    ConversationNotFoundError,
     PendingEffect,
-    SegueError,
     StoredConversation,
     StoredMessage,
     TransitionRecord,
@@ -30,12 +36,6 @@ from segue.executor.ports import (
 from segue.statemachine import ConversationState, Message
 from segue.statemachine.checkpoint import SessionSnapshot
 from segue.statemachine.effects import AppendMessage
-
-# An event log line as written: the fields of a ``TransitionRecord`` in order, as a plain tuple
-# of strings and numbers. Building the record is left to the (rare) reader, and a tuple holding
-# no containers is untracked by the cyclic GC, so a long log costs no collector time; keeping the
-# ``Commit`` instead would keep every old state alive and make each full collection slower.
-_LogLine = tuple[int, str, str, str, str, int | None, str, tuple[str, ...], float]
 
 
 @dataclass(slots=True)
@@ -51,7 +51,7 @@ class _Conversation:
     updated_at: float
     child_id: str | None = None
     messages: list[StoredMessage] = field(default_factory=list)
-    log: list[_LogLine] = field(default_factory=list)
+    log: list[LogLine] = field(default_factory=list)
     outbox: dict[int, PendingEffect] = field(default_factory=dict)
     effect_count: int = 0
     """Ids handed out so far: an outbox id is never reused, even after it is completed."""
@@ -69,32 +69,6 @@ class _Conversation:
         )
 
 
-def _record(line: _LogLine) -> TransitionRecord:
-    seq, event_kind, event_json, from_phase, to_phase, tokens, reason, kinds, at = line
-    return TransitionRecord(
-        seq=seq,
-        event_kind=event_kind,
-        event_json=event_json,
-        from_phase=from_phase,
-        to_phase=to_phase,
-        context_tokens=tokens,
-        reason=reason,
-        effect_kinds=kinds,
-        at=at,
-    )
-
-
-def check_snapshot_unchanged(existing: SessionSnapshot, snapshot: SessionSnapshot) -> None:
-    """Saving a snapshot again is harmless (a runtime finishing its outbox after a crash does
-    it); saving a different one under a used version would overwrite history, so it is refused."""
-    if existing != snapshot:
-        msg = (
-            f"snapshot v{snapshot.version} of conversation {snapshot.conversation_id!r} "
-            "already exists with other content; snapshots are never overwritten"
-        )
-        raise SegueError(msg)
-
-
 class MemoryStore:
     """A ``Store`` in memory: fast, private to one process, gone when the process ends."""
 
@@ -105,8 +79,7 @@ class MemoryStore:
         try:
             return self._conversations[conversation_id]
         except KeyError:
-            msg = f"no conversation {conversation_id!r} in this store"
-            raise ConversationNotFoundError(msg) from None
+            raise not_found(conversation_id) from None
 
     async def create(
         self,
@@ -143,19 +116,9 @@ class MemoryStore:
         """Apply ``commit``: everything is checked before the first write, so a refused commit
         leaves nothing behind."""
         record = self._get(commit.conversation_id)
-        if commit.state.config.id != commit.conversation_id:
-            msg = (
-                f"commit for {commit.conversation_id!r} carries the state of "
-                f"{commit.state.config.id!r}"
-            )
-            raise SegueError(msg)
+        check_commit_target(commit)
         if record.version != commit.expected_version:
-            msg = (
-                f"conversation {commit.conversation_id!r} is at version {record.version}, "
-                f"not {commit.expected_version}: another writer committed first"
-            )
-            raise ConcurrentUpdateError(msg)
-        state = commit.state
+            raise version_moved(commit.conversation_id, record.version, commit.expected_version)
         messages = record.messages
         outbox = record.outbox
         kinds: list[str] = []
@@ -168,21 +131,9 @@ class MemoryStore:
                 outbox[record.effect_count] = PendingEffect(id=record.effect_count, effect=effect)
         for effect_id in commit.completes:
             outbox.pop(effect_id, None)
-        record.log.append(
-            (
-                record.version,
-                commit.event_kind,
-                commit.event_json,
-                commit.from_phase,
-                state.phase.kind,
-                state.context_tokens,
-                commit.reason,
-                tuple(kinds),
-                commit.at,
-            )
-        )
+        record.log.append(log_line(commit, tuple(kinds)))
         record.version += 1
-        record.state = state
+        record.state = commit.state
         record.updated_at = commit.at
         return record.stored()
 
@@ -199,7 +150,7 @@ class MemoryStore:
 
     async def transitions(self, conversation_id: str) -> list[TransitionRecord]:
         """The event log in order."""
-        return [_record(line) for line in self._get(conversation_id).log]
+        return [transition_record(line) for line in self._get(conversation_id).log]
 
     async def list_conversations(self) -> list[StoredConversation]:
         """All conversations, oldest first (without their pending effects)."""

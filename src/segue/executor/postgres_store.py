@@ -21,30 +21,28 @@ Same tables and semantics as ``SqliteStore``, so the same contract tests run aga
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, TypeVar
 
 import psycopg
 from psycopg import errors
 
-from segue.executor.codec import (
-    dump_effect,
-    dump_message,
-    dump_snapshot,
-    dump_state,
-    load_effect,
-    load_message,
-    load_snapshot,
-    load_state,
+from segue.executor._stores import (
+    check_snapshot_unchanged,
+    commit_rows,
+    conversation_row,
+    listed,
+    loaded,
+    not_found,
+    outbox_keys,
+    seed_rows,
+    transition_from_row,
+    version_moved,
 )
-from segue.executor.memory_store import check_snapshot_unchanged
+from segue.executor.codec import dump_snapshot, load_message, load_snapshot
 from segue.executor.ports import (
     Commit,
-    ConcurrentUpdateError,
     ConversationExistsError,
-    ConversationNotFoundError,
-    PendingEffect,
     SegueError,
     StoredConversation,
     StoredMessage,
@@ -53,7 +51,6 @@ from segue.executor.ports import (
 )
 from segue.statemachine import ConversationState, Message
 from segue.statemachine.checkpoint import SessionSnapshot
-from segue.statemachine.effects import AppendMessage, Effect
 
 T = TypeVar("T")
 Connection = psycopg.AsyncConnection[tuple[Any, ...]]
@@ -116,14 +113,10 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
 )
 
 
-def _not_found(conversation_id: str) -> ConversationNotFoundError:
-    return ConversationNotFoundError(f"no conversation {conversation_id!r} in this store")
-
-
 async def _require(conn: Connection, conversation_id: str) -> None:
     cur = await conn.execute("SELECT 1 FROM conversations WHERE id = %s", (conversation_id,))
     if await cur.fetchone() is None:
-        raise _not_found(conversation_id)
+        raise not_found(conversation_id)
 
 
 class PostgresStore:
@@ -206,20 +199,8 @@ class PostgresStore:
     ) -> StoredConversation:
         """Insert a new conversation (version 1) with optional seed messages."""
         conversation_id = state.config.id
-        row = (
-            conversation_id,
-            state.config.parent_id,
-            dump_state(state),
-            state.phase.kind,
-            system,
-            len(messages),
-            at,
-            at,
-        )
-        message_rows = [
-            (conversation_id, seq, message.kind, dump_message(message))
-            for seq, message in enumerate(messages, 1)
-        ]
+        row = conversation_row(state, system, len(messages), at)
+        seeds = seed_rows(conversation_id, messages)
 
         async def work(conn: Connection) -> None:
             try:
@@ -230,12 +211,12 @@ class PostgresStore:
                         " VALUES (%s, %s, %s, %s, 1, %s, %s, %s, %s)",
                         row,
                     )
-                    if message_rows:
+                    if seeds:
                         async with conn.cursor() as cur:
                             await cur.executemany(
                                 "INSERT INTO messages (conversation_id, seq, kind, message)"
                                 " VALUES (%s, %s, %s, %s)",
-                                message_rows,
+                                seeds,
                             )
             except errors.UniqueViolation:
                 msg = f"conversation {conversation_id!r} already exists"
@@ -243,7 +224,7 @@ class PostgresStore:
 
         await self._run(work)
         return StoredConversation(
-            state=state, version=1, system=system, created_at=at, last_seq=len(message_rows)
+            state=state, version=1, system=system, created_at=at, last_seq=len(seeds)
         )
 
     async def load(self, conversation_id: str) -> StoredConversation:
@@ -260,64 +241,12 @@ class PostgresStore:
             )
             return await cur.fetchall()
 
-        rows = await self._run(work)
-        if not rows:
-            raise _not_found(conversation_id)
-        state, version, system, child_id, created_at, last_seq, first_id, _ = rows[0]
-        pending = (
-            ()
-            if first_id is None
-            else tuple(
-                PendingEffect(id=effect_id, effect=load_effect(text))
-                for *_, effect_id, text in rows
-            )
-        )
-        return StoredConversation(
-            state=load_state(state),
-            version=version,
-            system=system,
-            pending=pending,
-            child_id=child_id,
-            created_at=created_at,
-            last_seq=last_seq,
-        )
+        return loaded(conversation_id, await self._run(work))
 
     async def commit(self, commit: Commit) -> StoredConversation:
         """Apply ``commit`` in one transaction (see ``Commit``)."""
         conversation_id = commit.conversation_id
-        state = commit.state
-        if state.config.id != conversation_id:
-            msg = f"commit for {conversation_id!r} carries the state of {state.config.id!r}"
-            raise SegueError(msg)
-        appended: list[tuple[str, str]] = []
-        queued: list[tuple[Effect, str]] = []
-        for effect in commit.effects:
-            if isinstance(effect, AppendMessage):
-                appended.append((effect.message.kind, dump_message(effect.message)))
-            else:
-                queued.append((effect, dump_effect(effect)))
-        update = (
-            dump_state(state),
-            state.phase.kind,
-            len(appended),
-            len(queued),
-            commit.at,
-            conversation_id,
-            commit.expected_version,
-        )
-        transition = (
-            conversation_id,
-            commit.expected_version,
-            commit.event_kind,
-            commit.event_json,
-            commit.from_phase,
-            state.phase.kind,
-            state.context_tokens,
-            commit.reason,
-            json.dumps([effect.kind for effect in commit.effects]),
-            commit.at,
-        )
-        completes = [(conversation_id, effect_id) for effect_id in commit.completes]
+        rows = commit_rows(commit)
 
         async def work(conn: Connection) -> StoredConversation:
             async with conn.transaction():
@@ -326,71 +255,46 @@ class PostgresStore:
                     " message_count = message_count + %s, effect_count = effect_count + %s,"
                     " updated_at = %s WHERE id = %s AND version = %s"
                     " RETURNING message_count, effect_count, system, child_id, created_at",
-                    update,
+                    rows.update,
                 )
-                row = await cur.fetchone()
-                if row is None:
+                counters = await cur.fetchone()
+                if counters is None:
                     raise await _version_moved(conn, conversation_id, commit.expected_version)
-                message_count, effect_count, system, child_id, created_at = row
-                first_seq = message_count - len(appended) + 1
-                first_id = effect_count - len(queued) + 1
                 async with conn.cursor() as many:
-                    if appended:
+                    if rows.appended:
                         await many.executemany(
                             "INSERT INTO messages (conversation_id, seq, kind, message)"
                             " VALUES (%s, %s, %s, %s)",
-                            [
-                                (conversation_id, seq, kind, text)
-                                for seq, (kind, text) in enumerate(appended, first_seq)
-                            ],
+                            rows.messages(counters[0]),
                         )
-                    if queued:
+                    if rows.queued:
                         await many.executemany(
                             "INSERT INTO outbox (conversation_id, id, effect) VALUES (%s, %s, %s)",
-                            [
-                                (conversation_id, effect_id, text)
-                                for effect_id, (_, text) in enumerate(queued, first_id)
-                            ],
+                            rows.outbox(counters[1]),
                         )
-                    if completes:
+                    if rows.completes:
                         await many.executemany(
-                            "DELETE FROM outbox WHERE conversation_id = %s AND id = %s", completes
+                            "DELETE FROM outbox WHERE conversation_id = %s AND id = %s",
+                            rows.completes,
                         )
                 await conn.execute(
                     "INSERT INTO transitions (conversation_id, seq, event_kind, event, from_phase,"
                     " to_phase, context_tokens, reason, effect_kinds, at)"
                     " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                    transition,
+                    rows.transition,
                 )
                 cur = await conn.execute(
                     "SELECT id, effect::text FROM outbox WHERE conversation_id = %s ORDER BY id",
                     (conversation_id,),
                 )
                 pending_rows = await cur.fetchall()
-            pending = tuple(
-                PendingEffect(
-                    id=effect_id,
-                    effect=queued[effect_id - first_id][0]
-                    if effect_id >= first_id
-                    else load_effect(text),
-                )
-                for effect_id, text in pending_rows
-            )
-            return StoredConversation(
-                state=state,
-                version=commit.expected_version + 1,
-                system=system,
-                pending=pending,
-                child_id=child_id,
-                created_at=created_at,
-                last_seq=message_count,
-            )
+            return rows.stored(counters, pending_rows)
 
         return await self._run(work)
 
     async def complete(self, conversation_id: str, effect_ids: Sequence[int]) -> None:
         """Remove performed effects; ids no longer pending are ignored."""
-        rows = [(conversation_id, effect_id) for effect_id in effect_ids]
+        rows = outbox_keys(conversation_id, effect_ids)
 
         async def work(conn: Connection) -> None:
             async with conn.transaction():
@@ -433,20 +337,7 @@ class PostgresStore:
                 )
                 return await cur.fetchall()
 
-        return [
-            TransitionRecord(
-                seq=row[0],
-                event_kind=row[1],
-                event_json=row[2],
-                from_phase=row[3],
-                to_phase=row[4],
-                context_tokens=row[5],
-                reason=row[6],
-                effect_kinds=tuple(json.loads(row[7])),
-                at=row[8],
-            )
-            for row in await self._run(work)
-        ]
+        return [transition_from_row(row) for row in await self._run(work)]
 
     async def list_conversations(self) -> list[StoredConversation]:
         """All conversations, oldest first (without their pending effects)."""
@@ -458,16 +349,7 @@ class PostgresStore:
             )
             return await cur.fetchall()
 
-        return [
-            StoredConversation(
-                state=load_state(state),
-                version=version,
-                system=system,
-                child_id=child_id,
-                created_at=created_at,
-            )
-            for state, version, system, child_id, created_at in await self._run(work)
-        ]
+        return [listed(row) for row in await self._run(work)]
 
     async def with_pending(self) -> list[str]:
         """Ids of conversations with a non-empty outbox."""
@@ -490,7 +372,7 @@ class PostgresStore:
                 )
                 row = await cur.fetchone()
                 if row is None:
-                    raise _not_found(parent_id)
+                    raise not_found(parent_id)
                 return str(row[0])
 
         return await self._run(work)
@@ -549,8 +431,5 @@ async def _version_moved(conn: Connection, conversation_id: str, expected: int) 
     cur = await conn.execute("SELECT version FROM conversations WHERE id = %s", (conversation_id,))
     row = await cur.fetchone()
     if row is None:
-        return _not_found(conversation_id)
-    return ConcurrentUpdateError(
-        f"conversation {conversation_id!r} is at version {row[0]}, not {expected}: "
-        "another writer committed first"
-    )
+        return not_found(conversation_id)
+    return version_moved(conversation_id, row[0], expected)

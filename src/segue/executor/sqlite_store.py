@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import queue
 import sqlite3
@@ -36,23 +35,22 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from segue.executor.codec import (
-    dump_effect,
-    dump_message,
-    dump_snapshot,
-    dump_state,
-    load_effect,
-    load_message,
-    load_snapshot,
-    load_state,
+from segue.executor._stores import (
+    check_snapshot_unchanged,
+    commit_rows,
+    conversation_row,
+    listed,
+    loaded,
+    not_found,
+    outbox_keys,
+    seed_rows,
+    transition_from_row,
+    version_moved,
 )
-from segue.executor.memory_store import check_snapshot_unchanged
+from segue.executor.codec import dump_snapshot, load_message, load_snapshot
 from segue.executor.ports import (
     Commit,
-    ConcurrentUpdateError,
     ConversationExistsError,
-    ConversationNotFoundError,
-    PendingEffect,
     SegueError,
     StoredConversation,
     StoredMessage,
@@ -61,7 +59,6 @@ from segue.executor.ports import (
 )
 from segue.statemachine import ConversationState, Message
 from segue.statemachine.checkpoint import SessionSnapshot
-from segue.statemachine.effects import AppendMessage, Effect
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore", "StoreLockedError"]
 """``StoreLockedError`` lives in ports (PostgresStore raises it too); re-exported for callers
@@ -306,20 +303,8 @@ class SqliteStore:
     ) -> StoredConversation:
         """Insert a new conversation (version 1) with optional seed messages."""
         conversation_id = state.config.id
-        row = (
-            conversation_id,
-            state.config.parent_id,
-            dump_state(state),
-            state.phase.kind,
-            system,
-            len(messages),
-            at,
-            at,
-        )
-        message_rows = [
-            (conversation_id, seq, message.kind, dump_message(message))
-            for seq, message in enumerate(messages, 1)
-        ]
+        row = conversation_row(state, system, len(messages), at)
+        seeds = seed_rows(conversation_id, messages)
 
         def work(conn: sqlite3.Connection) -> None:
             conn.execute("BEGIN IMMEDIATE")
@@ -334,7 +319,7 @@ class SqliteStore:
                 raise ConversationExistsError(msg) from None
             conn.executemany(
                 "INSERT INTO messages (conversation_id, seq, kind, message) VALUES (?, ?, ?, ?)",
-                message_rows,
+                seeds,
             )
             conn.execute("COMMIT")
 
@@ -357,65 +342,12 @@ class SqliteStore:
             ).fetchall()
             return rows
 
-        rows = await self._run(work)
-        if not rows:
-            raise _not_found(conversation_id)
-        state, version, system, child_id, created_at, last_seq, first_id, _ = rows[0]
-        pending = (
-            ()
-            if first_id is None
-            else tuple(
-                PendingEffect(id=effect_id, effect=load_effect(text))
-                for *_, effect_id, text in rows
-            )
-        )
-        return StoredConversation(
-            state=load_state(state),
-            version=version,
-            system=system,
-            pending=pending,
-            child_id=child_id,
-            created_at=created_at,
-            last_seq=last_seq,
-        )
+        return loaded(conversation_id, await self._run(work))
 
     async def commit(self, commit: Commit) -> StoredConversation:
         """Apply ``commit`` in one ``BEGIN IMMEDIATE`` transaction (see ``Commit``)."""
         conversation_id = commit.conversation_id
-        state = commit.state
-        if state.config.id != conversation_id:
-            msg = f"commit for {conversation_id!r} carries the state of {state.config.id!r}"
-            raise SegueError(msg)
-        # Encode before taking the write lock, so the lock is held for SQL only.
-        appended: list[tuple[str, str]] = []
-        queued: list[tuple[Effect, str]] = []
-        for effect in commit.effects:
-            if isinstance(effect, AppendMessage):
-                appended.append((effect.message.kind, dump_message(effect.message)))
-            else:
-                queued.append((effect, dump_effect(effect)))
-        update = (
-            dump_state(state),
-            state.phase.kind,
-            len(appended),
-            len(queued),
-            commit.at,
-            conversation_id,
-            commit.expected_version,
-        )
-        transition = (
-            conversation_id,
-            commit.expected_version,
-            commit.event_kind,
-            commit.event_json,
-            commit.from_phase,
-            state.phase.kind,
-            state.context_tokens,
-            commit.reason,
-            json.dumps([effect.kind for effect in commit.effects]),
-            commit.at,
-        )
-        completes = [(conversation_id, effect_id) for effect_id in commit.completes]
+        rows = commit_rows(commit)  # encoded before taking the write lock: it is held for SQL only
 
         def work(conn: sqlite3.Connection) -> StoredConversation:
             conn.execute("BEGIN IMMEDIATE")
@@ -424,75 +356,49 @@ class SqliteStore:
                     "UPDATE conversations SET state = ?, phase = ?, version = version + 1,"
                     " message_count = message_count + ?, effect_count = effect_count + ?,"
                     " updated_at = ? WHERE id = ? AND version = ?",
-                    update,
+                    rows.update,
                 ).rowcount
                 == 0
             ):
                 raise _version_moved(conn, conversation_id, commit.expected_version)
-            message_count, effect_count, system, child_id, created_at = conn.execute(
+            counters = conn.execute(
                 "SELECT message_count, effect_count, system, child_id, created_at"
                 " FROM conversations WHERE id = ?",
                 (conversation_id,),
             ).fetchone()
-            first_seq = message_count - len(appended) + 1
-            first_id = effect_count - len(queued) + 1
-            if appended:
+            if rows.appended:
                 conn.executemany(
                     "INSERT INTO messages (conversation_id, seq, kind, message)"
                     " VALUES (?, ?, ?, ?)",
-                    [
-                        (conversation_id, seq, kind, text)
-                        for seq, (kind, text) in enumerate(appended, first_seq)
-                    ],
+                    rows.messages(counters[0]),
                 )
-            if queued:
+            if rows.queued:
                 conn.executemany(
                     "INSERT INTO outbox (conversation_id, id, effect) VALUES (?, ?, ?)",
-                    [
-                        (conversation_id, effect_id, text)
-                        for effect_id, (_, text) in enumerate(queued, first_id)
-                    ],
+                    rows.outbox(counters[1]),
                 )
-            if completes:
+            if rows.completes:
                 conn.executemany(
-                    "DELETE FROM outbox WHERE conversation_id = ? AND id = ?", completes
+                    "DELETE FROM outbox WHERE conversation_id = ? AND id = ?", rows.completes
                 )
             conn.execute(
                 "INSERT INTO transitions (conversation_id, seq, event_kind, event, from_phase,"
                 " to_phase, context_tokens, reason, effect_kinds, at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                transition,
+                rows.transition,
             )
             pending_rows = conn.execute(
                 "SELECT id, effect FROM outbox WHERE conversation_id = ? ORDER BY id",
                 (conversation_id,),
             ).fetchall()
             conn.execute("COMMIT")
-            # Effects queued by this step are still live objects; decode only older ones.
-            pending = tuple(
-                PendingEffect(
-                    id=effect_id,
-                    effect=queued[effect_id - first_id][0]
-                    if effect_id >= first_id
-                    else load_effect(text),
-                )
-                for effect_id, text in pending_rows
-            )
-            return StoredConversation(
-                state=state,
-                version=commit.expected_version + 1,
-                system=system,
-                pending=pending,
-                child_id=child_id,
-                created_at=created_at,
-                last_seq=message_count,
-            )
+            return rows.stored(counters, pending_rows)
 
         return await self._run(work)
 
     async def complete(self, conversation_id: str, effect_ids: Sequence[int]) -> None:
         """Remove performed effects; ids no longer pending are ignored."""
-        rows = [(conversation_id, effect_id) for effect_id in effect_ids]
+        rows = outbox_keys(conversation_id, effect_ids)
 
         def work(conn: sqlite3.Connection) -> None:
             conn.execute("BEGIN IMMEDIATE")
@@ -533,20 +439,7 @@ class SqliteStore:
             conn.execute("COMMIT")
             return rows
 
-        return [
-            TransitionRecord(
-                seq=row[0],
-                event_kind=row[1],
-                event_json=row[2],
-                from_phase=row[3],
-                to_phase=row[4],
-                context_tokens=row[5],
-                reason=row[6],
-                effect_kinds=tuple(json.loads(row[7])),
-                at=row[8],
-            )
-            for row in await self._run(work)
-        ]
+        return [transition_from_row(row) for row in await self._run(work)]
 
     async def list_conversations(self) -> list[StoredConversation]:
         """All conversations, oldest first (without their pending effects)."""
@@ -557,16 +450,7 @@ class SqliteStore:
                 " ORDER BY created_at, rowid"
             ).fetchall()
 
-        return [
-            StoredConversation(
-                state=load_state(state),
-                version=version,
-                system=system,
-                child_id=child_id,
-                created_at=created_at,
-            )
-            for state, version, system, child_id, created_at in await self._run(work)
-        ]
+        return [listed(row) for row in await self._run(work)]
 
     async def with_pending(self) -> list[str]:
         """Ids of conversations with a non-empty outbox (the outbox's key index answers)."""
@@ -590,7 +474,7 @@ class SqliteStore:
                 "SELECT child_id FROM conversations WHERE id = ?", (parent_id,)
             ).fetchone()
             if row is None:
-                raise _not_found(parent_id)
+                raise not_found(parent_id)
             conn.execute("COMMIT")
             return str(row[0])
 
@@ -654,14 +538,10 @@ class SqliteStore:
             self._stop()  # queued after the close job: the thread finishes it, then ends
 
 
-def _not_found(conversation_id: str) -> ConversationNotFoundError:
-    return ConversationNotFoundError(f"no conversation {conversation_id!r} in this store")
-
-
 def _require(conn: sqlite3.Connection, conversation_id: str) -> None:
     if conn.execute("SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)).fetchone():
         return
-    raise _not_found(conversation_id)
+    raise not_found(conversation_id)
 
 
 def _version_moved(conn: sqlite3.Connection, conversation_id: str, expected: int) -> SegueError:
@@ -669,8 +549,5 @@ def _version_moved(conn: sqlite3.Connection, conversation_id: str, expected: int
         "SELECT version FROM conversations WHERE id = ?", (conversation_id,)
     ).fetchone()
     if row is None:
-        return _not_found(conversation_id)
-    return ConcurrentUpdateError(
-        f"conversation {conversation_id!r} is at version {row[0]}, not {expected}: "
-        "another writer committed first"
-    )
+        return not_found(conversation_id)
+    return version_moved(conversation_id, row[0], expected)
