@@ -70,7 +70,10 @@ class _Conversation:
 
 
 class MemoryStore:
-    """A ``Store`` in memory: fast, private to one process, gone when the process ends."""
+    """A ``Store`` in memory: fast, private to one process, gone when the process ends.
+
+    Methods do what ``Store`` (in ``ports``) says; their notes here say only how.
+    """
 
     def __init__(self) -> None:
         self._conversations: dict[str, _Conversation] = {}
@@ -89,7 +92,6 @@ class MemoryStore:
         messages: Sequence[Message] = (),
         at: float = 0.0,
     ) -> StoredConversation:
-        """Insert a new conversation (version 1) with optional seed messages."""
         conversation_id = state.config.id
         if conversation_id in self._conversations:
             msg = f"conversation {conversation_id!r} already exists"
@@ -109,7 +111,6 @@ class MemoryStore:
         return record.stored()
 
     async def load(self, conversation_id: str) -> StoredConversation:
-        """The current state, version and pending outbox."""
         return self._get(conversation_id).stored()
 
     async def commit(self, commit: Commit) -> StoredConversation:
@@ -138,38 +139,31 @@ class MemoryStore:
         return record.stored()
 
     async def complete(self, conversation_id: str, effect_ids: Sequence[int]) -> None:
-        """Remove performed effects; ids no longer pending are ignored (completing twice after
-        a crash is harmless)."""
         outbox = self._get(conversation_id).outbox
         for effect_id in effect_ids:
             outbox.pop(effect_id, None)
 
     async def messages(self, conversation_id: str, *, after_seq: int = 0) -> list[StoredMessage]:
-        """The transcript from ``after_seq`` + 1; seq N sits at index N - 1."""
+        # seq N sits at index N - 1
         return self._get(conversation_id).messages[max(after_seq, 0) :]
 
     async def transitions(self, conversation_id: str) -> list[TransitionRecord]:
-        """The event log in order."""
         return [transition_record(line) for line in self._get(conversation_id).log]
 
     async def list_conversations(self) -> list[StoredConversation]:
-        """All conversations, oldest first (without their pending effects)."""
         records = sorted(self._conversations.values(), key=lambda r: (r.created_at, r.order))
         return [record.stored(with_pending=False) for record in records]
 
     async def with_pending(self) -> list[str]:
-        """Ids of conversations with a non-empty outbox."""
         return [cid for cid, record in self._conversations.items() if record.outbox]
 
     async def link_child(self, parent_id: str, child_id: str) -> str:
-        """Record ``child_id`` as the child of ``parent_id`` unless one is recorded already."""
         record = self._get(parent_id)
         if record.child_id is None:
             record.child_id = child_id
         return record.child_id
 
     async def save_snapshot(self, snapshot: SessionSnapshot) -> None:
-        """Store a pause snapshot under its version (the same snapshot twice is a no-op)."""
         snapshots = self._get(snapshot.conversation_id).snapshots
         existing = snapshots.get(snapshot.version)
         if existing is not None:
@@ -178,7 +172,6 @@ class MemoryStore:
         snapshots[snapshot.version] = snapshot
 
     async def snapshots(self, conversation_id: str) -> list[SessionSnapshot]:
-        """The conversation's snapshots by version, oldest first."""
         snapshots = self._get(conversation_id).snapshots
         return [snapshots[version] for version in sorted(snapshots)]
 

@@ -123,7 +123,8 @@ class PostgresStore:
     """A ``Store`` in a PostgreSQL database named by a libpq ``conninfo`` string or URL.
 
     The connection is opened on first use. ``lock_timeout`` (seconds) is how long a call waits
-    for another session's lock before raising ``StoreLockedError``.
+    for another session's lock before raising ``StoreLockedError``. Methods do what ``Store``
+    (in ``ports``) says; their notes here say only how.
     """
 
     def __init__(self, conninfo: str, *, lock_timeout: float = 5.0) -> None:
@@ -197,7 +198,6 @@ class PostgresStore:
         messages: Sequence[Message] = (),
         at: float = 0.0,
     ) -> StoredConversation:
-        """Insert a new conversation (version 1) with optional seed messages."""
         conversation_id = state.config.id
         row = conversation_row(state, system, len(messages), at)
         seeds = seed_rows(conversation_id, messages)
@@ -293,7 +293,6 @@ class PostgresStore:
         return await self._run(work)
 
     async def complete(self, conversation_id: str, effect_ids: Sequence[int]) -> None:
-        """Remove performed effects; ids no longer pending are ignored."""
         rows = outbox_keys(conversation_id, effect_ids)
 
         async def work(conn: Connection) -> None:
@@ -308,7 +307,6 @@ class PostgresStore:
         await self._run(work)
 
     async def messages(self, conversation_id: str, *, after_seq: int = 0) -> list[StoredMessage]:
-        """The transcript in order, from ``after_seq`` + 1."""
 
         async def work(conn: Connection) -> list[tuple[Any, ...]]:
             async with conn.transaction():
@@ -324,7 +322,6 @@ class PostgresStore:
         return [StoredMessage(seq=seq, message=load_message(text)) for seq, text in rows]
 
     async def transitions(self, conversation_id: str) -> list[TransitionRecord]:
-        """The event log in order."""
 
         async def work(conn: Connection) -> list[tuple[Any, ...]]:
             async with conn.transaction():
@@ -340,7 +337,6 @@ class PostgresStore:
         return [transition_from_row(row) for row in await self._run(work)]
 
     async def list_conversations(self) -> list[StoredConversation]:
-        """All conversations, oldest first (without their pending effects)."""
 
         async def work(conn: Connection) -> list[tuple[Any, ...]]:
             cur = await conn.execute(
@@ -352,7 +348,6 @@ class PostgresStore:
         return [listed(row) for row in await self._run(work)]
 
     async def with_pending(self) -> list[str]:
-        """Ids of conversations with a non-empty outbox."""
 
         async def work(conn: Connection) -> list[str]:
             cur = await conn.execute("SELECT DISTINCT conversation_id FROM outbox")
@@ -361,7 +356,6 @@ class PostgresStore:
         return await self._run(work)
 
     async def link_child(self, parent_id: str, child_id: str) -> str:
-        """Record ``child_id`` as the child of ``parent_id`` unless one is recorded already."""
 
         async def work(conn: Connection) -> str:
             async with conn.transaction():
@@ -378,7 +372,6 @@ class PostgresStore:
         return await self._run(work)
 
     async def save_snapshot(self, snapshot: SessionSnapshot) -> None:
-        """Store a pause snapshot under its version (the same snapshot twice is a no-op)."""
         conversation_id = snapshot.conversation_id
         text = dump_snapshot(snapshot)
 
@@ -405,7 +398,6 @@ class PostgresStore:
             check_snapshot_unchanged(load_snapshot(existing), snapshot)
 
     async def snapshots(self, conversation_id: str) -> list[SessionSnapshot]:
-        """The conversation's snapshots by version, oldest first."""
 
         async def work(conn: Connection) -> list[tuple[Any, ...]]:
             async with conn.transaction():

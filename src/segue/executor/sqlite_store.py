@@ -189,6 +189,7 @@ class SqliteStore:
 
     ``busy_timeout`` is how long (seconds) a call waits for another process's write lock before
     raising ``StoreLockedError``. The file is opened on first use, in the store's own thread.
+    Methods do what ``Store`` (in ``ports``) says; their notes here say only how.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 5.0) -> None:
@@ -301,7 +302,6 @@ class SqliteStore:
         messages: Sequence[Message] = (),
         at: float = 0.0,
     ) -> StoredConversation:
-        """Insert a new conversation (version 1) with optional seed messages."""
         conversation_id = state.config.id
         row = conversation_row(state, system, len(messages), at)
         seeds = seed_rows(conversation_id, messages)
@@ -397,7 +397,6 @@ class SqliteStore:
         return await self._run(work)
 
     async def complete(self, conversation_id: str, effect_ids: Sequence[int]) -> None:
-        """Remove performed effects; ids no longer pending are ignored."""
         rows = outbox_keys(conversation_id, effect_ids)
 
         def work(conn: sqlite3.Connection) -> None:
@@ -409,7 +408,6 @@ class SqliteStore:
         await self._run(work)
 
     async def messages(self, conversation_id: str, *, after_seq: int = 0) -> list[StoredMessage]:
-        """The transcript in order, from ``after_seq`` + 1."""
 
         def work(conn: sqlite3.Connection) -> list[tuple[int, str]]:
             conn.execute("BEGIN")
@@ -426,7 +424,6 @@ class SqliteStore:
         return [StoredMessage(seq=seq, message=load_message(text)) for seq, text in rows]
 
     async def transitions(self, conversation_id: str) -> list[TransitionRecord]:
-        """The event log in order."""
 
         def work(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
             conn.execute("BEGIN")
@@ -442,7 +439,6 @@ class SqliteStore:
         return [transition_from_row(row) for row in await self._run(work)]
 
     async def list_conversations(self) -> list[StoredConversation]:
-        """All conversations, oldest first (without their pending effects)."""
 
         def work(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
             return conn.execute(
@@ -453,7 +449,7 @@ class SqliteStore:
         return [listed(row) for row in await self._run(work)]
 
     async def with_pending(self) -> list[str]:
-        """Ids of conversations with a non-empty outbox (the outbox's key index answers)."""
+        """Read from the outbox's key index alone."""
 
         def work(conn: sqlite3.Connection) -> list[str]:
             rows = conn.execute("SELECT DISTINCT conversation_id FROM outbox").fetchall()
@@ -462,7 +458,6 @@ class SqliteStore:
         return await self._run(work)
 
     async def link_child(self, parent_id: str, child_id: str) -> str:
-        """Record ``child_id`` as the child of ``parent_id`` unless one is recorded already."""
 
         def work(conn: sqlite3.Connection) -> str:
             conn.execute("BEGIN IMMEDIATE")
@@ -481,7 +476,6 @@ class SqliteStore:
         return await self._run(work)
 
     async def save_snapshot(self, snapshot: SessionSnapshot) -> None:
-        """Store a pause snapshot under its version (the same snapshot twice is a no-op)."""
         conversation_id = snapshot.conversation_id
         text = dump_snapshot(snapshot)
 
@@ -505,7 +499,6 @@ class SqliteStore:
             check_snapshot_unchanged(load_snapshot(existing), snapshot)
 
     async def snapshots(self, conversation_id: str) -> list[SessionSnapshot]:
-        """The conversation's snapshots by version, oldest first."""
 
         def work(conn: sqlite3.Connection) -> list[tuple[str]]:
             conn.execute("BEGIN")
