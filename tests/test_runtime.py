@@ -33,6 +33,7 @@ from segue import (
     Failed,
     Message,
     Paused,
+    SessionSnapshot,
     ToolCall,
     Usage,
     extract_checkpoint,
@@ -1121,5 +1122,118 @@ def test_exact_preflight_counts_each_recorded_message_once(make_store: StoreFact
             assert all(isinstance(tokens, int) for tokens in recorded)
             # The first count is the whole first prompt: nothing was measured before it.
             assert recorded[0] == prompt_tokens(model.counted[0])
+
+    asyncio.run(main())
+
+
+# --------------------------------------------------------------------------- cancel and pause flags
+
+
+def test_a_cancel_whose_commit_loses_a_race_still_stops_the_turn() -> None:
+    """The cancel's first commit is refused (another runtime wrote in between); the flag stays
+    until a commit lands, so the request is never performed again."""
+
+    async def main() -> None:
+        store = MemoryStore()
+        model = ScriptedModel(delay=0.2)
+        a = Runtime(store=store, llm=model)
+        b = Runtime(store=store, llm=ScriptedModel(delay=1.0))
+        conv = await a.create_conversation(model=MODEL)
+        sending = asyncio.create_task(a.send(conv.id, "a long question"))
+        await asyncio.sleep(0.05)  # A's request is in flight
+        other = asyncio.create_task(b.send(conv.id, "from another tab"))  # moves the version
+        await asyncio.sleep(0.01)
+        state = await a.cancel(conv.id)
+        assert state.phase.kind == "idle"
+        await asyncio.gather(sending, other, return_exceptions=True)
+        assert len(model.requests) == 1
+        kinds = [t.event_kind for t in await store.transitions(conv.id)]
+        assert kinds[-1] == "user_cancel"
+        assert "llm_response" not in kinds
+        assert (await store.load(conv.id)).pending == ()
+
+    asyncio.run(main())
+
+
+def test_a_cancel_whose_caller_gives_up_still_stops_the_turn() -> None:
+    async def main() -> None:
+        store = MemoryStore()
+        rt = Runtime(store=store, llm=ScriptedModel(delay=0.2))
+        conv = await rt.create_conversation(model=MODEL)
+        sending = asyncio.create_task(rt.send(conv.id, "q"))
+        await asyncio.sleep(0.05)
+        cancelling = asyncio.create_task(rt.cancel(conv.id))
+        await asyncio.sleep(0)  # cancel() has flagged the turn and waits for the lock
+        cancelling.cancel()  # its caller hung up
+        with pytest.raises(asyncio.CancelledError):
+            await cancelling
+        assert (await sending).phase.kind == "idle"
+        loaded = await store.load(conv.id)
+        assert (loaded.state.phase.kind, loaded.pending) == ("idle", ())
+
+    asyncio.run(main())
+
+
+class SlowSnapshots(MemoryStore):
+    """A store whose snapshot write takes a while, like a round trip to a database."""
+
+    async def save_snapshot(self, snapshot: SessionSnapshot) -> None:
+        await asyncio.sleep(0.2)
+        await super().save_snapshot(snapshot)
+
+
+def test_a_cancel_during_a_snapshot_write_keeps_the_snapshot() -> None:
+    """A notification in flight is let finish: cancelling it would lose the resume context."""
+
+    async def main() -> None:
+        store = SlowSnapshots()
+        model = ScriptedModel()
+        rt = Runtime(store=store, llm=model)
+        conv = await rt.create_conversation(model=MODEL, system="SYS")
+        await rt.send(conv.id, "hello")
+        pausing = asyncio.create_task(rt.pause(conv.id, "break"))
+        await asyncio.sleep(0.1)  # the drive is inside SaveSnapshot
+        await rt.cancel(conv.id)
+        assert (await pausing).phase.kind == "paused"
+        assert len(await store.snapshots(conv.id)) == 1
+        await rt.resume(conv.id)
+        assert "Session Resume Context" in (model.requests[-1].system or "")
+
+    asyncio.run(main())
+
+
+def test_a_cancel_abandons_a_pause_asked_for_during_the_turn() -> None:
+    async def main() -> None:
+        store = MemoryStore()
+        rt = Runtime(store=store, llm=ScriptedModel(delay=0.2))
+        conv = await rt.create_conversation(model=MODEL)
+        sending = asyncio.create_task(rt.send(conv.id, "q"))
+        await asyncio.sleep(0.05)
+        await rt.pause(conv.id, "later")  # taken at the next turn boundary...
+        await rt.cancel(conv.id)  # ...unless the turn is cancelled first (REQ-SEG-021)
+        assert (await sending).phase.kind == "idle"
+        kinds = [t.event_kind for t in await store.transitions(conv.id)]
+        assert kinds == ["user_message", "user_cancel"]
+
+    asyncio.run(main())
+
+
+def test_a_pause_while_something_else_holds_the_lock_is_taken_at_once(tmp_path: Path) -> None:
+    """Only a drive reads a pause request; while start_new_from holds the lock the pause waits
+    for it, so it neither lingers nor pauses a later, unrelated turn. (SQLite: its reads yield,
+    so start_new_from is still holding the lock when the pause arrives.)"""
+
+    async def main() -> None:
+        rt = Runtime(store=SqliteStore(tmp_path / "segue.db"), llm=ScriptedModel())
+        conv = await rt.create_conversation(model=MODEL)
+        await rt.send(conv.id, "hello")
+        refusing = asyncio.create_task(rt.start_new_from(conv.id))  # idle: it will refuse
+        await asyncio.sleep(0)
+        assert (await rt.pause(conv.id, "lunch")).phase.kind == "paused"
+        with pytest.raises(SegueError, match="not context_exhausted"):
+            await refusing
+        await rt.resume(conv.id)
+        assert (await rt.send(conv.id, "much later")).phase.kind == "idle"
+        await rt.close()
 
     asyncio.run(main())

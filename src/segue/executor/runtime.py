@@ -168,7 +168,8 @@ class Runtime:
         self.max_tokens = max_tokens
         self._clock = clock
         self._gates: dict[str, _Gate] = {}
-        self._inflight: dict[str, asyncio.Task[Any]] = {}
+        self._inflight: dict[str, tuple[asyncio.Task[Any], Effect]] = {}
+        self._driving: set[str] = set()
         self._cancel_requests: set[str] = set()
         self._pause_requests: dict[str, str] = {}
         self._known: OrderedDict[str, _Known] = OrderedDict()
@@ -186,7 +187,7 @@ class Runtime:
 
     async def close(self) -> None:
         """Cancel what is in flight and close the store."""
-        for task in list(self._inflight.values()):
+        for task, _effect in list(self._inflight.values()):
             task.cancel()
         await self.store.close()
 
@@ -266,25 +267,30 @@ class Runtime:
         """Stop the turn now; a running ``send`` returns with the cancelled state.
 
         The cancel is a flag the running drive reads before its next step, so it lands whether
-        an effect is in flight (that effect is cancelled) or the drive is between two effects
-        (waiting on the store): it never queues behind the turn it is meant to stop. This call
+        a request is in flight (that request is cancelled) or the drive is between two effects
+        (waiting on the store): it never queues behind the turn it is meant to stop. It also
+        drops a pause asked for in the meantime (REQ-SEG-021). A notification in flight (a
+        snapshot, an archive) is let finish: cancelling it would lose it. The flag is cleared
+        only by the commit of the cancel, or by a drive that ends with nothing left to cancel,
+        so neither a failed commit nor this caller giving up can let the turn run on. This call
         then takes the lock itself, and commits the cancel if no drive did.
         """
         self._cancel_requests.add(conversation_id)
-        task = self._inflight.get(conversation_id)
-        if task is not None and not task.done():
-            task.cancel()
-        try:
-            state, _ = await self._drive(conversation_id, None)
-        finally:
-            self._cancel_requests.discard(conversation_id)  # landed, or its caller gave up
+        self._pause_requests.pop(conversation_id, None)
+        inflight = self._inflight.get(conversation_id)
+        if inflight is not None:
+            task, effect = inflight
+            if isinstance(effect, _ANSWERED_BY_EVENTS) and not task.done():
+                task.cancel()
+        state, _ = await self._drive(conversation_id, None)
         return state
 
     async def pause(self, conversation_id: str, reason: str = "") -> ConversationState:
         """Pause at the next turn boundary (at once when idle) and store a snapshot."""
-        if self._busy(conversation_id):
+        if conversation_id in self._driving:
             # The running drive commits the request before its next effect, so the pause
-            # takes effect at the next turn boundary.
+            # takes effect at the next turn boundary. (Only a drive reads the request: while
+            # anything else holds the lock, the pause waits for the lock below.)
             self._pause_requests[conversation_id] = reason
             return (await self.store.load(conversation_id)).state
         state, _ = await self._drive(conversation_id, PauseRequested(reason=reason))
@@ -351,32 +357,40 @@ class Runtime:
             if not gate.users:
                 del self._gates[conversation_id]
 
-    def _busy(self, conversation_id: str) -> bool:
-        """Whether a drive holds the conversation's lock now."""
-        gate = self._gates.get(conversation_id)
-        return gate is not None and gate.lock.locked()
-
     async def _drive(
         self, conversation_id: str, event: Event | None
     ) -> tuple[ConversationState, tuple[Effect, ...]]:
-        """Commit ``event`` (if any), then perform the outbox until it is empty."""
+        """Commit ``event`` (if any), then perform the outbox until it is empty.
+
+        Before each step it takes the flags ``cancel`` and ``pause`` left: a flag is cleared
+        only once its event is committed (a failed commit leaves it for the next drive), and
+        whatever is left when the outbox is empty has nothing more to act on: the turn is over.
+        """
         async with self._exclusive(conversation_id):
-            first: tuple[Effect, ...] = ()
-            if event is None:
-                stored = await self._load(conversation_id)
-            else:
-                stored, first = await self._commit_event(conversation_id, event)
-            while True:
-                if conversation_id in self._cancel_requests:
-                    self._cancel_requests.discard(conversation_id)
-                    stored, _ = await self._commit(stored, UserCancel(), ())
-                reason = self._pause_requests.pop(conversation_id, None)
-                if reason is not None:
-                    stored, _ = await self._commit(stored, PauseRequested(reason=reason), ())
-                if not stored.pending:
-                    break
-                stored = await self._perform(stored, stored.pending[0])
-            return stored.state, first
+            self._driving.add(conversation_id)
+            try:
+                first: tuple[Effect, ...] = ()
+                if event is None:
+                    stored = await self._load(conversation_id)
+                else:
+                    stored, first = await self._commit_event(conversation_id, event)
+                while True:
+                    if conversation_id in self._cancel_requests:
+                        stored, _ = await self._commit(stored, UserCancel(), ())
+                        self._cancel_requests.discard(conversation_id)
+                    reason = self._pause_requests.get(conversation_id)
+                    if reason is not None:
+                        stored, _ = await self._commit(stored, PauseRequested(reason=reason), ())
+                        self._pause_requests.pop(conversation_id, None)
+                    if not stored.pending:
+                        break
+                    stored = await self._perform(stored, stored.pending[0])
+                # Nothing is pending: a cancel that arrived during the last step has nothing
+                # left to stop, and a pause was taken above. Neither may outlive this turn.
+                self._cancel_requests.discard(conversation_id)
+                return stored.state, first
+            finally:
+                self._driving.discard(conversation_id)
 
     def _entry(self, conversation_id: str) -> _Known:
         """The conversation's cache entry (made if missing), marked most recently used."""
@@ -469,16 +483,16 @@ class Runtime:
         for listener in self._listeners:
             listener(cid, effect)
         task = asyncio.ensure_future(self._performer.outcome(stored, effect))
-        self._inflight[cid] = task
+        self._inflight[cid] = (task, effect)
         try:
             outcome = await task
         except asyncio.CancelledError:
-            # Only the user's cancel becomes an event; a caller's timeout or a shutdown leaves
-            # the effect pending in the outbox, to be performed again on the next start.
-            if cid not in self._cancel_requests:
+            # Only the user's cancel of a request becomes an event (committed at the top of the
+            # drive loop, which clears the flag); a caller's timeout or a shutdown leaves the
+            # effect pending in the outbox, to be performed again on the next start.
+            if cid not in self._cancel_requests or not isinstance(effect, _ANSWERED_BY_EVENTS):
                 raise
-            self._cancel_requests.discard(cid)
-            outcome = [UserCancel()]
+            return stored
         finally:
             self._inflight.pop(cid, None)
         if not outcome:
