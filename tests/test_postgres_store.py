@@ -3,16 +3,16 @@
 A session fixture runs ``initdb`` into a temporary directory (as the ``postgres`` user when the
 tests run as root, since PostgreSQL refuses to run as root), starts the server on a free port on
 127.0.0.1 with ``pg_ctl``, and stops it at the end. Every test gets a fresh database. The
-contract tests of ``test_stores`` run here unchanged; the tests below them cover what only a
-server shows (persistence across connections, two stores racing, two runtimes taking turns, a
-half-failed commit, a lock held by another session). Skipped only when the PostgreSQL binaries
-are not installed.
+contract tests of ``test_stores`` run here unchanged, and so do its tests of persistent stores
+(persistence across connections, two stores racing, a half-failed commit, a lock held by
+another session, a closed store) through a PostgreSQL ``backend``; the tests below them cover
+what only PostgreSQL has (its schema table, two runtimes taking turns on one database). Skipped
+only when the PostgreSQL binaries are not installed.
 """
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
+import contextlib
 import inspect
 import itertools
 import os
@@ -23,37 +23,32 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
 import test_stores
-from segue import CancelRequest, Message, UserMessage
-from segue.executor.codec import dump_effect
-from segue.executor.ports import (
-    ConcurrentUpdateError,
-    SegueError,
-    Store,
-    StoredConversation,
-    StoreLockedError,
-)
+from segue.executor.ports import SegueError, Store
 from segue.executor.postgres_store import SCHEMA_VERSION, PostgresStore
 from segue.executor.runtime import Runtime
 from segue.executor.scripted import ScriptedModel
-from test_stores import fresh, make_commit, paused, pending_kinds, run, step, tool_turn
+from test_stores import Backend, fresh, run
 
 pytestmark = pytest.mark.slow
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 _PREFIX = "segue-pg-"
 _OWNER = "owner.pid"
 
-# The contract: every test of test_stores that takes the ``store`` fixture runs here too, with
-# the ``store`` fixture below (a PostgresStore on a fresh database) in place of the originals.
+# The contract: every test of test_stores that takes the ``store`` or the ``backend`` fixture
+# runs here too, with the fixtures below (a PostgresStore on a fresh database) in place of the
+# originals.
 globals().update(
     {
         name: test
         for name, test in vars(test_stores).items()
-        if name.startswith("test_") and "store" in inspect.signature(test).parameters
+        if name.startswith("test_")
+        and {"store", "backend"} & set(inspect.signature(test).parameters)
     }
 )
 
@@ -141,36 +136,29 @@ def store(database: str) -> Iterator[Store]:
     run(made.close())
 
 
+@pytest.fixture
+def backend(database: str) -> Backend:
+    def execute(statement: str, parameters: tuple[Any, ...]) -> None:
+        with psycopg.connect(database, autocommit=True) as raw:
+            raw.execute(statement.replace("?", "%s"), parameters)
+
+    @contextlib.contextmanager
+    def holding_lock() -> Iterator[None]:
+        with psycopg.connect(database) as holder:
+            holder.execute("SELECT * FROM conversations WHERE id = 'c1' FOR UPDATE")
+            yield
+            holder.rollback()
+
+    return Backend(
+        open=lambda: PostgresStore(database),
+        open_impatient=lambda: PostgresStore(database, lock_timeout=0.2),
+        execute=execute,
+        holding_lock=holding_lock,
+        integrity_error=psycopg.errors.UniqueViolation,
+    )
+
+
 # --------------------------------------------------------------------------- PostgreSQL only
-
-
-def test_postgres_keeps_everything_across_stores(database: str) -> None:
-    async def write() -> StoredConversation:
-        store = PostgresStore(database)
-        try:
-            last = await tool_turn(store)
-            await store.link_child("c1", "c2")
-            waiting = await store.create(fresh("w"), system=None)
-            await step(store, waiting, UserMessage(text="pending"))
-            _, made = await paused(store, "p")
-            await store.save_snapshot(made[0])
-            return last
-        finally:
-            await store.close()
-
-    async def read(last: StoredConversation) -> None:
-        store = PostgresStore(database)
-        try:
-            loaded = await store.load("c1")
-            assert loaded == dataclasses.replace(last, child_id="c2")
-            assert len(await store.messages("c1")) == 4
-            assert len(await store.transitions("c1")) == 4
-            assert sorted(await store.with_pending()) == ["p", "w"]
-            assert [s.version for s in await store.snapshots("p")] == [1]
-        finally:
-            await store.close()
-
-    run(read(run(write())))
 
 
 def test_postgres_schema_is_versioned(database: str) -> None:
@@ -196,87 +184,6 @@ async def _create_and_close(database: str) -> None:
         await store.create(fresh(), system=None)
     finally:
         await store.close()
-
-
-def test_postgres_two_stores_one_commit_wins(database: str) -> None:
-    async def scenario() -> None:
-        one, two = PostgresStore(database), PostgresStore(database)
-        try:
-            await one.create(fresh(), system=None)
-            seen_by_one, seen_by_two = await one.load("c1"), await two.load("c1")
-            results = await asyncio.gather(
-                one.commit(make_commit(seen_by_one, UserMessage(text="from one"))),
-                two.commit(make_commit(seen_by_two, UserMessage(text="from two"))),
-                return_exceptions=True,
-            )
-            winners = [r for r in results if isinstance(r, StoredConversation)]
-            losers = [r for r in results if isinstance(r, BaseException)]
-            assert len(winners) == 1
-            assert len(losers) == 1
-            assert isinstance(losers[0], ConcurrentUpdateError)
-            assert len(await two.messages("c1")) == 1
-            assert await one.load("c1") == winners[0]
-        finally:
-            await one.close()
-            await two.close()
-
-    run(scenario())
-
-
-@pytest.mark.parametrize("table", ["messages", "outbox"])
-def test_postgres_a_commit_failing_half_way_leaves_nothing(database: str, table: str) -> None:
-    async def scenario() -> None:
-        store = PostgresStore(database)
-        try:
-            before = await store.create(fresh(), system=None)
-            with psycopg.connect(database, autocommit=True) as raw:
-                if table == "messages":
-                    raw.execute(
-                        "INSERT INTO messages VALUES ('c1', 1, 'user', %s)",
-                        (Message(kind="user", text="planted").model_dump_json(),),
-                    )
-                else:
-                    raw.execute(
-                        "INSERT INTO outbox VALUES ('c1', 1, %s)", (dump_effect(CancelRequest()),)
-                    )
-            commit = make_commit(before, UserMessage(text="real"))
-            with pytest.raises(psycopg.errors.UniqueViolation):
-                await store.commit(commit)
-            after = await store.load("c1")
-            assert after.version == 1
-            assert after.state == before.state
-            assert await store.transitions("c1") == []
-            texts = [m.text for m in await store.messages("c1")]
-            assert texts == (["planted"] if table == "messages" else [])
-            assert pending_kinds(after) == (["cancel_request"] if table == "outbox" else [])
-            with psycopg.connect(database, autocommit=True) as raw:
-                raw.execute(f"DELETE FROM {table}")  # noqa: S608  # a literal table name
-            landed = await store.commit(commit)
-            assert landed.version == 2
-            assert [(m.seq, m.text) for m in await store.messages("c1")] == [(1, "real")]
-            assert [p.id for p in landed.pending] == [1]
-        finally:
-            await store.close()
-
-    run(scenario())
-
-
-def test_postgres_lock_held_elsewhere_raises_store_locked(database: str) -> None:
-    async def scenario() -> None:
-        store = PostgresStore(database, lock_timeout=0.2)
-        try:
-            stored = await store.create(fresh(), system=None)
-            with psycopg.connect(database) as holder:
-                holder.execute("SELECT * FROM conversations WHERE id = 'c1' FOR UPDATE")
-                with pytest.raises(StoreLockedError, match="database is locked: another process"):
-                    await store.commit(make_commit(stored, UserMessage(text="blocked")))
-                holder.rollback()
-            landed = await store.commit(make_commit(stored, UserMessage(text="later")))
-            assert landed.version == 2
-        finally:
-            await store.close()
-
-    run(scenario())
 
 
 def test_postgres_two_runtimes_take_turns_on_one_conversation(database: str) -> None:

@@ -2,18 +2,23 @@
 
 Commits are built from real ``transition()`` outputs (a user turn, tool calls, the exhaustion
 path, a pause), the way the executor builds them, so a store is tested on the effects and states
-the core actually produces. The SQLite-only tests at the end use real files, a second store on
-the same file, a raw connection holding the write lock, and a conflicting row planted to make a
-commit fail half-way.
+the core actually produces. The tests of persistent stores use a real database (``backend``):
+a second store on it, a raw connection holding the write lock, a conflicting row planted to make
+a commit fail half-way; ``test_postgres_store`` runs them, and the contract tests, on PostgreSQL.
+The SQLite-only tests at the end check the file's mode and schema version.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import os
 import sqlite3
 import stat
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -554,14 +559,57 @@ def test_conversations_do_not_see_each_other(store: Store) -> None:
     run(scenario())
 
 
-# --------------------------------------------------------------------------- SQLite only
+# --------------------------------------------------------------------------- persistent stores
 
 
-def test_sqlite_keeps_everything_across_close_and_reopen(tmp_path: Path) -> None:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Backend:
+    """A database several stores (processes, say) can open at once, and what only another
+    client of it can do: plant a row, hold a lock. ``test_postgres_store`` gives a PostgreSQL
+    one, so the tests that take ``backend`` run on both persistent stores."""
+
+    open: Callable[[], Store]
+    """A new store on the database."""
+    open_impatient: Callable[[], Store]
+    """A new store that waits only 0.2 s for a lock held elsewhere."""
+    execute: Callable[[str, tuple[Any, ...]], None]
+    """Run one statement (``?`` placeholders) on a connection of its own, and commit."""
+    holding_lock: Callable[[], AbstractContextManager[None]]
+    """Hold, on a connection of its own, the lock a commit to ``c1`` needs."""
+    integrity_error: type[Exception]
+    """What the driver raises when a row's key is taken."""
+
+
+@pytest.fixture
+def backend(tmp_path: Path) -> Backend:
     path = tmp_path / "segue.db"
 
+    def execute(statement: str, parameters: tuple[Any, ...]) -> None:
+        with contextlib.closing(sqlite3.connect(path)) as raw, raw:
+            raw.execute(statement, parameters)
+
+    @contextlib.contextmanager
+    def holding_lock() -> Iterator[None]:
+        holder = sqlite3.connect(path, isolation_level=None)
+        try:
+            holder.execute("BEGIN IMMEDIATE")
+            yield
+            holder.execute("ROLLBACK")
+        finally:
+            holder.close()
+
+    return Backend(
+        open=lambda: SqliteStore(path),
+        open_impatient=lambda: SqliteStore(path, busy_timeout=0.2),
+        execute=execute,
+        holding_lock=holding_lock,
+        integrity_error=sqlite3.IntegrityError,
+    )
+
+
+def test_a_store_keeps_everything_across_close_and_reopen(backend: Backend) -> None:
     async def write() -> StoredConversation:
-        store = SqliteStore(path)
+        store = backend.open()
         try:
             last = await tool_turn(store)
             await store.link_child("c1", "c2")
@@ -574,12 +622,9 @@ def test_sqlite_keeps_everything_across_close_and_reopen(tmp_path: Path) -> None
             await store.close()
 
     async def read(last: StoredConversation) -> None:
-        store = SqliteStore(path)
+        store = backend.open()
         try:
-            loaded = await store.load("c1")
-            assert loaded.state == last.state
-            assert loaded.version == last.version
-            assert loaded.child_id == "c2"
+            assert await store.load("c1") == dataclasses.replace(last, child_id="c2")
             assert [m.kind for m in await store.messages("c1")] == [
                 "user",
                 "assistant",
@@ -594,6 +639,110 @@ def test_sqlite_keeps_everything_across_close_and_reopen(tmp_path: Path) -> None
             await store.close()
 
     run(read(run(write())))
+
+
+def test_two_stores_on_one_database_one_commit_wins(backend: Backend) -> None:
+    async def scenario() -> None:
+        one, two = backend.open(), backend.open()
+        try:
+            await one.create(fresh(), system=None)
+            seen_by_one = await one.load("c1")
+            seen_by_two = await two.load("c1")
+            results = await asyncio.gather(
+                one.commit(make_commit(seen_by_one, UserMessage(text="from one"))),
+                two.commit(make_commit(seen_by_two, UserMessage(text="from two"))),
+                return_exceptions=True,
+            )
+            winners = [r for r in results if isinstance(r, StoredConversation)]
+            losers = [r for r in results if isinstance(r, BaseException)]
+            assert len(winners) == 1
+            assert len(losers) == 1
+            assert isinstance(losers[0], ConcurrentUpdateError)
+            messages = await two.messages("c1")
+            assert len(messages) == 1
+            assert (await one.load("c1")) == winners[0]
+            assert len(await one.transitions("c1")) == 1
+        finally:
+            await one.close()
+            await two.close()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("table", ["messages", "outbox"])
+def test_a_commit_failing_half_way_leaves_nothing(backend: Backend, table: str) -> None:
+    """A row planted where the commit will write makes it fail after its UPDATE succeeded."""
+
+    async def scenario() -> None:
+        store = backend.open()
+        try:
+            before = await store.create(fresh(), system=None)
+            if table == "messages":
+                backend.execute(
+                    "INSERT INTO messages VALUES ('c1', 1, 'user', ?)",
+                    (Message(kind="user", text="planted").model_dump_json(),),
+                )
+            else:
+                backend.execute(
+                    "INSERT INTO outbox VALUES ('c1', 1, ?)", (dump_effect(CancelRequest()),)
+                )
+            commit = make_commit(before, UserMessage(text="real"))
+            with pytest.raises(backend.integrity_error):
+                await store.commit(commit)
+            after = await store.load("c1")
+            assert after.version == 1
+            assert after.state == before.state
+            assert await store.transitions("c1") == []
+            planted_messages = await store.messages("c1")
+            assert [m.text for m in planted_messages] == (
+                ["planted"] if table == "messages" else []
+            )
+            assert pending_kinds(after) == (["cancel_request"] if table == "outbox" else [])
+            # Remove the obstacle: the counters rolled back too, so the same commit now lands
+            # exactly where it would have.
+            backend.execute(f"DELETE FROM {table}", ())  # noqa: S608  # a literal table name
+            landed = await store.commit(commit)
+            assert landed.version == 2
+            assert [(m.seq, m.text) for m in await store.messages("c1")] == [(1, "real")]
+            assert [p.id for p in landed.pending] == [1]
+        finally:
+            await store.close()
+
+    run(scenario())
+
+
+def test_a_lock_held_elsewhere_raises_store_locked(backend: Backend) -> None:
+    async def scenario() -> None:
+        store = backend.open_impatient()
+        try:
+            stored = await store.create(fresh(), system=None)
+            blocked = make_commit(stored, UserMessage(text="blocked"))
+            with (
+                backend.holding_lock(),
+                pytest.raises(StoreLockedError, match="database is locked: another process"),
+            ):
+                await store.commit(blocked)
+            landed = await store.commit(make_commit(stored, UserMessage(text="later")))
+            assert landed.version == 2
+        finally:
+            await store.close()
+
+    run(scenario())
+
+
+def test_a_closed_store_refuses_calls(backend: Backend) -> None:
+    async def scenario() -> None:
+        store = backend.open()
+        await store.create(fresh(), system=None)
+        await store.close()
+        await store.close()  # twice is fine
+        with pytest.raises(SegueError, match="closed"):
+            await store.load("c1")
+
+    run(scenario())
+
+
+# --------------------------------------------------------------------------- SQLite only
 
 
 def test_sqlite_file_is_private(tmp_path: Path) -> None:
@@ -649,115 +798,3 @@ async def _create_and_close(path: Path) -> None:
         await store.create(fresh(), system=None)
     finally:
         await store.close()
-
-
-def test_sqlite_two_stores_on_one_file_one_commit_wins(tmp_path: Path) -> None:
-    path = tmp_path / "segue.db"
-
-    async def scenario() -> None:
-        one, two = SqliteStore(path), SqliteStore(path)
-        try:
-            await one.create(fresh(), system=None)
-            seen_by_one = await one.load("c1")
-            seen_by_two = await two.load("c1")
-            results = await asyncio.gather(
-                one.commit(make_commit(seen_by_one, UserMessage(text="from one"))),
-                two.commit(make_commit(seen_by_two, UserMessage(text="from two"))),
-                return_exceptions=True,
-            )
-            winners = [r for r in results if isinstance(r, StoredConversation)]
-            losers = [r for r in results if isinstance(r, BaseException)]
-            assert len(winners) == 1
-            assert len(losers) == 1
-            assert isinstance(losers[0], ConcurrentUpdateError)
-            messages = await two.messages("c1")
-            assert len(messages) == 1
-            assert (await one.load("c1")) == winners[0]
-            assert len(await one.transitions("c1")) == 1
-        finally:
-            await one.close()
-            await two.close()
-
-    run(scenario())
-
-
-@pytest.mark.parametrize("table", ["messages", "outbox"])
-def test_sqlite_a_commit_failing_half_way_leaves_nothing(tmp_path: Path, table: str) -> None:
-    """A row planted where the commit will write makes it fail after its UPDATE succeeded."""
-    path = tmp_path / "segue.db"
-
-    async def scenario() -> None:
-        store = SqliteStore(path)
-        try:
-            before = await store.create(fresh(), system=None)
-            with sqlite3.connect(path) as raw:
-                if table == "messages":
-                    raw.execute(
-                        "INSERT INTO messages VALUES ('c1', 1, 'user', ?)",
-                        (Message(kind="user", text="planted").model_dump_json(),),
-                    )
-                else:
-                    raw.execute(
-                        "INSERT INTO outbox VALUES ('c1', 1, ?)", (dump_effect(CancelRequest()),)
-                    )
-            raw.close()
-            commit = make_commit(before, UserMessage(text="real"))
-            with pytest.raises(sqlite3.IntegrityError):
-                await store.commit(commit)
-            after = await store.load("c1")
-            assert after.version == 1
-            assert after.state == before.state
-            assert await store.transitions("c1") == []
-            planted_messages = await store.messages("c1")
-            assert [m.text for m in planted_messages] == (
-                ["planted"] if table == "messages" else []
-            )
-            assert pending_kinds(after) == (["cancel_request"] if table == "outbox" else [])
-            # Remove the obstacle: the counters rolled back too, so the same commit now lands
-            # exactly where it would have.
-            with sqlite3.connect(path) as raw:
-                raw.execute(f"DELETE FROM {table}")  # noqa: S608  # a literal table name
-            raw.close()
-            landed = await store.commit(commit)
-            assert landed.version == 2
-            assert [(m.seq, m.text) for m in await store.messages("c1")] == [(1, "real")]
-            assert [p.id for p in landed.pending] == [1]
-        finally:
-            await store.close()
-
-    run(scenario())
-
-
-def test_sqlite_lock_held_elsewhere_raises_store_locked(tmp_path: Path) -> None:
-    path = tmp_path / "segue.db"
-
-    async def scenario() -> None:
-        store = SqliteStore(path, busy_timeout=0.2)
-        try:
-            stored = await store.create(fresh(), system=None)
-            holder = sqlite3.connect(path, isolation_level=None)
-            try:
-                holder.execute("BEGIN IMMEDIATE")
-                with pytest.raises(StoreLockedError, match="database is locked: another process"):
-                    await store.commit(make_commit(stored, UserMessage(text="blocked")))
-                holder.execute("ROLLBACK")
-            finally:
-                holder.close()
-            landed = await store.commit(make_commit(stored, UserMessage(text="later")))
-            assert landed.version == 2
-        finally:
-            await store.close()
-
-    run(scenario())
-
-
-def test_sqlite_closed_store_refuses_calls(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        store = SqliteStore(tmp_path / "segue.db")
-        await store.create(fresh(), system=None)
-        await store.close()
-        await store.close()  # twice is fine
-        with pytest.raises(SegueError, match="closed"):
-            await store.load("c1")
-
-    run(scenario())
