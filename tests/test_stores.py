@@ -578,6 +578,11 @@ class Backend:
     """Hold, on a connection of its own, the lock a commit to ``c1`` needs."""
     integrity_error: type[Exception]
     """What the driver raises when a row's key is taken."""
+    schema_version: int
+    """The schema version this store writes (its ``SCHEMA_VERSION``)."""
+    stamp_schema: Callable[[int], int]
+    """Record another schema version in the database, as another segue would; return the one
+    it replaces."""
 
 
 @pytest.fixture
@@ -598,12 +603,20 @@ def backend(tmp_path: Path) -> Backend:
         finally:
             holder.close()
 
+    def stamp_schema(version: int) -> int:
+        with contextlib.closing(sqlite3.connect(path)) as raw, raw:
+            (replaced,) = raw.execute("PRAGMA user_version").fetchone()
+            raw.execute(f"PRAGMA user_version = {int(version)}")
+            return int(replaced)
+
     return Backend(
         open=lambda: SqliteStore(path),
         open_impatient=lambda: SqliteStore(path, busy_timeout=0.2),
         execute=execute,
         holding_lock=holding_lock,
         integrity_error=sqlite3.IntegrityError,
+        schema_version=SCHEMA_VERSION,
+        stamp_schema=stamp_schema,
     )
 
 
@@ -742,6 +755,21 @@ def test_a_closed_store_refuses_calls(backend: Backend) -> None:
     run(scenario())
 
 
+def test_the_schema_is_versioned_and_a_newer_one_is_refused(backend: Backend) -> None:
+    run(_create_and_close(backend.open()))
+    assert backend.stamp_schema(999) == backend.schema_version
+
+    async def reopen() -> None:
+        store = backend.open()
+        try:
+            with pytest.raises(SegueError, match="schema version 999"):
+                await store.load("c1")
+        finally:
+            await store.close()
+
+    run(reopen())
+
+
 # --------------------------------------------------------------------------- SQLite only
 
 
@@ -772,28 +800,14 @@ def test_sqlite_file_is_private(tmp_path: Path) -> None:
         os.umask(old)
 
 
-def test_sqlite_schema_is_versioned(tmp_path: Path) -> None:
+def test_sqlite_file_is_in_wal_mode(tmp_path: Path) -> None:
     path = tmp_path / "segue.db"
-    run(_create_and_close(path))
-    with sqlite3.connect(path) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+    run(_create_and_close(SqliteStore(path)))
+    with contextlib.closing(sqlite3.connect(path)) as raw:
         assert raw.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        raw.execute("PRAGMA user_version = 999")
-    raw.close()
-
-    async def reopen() -> None:
-        store = SqliteStore(path)
-        try:
-            with pytest.raises(SegueError, match="schema version 999"):
-                await store.load("c1")
-        finally:
-            await store.close()
-
-    run(reopen())
 
 
-async def _create_and_close(path: Path) -> None:
-    store = SqliteStore(path)
+async def _create_and_close(store: Store) -> None:
     try:
         await store.create(fresh(), system=None)
     finally:
