@@ -307,7 +307,6 @@ class PostgresStore:
         await self._run(work)
 
     async def messages(self, conversation_id: str, *, after_seq: int = 0) -> list[StoredMessage]:
-
         async def work(conn: Connection) -> list[tuple[Any, ...]]:
             async with conn.transaction():
                 await _require(conn, conversation_id)
@@ -322,7 +321,6 @@ class PostgresStore:
         return [StoredMessage(seq=seq, message=load_message(text)) for seq, text in rows]
 
     async def transitions(self, conversation_id: str) -> list[TransitionRecord]:
-
         async def work(conn: Connection) -> list[tuple[Any, ...]]:
             async with conn.transaction():
                 await _require(conn, conversation_id)
@@ -337,7 +335,6 @@ class PostgresStore:
         return [transition_from_row(row) for row in await self._run(work)]
 
     async def list_conversations(self) -> list[StoredConversation]:
-
         async def work(conn: Connection) -> list[tuple[Any, ...]]:
             cur = await conn.execute(
                 "SELECT state::text, version, system, child_id, created_at FROM conversations"
@@ -348,7 +345,6 @@ class PostgresStore:
         return [listed(row) for row in await self._run(work)]
 
     async def with_pending(self) -> list[str]:
-
         async def work(conn: Connection) -> list[str]:
             cur = await conn.execute("SELECT DISTINCT conversation_id FROM outbox")
             return [str(row[0]) for row in await cur.fetchall()]
@@ -356,7 +352,6 @@ class PostgresStore:
         return await self._run(work)
 
     async def link_child(self, parent_id: str, child_id: str) -> str:
-
         async def work(conn: Connection) -> str:
             async with conn.transaction():
                 cur = await conn.execute(
@@ -398,7 +393,6 @@ class PostgresStore:
             check_snapshot_unchanged(load_snapshot(existing), snapshot)
 
     async def snapshots(self, conversation_id: str) -> list[SessionSnapshot]:
-
         async def work(conn: Connection) -> list[tuple[Any, ...]]:
             async with conn.transaction():
                 await _require(conn, conversation_id)

@@ -408,7 +408,6 @@ class SqliteStore:
         await self._run(work)
 
     async def messages(self, conversation_id: str, *, after_seq: int = 0) -> list[StoredMessage]:
-
         def work(conn: sqlite3.Connection) -> list[tuple[int, str]]:
             conn.execute("BEGIN")
             _require(conn, conversation_id)
@@ -424,7 +423,6 @@ class SqliteStore:
         return [StoredMessage(seq=seq, message=load_message(text)) for seq, text in rows]
 
     async def transitions(self, conversation_id: str) -> list[TransitionRecord]:
-
         def work(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
             conn.execute("BEGIN")
             _require(conn, conversation_id)
@@ -439,7 +437,6 @@ class SqliteStore:
         return [transition_from_row(row) for row in await self._run(work)]
 
     async def list_conversations(self) -> list[StoredConversation]:
-
         def work(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
             return conn.execute(
                 "SELECT state, version, system, child_id, created_at FROM conversations"
@@ -458,7 +455,6 @@ class SqliteStore:
         return await self._run(work)
 
     async def link_child(self, parent_id: str, child_id: str) -> str:
-
         def work(conn: sqlite3.Connection) -> str:
             conn.execute("BEGIN IMMEDIATE")
             conn.execute(
@@ -499,7 +495,6 @@ class SqliteStore:
             check_snapshot_unchanged(load_snapshot(existing), snapshot)
 
     async def snapshots(self, conversation_id: str) -> list[SessionSnapshot]:
-
         def work(conn: sqlite3.Connection) -> list[tuple[str]]:
             conn.execute("BEGIN")
             _require(conn, conversation_id)
