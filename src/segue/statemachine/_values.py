@@ -86,6 +86,9 @@ class Frozen(BaseModel):
         if cls._own_slots:
             for name, slot in _PYDANTIC_SLOTS.items():
                 setattr(cls, name, slot)
+            # Decided here, once, so the common ``_replace`` carries no check (a class lookup
+            # costs ~150 ns through pydantic's metaclass, on every event).
+            cls._replace = _replace_keeping_slots  # type: ignore[method-assign]
         cls._build = builder(cls)
 
     @property
@@ -118,10 +121,15 @@ class Frozen(BaseModel):
         obj = _new(cls)
         _set(obj, "__dict__", self.__dict__ | changes)
         _set(obj, "__pydantic_fields_set__", cls._fields_set)
-        if cls._own_slots:
-            _set(obj, "__pydantic_extra__", self.__pydantic_extra__)
-            _set(obj, "__pydantic_private__", self.__pydantic_private__)
         return obj
+
+
+def _replace_keeping_slots(self: _T, changes: dict[str, Any]) -> _T:
+    """``Frozen._replace`` for a subclass that uses pydantic's extra and private slots."""
+    obj = Frozen._replace(self, changes)
+    _set(obj, "__pydantic_extra__", self.__pydantic_extra__)
+    _set(obj, "__pydantic_private__", self.__pydantic_private__)
+    return obj
 
 
 def builder(cls: type[_T]) -> Callable[..., _T]:

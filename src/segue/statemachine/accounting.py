@@ -32,6 +32,7 @@ def estimate_tool_calls(tool_calls: tuple[ToolCall, ...]) -> int:
 
 def reported_occupancy(usage: Usage | None) -> int | None:
     """The occupancy a usage report states, or ``None`` when it states nothing."""
-    if usage is None or not usage.is_known:
+    if usage is None:
         return None
-    return usage.context_tokens
+    prompt = usage.prompt_tokens  # read once: this runs on every response
+    return prompt + usage.output_tokens if prompt > 0 else None
