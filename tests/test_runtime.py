@@ -1129,28 +1129,47 @@ def test_exact_preflight_counts_each_recorded_message_once(make_store: StoreFact
 # --------------------------------------------------------------------------- cancel and pause flags
 
 
+class SlowModel(ScriptedModel):
+    """Takes 0.2 s to answer, and says when a request has reached it."""
+
+    def __init__(self) -> None:
+        super().__init__(delay=0.2)
+        self.asked = asyncio.Event()
+
+    async def complete(self, request: LlmRequest) -> LlmReply:
+        self.asked.set()
+        return await super().complete(request)
+
+
+async def sending(store: Store) -> tuple[Runtime, SlowModel, str, asyncio.Task[Any]]:
+    """A send whose LLM request is in flight when it returns: the runtime, its model, the
+    conversation id and the send's task."""
+    model = SlowModel()
+    rt = Runtime(store=store, llm=model)
+    conv = await rt.create_conversation(model=MODEL)
+    task = asyncio.create_task(rt.send(conv.id, "a long question"))
+    await model.asked.wait()
+    return rt, model, conv.id, task
+
+
 def test_a_cancel_whose_commit_loses_a_race_still_stops_the_turn() -> None:
     """The cancel's first commit is refused (another runtime wrote in between); the flag stays
     until a commit lands, so the request is never performed again."""
 
     async def main() -> None:
         store = MemoryStore()
-        model = ScriptedModel(delay=0.2)
-        a = Runtime(store=store, llm=model)
+        a, model, cid, send = await sending(store)
         b = Runtime(store=store, llm=ScriptedModel(delay=1.0))
-        conv = await a.create_conversation(model=MODEL)
-        sending = asyncio.create_task(a.send(conv.id, "a long question"))
-        await asyncio.sleep(0.05)  # A's request is in flight
-        other = asyncio.create_task(b.send(conv.id, "from another tab"))  # moves the version
+        other = asyncio.create_task(b.send(cid, "from another tab"))  # moves the version
         await asyncio.sleep(0.01)
-        state = await a.cancel(conv.id)
+        state = await a.cancel(cid)
         assert state.phase.kind == "idle"
-        await asyncio.gather(sending, other, return_exceptions=True)
+        await asyncio.gather(send, other, return_exceptions=True)
         assert len(model.requests) == 1
-        kinds = [t.event_kind for t in await store.transitions(conv.id)]
+        kinds = [t.event_kind for t in await store.transitions(cid)]
         assert kinds[-1] == "user_cancel"
         assert "llm_response" not in kinds
-        assert (await store.load(conv.id)).pending == ()
+        assert (await store.load(cid)).pending == ()
 
     asyncio.run(main())
 
@@ -1158,17 +1177,14 @@ def test_a_cancel_whose_commit_loses_a_race_still_stops_the_turn() -> None:
 def test_a_cancel_whose_caller_gives_up_still_stops_the_turn() -> None:
     async def main() -> None:
         store = MemoryStore()
-        rt = Runtime(store=store, llm=ScriptedModel(delay=0.2))
-        conv = await rt.create_conversation(model=MODEL)
-        sending = asyncio.create_task(rt.send(conv.id, "q"))
-        await asyncio.sleep(0.05)
-        cancelling = asyncio.create_task(rt.cancel(conv.id))
+        rt, _, cid, send = await sending(store)
+        cancelling = asyncio.create_task(rt.cancel(cid))
         await asyncio.sleep(0)  # cancel() has flagged the turn and waits for the lock
         cancelling.cancel()  # its caller hung up
         with pytest.raises(asyncio.CancelledError):
             await cancelling
-        assert (await sending).phase.kind == "idle"
-        loaded = await store.load(conv.id)
+        assert (await send).phase.kind == "idle"
+        loaded = await store.load(cid)
         assert (loaded.state.phase.kind, loaded.pending) == ("idle", ())
 
     asyncio.run(main())
@@ -1205,14 +1221,11 @@ def test_a_cancel_during_a_snapshot_write_keeps_the_snapshot() -> None:
 def test_a_cancel_abandons_a_pause_asked_for_during_the_turn() -> None:
     async def main() -> None:
         store = MemoryStore()
-        rt = Runtime(store=store, llm=ScriptedModel(delay=0.2))
-        conv = await rt.create_conversation(model=MODEL)
-        sending = asyncio.create_task(rt.send(conv.id, "q"))
-        await asyncio.sleep(0.05)
-        await rt.pause(conv.id, "later")  # taken at the next turn boundary...
-        await rt.cancel(conv.id)  # ...unless the turn is cancelled first (REQ-SEG-021)
-        assert (await sending).phase.kind == "idle"
-        kinds = [t.event_kind for t in await store.transitions(conv.id)]
+        rt, _, cid, send = await sending(store)
+        await rt.pause(cid, "later")  # taken at the next turn boundary...
+        await rt.cancel(cid)  # ...unless the turn is cancelled first (REQ-SEG-021)
+        assert (await send).phase.kind == "idle"
+        kinds = [t.event_kind for t in await store.transitions(cid)]
         assert kinds == ["user_message", "user_cancel"]
 
     asyncio.run(main())
