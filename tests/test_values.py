@@ -434,4 +434,7 @@ def test_subclasses_may_use_private_attributes_and_extra_fields() -> None:
     opened = Open(input_tokens=3, region="eu")  # extra="allow"
     assert opened.model_dump()["region"] == "eu"
     assert opened._evolve(output_tokens=1).model_dump()["region"] == "eu"
+    copied = tagged._evolve(output_tokens=1)
+    copied._seen = ["y"]  # shallow, as pydantic's own copy: the copy's own attribute changes
+    assert (tagged._seen, copied._seen) == (["x"], ["y"])
     assert Usage._make(input_tokens=3).__pydantic_extra__ is None
