@@ -4,8 +4,9 @@ The public API. The pure core (``segue.statemachine``) decides; effects (``segue
 what to do; the executor (``segue.executor``) does it.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from segue._lazy import lazy_getattr
 from segue.effects import (
     AppendMessage,
     ArchiveTranscript,
@@ -71,16 +72,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        msg = f"module 'segue' has no attribute {name!r}"
-        raise AttributeError(msg)
-    import importlib  # noqa: PLC0415  # only when a runtime name is first used
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr("segue", _LAZY, globals())
 
 
 __version__ = "0.1.0"

@@ -20,7 +20,9 @@ and run as ``python -m segue.testing.anthropic_server`` where hypothesis is not 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from segue._lazy import lazy_getattr
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a re-export)
     from segue.testing.stateful import ConversationMachine as ConversationMachine
@@ -58,16 +60,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        msg = f"module 'segue.testing' has no attribute {name!r}"
-        raise AttributeError(msg)
-    import importlib  # noqa: PLC0415  # only when a hypothesis-backed name is first used
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr("segue.testing", _LAZY, globals())
 
 
 __all__ = list(_LAZY)
