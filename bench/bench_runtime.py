@@ -40,10 +40,10 @@ from pathlib import Path
 import structlog
 
 from segue import Usage
-from segue.executor.memory_store import MemoryStore
 from segue.executor.ports import LlmReply, LlmRequest, Store
 from segue.executor.runtime import Runtime
-from segue.executor.sqlite_store import SqliteStore
+from segue.executor.stores.memory import MemoryStore
+from segue.executor.stores.sqlite import SqliteStore
 
 MODEL = "claude-sonnet-4-5"  # 200k window; the instant model's usage stays far below it
 OVERHEAD_TARGET_US = 100.0

@@ -30,10 +30,10 @@ from typing import Any
 
 from segue import LlmResponse, ToolCall, ToolResult, Usage, UserMessage, new_conversation
 from segue import transition as core_transition
-from segue.executor.codec import dump_event
-from segue.executor.memory_store import MemoryStore
 from segue.executor.ports import Commit, Store, StoredConversation
-from segue.executor.sqlite_store import SqliteStore
+from segue.executor.stores.codec import dump_event
+from segue.executor.stores.memory import MemoryStore
+from segue.executor.stores.sqlite import SqliteStore
 
 THROUGHPUT_TARGET = 3_000.0
 GROWTH_TARGET = 1.5

@@ -19,7 +19,7 @@ import structlog
 from hypothesis import given
 from hypothesis import strategies as st
 
-from segue.executor.anthropic_model import (
+from segue.executor.models.anthropic import (
     MIN_KEPT_MESSAGES,
     TOOL_RESULT_CHARS,
     AnthropicModel,

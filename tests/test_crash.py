@@ -20,10 +20,10 @@ import anthropic
 import pytest
 
 from segue import ContextExhausted, ContextExhaustionBehavior
-from segue.executor.anthropic_model import AnthropicModel
+from segue.executor.models.anthropic import AnthropicModel
+from segue.executor.models.scripted import ScriptedModel
 from segue.executor.runtime import ConversationExhaustedError, Runtime
-from segue.executor.scripted import ScriptedModel
-from segue.executor.sqlite_store import SqliteStore
+from segue.executor.stores.sqlite import SqliteStore
 from segue.testing.anthropic_server import FakeAnthropicServer, MessageReply, Usage
 
 pytestmark = pytest.mark.slow
@@ -37,8 +37,8 @@ import asyncio
 import sys
 
 from segue.executor.runtime import Runtime
-from segue.executor.scripted import ScriptedModel
-from segue.executor.sqlite_store import SqliteStore
+from segue.executor.models.scripted import ScriptedModel
+from segue.executor.stores.sqlite import SqliteStore
 
 
 async def main(path: str) -> None:
@@ -61,9 +61,9 @@ import sys
 
 import anthropic
 
-from segue.executor.anthropic_model import AnthropicModel
+from segue.executor.models.anthropic import AnthropicModel
 from segue.executor.runtime import Runtime
-from segue.executor.sqlite_store import SqliteStore
+from segue.executor.stores.sqlite import SqliteStore
 
 
 async def main(path: str, url: str, conversation_id: str) -> None:

@@ -29,10 +29,10 @@ import psycopg
 import pytest
 
 import test_stores
+from segue.executor.models.scripted import ScriptedModel
 from segue.executor.ports import Store
-from segue.executor.postgres_store import SCHEMA_VERSION, PostgresStore
 from segue.executor.runtime import Runtime
-from segue.executor.scripted import ScriptedModel
+from segue.executor.stores.postgres import SCHEMA_VERSION, PostgresStore
 from test_stores import Backend, run
 
 pytestmark = pytest.mark.slow

@@ -27,7 +27,7 @@ from segue import (
     new_conversation,
     transition,
 )
-from segue.executor.codec import (
+from segue.executor.stores.codec import (
     dump_effect,
     dump_event,
     dump_state,

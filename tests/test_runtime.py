@@ -38,7 +38,7 @@ from segue import (
     Usage,
     extract_checkpoint,
 )
-from segue.executor.memory_store import MemoryStore
+from segue.executor.models.scripted import ScriptedModel, prompt_tokens
 from segue.executor.ports import (
     Commit,
     LlmCallError,
@@ -56,8 +56,8 @@ from segue.executor.runtime import (
     MessageRejectedError,
     Runtime,
 )
-from segue.executor.scripted import ScriptedModel, prompt_tokens
-from segue.executor.sqlite_store import SqliteStore
+from segue.executor.stores.memory import MemoryStore
+from segue.executor.stores.sqlite import SqliteStore
 from segue.executor.subagent import subagent_tool
 from segue.executor.tools import Tool
 from segue.executor.views import TranscriptView, ViewSnapshot, current_view

@@ -24,15 +24,15 @@ from segue import (
     ErrorKind,
     Failed,
 )
-from segue.executor.anthropic_model import AnthropicModel
-from segue.executor.memory_store import MemoryStore
+from segue.executor.models.anthropic import AnthropicModel
 from segue.executor.ports import Store
 from segue.executor.runtime import (
     COMPACTION_INSTRUCTION,
     CONTINUATION_INSTRUCTION,
     Runtime,
 )
-from segue.executor.sqlite_store import SqliteStore
+from segue.executor.stores.memory import MemoryStore
+from segue.executor.stores.sqlite import SqliteStore
 from segue.executor.tools import Tool
 from segue.testing.anthropic_server import (
     ErrorReply,

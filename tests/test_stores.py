@@ -42,8 +42,6 @@ from segue import (
     transition,
 )
 from segue.effects import SaveSnapshot
-from segue.executor.codec import dump_effect, dump_event, load_event
-from segue.executor.memory_store import MemoryStore
 from segue.executor.ports import (
     Commit,
     ConcurrentUpdateError,
@@ -54,7 +52,9 @@ from segue.executor.ports import (
     StoredConversation,
     StoreLockedError,
 )
-from segue.executor.sqlite_store import SCHEMA_VERSION, SqliteStore
+from segue.executor.stores.codec import dump_effect, dump_event, load_event
+from segue.executor.stores.memory import MemoryStore
+from segue.executor.stores.sqlite import SCHEMA_VERSION, SqliteStore
 from segue.statemachine.checkpoint import SessionSnapshot
 
 T = TypeVar("T")

@@ -33,8 +33,8 @@ from segue.statemachine import *  # noqa: F403  # the core's __all__ is the publ
 from segue.statemachine import __all__ as _core_all
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a re-export)
-    from segue.executor.anthropic_model import AnthropicModel as AnthropicModel
-    from segue.executor.memory_store import MemoryStore as MemoryStore
+    from segue.executor.models.anthropic import AnthropicModel as AnthropicModel
+    from segue.executor.models.scripted import ScriptedModel as ScriptedModel
     from segue.executor.ports import ConcurrentUpdateError as ConcurrentUpdateError
     from segue.executor.ports import ConversationExistsError as ConversationExistsError
     from segue.executor.ports import ConversationNotFoundError as ConversationNotFoundError
@@ -44,8 +44,8 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a
     from segue.executor.runtime import ConversationExhaustedError as ConversationExhaustedError
     from segue.executor.runtime import MessageRejectedError as MessageRejectedError
     from segue.executor.runtime import Runtime as Runtime
-    from segue.executor.scripted import ScriptedModel as ScriptedModel
-    from segue.executor.sqlite_store import SqliteStore as SqliteStore
+    from segue.executor.stores.memory import MemoryStore as MemoryStore
+    from segue.executor.stores.sqlite import SqliteStore as SqliteStore
     from segue.executor.subagent import subagent_tool as subagent_tool
     from segue.executor.tools import Tool as Tool
     from segue.executor.tools import ToolRegistry as ToolRegistry
@@ -53,8 +53,8 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a
 # The runtime pulls in anthropic, sqlite and asyncio machinery; the pure core must not pay for
 # that on import, so the runtime's names load on first use.
 _LAZY = {
-    "AnthropicModel": "segue.executor.anthropic_model",
-    "MemoryStore": "segue.executor.memory_store",
+    "AnthropicModel": "segue.executor.models.anthropic",
+    "MemoryStore": "segue.executor.stores.memory",
     "ConcurrentUpdateError": "segue.executor.ports",
     "ConversationExistsError": "segue.executor.ports",
     "ConversationNotFoundError": "segue.executor.ports",
@@ -64,8 +64,8 @@ _LAZY = {
     "ConversationExhaustedError": "segue.executor.runtime",
     "MessageRejectedError": "segue.executor.runtime",
     "Runtime": "segue.executor.runtime",
-    "ScriptedModel": "segue.executor.scripted",
-    "SqliteStore": "segue.executor.sqlite_store",
+    "ScriptedModel": "segue.executor.models.scripted",
+    "SqliteStore": "segue.executor.stores.sqlite",
     "subagent_tool": "segue.executor.subagent",
     "Tool": "segue.executor.tools",
     "ToolRegistry": "segue.executor.tools",

@@ -28,6 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from segue import effects as fx
+from segue.executor.models.scripted import ScriptedModel
 from segue.executor.ports import ConversationNotFoundError, LlmModel, SegueError, TransitionRecord
 from segue.executor.runtime import (
     ConversationExhaustedError,
@@ -35,8 +36,7 @@ from segue.executor.runtime import (
     Runtime,
     failure_of,
 )
-from segue.executor.scripted import ScriptedModel
-from segue.executor.sqlite_store import SqliteStore, StoreLockedError
+from segue.executor.stores.sqlite import SqliteStore, StoreLockedError
 from segue.executor.tools import ToolRegistry
 from segue.statemachine import ContextExhaustionBehavior as Behavior
 from segue.statemachine import ConversationState, Message
@@ -314,7 +314,7 @@ async def _anthropic(
     """A client and its adapter, once the API has confirmed the model (else exit 2)."""
     import anthropic  # noqa: PLC0415  # ~2 s to import: only ``chat`` pays for it
 
-    from segue.executor.anthropic_model import AnthropicModel, call_error  # noqa: PLC0415
+    from segue.executor.models.anthropic import AnthropicModel, call_error  # noqa: PLC0415
 
     client = anthropic.AsyncAnthropic(api_key=key, base_url=base_url)
     try:

@@ -49,7 +49,7 @@ from hypothesis.stateful import (
 )
 from pydantic import ValidationError
 
-from segue.executor.codec import dump_effect, dump_state, load_effect, load_state
+from segue.executor.stores.codec import dump_effect, dump_state, load_effect, load_state
 from segue.statemachine import (
     PHASE_TYPES,
     CheckpointResponse,

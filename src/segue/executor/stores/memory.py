@@ -16,15 +16,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from segue.executor._stores import (
-    LogLine,
-    check_commit_target,
-    check_snapshot_unchanged,
-    log_line,
-    not_found,
-    transition_record,
-    version_moved,
-)
 from segue.executor.ports import (
     Commit,
     ConversationExistsError,
@@ -32,6 +23,15 @@ from segue.executor.ports import (
     StoredConversation,
     StoredMessage,
     TransitionRecord,
+)
+from segue.executor.stores._shared import (
+    LogLine,
+    check_commit_target,
+    check_snapshot_unchanged,
+    log_line,
+    not_found,
+    transition_record,
+    version_moved,
 )
 from segue.statemachine import ConversationState, Message
 from segue.statemachine.checkpoint import SessionSnapshot

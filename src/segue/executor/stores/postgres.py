@@ -27,7 +27,16 @@ from typing import Any, Final, TypeVar
 import psycopg
 from psycopg import errors
 
-from segue.executor._stores import (
+from segue.executor.ports import (
+    Commit,
+    ConversationExistsError,
+    SegueError,
+    StoredConversation,
+    StoredMessage,
+    StoreLockedError,
+    TransitionRecord,
+)
+from segue.executor.stores._shared import (
     check_snapshot_unchanged,
     commit_rows,
     conversation_row,
@@ -39,16 +48,7 @@ from segue.executor._stores import (
     transition_from_row,
     version_moved,
 )
-from segue.executor.codec import dump_snapshot, load_message, load_snapshot
-from segue.executor.ports import (
-    Commit,
-    ConversationExistsError,
-    SegueError,
-    StoredConversation,
-    StoredMessage,
-    StoreLockedError,
-    TransitionRecord,
-)
+from segue.executor.stores.codec import dump_snapshot, load_message, load_snapshot
 from segue.statemachine import ConversationState, Message
 from segue.statemachine.checkpoint import SessionSnapshot
 

@@ -19,13 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from segue.executor.codec import (
-    dump_effect,
-    dump_message,
-    dump_state,
-    load_effect,
-    load_state,
-)
 from segue.executor.ports import (
     Commit,
     ConcurrentUpdateError,
@@ -34,6 +27,13 @@ from segue.executor.ports import (
     SegueError,
     StoredConversation,
     TransitionRecord,
+)
+from segue.executor.stores.codec import (
+    dump_effect,
+    dump_message,
+    dump_state,
+    load_effect,
+    load_state,
 )
 from segue.statemachine import ConversationState, Message
 from segue.statemachine.checkpoint import SessionSnapshot

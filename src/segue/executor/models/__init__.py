@@ -1,0 +1,2 @@
+"""Model adapters: segue's ``LlmModel`` port over a provider (``AnthropicModel``) or a script
+(``ScriptedModel``, offline and deterministic, for the demo and tests)."""
