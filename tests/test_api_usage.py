@@ -1,4 +1,4 @@
-"""The public API as a user writes it, from ``import segue`` alone (DESIGN section 4).
+"""The public API as a user writes it, from ``import segue`` alone (the public contract).
 
 Two checks in one file: mypy --strict reads every ``assert_type`` (a changed signature or return
 type of a public name fails the type check), and pytest runs the same code (a changed behaviour

@@ -134,7 +134,7 @@ def exhaust(
     resume_after: bool,
     effects: list[Effect],
 ) -> Result:
-    """Take the conversation's behaviour at the limit (DESIGN section 2)."""
+    """Take the conversation's behaviour at the limit (``docs/design.md`` section 2)."""
     behavior = state.config.behavior
     if behavior is ContextExhaustionBehavior.THRESHOLD_BASED_CONTINUATION:
         effects.append(RequestContinuation._make(rejected_tool_calls=rejected))

@@ -38,7 +38,7 @@ class _LenientStrEnum(StrEnum):
 
 
 class ContextExhaustionBehavior(_LenientStrEnum):
-    """What a conversation does when its context window fills up (DESIGN section 2)."""
+    """What a conversation does when its context window fills up (``docs/design.md`` section 2)."""
 
     THRESHOLD_BASED_CONTINUATION = "threshold_based_continuation"
     """Chat UIs: summarise, turn read-only, offer a seeded child conversation."""
