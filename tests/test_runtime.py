@@ -2,10 +2,10 @@
 
 The model is the offline ``ScriptedModel`` (usage per request, growing with the prompt, as a
 provider reports it), the stores are the real ``MemoryStore`` and ``SqliteStore`` (a file in
-``tmp_path``), tools are real coroutines. Each behaviour of ``docs/design.md`` section 2 is driven to the
-place where it must end; the runtime's own duties (retries with back-off, cancellation, tool
-failures as results, many conversations at once, sub-agents, one log line per transition) are
-checked on the same footing. Regressions of fixed runtime bugs are at the end.
+``tmp_path``), tools are real coroutines. Each behaviour of ``docs/design.md`` section 2 is
+driven to the place where it must end; the runtime's own duties (retries with back-off,
+cancellation, tool failures as results, many conversations at once, sub-agents, one log line per
+transition) are checked on the same footing. Regressions of fixed runtime bugs are at the end.
 """
 
 from __future__ import annotations

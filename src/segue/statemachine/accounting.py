@@ -1,8 +1,9 @@
 """Token accounting: occupancy from usage, and a conservative estimate for pre-flight.
 
-The laws (``docs/design.md`` section 1): occupancy is the four usage fields of the LATEST response, summed;
-usage is never added across requests; an unknown report (absent, or no prompt tokens) keeps the last
-figure; a figure above the window is an accounting error, never exhaustion.
+The laws (``docs/design.md`` section 1): occupancy is the four usage fields of the LATEST
+response, summed; usage is never added across requests; an unknown report (absent, or no prompt
+tokens) keeps the last figure; a figure above the window is an accounting error, never
+exhaustion.
 """
 
 from __future__ import annotations

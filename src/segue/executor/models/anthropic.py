@@ -9,8 +9,8 @@ Three jobs, each kept apart so it can be read and tested on its own:
   the oldest ``trim_level`` quarters dropped after an overflow, the rejected tool calls named and
   the instruction last.
 * **Reply.** The per-request usage is copied field by field (a null cache field is 0,
-  ``docs/design.md`` section 1); ``stop_reason`` passes through untouched because the core decides what
-  ``max_tokens`` or ``model_context_window_exceeded`` mean.
+  ``docs/design.md`` section 1); ``stop_reason`` passes through untouched because the core
+  decides what ``max_tokens`` or ``model_context_window_exceeded`` mean.
 * **Errors.** Every failure becomes an ``LlmCallError`` that says whether retrying, trimming or
   nothing can help. The SDK already retried the retryable statuses ``max_retries`` times.
 
