@@ -15,8 +15,9 @@ two committed events (the user message, then the response).
   ``tracemalloc`` (Python allocations: runtime, store objects, the SQLite driver's Python side),
   with the process's RSS growth printed beside it (it also counts SQLite's page cache).
 
-Logging is filtered to warnings: the runtime logs every transition at info level, and what
-rendering that costs depends on the deployment's structlog setup, not on segue. The best of
+Logging is as an embedding application leaves it by default (not configured: the ``segue``
+logger's events are dropped before anything is built); what rendering them costs depends on the
+deployment's logging setup, not on segue. The best of
 several timed batches is reported, which filters out a busy machine's pauses. Prints PASS/FAIL
 per target; the full run exits 1 if any target is missed, while ``--quick`` (a smoke run whose
 sizes are too small to judge by) exits 0 whenever it completes.
@@ -27,7 +28,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import logging
 import os
 import sys
 import tempfile
@@ -36,8 +36,6 @@ import tracemalloc
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-
-import structlog
 
 from segue import Usage
 from segue.executor.ports import LlmReply, LlmRequest, Store
@@ -212,7 +210,6 @@ async def idle_memory(make: Callable[[], Store], count: int) -> tuple[float, flo
 async def main(quick: bool) -> int:
     sizes = QUICK if quick else FULL
     failures = 0
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     load, cpus = os.getloadavg()[0], os.cpu_count() or 1
     busy = ": the machine is busy, timings are pessimistic" if load > cpus * 0.75 else ""
     print(f"load average {load:.2f} on {cpus} CPUs{busy}")

@@ -15,7 +15,6 @@ from typing import Any, TypeVar
 
 import anthropic
 import pytest
-import structlog
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -44,6 +43,7 @@ from segue.testing.anthropic_server import (
     rate_limited,
     server_error,
 )
+from segue.testing.logs import capture_logs
 
 T = TypeVar("T")
 KEY = "sk-ant-test-DO-NOT-LEAK-0123456789"
@@ -639,7 +639,7 @@ def test_count_tokens_is_none_on_error() -> None:
 
 def test_logs_say_what_happened_and_never_the_key() -> None:
     usage = Usage(100, 10, cache_creation_input_tokens=None, cache_read_input_tokens=7)
-    with FakeAnthropicServer() as server, structlog.testing.capture_logs() as logs:
+    with FakeAnthropicServer() as server, capture_logs() as logs:
         server.enqueue(MessageReply(usage=usage, stop_reason="max_tokens"))
         complete(server, request("compaction"))
         failure(server, ErrorReply(401, "authentication_error", f"bad key {KEY}"))

@@ -33,6 +33,9 @@ def test_embedding_example_runs_to_a_seeded_child(tmp_path: Path) -> None:
     )
     result = _run(embedding, tmp_path)
     assert result.returncode == 0, result.stderr
+    # A library is quiet: the example's own two lines, and nothing on stderr.
+    assert result.stderr == ""
+    assert "transition" not in result.stdout, result.stdout
     assert "exhausted after" in result.stdout
     assert "summary: Continuation summary" in result.stdout
     assert re.search(r"continued in \w+ \(parent \w+\)", result.stdout)

@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from structlog.testing import capture_logs
 
 from segue import (
     CANCELLED_SUMMARY,
@@ -61,6 +60,7 @@ from segue.executor.stores.sqlite import SqliteStore
 from segue.executor.subagent import subagent_tool
 from segue.executor.tools import Tool
 from segue.executor.views import TranscriptView, ViewSnapshot, current_view
+from segue.testing.logs import capture_logs
 
 MODEL = "claude-sonnet-4-5"
 WINDOW = 3_000  # ScriptedModel(window=WINDOW): threshold 2,700, exhausted after a few turns

@@ -15,7 +15,6 @@ from typing import Any
 
 import anthropic
 import pytest
-from structlog.testing import capture_logs
 
 from segue import (
     CHECKPOINT_PROMPT,
@@ -45,6 +44,7 @@ from segue.testing.anthropic_server import (
     prompt_too_long,
     rate_limited,
 )
+from segue.testing.logs import capture_logs
 
 KEY = "sk-ant-runtime-test-DO-NOT-LEAK-4242424242"
 MODEL = "claude-sonnet-4-6"  # the fake reports a 200k window (the static table says 1M)

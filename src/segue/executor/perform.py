@@ -18,8 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-import structlog
-
+from segue.executor._log import get_logger
 from segue.executor.archive import write_archive
 from segue.executor.ports import (
     LlmCallError,
@@ -83,7 +82,7 @@ current_conversation_id: contextvars.ContextVar[str | None] = contextvars.Contex
 )
 """The conversation whose tools are running (read by the sub-agent tool to set a parent)."""
 
-_log = structlog.get_logger("segue.runtime")  # its events are the runtime's, under one name
+_log = get_logger("segue.runtime")  # its events are the runtime's, under one name
 _RECOVERABLE = frozenset({ErrorKind.LLM_ERROR, ErrorKind.RETRIES_EXHAUSTED})
 """Failures a user message recovers from (REQ-SEG-023): the core takes the message."""
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import time
 import uuid
 from collections import OrderedDict
@@ -32,8 +33,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-import structlog
-
+from segue.executor._log import get_logger
 from segue.executor.perform import (
     COMPACTION_INSTRUCTION,
     CONTINUATION_INSTRUCTION,
@@ -92,7 +92,9 @@ __all__ = [  # the prompts and the tools' context variable live in ``perform``, 
 ]
 
 Listener = Callable[[str, Effect], None]
-_log = structlog.get_logger("segue.runtime")
+_log = get_logger("segue.runtime")
+_events = logging.getLogger("segue.runtime")
+"""The same logger in stdlib form: checked before building a per-transition event."""
 _CACHE_SIZE = 256
 """Conversations whose last known copy and view are kept (the most recently used)."""
 _ANSWERED_BY_EVENTS = (
@@ -464,6 +466,18 @@ class Runtime:
             # Our messages landed right after what the view holds: fold them in without a read.
             # Otherwise someone else wrote too, and the next request reads the gap from the store.
             view.extend(view.last_seq + 1, appended)
+        if _events.isEnabledFor(logging.INFO):
+            self._log_transition(before, after, event, effects)
+        return committed, effects
+
+    @staticmethod
+    def _log_transition(
+        before: ConversationState,
+        after: ConversationState,
+        event: Event,
+        effects: tuple[Effect, ...],
+    ) -> None:
+        phase = after.phase
         window = after.context_window
         _log.info(
             "transition",
@@ -475,7 +489,6 @@ class Runtime:
             ratio=None if after.context_tokens is None else after.context_tokens / window,
             effects=[effect.kind for effect in effects],
         )
-        return committed, effects
 
     async def _perform(self, stored: StoredConversation, pending: PendingEffect) -> Any:
         effect = pending.effect

@@ -13,14 +13,13 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
-
+from segue.executor._log import get_logger
 from segue.executor.ports import ToolSpec
 from segue.statemachine import ToolCall, ToolResult
 
 ToolFunction = Callable[[dict[str, Any]], Awaitable[str]]
 
-_log = structlog.get_logger(__name__)
+_log = get_logger(__name__)
 _MAX_ERROR_TEXT = 2_000
 
 

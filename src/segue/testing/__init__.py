@@ -12,10 +12,15 @@ checks the invariants after every step::
     TestConversationMachine = ConversationMachine.TestCase  # pytest collects it
     TestConversationMachine.settings = settings(max_examples=150, deadline=None)
 
-Requires ``hypothesis``, a dev dependency of segue (``pip install segue[dev]``): the names below
-are imported on first use, and raise ``ImportError`` without it. They are lazy so that the fake
-Anthropic server, ``segue.testing.anthropic_server`` (standard library only), can be imported
-and run as ``python -m segue.testing.anthropic_server`` where hypothesis is not installed.
+``FakeAnthropicServer`` is a local Anthropic Messages API for tests of code that uses the real
+``anthropic`` client, and ``capture_logs`` collects segue's log events as an application's
+logging would receive them.
+
+The strategies and the machine require ``hypothesis``, a dev dependency of segue (``pip install
+segue[dev]``): every name is imported on first use, and those raise ``ImportError`` without it.
+They are lazy so that the fake Anthropic server, ``segue.testing.anthropic_server`` (standard
+library only), can be imported and run as ``python -m segue.testing.anthropic_server`` where
+hypothesis is not installed.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from typing import TYPE_CHECKING
 from segue._lazy import lazy_getattr
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a re-export)
+    from segue.testing.anthropic_server import FakeAnthropicServer as FakeAnthropicServer
+    from segue.testing.logs import capture_logs as capture_logs
     from segue.testing.stateful import ConversationMachine as ConversationMachine
     from segue.testing.stateful import InvariantError as InvariantError
     from segue.testing.stateful import Step as Step
@@ -42,6 +49,8 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a
     from segue.testing.strategies import usages as usages
 
 _LAZY = {
+    "FakeAnthropicServer": "segue.testing.anthropic_server",
+    "capture_logs": "segue.testing.logs",
     "ConversationMachine": "segue.testing.stateful",
     "InvariantError": "segue.testing.stateful",
     "Step": "segue.testing.stateful",

@@ -30,7 +30,6 @@ from typing import Any, Final, Literal
 
 import anthropic
 import httpx2
-import structlog
 from anthropic.types import (
     AssistantMessageParam,
     ContentBlockParam,
@@ -43,10 +42,11 @@ from anthropic.types import (
 )
 from pydantic import ValidationError
 
+from segue.executor._log import get_logger
 from segue.executor.ports import LlmCallError, LlmReply, LlmRequest
 from segue.statemachine import Message, ToolCall, Usage
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 Role = Literal["user", "assistant"]
 
