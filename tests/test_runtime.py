@@ -47,6 +47,7 @@ from segue.executor.ports import (
     Store,
     StoredConversation,
     StoredMessage,
+    TextSink,
 )
 from segue.executor.runtime import (
     COMPACTION_INSTRUCTION,
@@ -1136,9 +1137,9 @@ class SlowModel(ScriptedModel):
         super().__init__(delay=0.2)
         self.asked = asyncio.Event()
 
-    async def complete(self, request: LlmRequest) -> LlmReply:
+    async def complete(self, request: LlmRequest, *, on_text: TextSink | None = None) -> LlmReply:
         self.asked.set()
-        return await super().complete(request)
+        return await super().complete(request, on_text=on_text)
 
 
 async def sending(store: Store) -> tuple[Runtime, SlowModel, str, asyncio.Task[Any]]:

@@ -33,42 +33,105 @@ from segue.statemachine import *  # noqa: F403  # the core's __all__ is the publ
 from segue.statemachine import __all__ as _core_all
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a re-export)
+    from segue.executor.bus import UpdatesLostError as UpdatesLostError
     from segue.executor.models.anthropic import AnthropicModel as AnthropicModel
     from segue.executor.models.scripted import ScriptedModel as ScriptedModel
     from segue.executor.ports import ConcurrentUpdateError as ConcurrentUpdateError
     from segue.executor.ports import ConversationExistsError as ConversationExistsError
     from segue.executor.ports import ConversationNotFoundError as ConversationNotFoundError
+    from segue.executor.ports import InvalidMessageError as InvalidMessageError
     from segue.executor.ports import LlmCallError as LlmCallError
+    from segue.executor.ports import LlmModel as LlmModel
+    from segue.executor.ports import LlmReply as LlmReply
+    from segue.executor.ports import LlmRequest as LlmRequest
     from segue.executor.ports import SegueError as SegueError
+    from segue.executor.ports import Store as Store
+    from segue.executor.ports import StoredConversation as StoredConversation
+    from segue.executor.ports import StoredMessage as StoredMessage
     from segue.executor.ports import StoreLockedError as StoreLockedError
+    from segue.executor.ports import StreamingLlmModel as StreamingLlmModel
+    from segue.executor.ports import TextSink as TextSink
+    from segue.executor.ports import ToolSpec as ToolSpec
+    from segue.executor.ports import TransitionRecord as TransitionRecord
     from segue.executor.runtime import ConversationExhaustedError as ConversationExhaustedError
     from segue.executor.runtime import MessageRejectedError as MessageRejectedError
     from segue.executor.runtime import Runtime as Runtime
+    from segue.executor.runtime import current_conversation_id as current_conversation_id
+    from segue.executor.runtime import failure_of as failure_of
     from segue.executor.stores.memory import MemoryStore as MemoryStore
+    from segue.executor.stores.postgres import PostgresStore as PostgresStore
     from segue.executor.stores.sqlite import SqliteStore as SqliteStore
+    from segue.executor.subagent import SubAgentFailedError as SubAgentFailedError
     from segue.executor.subagent import subagent_tool as subagent_tool
     from segue.executor.tools import Tool as Tool
     from segue.executor.tools import ToolRegistry as ToolRegistry
+    from segue.executor.updates import CompactedUpdate as CompactedUpdate
+    from segue.executor.updates import DoneUpdate as DoneUpdate
+    from segue.executor.updates import ExhaustedUpdate as ExhaustedUpdate
+    from segue.executor.updates import FailedUpdate as FailedUpdate
+    from segue.executor.updates import NoticeUpdate as NoticeUpdate
+    from segue.executor.updates import OccupancyUpdate as OccupancyUpdate
+    from segue.executor.updates import PausedUpdate as PausedUpdate
+    from segue.executor.updates import RetryUpdate as RetryUpdate
+    from segue.executor.updates import SessionUpdate as SessionUpdate
+    from segue.executor.updates import TextUpdate as TextUpdate
+    from segue.executor.updates import ToolFinishedUpdate as ToolFinishedUpdate
+    from segue.executor.updates import ToolStartedUpdate as ToolStartedUpdate
+    from segue.executor.updates import Update as Update
+    from segue.executor.updates import UserMessageUpdate as UserMessageUpdate
+    from segue.executor.updates import WarningUpdate as WarningUpdate
 
-# The runtime pulls in anthropic, sqlite and asyncio machinery; the pure core must not pay for
-# that on import, so the runtime's names load on first use.
+# The runtime pulls in anthropic, sqlite, psycopg and asyncio machinery; the pure core must not
+# pay for that on import, so the runtime's names load on first use.
 _LAZY = {
     "AnthropicModel": "segue.executor.models.anthropic",
     "MemoryStore": "segue.executor.stores.memory",
+    "SqliteStore": "segue.executor.stores.sqlite",
+    "PostgresStore": "segue.executor.stores.postgres",
     "ConcurrentUpdateError": "segue.executor.ports",
     "ConversationExistsError": "segue.executor.ports",
     "ConversationNotFoundError": "segue.executor.ports",
+    "InvalidMessageError": "segue.executor.ports",
     "LlmCallError": "segue.executor.ports",
+    "LlmModel": "segue.executor.ports",
+    "LlmReply": "segue.executor.ports",
+    "LlmRequest": "segue.executor.ports",
     "SegueError": "segue.executor.ports",
+    "Store": "segue.executor.ports",
+    "StoredConversation": "segue.executor.ports",
+    "StoredMessage": "segue.executor.ports",
     "StoreLockedError": "segue.executor.ports",
+    "StreamingLlmModel": "segue.executor.ports",
+    "TextSink": "segue.executor.ports",
+    "ToolSpec": "segue.executor.ports",
+    "TransitionRecord": "segue.executor.ports",
     "ConversationExhaustedError": "segue.executor.runtime",
     "MessageRejectedError": "segue.executor.runtime",
     "Runtime": "segue.executor.runtime",
+    "current_conversation_id": "segue.executor.runtime",
+    "failure_of": "segue.executor.runtime",
     "ScriptedModel": "segue.executor.models.scripted",
-    "SqliteStore": "segue.executor.stores.sqlite",
     "subagent_tool": "segue.executor.subagent",
+    "SubAgentFailedError": "segue.executor.subagent",
     "Tool": "segue.executor.tools",
     "ToolRegistry": "segue.executor.tools",
+    "UpdatesLostError": "segue.executor.bus",
+    "Watch": "segue.executor.bus",
+    "Update": "segue.executor.updates",
+    "UserMessageUpdate": "segue.executor.updates",
+    "TextUpdate": "segue.executor.updates",
+    "ToolStartedUpdate": "segue.executor.updates",
+    "ToolFinishedUpdate": "segue.executor.updates",
+    "OccupancyUpdate": "segue.executor.updates",
+    "WarningUpdate": "segue.executor.updates",
+    "ExhaustedUpdate": "segue.executor.updates",
+    "FailedUpdate": "segue.executor.updates",
+    "RetryUpdate": "segue.executor.updates",
+    "PausedUpdate": "segue.executor.updates",
+    "SessionUpdate": "segue.executor.updates",
+    "CompactedUpdate": "segue.executor.updates",
+    "NoticeUpdate": "segue.executor.updates",
+    "DoneUpdate": "segue.executor.updates",
 }
 
 

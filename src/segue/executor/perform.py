@@ -16,10 +16,11 @@ import asyncio
 import contextvars
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from segue.executor._log import get_logger
 from segue.executor.archive import write_archive
+from segue.executor.bus import UpdateBus
 from segue.executor.ports import (
     LlmCallError,
     LlmModel,
@@ -29,8 +30,11 @@ from segue.executor.ports import (
     SegueError,
     Store,
     StoredConversation,
+    StreamingLlmModel,
+    streams,
 )
 from segue.executor.tools import ToolRegistry
+from segue.executor.updates import ToolFinishedUpdate, ToolStartedUpdate
 from segue.executor.views import TranscriptView, ViewSnapshot, split_for_compaction
 from segue.statemachine import (
     CHECKPOINT_PROMPT,
@@ -48,6 +52,7 @@ from segue.statemachine import (
     LlmResponse,
     Message,
     RetryDue,
+    ToolCall,
     ToolExecuting,
     ToolResult,
     UserMessage,
@@ -113,10 +118,12 @@ class Performer:
         *,
         entry: Callable[[str], ViewSlot],
         sleep: Callable[[float], Any],
+        bus: UpdateBus,
     ) -> None:
         self._parts = parts
         self._entry = entry
         self._sleep = sleep
+        self._bus = bus
 
     async def outcome(self, stored: StoredConversation, effect: Effect) -> list[Event]:
         """Perform one effect; the events it produced (none for notifications)."""
@@ -286,8 +293,13 @@ class Performer:
         request = await self._request(
             stored, purpose, instruction=instruction, rejected=rejected, trim_level=trim_level
         )
+        llm = self._parts.llm
+        on_text = self._bus.text_sink(request.conversation_id) if purpose == "turn" else None
         try:
-            reply = await self._parts.llm.complete(request)
+            if on_text is not None and streams(llm):
+                reply = await cast(StreamingLlmModel, llm).complete(request, on_text=on_text)
+            else:
+                reply = await llm.complete(request)
         except LlmCallError as error:
             _log.warning(
                 "llm_error",
@@ -319,11 +331,26 @@ class Performer:
 
     async def _run_tools(self, stored: StoredConversation, effect: ExecuteTools) -> list[Event]:
         phase = stored.state.phase
+        cid = stored.state.id
         waiting = set(phase.pending) if isinstance(phase, ToolExecuting) else set()
         calls = [call for call in effect.tool_calls if call.id in waiting]
-        token = current_conversation_id.set(stored.state.id)
+        tools = self._parts.tools
+        bus = self._bus
+
+        async def run(call: ToolCall) -> ToolResult:
+            if bus.listening(cid):
+                bus.emit(cid, ToolStartedUpdate(id=call.id, name=call.name, input=call.input))
+            result = await tools.run(call)
+            if bus.listening(cid):
+                finished = ToolFinishedUpdate(
+                    id=call.id, name=call.name, is_error=result.is_error, output=result.output
+                )
+                bus.emit(cid, finished)
+            return result
+
+        token = current_conversation_id.set(cid)
         try:
-            return list(await self._parts.tools.run_all(calls))
+            return list(await asyncio.gather(*(run(call) for call in calls)))
         finally:
             current_conversation_id.reset(token)
 

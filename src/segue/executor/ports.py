@@ -8,7 +8,8 @@ against the same contract tests.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -22,6 +23,11 @@ Purpose = Literal["turn", "continuation", "checkpoint", "compaction"]
 
 class SegueError(Exception):
     """Base of every exception segue raises for a caller's mistake or an unusable setup."""
+
+
+class InvalidMessageError(SegueError, ValueError):
+    """A message the caller sent cannot be a message: empty, only whitespace, or text that
+    cannot be encoded. Nothing was stored and nothing was sent."""
 
 
 class ConversationNotFoundError(SegueError, LookupError):
@@ -108,8 +114,18 @@ class LlmCallError(SegueError):
         self.status_code = status_code
 
 
+TextSink = Callable[[str], None]
+"""Receives the text of a reply as the model writes it, one delta at a time."""
+
+
 class LlmModel(Protocol):
-    """An LLM adapter."""
+    """An LLM adapter.
+
+    ``complete`` may also take a keyword ``on_text`` (see ``StreamingLlmModel``): the runtime
+    passes it when someone watches the turn, and the adapter calls it with each piece of reply
+    text as it arrives. An adapter without it still works: its reply is shown whole once it is
+    complete.
+    """
 
     @property
     def exact_preflight(self) -> bool:
@@ -129,6 +145,34 @@ class LlmModel(Protocol):
         """Exact prompt tokens of ``request``, or None to let pre-flight use its estimate (always
         None unless ``exact_preflight``; also on any failure to count)."""
         ...
+
+
+class StreamingLlmModel(LlmModel, Protocol):
+    """An adapter that streams: ``on_text`` gets each delta of the reply's text as the model
+    writes it, and the deltas of one call join to exactly the ``text`` of the reply it returns
+    (an attempt that fails voids what it streamed)."""
+
+    async def complete(self, request: LlmRequest, *, on_text: TextSink | None = None) -> LlmReply:
+        """Perform one call, streaming its text to ``on_text``; ``LlmCallError`` on failure."""
+        ...
+
+
+_STREAMS: dict[type[Any], bool] = {}
+
+
+def streams(model: object) -> bool:
+    """Whether ``model.complete`` takes ``on_text`` (decided once per adapter class)."""
+    kind = type(model)
+    known = _STREAMS.get(kind)
+    if known is None:
+        try:
+            parameters = inspect.signature(model.complete).parameters  # type: ignore[attr-defined]
+        except (AttributeError, TypeError, ValueError):
+            parameters = {}  # type: ignore[assignment]
+        known = _STREAMS[kind] = "on_text" in parameters or any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+        )
+    return known
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from segue.executor._log import get_logger
+from segue.executor.bus import Committed, Sink, UpdateBus, Watch
 from segue.executor.perform import (
     COMPACTION_INSTRUCTION,
     CONTINUATION_INSTRUCTION,
@@ -43,6 +44,7 @@ from segue.executor.perform import (
 from segue.executor.ports import (
     Commit,
     ConcurrentUpdateError,
+    InvalidMessageError,
     LlmModel,
     PendingEffect,
     SegueError,
@@ -51,12 +53,21 @@ from segue.executor.ports import (
     StoredMessage,
 )
 from segue.executor.tools import Tool, ToolRegistry
+from segue.executor.updates import (
+    DoneUpdate,
+    Update,
+    UserMessageUpdate,
+    effect_update,
+    occupancy_update,
+)
 from segue.executor.views import DEFAULT_KEEP_RECENT, TranscriptView
 from segue.statemachine import (
     ContextExhaustionBehavior,
     ConversationState,
     ErrorKind,
     Event,
+    LlmError,
+    LlmResponse,
     ManualContinuation,
     Message,
     PauseRequested,
@@ -84,17 +95,21 @@ __all__ = [  # the prompts and the tools' context variable live in ``perform``, 
     "COMPACTION_INSTRUCTION",
     "CONTINUATION_INSTRUCTION",
     "ConversationExhaustedError",
+    "InvalidMessageError",
     "Listener",
     "MessageRejectedError",
     "Runtime",
     "current_conversation_id",
     "failure_of",
+    "user_message",
 ]
 
 Listener = Callable[[str, Effect], None]
 _log = get_logger("segue.runtime")
 _events = logging.getLogger("segue.runtime")
 """The same logger in stdlib form: checked before building a per-transition event."""
+_REPLY_SCAN = 64
+"""Messages read per step when ``last_reply`` looks back for the latest assistant message."""
 _CACHE_SIZE = 256
 """Conversations whose last known copy and view are kept (the most recently used)."""
 _ANSWERED_BY_EVENTS = (
@@ -177,8 +192,13 @@ class Runtime:
         self._known: OrderedDict[str, _Known] = OrderedDict()
         self._listeners: list[Listener] = []
         self._recovery: asyncio.Task[None] | None = None
+        self._bus = UpdateBus()
+        self._replies: dict[str, str] = {}
+        """The last assistant text each streamed or watched drive recorded (for ``done``)."""
+        self._turns: set[asyncio.Task[None]] = set()
+        """Streamed turns running on their own, so a consumer that leaves does not stop them."""
         # It reads store, llm, tools, ... from here per effect: ``rt.llm = other`` is heard.
-        self._performer = Performer(self, entry=self._entry, sleep=sleep)
+        self._performer = Performer(self, entry=self._entry, sleep=sleep, bus=self._bus)
 
     async def __aenter__(self) -> Runtime:
         await self.recover()
@@ -188,9 +208,14 @@ class Runtime:
         await self.close()
 
     async def close(self) -> None:
-        """Cancel what is in flight and close the store."""
+        """Cancel what is in flight and close the store (what was pending stays in the outbox,
+        performed again by the next ``recover()``)."""
         for task, _effect in list(self._inflight.values()):
             task.cancel()
+        for turn in list(self._turns):
+            turn.cancel()
+        if self._turns:
+            await asyncio.gather(*self._turns, return_exceptions=True)
         await self.store.close()
 
     def subscribe(self, listener: Listener) -> None:
@@ -243,14 +268,77 @@ class Runtime:
         return stored.state
 
     async def send(self, conversation_id: str, text: str) -> ConversationState:
-        """Record a user message and run until the conversation waits for input."""
-        state, effects = await self._drive(conversation_id, UserMessage(text=text))
-        rejection = next((e for e in effects if isinstance(e, RejectUserMessage)), None)
-        if rejection is not None:
-            if state.phase.kind == "context_exhausted":
-                raise ConversationExhaustedError(conversation_id, rejection.reason)
-            raise MessageRejectedError(conversation_id, rejection.reason)
+        """Record a user message and run until the conversation waits for input.
+
+        ``last_reply()`` then gives the text the model answered with. Raises
+        ``InvalidMessageError`` (also a ``ValueError``) for an empty message or text that cannot
+        be encoded, ``TypeError`` for text that is not a ``str``, and ``MessageRejectedError`` or
+        ``ConversationExhaustedError`` when the conversation does not take it: in each case
+        nothing is stored and nothing is sent.
+        """
+        state, effects = await self._drive(conversation_id, user_message(text))
+        _raise_if_rejected(conversation_id, state, effects)
         return state
+
+    async def stream(self, conversation_id: str, text: str) -> AsyncIterator[Update]:
+        """The same turn as ``send()``, yielding ``Update`` values as they happen; ``done`` last.
+
+        Refusals raise before the first update, as ``send()`` raises them. The turn runs in its
+        own task: a consumer that stops iterating (a web client that disconnects) does not stop
+        it, the turn finishes and is stored; ``cancel()`` stops it.
+        """
+        event = user_message(text)
+        sink = Sink(conversation_id)
+        turn = asyncio.ensure_future(self._streamed_turn(sink, event))
+        self._turns.add(turn)
+        turn.add_done_callback(self._turns.discard)
+        try:
+            while True:
+                item = await sink.queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                if isinstance(item, Committed):
+                    _raise_if_rejected(conversation_id, item.state, item.effects)
+                    continue
+                yield item
+                if isinstance(item, DoneUpdate):
+                    return
+        finally:
+            sink.closed = True
+
+    async def _streamed_turn(self, sink: Sink, event: UserMessage) -> None:
+        """Drive ``event`` with ``sink`` as this task's sink; hand any failure to the consumer."""
+        token = self._bus.use(sink)
+        try:
+            await self._drive(sink.conversation_id, event)
+        except asyncio.CancelledError:
+            sink.put(SegueError("the turn was interrupted: the runtime is closing"))
+            raise
+        except Exception as error:  # noqa: BLE001  # the consumer raises it from stream()
+            sink.put(error)
+        finally:
+            self._bus.reset(token)
+
+    def watch(self, conversation_id: str) -> Watch:
+        """Every update of the conversation's turns driven by this runtime, from this call on
+        (a second browser tab, a reconnecting client), until the consumer calls ``aclose()``
+        or drops it; ``async with rt.watch(id) as updates:`` closes it for you. A watcher that
+        falls too far behind gets ``UpdatesLostError`` and should read the store before
+        watching again. An unknown id raises ``ConversationNotFoundError`` on the first read."""
+        return self._bus.watch(conversation_id, lambda: self.store.load(conversation_id))
+
+    async def last_reply(self, conversation_id: str) -> str | None:
+        """The text of the conversation's latest assistant reply, or None if it has none."""
+        stored = await self.store.load(conversation_id)
+        after = stored.last_seq
+        while after > 0:
+            start = max(0, after - _REPLY_SCAN)
+            messages = await self.store.messages(conversation_id, after_seq=start)
+            for message in reversed(messages[: after - start]):
+                if message.kind == "assistant":
+                    return message.text
+            after = start
+        return None
 
     async def state(self, conversation_id: str) -> ConversationState:
         """The conversation's current state."""
@@ -261,7 +349,14 @@ class Runtime:
         return await self.store.messages(conversation_id)  # ConversationNotFoundError if none
 
     async def continue_manually(self, conversation_id: str) -> ConversationState:
-        """Take the exhaustion path now (REQ-BED-023); a no-op unless the conversation is idle."""
+        """Take the exhaustion path now (REQ-BED-023); a no-op unless the conversation is idle.
+
+        A request or tools in flight in this runtime make it a no-op at once: it never waits
+        for the turn to end and then ends the conversation the user was still using.
+        """
+        gate = self._gates.get(conversation_id)
+        if gate is not None and gate.lock.locked():
+            return (await self.store.load(conversation_id)).state
         state, _ = await self._drive(conversation_id, ManualContinuation())
         return state
 
@@ -372,10 +467,15 @@ class Runtime:
             self._driving.add(conversation_id)
             try:
                 first: tuple[Effect, ...] = ()
+                self._replies.pop(conversation_id, None)
                 if event is None:
                     stored = await self._load(conversation_id)
                 else:
                     stored, first = await self._commit_event(conversation_id, event)
+                    sink = self._bus.sink_for(conversation_id)
+                    if sink is not None and not sink.started:
+                        sink.started = True
+                        sink.put(Committed(stored.state, first))
                 while True:
                     if conversation_id in self._cancel_requests:
                         stored, _ = await self._commit(stored, UserCancel(), ())
@@ -390,6 +490,10 @@ class Runtime:
                 # Nothing is pending: a cancel that arrived during the last step has nothing
                 # left to stop, and a pause was taken above. Neither may outlive this turn.
                 self._cancel_requests.discard(conversation_id)
+                if self._bus.listening(conversation_id):
+                    reply = self._replies.pop(conversation_id, None)
+                    done = DoneUpdate._make(state=stored.state, reply=reply)
+                    self._bus.emit(conversation_id, done)
                 return stored.state, first
             finally:
                 self._driving.discard(conversation_id)
@@ -466,9 +570,37 @@ class Runtime:
             # Our messages landed right after what the view holds: fold them in without a read.
             # Otherwise someone else wrote too, and the next request reads the gap from the store.
             view.extend(view.last_seq + 1, appended)
+        if self._bus.listening(before.id):
+            self._commit_updates(before, after, event, effects)
         if _events.isEnabledFor(logging.INFO):
             self._log_transition(before, after, event, effects)
         return committed, effects
+
+    def _commit_updates(
+        self,
+        before: ConversationState,
+        after: ConversationState,
+        event: Event,
+        effects: tuple[Effect, ...],
+    ) -> None:
+        """What a listener learns from a commit: recorded user text, the settled reply, the
+        meter. (Notifications become updates when they are performed, in outbox order.)"""
+        cid = before.id
+        bus = self._bus
+        for effect in effects:
+            if not isinstance(effect, AppendMessage):
+                continue
+            message = effect.message
+            if message.kind == "user":
+                bus.emit(cid, UserMessageUpdate._make(text=message.text))
+            elif message.kind == "assistant" and isinstance(event, LlmResponse):
+                bus.settle(cid, message.text)
+                self._replies[cid] = message.text
+        if isinstance(event, LlmError):
+            bus.forget_response(cid)
+        meter = occupancy_update(before, after)
+        if meter is not None:
+            bus.emit(cid, meter)
 
     @staticmethod
     def _log_transition(
@@ -495,6 +627,10 @@ class Runtime:
         cid = stored.state.id
         for listener in self._listeners:
             listener(cid, effect)
+        if self._bus.listening(cid):
+            update = effect_update(effect)
+            if update is not None:
+                self._bus.emit(cid, update)
         task = asyncio.ensure_future(self._performer.outcome(stored, effect))
         self._inflight[cid] = (task, effect)
         try:
@@ -519,6 +655,37 @@ class Runtime:
             last = index == len(outcome) - 1
             stored, _ = await self._commit(stored, event, (pending.id,) if last else ())
         return stored
+
+
+def user_message(text: object) -> UserMessage:
+    """The ``UserMessage`` for ``text``, or the caller's mistake as an exception (nothing of it
+    reaches the store or the model)."""
+    if not isinstance(text, str):
+        msg = f"a message is text (str), not {type(text).__name__}"
+        raise TypeError(msg)
+    if not text.strip():
+        msg = "the message is empty (or only whitespace); nothing was sent"
+        raise InvalidMessageError(msg)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        msg = (
+            f"the message holds text that cannot be encoded as UTF-8 ({error.reason} at "
+            f"position {error.start}), such as a lone surrogate; nothing was sent"
+        )
+        raise InvalidMessageError(msg) from None
+    return UserMessage(text=text)
+
+
+def _raise_if_rejected(
+    conversation_id: str, state: ConversationState, effects: Sequence[Effect]
+) -> None:
+    rejection = next((e for e in effects if isinstance(e, RejectUserMessage)), None)
+    if rejection is None:
+        return
+    if state.phase.kind == "context_exhausted":
+        raise ConversationExhaustedError(conversation_id, rejection.reason)
+    raise MessageRejectedError(conversation_id, rejection.reason)
 
 
 def failure_of(state: ConversationState) -> tuple[ErrorKind, str] | None:

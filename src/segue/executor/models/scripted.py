@@ -3,7 +3,8 @@
 It behaves like a provider where it matters to segue: usage is per request and describes the
 whole prompt it was sent (so it grows as the conversation grows, mostly as cache reads), tool
 calls come back as ``tool_use``, the summary, checkpoint and compaction requests get plausible
-answers, and an overlong prompt is refused the way the real API refuses it.
+answers, an overlong prompt is refused the way the real API refuses it, and a reply's text is
+streamed in pieces to whoever watches the turn.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
-from segue.executor.ports import LlmCallError, LlmReply, LlmRequest
+from segue.executor.ports import LlmCallError, LlmReply, LlmRequest, TextSink
 from segue.statemachine import ToolCall, Usage, estimate_tokens
 
 Step = LlmReply | LlmCallError | Callable[[LlmRequest], LlmReply]
@@ -46,6 +47,8 @@ class ScriptedModel:
     request. A reply without usage gets the usage a provider would report for that prompt.
     ``window`` makes prompts larger than it fail with the provider's overflow error.
     ``exact_preflight`` makes ``count_tokens`` answer (as ``AnthropicModel``'s does).
+    ``chunk_chars`` and ``chunk_delay`` shape the stream: text goes out in pieces of about that
+    many characters, ``chunk_delay`` seconds apart (0: as fast as the loop allows).
     """
 
     def __init__(
@@ -57,13 +60,19 @@ class ScriptedModel:
         tool_every: int = 0,
         delay: float = 0.0,
         exact_preflight: bool = False,
+        chunk_chars: int = 24,
+        chunk_delay: float = 0.0,
     ) -> None:
+        if chunk_chars < 1:
+            raise ValueError("chunk_chars must be at least 1")
         self._script: deque[Step] = deque(script)
         self._window = window
         self._reply_chars = reply_chars
         self._tool_every = tool_every
         self._delay = delay
         self._exact_preflight = exact_preflight
+        self._chunk_chars = chunk_chars
+        self._chunk_delay = chunk_delay
         self.counted: list[LlmRequest] = []
         """The requests ``count_tokens`` answered, in order."""
         self._turns = 0
@@ -73,8 +82,8 @@ class ScriptedModel:
         """Queue more scripted steps."""
         self._script.extend(steps)
 
-    async def complete(self, request: LlmRequest) -> LlmReply:
-        """Answer one request (see the class docstring)."""
+    async def complete(self, request: LlmRequest, *, on_text: TextSink | None = None) -> LlmReply:
+        """Answer one request (see the class docstring), streaming its text to ``on_text``."""
         self.requests.append(request)
         if self._delay:
             await asyncio.sleep(self._delay)
@@ -91,6 +100,8 @@ class ScriptedModel:
         if isinstance(step, LlmCallError):
             raise step
         reply = step if isinstance(step, LlmReply) else step(request)
+        if on_text is not None:
+            await self._stream(reply.text, on_text)
         if reply.usage is not None:
             return reply
         output = estimate_tokens(reply.text) + sum(
@@ -105,6 +116,13 @@ class ScriptedModel:
         return LlmReply(
             text=reply.text, tool_calls=reply.tool_calls, usage=usage, stop_reason=reply.stop_reason
         )
+
+    async def _stream(self, text: str, on_text: TextSink) -> None:
+        size = self._chunk_chars
+        for start in range(0, len(text), size):
+            if self._chunk_delay:
+                await asyncio.sleep(self._chunk_delay)
+            on_text(text[start : start + size])
 
     def _default(self, request: LlmRequest) -> LlmReply:
         if request.purpose == "continuation":

@@ -1,0 +1,229 @@
+"""Where updates go: the turn being streamed, and whoever watches the conversation.
+
+A turn streamed by ``Runtime.stream`` runs in its own task, which carries the stream's ``Sink``
+in a context variable: whatever that task does (commits, requests, tools) emits into it, and a
+sub-agent's turn run by one of its tools does not (a sink takes only its own conversation's
+updates). Watchers (``Runtime.watch``) get every update of a conversation, whichever drive
+produced it. Nobody listening is the common case, and costs a context-variable read and a dict
+lookup: callers ask ``listening()`` before they build an update.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from segue.executor.ports import SegueError
+from segue.executor.updates import TextUpdate, Update
+
+WATCH_BUFFER: Final = 10_000
+"""Updates a watcher may fall behind by before it is dropped (it reads the store to catch up)."""
+
+
+class UpdatesLostError(SegueError):
+    """A watcher fell more than ``WATCH_BUFFER`` updates behind and was dropped; read the state
+    and transcript from the store, then watch again."""
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """Internal marker: the streamed turn's own event is committed: the state it left and the
+    effects it returned (a rejection among them ends the stream with the caller's error)."""
+
+    state: Any
+    effects: tuple[Any, ...]
+
+
+@dataclass(slots=True)
+class Sink:
+    """The updates of one streamed turn, in order, for its one consumer."""
+
+    conversation_id: str
+    queue: asyncio.Queue[Update | Committed | BaseException] = field(
+        default_factory=asyncio.Queue
+    )
+    started: bool = False
+    """Whether the turn's own event was committed (``Committed`` was put first)."""
+    closed: bool = False
+    """The consumer stopped reading: the turn goes on, nothing more is kept for it."""
+
+    def put(self, item: Update | Committed | BaseException) -> None:
+        if not self.closed:
+            self.queue.put_nowait(item)
+
+
+_SINK: contextvars.ContextVar[Sink | None] = contextvars.ContextVar("segue_sink", default=None)
+
+
+@dataclass(slots=True, eq=False)
+class _Watcher:
+    queue: asyncio.Queue[Update | None] = field(
+        default_factory=lambda: asyncio.Queue(WATCH_BUFFER)
+    )
+    lost: bool = False
+
+
+@dataclass(slots=True)
+class _Streamed:
+    """Text streamed so far for one response, to check against what gets stored."""
+
+    response: int
+    parts: list[str] = field(default_factory=list)
+
+
+class UpdateBus:
+    """Fans updates out to the current turn's sink and to the conversation's watchers."""
+
+    def __init__(self) -> None:
+        self._watchers: dict[str, set[_Watcher]] = {}
+        self._streamed: dict[str, _Streamed] = {}
+        self._responses = 0
+
+    @staticmethod
+    def sink_for(conversation_id: str) -> Sink | None:
+        """The sink of the turn running in this task, if it streams ``conversation_id``."""
+        sink = _SINK.get()
+        if sink is None or sink.conversation_id != conversation_id or sink.closed:
+            return None
+        return sink
+
+    @staticmethod
+    def use(sink: Sink) -> contextvars.Token[Sink | None]:
+        """Make ``sink`` the current task's sink (``reset`` with the token)."""
+        return _SINK.set(sink)
+
+    @staticmethod
+    def reset(token: contextvars.Token[Sink | None]) -> None:
+        _SINK.reset(token)
+
+    def listening(self, conversation_id: str) -> bool:
+        """Whether any update of ``conversation_id`` would reach someone now."""
+        return conversation_id in self._watchers or self.sink_for(conversation_id) is not None
+
+    def emit(self, conversation_id: str, update: Update) -> None:
+        """Deliver ``update`` to the current turn's sink and to every watcher."""
+        sink = self.sink_for(conversation_id)
+        if sink is not None:
+            sink.put(update)
+        for watcher in self._watchers.get(conversation_id, ()):
+            if watcher.lost:
+                continue
+            try:
+                watcher.queue.put_nowait(update)
+            except asyncio.QueueFull:
+                watcher.lost = True
+                watcher.queue.get_nowait()  # room for the marker that ends the watch
+                watcher.queue.put_nowait(None)
+
+    # ------------------------------------------------------------------ streamed text
+
+    def text_sink(self, conversation_id: str) -> Any:
+        """A callback for the model's text deltas of a new response, or None if nobody listens.
+
+        The deltas are kept until the response is stored, so ``settle`` can make what was
+        streamed add up to what was stored."""
+        if not self.listening(conversation_id):
+            self._streamed.pop(conversation_id, None)
+            return None
+        self._responses += 1
+        streamed = self._streamed[conversation_id] = _Streamed(self._responses)
+
+        def on_text(delta: str) -> None:
+            if delta:
+                streamed.parts.append(delta)
+                self.emit(conversation_id, TextUpdate._make(text=delta, response=streamed.response))
+
+        return on_text
+
+    def settle(self, conversation_id: str, stored_text: str) -> None:
+        """A response's text was stored: emit whatever of it was not streamed (all of it when
+        the model does not stream, the rest when it streamed a prefix)."""
+        streamed = self._streamed.pop(conversation_id, None)
+        if not self.listening(conversation_id):
+            return
+        if streamed is None:
+            self._responses += 1
+            streamed = _Streamed(self._responses)
+        sent = "".join(streamed.parts)
+        if sent == stored_text:
+            return
+        response = streamed.response
+        if stored_text.startswith(sent):
+            rest = stored_text[len(sent) :]
+        else:
+            # What was streamed is not what was stored (an adapter that rewrites its reply):
+            # the stored text goes out whole as a new response, voiding the streamed one.
+            self._responses += 1
+            response, rest = self._responses, stored_text
+        if rest:
+            self.emit(conversation_id, TextUpdate._make(text=rest, response=response))
+
+    def forget_response(self, conversation_id: str) -> None:
+        """The response being streamed will not be stored (it failed or was cancelled)."""
+        self._streamed.pop(conversation_id, None)
+
+    # ------------------------------------------------------------------ watchers
+
+    def watch(self, conversation_id: str, check: Callable[[], Awaitable[Any]]) -> Watch:
+        """A ``Watch`` of ``conversation_id``, receiving from this moment on."""
+        watcher = _Watcher()
+        self._watchers.setdefault(conversation_id, set()).add(watcher)
+        return Watch(self, conversation_id, watcher, check)
+
+    def _unwatch(self, conversation_id: str, watcher: _Watcher) -> None:
+        watchers = self._watchers.get(conversation_id)
+        if watchers is not None:
+            watchers.discard(watcher)
+            if not watchers:
+                del self._watchers[conversation_id]
+
+
+class Watch(AsyncIterator[Update]):
+    """Every update of one conversation from its creation until ``aclose()`` (or until it is
+    dropped: a watch nobody holds any more stops receiving). Also an async context manager."""
+
+    def __init__(
+        self,
+        bus: UpdateBus,
+        conversation_id: str,
+        watcher: _Watcher,
+        check: Callable[[], Awaitable[Any]],
+    ) -> None:
+        self.conversation_id = conversation_id
+        self._watcher = watcher
+        self._check: Callable[[], Awaitable[Any]] | None = check
+        self._stop = weakref.finalize(self, bus._unwatch, conversation_id, watcher)
+
+    async def __anext__(self) -> Update:
+        if not self._stop.alive:
+            raise StopAsyncIteration
+        if self._check is not None:
+            check, self._check = self._check, None
+            try:
+                await check()
+            except BaseException:
+                self._stop()
+                raise
+        update = await self._watcher.queue.get()
+        if update is None:
+            self._stop()
+            msg = (
+                f"the watcher of {self.conversation_id} fell {WATCH_BUFFER} updates behind; "
+                "read the conversation from the store and watch again"
+            )
+            raise UpdatesLostError(msg)
+        return update
+
+    async def aclose(self) -> None:
+        """Stop receiving."""
+        self._stop()
+
+    async def __aenter__(self) -> Watch:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()

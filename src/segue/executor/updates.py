@@ -1,0 +1,249 @@
+"""Updates: what a turn tells a watching UI as it happens, as typed, frozen values.
+
+``Runtime.stream()`` yields them for one turn and ``Runtime.watch()`` for every turn of a
+conversation. Each has a ``kind`` (``Update`` is a discriminated union on it) and dumps to JSON
+with ``model_dump_json()``, which is what the reference server sends as Server-Sent Events.
+
+They are observations, never commands: the state and the transcript in the store are the truth,
+and a consumer that misses updates (it connected late, it fell behind) reads them there. What
+the updates promise:
+
+- ``text`` deltas of one ``response`` join to exactly the text stored for that response; a
+  ``retry`` voids the partial text of the response before it (that attempt failed and its text
+  was never stored).
+- ``occupancy`` follows every change of the figure a context meter shows, with the level the
+  conversation's own thresholds give it.
+- ``done`` comes last, once per turn, with the state the turn ended in and the text of its final
+  assistant reply.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from segue.statemachine import ConversationState, ErrorKind
+from segue.statemachine._values import Frozen
+from segue.statemachine.effects import RequestKind
+
+Level = Literal["ok", "warning", "critical"]
+"""Where occupancy stands: below the warning threshold, from it, from the continuation one."""
+
+
+class UserMessageUpdate(Frozen):
+    """A user-role message was recorded (the user's, or a seed or resume prompt)."""
+
+    kind: Literal["user_message"] = "user_message"
+    text: str
+
+
+class TextUpdate(Frozen):
+    """A piece of the assistant's reply, as the model writes it."""
+
+    kind: Literal["text"] = "text"
+    text: str
+    response: int
+    """Which response of this runtime the text belongs to (a turn with tools has several)."""
+
+
+class ToolStartedUpdate(Frozen):
+    """A tool the model asked for starts running."""
+
+    kind: Literal["tool_started"] = "tool_started"
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+class ToolFinishedUpdate(Frozen):
+    """A tool finished (``is_error``: it failed, timed out or does not exist)."""
+
+    kind: Literal["tool_finished"] = "tool_finished"
+    id: str
+    name: str
+    is_error: bool
+    output: str
+
+
+class OccupancyUpdate(Frozen):
+    """The context meter: ``tokens`` of ``window`` (measured, or projected while unknown)."""
+
+    kind: Literal["occupancy"] = "occupancy"
+    tokens: int
+    window: int
+    level: Level
+    measured: bool
+    """True when a response reported the figure; False for pre-flight's projection (after a
+    fresh session or generation, before the next response)."""
+
+    @property
+    def ratio(self) -> float:
+        """``tokens`` as a fraction of the window."""
+        return self.tokens / self.window
+
+
+class WarningUpdate(Frozen):
+    """Occupancy reached the warning threshold (once per session): the user may continue in a
+    new conversation by hand from here."""
+
+    kind: Literal["warning"] = "warning"
+    tokens: int
+    window: int
+
+
+class ExhaustedUpdate(Frozen):
+    """The conversation is read-only; ``summary`` can seed its continuation."""
+
+    kind: Literal["exhausted"] = "exhausted"
+    summary: str
+
+
+class FailedUpdate(Frozen):
+    """The conversation failed."""
+
+    kind: Literal["failed"] = "failed"
+    error_kind: ErrorKind
+    message: str
+
+
+class RetryUpdate(Frozen):
+    """A request failed and is retried after ``delay_seconds``; the partial text of the response
+    before this update is void."""
+
+    kind: Literal["retry"] = "retry"
+    request: RequestKind
+    attempt: int
+    delay_seconds: float
+
+
+class PausedUpdate(Frozen):
+    """The conversation paused with snapshot ``version``."""
+
+    kind: Literal["paused"] = "paused"
+    version: int
+    reason: str
+
+
+class SessionUpdate(Frozen):
+    """A fresh session started (a checkpoint restart, or a resume)."""
+
+    kind: Literal["session"] = "session"
+    session: int
+    reason: str
+
+
+class CompactedUpdate(Frozen):
+    """Older history was summarised: the model now sees ``summary`` and the recent tail."""
+
+    kind: Literal["compacted"] = "compacted"
+    generation: int
+    summary: str
+
+
+class NoticeUpdate(Frozen):
+    """Anything else the core notified (a truncated response, an accounting anomaly, a turn
+    that reached its tool-round limit...): ``effect`` is the effect's kind, ``data`` its fields."""
+
+    kind: Literal["notice"] = "notice"
+    effect: str
+    data: dict[str, Any]
+
+
+class DoneUpdate(Frozen):
+    """The turn is over: the conversation waits for input. Always the last update of a turn."""
+
+    kind: Literal["done"] = "done"
+    state: ConversationState
+    reply: str | None
+    """The text of the turn's final assistant reply, or None when it wrote none."""
+
+
+Update = Annotated[
+    UserMessageUpdate
+    | TextUpdate
+    | ToolStartedUpdate
+    | ToolFinishedUpdate
+    | OccupancyUpdate
+    | WarningUpdate
+    | ExhaustedUpdate
+    | FailedUpdate
+    | RetryUpdate
+    | PausedUpdate
+    | SessionUpdate
+    | CompactedUpdate
+    | NoticeUpdate
+    | DoneUpdate,
+    Field(discriminator="kind"),
+]
+"""Every update a turn can produce."""
+
+UPDATE_TYPES: tuple[type[Frozen], ...] = (
+    UserMessageUpdate,
+    TextUpdate,
+    ToolStartedUpdate,
+    ToolFinishedUpdate,
+    OccupancyUpdate,
+    WarningUpdate,
+    ExhaustedUpdate,
+    FailedUpdate,
+    RetryUpdate,
+    PausedUpdate,
+    SessionUpdate,
+    CompactedUpdate,
+    NoticeUpdate,
+    DoneUpdate,
+)
+
+
+def level(tokens: int, state: ConversationState) -> Level:
+    """The meter's level of ``tokens`` under ``state``'s thresholds."""
+    config = state.config
+    if tokens >= config.continuation_tokens:
+        return "critical"
+    if tokens >= config.warning_tokens:
+        return "warning"
+    return "ok"
+
+
+def effect_update(effect: Any) -> Update | None:
+    """The update a performed notification stands for (None for effects no UI needs)."""
+    kind = effect.kind
+    if kind == "notify_context_warning":
+        return WarningUpdate._make(tokens=effect.context_tokens, window=effect.context_window)
+    if kind == "notify_context_exhausted":
+        return ExhaustedUpdate._make(summary=effect.summary)
+    if kind == "notify_failed":
+        return FailedUpdate._make(error_kind=effect.error_kind, message=effect.message)
+    if kind == "schedule_retry":
+        return RetryUpdate._make(
+            request=effect.request, attempt=effect.attempt, delay_seconds=effect.delay_seconds
+        )
+    if kind == "save_snapshot":
+        return PausedUpdate._make(version=effect.snapshot.version, reason=effect.snapshot.reason)
+    if kind == "start_session":
+        return SessionUpdate._make(session=effect.session, reason=effect.reason)
+    if kind == "start_generation":
+        return CompactedUpdate._make(generation=effect.generation, summary=effect.summary)
+    if kind.startswith(("notify_", "report_")):
+        data = effect.model_dump(mode="json", exclude={"kind"})
+        return NoticeUpdate._make(effect=kind, data=data)
+    return None
+
+
+def occupancy_update(before: ConversationState, after: ConversationState) -> Update | None:
+    """The meter's new reading if ``after`` shows another figure than ``before``."""
+    shown = _shown(after)
+    if shown == _shown(before):
+        return None
+    tokens, measured = shown
+    return OccupancyUpdate._make(
+        tokens=tokens, window=after.context_window, level=level(tokens, after), measured=measured
+    )
+
+
+def _shown(state: ConversationState) -> tuple[int, bool]:
+    measured = state.context_tokens
+    if measured is None:
+        return state.projected_tokens, False
+    return measured, True
