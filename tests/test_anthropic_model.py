@@ -8,8 +8,10 @@ exception classes after its own retries.
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import itertools
 import json
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -18,11 +20,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from segue.executor.models.anthropic import (
+from segue.executor.models.anthropic import AnthropicModel, call_error
+from segue.executor.models.anthropic_payload import (
     MIN_KEPT_MESSAGES,
     TOOL_RESULT_CHARS,
-    AnthropicModel,
-    call_error,
     turn_messages,
 )
 from segue.executor.ports import LlmCallError, LlmModel, LlmReply, LlmRequest, Purpose, ToolSpec
@@ -34,6 +35,7 @@ from segue.testing.anthropic_server import (
     FakeAnthropicServer,
     MessageReply,
     ModelSpec,
+    RawReply,
     ToolUse,
     Usage,
     authentication,
@@ -119,9 +121,24 @@ def failure(server: FakeAnthropicServer, *replies: Any, **options: Any) -> LlmCa
     return info.value
 
 
-def last_body(server: FakeAnthropicServer) -> dict[str, Any]:
+def uncached(body: Any) -> Any:
+    """``body`` without its prompt-cache marks (the system prompt back to a plain string), so
+    tests of the payload's structure read as the API's examples do; ``test_prompt_caching_*``
+    check the marks themselves."""
+    if isinstance(body, list):
+        return [uncached(item) for item in body]
+    if not isinstance(body, dict):
+        return body
+    plain = {key: uncached(value) for key, value in body.items() if key != "cache_control"}
+    system = plain.get("system")
+    if isinstance(system, list) and len(system) == 1 and system[0].get("type") == "text":
+        plain["system"] = system[0]["text"]
+    return plain
+
+
+def last_body(server: FakeAnthropicServer, *, raw: bool = False) -> dict[str, Any]:
     body: dict[str, Any] = server.message_requests()[-1].body
-    return body
+    return body if raw else uncached(body)
 
 
 def blocks(body: dict[str, Any], kind: str) -> list[dict[str, Any]]:
@@ -471,12 +488,91 @@ def test_other_bad_request_is_plain_and_carries_the_provider_message() -> None:
     assert error.status_code == 400
 
 
-def test_rate_limit_then_success_is_retried_by_the_sdk() -> None:
+@pytest.mark.parametrize("max_retries", [0, 2, 5])
+def test_one_call_is_one_http_attempt_whatever_the_clients_max_retries(max_retries: int) -> None:
+    """segue owns retries (the core schedules and counts them): on top of the SDK's, 4
+    reported attempts were 12 HTTP requests."""
     with FakeAnthropicServer() as server:
-        server.enqueue(rate_limited(), rate_limited(), MessageReply(text="finally"))
-        reply = complete(server, max_retries=2)
-        assert len(server.message_requests()) == 3
-    assert reply.text == "finally"
+        late = MessageReply(text="too late")
+        error = failure(server, rate_limited(), late, max_retries=max_retries)
+        assert len(server.message_requests()) == 1
+        assert server.pending == 1
+    assert error.retryable
+    assert error.status_code == 429
+
+
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [
+        ({"retry-after-ms": "1500"}, 1.5),
+        ({"retry-after": "7"}, 7.0),
+        ({"retry-after": "7", "retry-after-ms": "250"}, 0.25),
+        ({"retry-after": "86400"}, 3600.0),
+        ({"retry-after": "soon"}, None),
+        ({}, None),
+    ],
+)
+def test_retry_after_is_read_from_the_response(
+    headers: dict[str, str], seconds: float | None
+) -> None:
+    busy = ErrorReply(429, "rate_limit_error", "slow down", headers)
+    with FakeAnthropicServer() as server:
+        error = failure(server, busy)
+    assert error.retry_after == seconds
+
+
+def test_retry_after_as_an_http_date_is_seconds_from_now() -> None:
+    when = email.utils.formatdate(time.time() + 30, usegmt=True)
+    busy = ErrorReply(503, "api_error", "maintenance", {"retry-after": when})
+    with FakeAnthropicServer() as server:
+        error = failure(server, busy)
+    assert error.retry_after is not None
+    assert 25 <= error.retry_after <= 31
+
+
+def test_text_is_streamed_as_it_arrives_and_joins_to_the_reply() -> None:
+    deltas: list[str] = []
+    with FakeAnthropicServer() as server:
+        server.enqueue(MessageReply(text="The quick brown fox jumps over the dog.", pieces=6))
+        reply = run(server, lambda model: model.complete(request(), on_text=deltas.append))
+    assert len(deltas) == 6
+    assert "".join(deltas) == reply.text == "The quick brown fox jumps over the dog."
+
+
+@pytest.mark.parametrize("cut_after", [3, 5, 7])
+def test_a_stream_cut_off_before_message_stop_is_a_retryable_error(cut_after: int) -> None:
+    """Cut inside the text, inside the tool input JSON, or after the message_delta: each time
+    the reply is incomplete, and a tool must never run with a cut-off input."""
+    call = ToolUse(name="bash", input={"cmd": "rm -rf build && make all"})
+    cut = MessageReply(text="Let me build it.", tool_uses=(call,), stop_reason="tool_use")
+    with FakeAnthropicServer() as server:
+        error = failure(server, MessageReply(text=cut.text, tool_uses=(call,), cut_after=cut_after))
+    assert error.retryable
+    assert "message_stop" in error.message
+
+
+def test_a_reply_without_usage_is_a_reply_with_unknown_usage() -> None:
+    with FakeAnthropicServer() as server:
+        server.enqueue(MessageReply(text="no usage here", usage=None))
+        reply = complete(server)
+    assert reply.text == "no usage here"
+    assert reply.usage is None
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (b"<html><body>502 Bad gateway</body></html>", "text/html"),
+        (b'{"choices": [{"text": "I am not Anthropic"}]}', "application/json"),
+        (b"", "text/plain"),
+    ],
+)
+def test_a_200_that_is_not_a_message_says_what_it_was(body: bytes, content_type: str) -> None:
+    with FakeAnthropicServer() as server:
+        error = failure(server, RawReply(body=body, content_type=content_type))
+    assert "HTTP 200" in error.message
+    assert content_type in error.message
+    assert not error.retryable
 
 
 @pytest.mark.parametrize(
@@ -615,7 +711,7 @@ def test_count_tokens_uses_the_same_payload_when_enabled() -> None:
             server, lambda m: m.count_tokens(request("continuation")), exact_preflight=True
         )
         complete(server)
-        counted_body, summary_body, sent = (r.body for r in server.requests)
+        counted_body, summary_body, sent = (uncached(r.body) for r in server.requests)
     assert counted == 5_001
     assert summary is not None
     assert summary < counted

@@ -43,6 +43,7 @@ from segue.testing.anthropic_server import (
     overloaded,
     prompt_too_long,
     rate_limited,
+    server_error,
 )
 from segue.testing.logs import capture_logs
 
@@ -271,22 +272,26 @@ def test_prompt_too_long_takes_the_exhaustion_path(
     assert "Here is a book, read it all." in texts(summary["messages"][0])
 
 
-def test_rate_limit_and_overload_are_retried_by_the_sdk(
+def test_the_http_attempts_are_the_attempts_segue_reports_whatever_max_retries(
     server: FakeAnthropicServer, make_store: StoreFactory
 ) -> None:
-    server.enqueue(rate_limited(), overloaded(), MessageReply(text="Made it."))
+    """A client built with SDK retries on still makes one HTTP attempt per attempt segue
+    counts (on top of segue's own, the SDK's made 12 HTTP attempts for "failed 4 times")."""
+    failures = [rate_limited(), overloaded(), server_error()]
+    server.enqueue(*failures)
     sleep = SleepRecorder()
 
     async def main() -> None:
         async with connected(server, make_store(), max_retries=2, sleep=sleep) as rt:
-            conv = await rt.create_conversation(model=MODEL)
+            conv = await rt.create_conversation(model=MODEL, max_attempts=3)
             state = await rt.send(conv.id, "Hello?")
-            assert state.phase.kind == "idle"
-            assert [m.text for m in await rt.messages(conv.id)] == ["Hello?", "Made it."]
+            assert isinstance(state.phase, Failed)
+            assert state.phase.error_kind is ErrorKind.RETRIES_EXHAUSTED
+            assert "failed 3 times" in state.phase.message
 
     asyncio.run(main())
     assert len(server.message_requests()) == 3
-    assert sleep.delays == []  # the SDK absorbed both failures
+    assert sleep.delays == [1.0, 2.0]
 
 
 def test_rate_limit_and_overload_left_to_the_runtime_back_off_then_succeed(

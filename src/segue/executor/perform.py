@@ -100,7 +100,7 @@ class Parts(Protocol):
     tools: ToolRegistry
     archive_dir: Path | None
     keep_recent: int
-    max_tokens: int
+    max_tokens: int | None
 
 
 class ViewSlot(Protocol):
@@ -267,6 +267,7 @@ class Performer:
         messages: Sequence[Message] | None = None,
     ) -> LlmRequest:
         state = stored.state
+        cap = self._parts.max_tokens
         return LlmRequest(
             conversation_id=state.id,
             model=state.model,
@@ -277,7 +278,10 @@ class Performer:
             instruction=instruction,
             rejected_tool_calls=tuple(rejected),
             trim_level=trim_level,
-            max_tokens=min(self._parts.max_tokens, state.config.max_output_tokens),
+            max_tokens=state.config.max_output_tokens
+            if cap is None
+            else min(cap, state.config.max_output_tokens),
+            settings=state.config.settings,
         )
 
     async def _ask(
@@ -325,6 +329,7 @@ class Performer:
             tool_calls=outcome.tool_calls,
             usage=outcome.usage,
             stop_reason=outcome.stop_reason,
+            content=outcome.content,
         )
 
     # ------------------------------------------------------------------ tools, compaction, archive

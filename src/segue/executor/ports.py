@@ -13,9 +13,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from segue.statemachine import ConversationState, Message, ToolCall, Usage
+from segue.statemachine import (
+    ContentBlock,
+    ConversationState,
+    Message,
+    ModelSettings,
+    ToolCall,
+    Usage,
+)
 from segue.statemachine.checkpoint import SessionSnapshot
 from segue.statemachine.effects import Effect
+from segue.statemachine.models import DEFAULT_SETTINGS
 
 Purpose = Literal["turn", "continuation", "checkpoint", "compaction"]
 """Why the LLM is asked: a normal turn (with tools), or one of the tool-less summary requests."""
@@ -77,6 +85,11 @@ class LlmRequest:
     rejected_tool_calls: Sequence[ToolCall] = ()
     trim_level: int = 0
     max_tokens: int = 4096
+    settings: ModelSettings = DEFAULT_SETTINGS
+    """The conversation's temperature, extended thinking and tool choice."""
+    final: bool = False
+    """The grace request of a turn that reached its tool-round limit: tools stay declared (the
+    history holds tool blocks) but must not be called; ``instruction`` says to answer now."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,6 +100,9 @@ class LlmReply:
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage | None = None
     stop_reason: str = "end_turn"
+    content: tuple[ContentBlock, ...] = ()
+    """The reply's blocks in order when it holds more than text and tool calls (thinking, which
+    the transcript must keep to send back unchanged); empty otherwise."""
 
 
 class LlmCallError(SegueError):
@@ -95,6 +111,7 @@ class LlmCallError(SegueError):
     ``retryable``: another attempt may succeed (408/409/429/5xx/529, connection errors).
     ``context_overflow``: the provider said the prompt does not fit the window.
     ``fatal``: a setup problem no retry or trim can fix (401/403, unknown model).
+    ``retry_after``: seconds the provider asked to wait before the next attempt, if it said.
     """
 
     def __init__(
@@ -105,6 +122,7 @@ class LlmCallError(SegueError):
         context_overflow: bool = False,
         fatal: bool = False,
         status_code: int | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -112,6 +130,7 @@ class LlmCallError(SegueError):
         self.context_overflow = context_overflow
         self.fatal = fatal
         self.status_code = status_code
+        self.retry_after = retry_after
 
 
 TextSink = Callable[[str], None]

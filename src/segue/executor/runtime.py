@@ -29,9 +29,11 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
+
+from pydantic import ValidationError
 
 from segue.executor._log import get_logger
 from segue.executor.bus import Committed, Sink, UpdateBus, Watch
@@ -62,6 +64,7 @@ from segue.executor.updates import (
 )
 from segue.executor.views import DEFAULT_KEEP_RECENT, TranscriptView
 from segue.statemachine import (
+    ContentBlock,
     ContextExhaustionBehavior,
     ConversationState,
     ErrorKind,
@@ -70,11 +73,13 @@ from segue.statemachine import (
     LlmResponse,
     ManualContinuation,
     Message,
+    ModelSettings,
     PauseRequested,
     ResumeRequested,
     UserCancel,
     UserMessage,
     estimate_tokens,
+    model_info,
     new_conversation,
     transition,
 )
@@ -108,6 +113,9 @@ Listener = Callable[[str, Effect], None]
 _log = get_logger("segue.runtime")
 _events = logging.getLogger("segue.runtime")
 """The same logger in stdlib form: checked before building a per-transition event."""
+DEFAULT_OUTPUT_TOKENS = 8192
+"""A conversation's bound on one answer unless it says otherwise: room for a long reply, while a
+prompt at the continuation threshold plus this still fits the smallest window."""
 _REPLY_SCAN = 64
 """Messages read per step when ``last_reply`` looks back for the latest assistant message."""
 _CACHE_SIZE = 256
@@ -173,7 +181,7 @@ class Runtime:
         tools: ToolRegistry | Iterable[Tool] | None = None,
         archive_dir: Path | str | None = None,
         keep_recent: int = DEFAULT_KEEP_RECENT,
-        max_tokens: int = 8192,
+        max_tokens: int | None = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Any] = asyncio.sleep,
     ) -> None:
@@ -237,10 +245,45 @@ class Runtime:
         warning_threshold: float = 0.80,
         continuation_threshold: float = 0.90,
         max_continuations: int = 10,
+        max_attempts: int = 4,
+        context_window: int | None = None,
+        max_output_tokens: int | None = None,
+        temperature: float | None = None,
+        thinking_budget: int | None = None,
+        tool_choice: Mapping[str, Any] | None = None,
         seed: Sequence[Message] = (),
     ) -> ConversationState:
-        """Create and store a new idle conversation (window from the provider when it says)."""
-        window = await self.llm.context_window(model)
+        """Create and store a new idle conversation.
+
+        The window is ``context_window`` when given (a proxy or compatible server often has no
+        model endpoint), else what the provider reports, else segue's table of models (with a
+        warning in the log: a lookup that fails never fails the conversation). Each answer may
+        hold ``max_output_tokens`` (default: ``DEFAULT_OUTPUT_TOKENS``, or room for the thinking
+        budget, within the model's limit). ``temperature``, ``thinking_budget`` (extended
+        thinking) and ``tool_choice`` (as the Messages API takes it) are how the model is asked;
+        combinations the API refuses raise ``pydantic.ValidationError`` here.
+        """
+        window = context_window
+        if window is None:
+            window = await self.llm.context_window(model)
+            if window is None:
+                _log.warning(
+                    "model_window_unknown",
+                    model=model,
+                    assumed_window=model_info(model).context_window,
+                    known_model=model_info(model).known,
+                )
+        settings = ModelSettings(
+            temperature=temperature,
+            thinking_budget=thinking_budget,
+            tool_choice=dict(tool_choice) if tool_choice is not None else None,
+        )
+        if max_output_tokens is None:
+            limit = model_info(model).max_output_tokens
+            wanted = DEFAULT_OUTPUT_TOKENS
+            if thinking_budget is not None:
+                wanted = max(wanted, thinking_budget + DEFAULT_OUTPUT_TOKENS)
+            max_output_tokens = min(limit, wanted)
         state = new_conversation(
             model=model,
             behavior=behavior,
@@ -249,8 +292,11 @@ class Runtime:
             conversation_id=conversation_id or uuid.uuid4().hex,
             parent_id=parent_id,
             context_window=window,
+            max_output_tokens=max_output_tokens,
             system_tokens=estimate_tokens(system) if system else 0,
+            max_attempts=max_attempts,
             max_continuations=max_continuations,
+            settings=settings,
         )
         if seed:
             seeded = sum(estimate_tokens(message.text) for message in seed)
@@ -267,8 +313,13 @@ class Runtime:
         )
         return stored.state
 
-    async def send(self, conversation_id: str, text: str) -> ConversationState:
+    async def send(
+        self, conversation_id: str, text: str | Sequence[ContentBlock | dict[str, Any]]
+    ) -> ConversationState:
         """Record a user message and run until the conversation waits for input.
+
+        ``text`` is a string, or content blocks (text, images, documents; values or the Messages
+        API's dicts) for a message that carries more than text.
 
         ``last_reply()`` then gives the text the model answered with. Raises
         ``InvalidMessageError`` (also a ``ValueError``) for an empty message or text that cannot
@@ -280,7 +331,9 @@ class Runtime:
         _raise_if_rejected(conversation_id, state, effects)
         return state
 
-    async def stream(self, conversation_id: str, text: str) -> AsyncIterator[Update]:
+    async def stream(
+        self, conversation_id: str, text: str | Sequence[ContentBlock | dict[str, Any]]
+    ) -> AsyncIterator[Update]:
         """The same turn as ``send()``, yielding ``Update`` values as they happen; ``done`` last.
 
         Refusals raise before the first update, as ``send()`` raises them. The turn runs in its
@@ -658,14 +711,33 @@ class Runtime:
 
 
 def user_message(text: object) -> UserMessage:
-    """The ``UserMessage`` for ``text``, or the caller's mistake as an exception (nothing of it
-    reaches the store or the model)."""
-    if not isinstance(text, str):
-        msg = f"a message is text (str), not {type(text).__name__}"
+    """The ``UserMessage`` for ``text`` (a string, or content blocks: text, images, documents,
+    as values or as the Messages API's dicts), or the caller's mistake as an exception: nothing
+    of it reaches the store or the model."""
+    if isinstance(text, str):
+        _check_text(text)
+        if not text.strip():
+            msg = "the message is empty (or only whitespace); nothing was sent"
+            raise InvalidMessageError(msg)
+        return UserMessage(text=text)
+    if not isinstance(text, Sequence) or isinstance(text, bytes | bytearray):
+        msg = f"a message is text (str) or a list of content blocks, not {type(text).__name__}"
         raise TypeError(msg)
-    if not text.strip():
+    for block in text:
+        if isinstance(block, dict) and isinstance(block.get("text"), str):
+            _check_text(block["text"])
+    try:
+        message = UserMessage.model_validate({"content": tuple(text)})
+    except ValidationError as error:
+        msg = f"the message's content blocks are not valid: {error}"
+        raise InvalidMessageError(msg) from None
+    if not message.text.strip():
         msg = "the message is empty (or only whitespace); nothing was sent"
         raise InvalidMessageError(msg)
+    return message
+
+
+def _check_text(text: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as error:
@@ -674,7 +746,6 @@ def user_message(text: object) -> UserMessage:
             f"position {error.start}), such as a lone surrogate; nothing was sent"
         )
         raise InvalidMessageError(msg) from None
-    return UserMessage(text=text)
 
 
 def _raise_if_rejected(

@@ -13,11 +13,18 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
 from segue.executor._log import get_logger
 from segue.executor.ports import ToolSpec
 from segue.statemachine import ToolCall, ToolResult
+from segue.statemachine.content import ToolResultBlock
+from segue.statemachine.events import content_text
 
-ToolFunction = Callable[[dict[str, Any]], Awaitable[str]]
+ToolFunction = Callable[[dict[str, Any]], Awaitable[Any]]
+"""A tool: takes the model's input, returns text, a list of text and image blocks (a screenshot
+tool), or any JSON-serialisable value (sent as JSON)."""
+_BLOCKS: TypeAdapter[tuple[ToolResultBlock, ...]] = TypeAdapter(tuple[ToolResultBlock, ...])
 
 _log = get_logger(__name__)
 _MAX_ERROR_TEXT = 2_000
@@ -109,13 +116,33 @@ class ToolRegistry:
             _log.warning("tool_failed", tool=call.name, error_type=type(error).__name__)
             text = f"Tool {call.name!r} failed: {type(error).__name__}: {error}"
             return _error(call, text[:_MAX_ERROR_TEXT])
-        if not isinstance(output, str):
-            output = json.dumps(output, default=str)
-        return ToolResult(tool_call_id=call.id, output=output)
+        if isinstance(output, str):
+            return ToolResult(tool_call_id=call.id, output=output)
+        blocks = _result_blocks(output)
+        if blocks is not None:
+            return ToolResult(tool_call_id=call.id, output=content_text(blocks), content=blocks)
+        return ToolResult(tool_call_id=call.id, output=json.dumps(output, default=str))
 
     async def run_all(self, calls: Iterable[ToolCall]) -> list[ToolResult]:
         """Run calls concurrently; results come back in the order of the calls."""
         return list(await asyncio.gather(*(self.run(call) for call in calls)))
+
+
+def _result_blocks(output: object) -> tuple[Any, ...] | None:
+    """``output`` as a tool result's content blocks, if it is a list of text and image blocks
+    (values or the Messages API's dicts); None for any other value (sent as JSON)."""
+    if not isinstance(output, list | tuple) or not output:
+        return None
+    kinds = {
+        block.get("type") if isinstance(block, dict) else getattr(block, "type", None)
+        for block in output
+    }
+    if not kinds <= {"text", "image"}:
+        return None
+    try:
+        return _BLOCKS.validate_python(list(output))
+    except ValidationError:
+        return None
 
 
 def _error(call: ToolCall, text: str) -> ToolResult:

@@ -26,6 +26,7 @@ from segue.statemachine._paths import (
     turn_boundary,
 )
 from segue.statemachine.accounting import (
+    estimate_content,
     estimate_tokens,
     estimate_tool_calls,
     reported_occupancy,
@@ -68,7 +69,10 @@ from segue.statemachine.state import ConversationState
 
 
 def on_user_message(state: ConversationState, event: UserMessage) -> Result:
-    tokens = event.token_count if event.token_count is not None else estimate_tokens(event.text)
+    tokens = event.token_count
+    if tokens is None:
+        content = event.content
+        tokens = estimate_content(event.text, content) if content else estimate_tokens(event.text)
     if tokens >= state.config.continuation_tokens:
         reason = (
             f"The message is too large for this conversation: about {tokens:,} tokens, while "
@@ -76,7 +80,11 @@ def on_user_message(state: ConversationState, event: UserMessage) -> Result:
             "Shorten it or attach it as a file."
         )
         return state, (RejectUserMessage._make(reason=reason),)
-    effects: list[Effect] = [record(state, "user", event.text)]
+    effects: list[Effect] = [
+        record(state, "user", event.text, content=event.content)
+        if event.content
+        else record(state, "user", event.text)
+    ]
     changes = {
         "pending_tokens": state.pending_tokens + tokens,
         "message_count": state.message_count + 1,
@@ -124,7 +132,10 @@ def _measure(
         )
         reported = None
     if reported is None:
-        grown = state.pending_tokens + estimate_tokens(event.text)
+        content = event.content
+        grown = state.pending_tokens + (
+            estimate_content(event.text, content) if content else estimate_tokens(event.text)
+        )
         if event.tool_calls:
             grown += estimate_tool_calls(event.tool_calls)
         return {"pending_tokens": grown, "message_count": state.message_count + 1}, False
@@ -150,8 +161,11 @@ def on_llm_response(state: ConversationState, event: LlmResponse) -> Result:
     changes, over = _measure(state, event, effects)
     calls = event.tool_calls
     stop_reason = event.stop_reason
+    kept = {"content": event.content} if event.content else {}
     if stop_reason == WINDOW_EXCEEDED or over:
-        effects.append(record(state, "assistant", event.text, tool_calls=calls, usage=event.usage))
+        effects.append(
+            record(state, "assistant", event.text, tool_calls=calls, usage=event.usage, **kept)
+        )
         if calls:
             # Their error results are recorded messages, so they are counted; their tokens are
             # not, since every exhaustion path leaves this context (new session, generation or
@@ -162,10 +176,15 @@ def on_llm_response(state: ConversationState, event: LlmResponse) -> Result:
         resume_after = bool(calls) or stop_reason == WINDOW_EXCEEDED
         return exhaust(state._replace(changes), trigger, calls, resume_after, effects)
     if stop_reason == TRUNCATED:
-        effects.append(record(state, "assistant", event.text, usage=event.usage))
+        # The dropped calls leave its blocks too: a tool_use without a result is refused.
+        if kept:
+            kept = {"content": tuple(b for b in event.content if b.type != "tool_use")}
+        effects.append(record(state, "assistant", event.text, usage=event.usage, **kept))
         effects.append(NotifyTruncated._make(dropped_tool_calls=calls))
         return turn_boundary(state, effects, False, changes)
-    effects.append(record(state, "assistant", event.text, tool_calls=calls, usage=event.usage))
+    effects.append(
+        record(state, "assistant", event.text, tool_calls=calls, usage=event.usage, **kept)
+    )
     if not calls:
         return turn_boundary(state, effects, False, changes)
     # One call is the common case; several may repeat an id, which is waited for once.
@@ -235,7 +254,13 @@ def on_tool_result(state: ConversationState, event: ToolResult) -> Result:
     phase = cast(ToolExecuting, state.phase)
     if event.tool_call_id not in phase.pending:
         return state, NOTHING  # unknown or duplicate: a stale report
-    tokens = event.token_count if event.token_count is not None else estimate_tokens(event.output)
+    tokens = event.token_count
+    if tokens is None:
+        content = event.content
+        tokens = (
+            estimate_content(event.output, content) if content else estimate_tokens(event.output)
+        )
+    kept = {"content": event.content} if event.content else {}
     effects: list[Effect] = [
         record(
             state,
@@ -243,6 +268,7 @@ def on_tool_result(state: ConversationState, event: ToolResult) -> Result:
             event.output,
             tool_call_id=event.tool_call_id,
             is_error=event.is_error,
+            **kept,
         )
     ]
     pending = tuple(call_id for call_id in phase.pending if call_id != event.tool_call_id)

@@ -8,8 +8,11 @@ exhaustion.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from math import ceil
+from typing import Any
 
+from segue.statemachine.content import estimate_blocks
 from segue.statemachine.models import ToolCall, Usage
 
 MESSAGE_OVERHEAD_TOKENS = 8
@@ -24,6 +27,17 @@ would rather continue a little early than send a prompt the provider refuses."""
 def estimate_tokens(text: str) -> int:
     """A conservative token estimate of one message's text, overhead included."""
     return ceil(len(text.encode("utf-8")) / BYTES_PER_TOKEN) + MESSAGE_OVERHEAD_TOKENS
+
+
+def estimate_content(text: str, content: Sequence[Any]) -> int:
+    """A conservative estimate of a message with blocks: its text, plus its images, documents
+    and thinking (its text blocks are its ``text``; its tool_use blocks are counted with the
+    tool calls)."""
+    tokens = estimate_tokens(text)
+    if content:
+        extra = [block for block in content if block.type not in ("text", "tool_use")]
+        tokens += estimate_blocks(extra, estimate_tokens)
+    return tokens
 
 
 def estimate_tool_calls(tool_calls: tuple[ToolCall, ...]) -> int:

@@ -8,11 +8,12 @@ Every event has a ``kind`` literal so ``Event`` is a discriminated union.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictInt
+from pydantic import Field, StrictInt, model_validator
 
 from segue.statemachine._values import Frozen
+from segue.statemachine.content import ContentBlock, ToolResultBlock, UserBlock
 from segue.statemachine.models import TokenCount, ToolCall, Usage
 
 NonEmptyText = Annotated[str, Field(min_length=1)]
@@ -20,12 +21,33 @@ AttemptNumber = Annotated[StrictInt, Field(ge=1)]
 
 
 class UserMessage(Frozen):
-    """The user (or an orchestrator) says something."""
+    """The user (or an orchestrator) says something: text, and optionally images and documents.
+
+    With ``content``, the blocks are the whole message (text blocks included) and ``text`` is
+    derived from them: their text blocks joined by newlines, or, for a message of attachments
+    only, a short description of them (``"[image]"``) that summaries and people can read. A
+    ``text`` given with ``content`` must be that same text.
+    """
 
     kind: Literal["user_message"] = "user_message"
     text: NonEmptyText
+    content: tuple[UserBlock, ...] = ()
     token_count: TokenCount | None = None
     """Exact tokens of this message (from ``count_tokens``); an estimate is used when absent."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text_of_content(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not data.get("content"):
+            return data
+        derived = content_text(data["content"])
+        text = data.get("text")
+        if text in (None, ""):
+            return {**data, "text": derived}
+        if text != derived:
+            msg = "text must be what the content says (its text blocks joined), or be left out"
+            raise ValueError(msg)
+        return data
 
 
 class LlmResponse(Frozen):
@@ -37,6 +59,9 @@ class LlmResponse(Frozen):
     usage: Usage | None = None
     """Per-request usage of THIS response; ``None`` or no prompt tokens means unknown."""
     stop_reason: str = "end_turn"
+    content: tuple[ContentBlock, ...] = ()
+    """The response's blocks in order, when they hold more than its text and tool calls (its
+    thinking, which must be sent back unchanged); empty otherwise."""
 
 
 class LlmError(Frozen):
@@ -57,6 +82,8 @@ class ToolResult(Frozen):
     is_error: bool = False
     token_count: TokenCount | None = None
     """Exact tokens of the output, when the runtime counted them."""
+    content: tuple[ToolResultBlock, ...] = ()
+    """The result's text and images in order, when it holds images; empty for plain text."""
 
 
 class ContinuationResponse(Frozen):
@@ -191,3 +218,22 @@ EVENT_TYPES: tuple[type[Frozen], ...] = (
     PauseRequested,
     ResumeRequested,
 )
+
+
+def content_text(blocks: Any) -> str:
+    """The plain text of content blocks (dicts or block values): the text blocks joined by
+    newlines, or a description of the attachments when there is no text."""
+    texts: list[str] = []
+    attachments: list[str] = []
+    for block in blocks:
+        get = block.get if isinstance(block, dict) else lambda name, b=block: getattr(b, name, None)
+        kind = get("type")
+        if kind == "text":
+            text = get("text")
+            if isinstance(text, str):
+                texts.append(text)
+        elif kind in ("image", "document"):
+            title = get("title")
+            attachments.append(f"[{kind}: {title}]" if isinstance(title, str) else f"[{kind}]")
+    joined = "\n".join(texts)
+    return joined if joined.strip() else " ".join(attachments) or joined

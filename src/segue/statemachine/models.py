@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal, Self
 
-from pydantic import Field, StrictInt
+from pydantic import Field, StrictInt, model_validator
 
 from segue.statemachine._values import Frozen
+from segue.statemachine.content import ContentBlock
 
 TokenCount = Annotated[StrictInt, Field(ge=0)]
 """A number of tokens: an exact, non-negative integer (``True`` or ``"5"`` are refused)."""
@@ -132,6 +133,50 @@ class Message(Frozen):
     generation: Annotated[StrictInt, Field(ge=1)] = 1
     kept_messages: Annotated[StrictInt, Field(ge=0)] = 0
     """For a ``summary`` message: how many messages just before it stay verbatim after it."""
+    content: tuple[ContentBlock, ...] = ()
+    """When not empty, the message as the provider is sent it, in order: a user message's text,
+    images and documents; the thinking, text and tool_use blocks of a reply that thought
+    (thinking must go back unchanged); a tool result's text and images. ``text`` stays the plain
+    text (what summaries, estimates and people read)."""
+
+
+class ModelSettings(Frozen):
+    """How a conversation's model is asked, beyond the model's name; fixed per conversation.
+
+    The combinations the Messages API refuses are refused here, when the conversation is
+    created, rather than on every request: thinking with a temperature, and thinking with a
+    tool choice that forces a tool.
+    """
+
+    temperature: Annotated[float, Field(ge=0, le=1)] | None = None
+    """Sampling temperature, for servers that take one: Anthropic's own API (version 2026-10-21,
+    which the SDK 2.x sends) refuses sampling parameters and answers 400."""
+    thinking_budget: Annotated[StrictInt, Field(ge=1024)] | None = None
+    """Extended thinking's ``budget_tokens``; None: the model does not think unless it does by
+    default (its thinking blocks are kept and sent back either way)."""
+    tool_choice: dict[str, Any] | None = None
+    """As the Messages API takes it: ``{"type": "auto" | "any" | "none"}`` or ``{"type": "tool",
+    "name": ...}``, optionally with ``disable_parallel_tool_use``."""
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Self:
+        choice = self.tool_choice
+        if choice is not None:
+            kind = choice.get("type")
+            if kind not in ("auto", "any", "none", "tool"):
+                msg = f"tool_choice type must be auto, any, none or tool, not {kind!r}"
+                raise ValueError(msg)
+            if kind == "tool" and not isinstance(choice.get("name"), str):
+                raise ValueError('tool_choice {"type": "tool"} needs the tool\'s "name"')
+        if self.thinking_budget is not None:
+            if self.temperature is not None:
+                raise ValueError("extended thinking cannot be combined with a temperature")
+            if choice is not None and choice.get("type") in ("any", "tool"):
+                raise ValueError("extended thinking cannot be combined with a forced tool choice")
+        return self
+
+
+DEFAULT_SETTINGS: Final = ModelSettings()
 
 
 class ModelInfo(Frozen):

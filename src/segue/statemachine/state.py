@@ -9,7 +9,12 @@ from typing import Annotated, Any, Self
 from pydantic import Field, StrictInt, model_validator
 
 from segue.statemachine._values import Frozen
-from segue.statemachine.models import ContextExhaustionBehavior, model_info
+from segue.statemachine.models import (
+    DEFAULT_SETTINGS,
+    ContextExhaustionBehavior,
+    ModelSettings,
+    model_info,
+)
 from segue.statemachine.phases import IDLE, Phase
 
 Ratio = Annotated[float, Field(gt=0, le=1)]
@@ -49,6 +54,9 @@ class ConversationConfig(Frozen):
     """Checkpoint restarts or compactions allowed in one conversation: the loop breaker."""
     system_tokens: Count = 0
     """Estimated tokens of the system prompt and tool definitions: part of every fresh start."""
+    settings: ModelSettings = DEFAULT_SETTINGS
+    """Temperature, extended thinking and tool choice: how the model is asked (the core does
+    not read them; they live here so they are fixed, persisted and validated with the rest)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -68,6 +76,17 @@ class ConversationConfig(Frozen):
             and window > 0
         ):
             return data  # field validation reports what is wrong
+        settings = data.get("settings")
+        budget = getattr(settings, "thinking_budget", None)
+        if isinstance(settings, dict):
+            budget = settings.get("thinking_budget")
+        output = data.get("max_output_tokens")
+        if isinstance(budget, int) and isinstance(output, int) and budget >= output:
+            msg = (
+                f"the thinking budget ({budget}) must be below max_output_tokens ({output}): "
+                "the thinking is part of the output"
+            )
+            raise ValueError(msg)
         if warning > continuation:
             msg = (
                 f"warning_threshold ({warning}) must not exceed "
@@ -161,6 +180,7 @@ def new_conversation(
     system_tokens: int = 0,
     max_attempts: int = 4,
     max_continuations: int = 10,
+    settings: ModelSettings | None = None,
 ) -> ConversationState:
     """A new, idle conversation.
 
@@ -187,5 +207,6 @@ def new_conversation(
         max_attempts=max_attempts,
         max_continuations=max_continuations,
         system_tokens=system_tokens,
+        settings=DEFAULT_SETTINGS if settings is None else settings,
     )
     return ConversationState(config=config, pending_tokens=config.system_tokens)

@@ -73,19 +73,53 @@ class ToolUse:
 
 
 @dataclass(frozen=True, slots=True)
+class Thinking:
+    """A ``thinking`` block (``signature`` set) or, with ``redacted`` data, a
+    ``redacted_thinking`` block, placed before the reply's text as the API places them."""
+
+    thinking: str = ""
+    signature: str = "sig_fake"
+    redacted: str | None = None
+
+    def block(self) -> dict[str, Any]:
+        if self.redacted is not None:
+            return {"type": "redacted_thinking", "data": self.redacted}
+        return {"type": "thinking", "thinking": self.thinking, "signature": self.signature}
+
+
+@dataclass(frozen=True, slots=True)
 class MessageReply:
     """A successful ``/v1/messages`` reply, served as JSON or as SSE depending on the request.
 
     ``stop_reason`` is a plain string so that any value the API may send (``"end_turn"``,
     ``"tool_use"``, ``"max_tokens"``, ``"model_context_window_exceeded"``, ...) can be scripted.
     ``model=None`` echoes the request's model. ``delay`` seconds pass before the reply is sent.
+    ``usage=None`` leaves usage out entirely (as some compatible servers do). When streamed:
+    ``pieces`` text deltas per text block, ``chunk_delay`` seconds between events, and
+    ``cut_after`` ends the stream (closing the connection) after that many events, before
+    ``message_stop``, as a dropped connection does.
     """
 
     text: str = "ok"
     tool_uses: Sequence[ToolUse] = ()
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage | None = field(default_factory=Usage)
     stop_reason: str = "end_turn"
     model: str | None = None
+    delay: float = 0.0
+    thinking: Sequence[Thinking] = ()
+    pieces: int = 3
+    chunk_delay: float = 0.0
+    cut_after: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RawReply:
+    """Any HTTP answer at all: for servers that answer 200 with something that is not a
+    message (an HTML error page from a proxy, an empty body)."""
+
+    status: int = 200
+    body: bytes = b"<html><body>Bad gateway</body></html>"
+    content_type: str = "text/html"
     delay: float = 0.0
 
 
@@ -117,7 +151,7 @@ class Disconnect:
     delay: float = 0.0
 
 
-Reply = MessageReply | ErrorReply | Disconnect
+Reply = MessageReply | ErrorReply | Disconnect | RawReply
 Responder = Callable[[dict[str, Any]], Reply]
 """Dynamic behaviour: called with the parsed JSON request body, returns the reply to send."""
 
@@ -213,12 +247,13 @@ def _chunks(text: str, pieces: int = 3) -> list[str]:
 
 
 def _message_json(reply: MessageReply, message_id: str, model: str) -> dict[str, Any]:
-    content: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
+    content: list[dict[str, Any]] = [thinking.block() for thinking in reply.thinking]
+    content += [{"type": "text", "text": reply.text}] if reply.text else []
     content += [
         {"type": "tool_use", "id": t.id, "name": t.name, "input": dict(t.input)}
         for t in reply.tool_uses
     ]
-    return {
+    message: dict[str, Any] = {
         "id": message_id,
         "type": "message",
         "role": "assistant",
@@ -226,8 +261,10 @@ def _message_json(reply: MessageReply, message_id: str, model: str) -> dict[str,
         "content": content,
         "stop_reason": reply.stop_reason,
         "stop_sequence": None,
-        "usage": reply.usage.to_json(),
     }
+    if reply.usage is not None:
+        message["usage"] = reply.usage.to_json()
+    return message
 
 
 def _sse_events(
@@ -235,13 +272,23 @@ def _sse_events(
 ) -> list[dict[str, Any]]:
     """The events the API streams for ``reply`` (or up to ``error``); SSE name = ``type``."""
     start = _message_json(reply, message_id, model)
-    start.update(content=[], stop_reason=None, usage=reply.usage.to_json(output_tokens=1))
+    start.update(content=[], stop_reason=None)
+    if reply.usage is not None:
+        start["usage"] = reply.usage.to_json(output_tokens=1)
     events: list[dict[str, Any]] = [{"type": "message_start", "message": start}, {"type": "ping"}]
     if error is not None:
         return [*events, error.body()]
     blocks: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+    for thinking in reply.thinking:
+        if thinking.redacted is not None:
+            blocks.append((thinking.block(), []))
+            continue
+        parts = [{"type": "thinking_delta", "thinking": p} for p in _chunks(thinking.thinking)]
+        parts.append({"type": "signature_delta", "signature": thinking.signature})
+        blocks.append(({"type": "thinking", "thinking": "", "signature": ""}, parts))
     if reply.text:
-        deltas = [{"type": "text_delta", "text": part} for part in _chunks(reply.text)]
+        pieces = _chunks(reply.text, reply.pieces)
+        deltas = [{"type": "text_delta", "text": part} for part in pieces]
         blocks.append(({"type": "text", "text": ""}, deltas))
     for tool in reply.tool_uses:
         block = {"type": "tool_use", "id": tool.id, "name": tool.name, "input": {}}
@@ -255,8 +302,13 @@ def _sse_events(
         events.append({"type": "content_block_stop", "index": index})
     delta = {"stop_reason": reply.stop_reason, "stop_sequence": None}
     # message_delta usage holds cumulative totals, as the API sends them.
-    events.append({"type": "message_delta", "delta": delta, "usage": reply.usage.to_json()})
+    final: dict[str, Any] = {"type": "message_delta", "delta": delta}
+    if reply.usage is not None:
+        final["usage"] = reply.usage.to_json()
+    events.append(final)
     events.append({"type": "message_stop"})
+    if reply.cut_after is not None:
+        return events[: reply.cut_after]
     return events
 
 
@@ -339,6 +391,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
+        if isinstance(reply, RawReply):
+            self._send_raw(reply)
+            return
         stream = request.get("stream") is True
         if isinstance(reply, ErrorReply) and not (reply.mid_stream and stream):
             self._send_error(reply)
@@ -348,7 +403,7 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(reply, ErrorReply):
             self._send_sse(_sse_events(MessageReply(), message_id, model, reply))
         elif stream:
-            self._send_sse(_sse_events(reply, message_id, reply.model or model))
+            self._send_sse(_sse_events(reply, message_id, reply.model or model), reply.chunk_delay)
         else:
             self._send_json(200, _message_json(reply, message_id, reply.model or model))
 
@@ -366,7 +421,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(payload)
 
-    def _send_sse(self, events: list[dict[str, Any]]) -> None:
+    def _send_raw(self, reply: RawReply) -> None:
+        self.send_response(reply.status)
+        self.send_header("content-type", reply.content_type)
+        self.send_header("content-length", str(len(reply.body)))
+        self.end_headers()
+        self.wfile.write(reply.body)
+
+    def _send_sse(self, events: list[dict[str, Any]], chunk_delay: float = 0.0) -> None:
         """Stream events, then close: with no content-length the body ends at EOF."""
         self.close_connection = True
         self.send_response(200)
@@ -376,6 +438,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("request-id", self.fake._request_id())
         self.end_headers()
         for data in events:
+            if chunk_delay > 0 and self.fake._stopping.wait(chunk_delay):
+                return
             self.wfile.write(f"event: {data['type']}\ndata: {json.dumps(data)}\n\n".encode())
             self.wfile.flush()
 

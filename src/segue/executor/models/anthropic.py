@@ -1,68 +1,47 @@
 """The Anthropic adapter: segue's ``LlmModel`` over the real ``anthropic.AsyncAnthropic`` client.
 
-Three jobs, each kept apart so it can be read and tested on its own:
+Three jobs, each in its own place so it can be read and tested alone:
 
-* **Payload.** segue's transcript becomes a Messages API payload. A normal turn keeps tool blocks
-  (every ``tool_use`` answered by a ``tool_result`` in the very next user turn, roles alternating,
-  a user turn first). The tool-less requests (continuation summary, checkpoint, compaction) send
-  the history *repaired*: every tool block turned into prose, so nothing can be left unpaired,
-  the oldest ``trim_level`` quarters dropped after an overflow, the rejected tool calls named and
-  the instruction last.
-* **Reply.** The per-request usage is copied field by field (a null cache field is 0,
-  ``docs/design.md`` section 1); ``stop_reason`` passes through untouched because the core
-  decides what ``max_tokens`` or ``model_context_window_exceeded`` mean.
-* **Errors.** Every failure becomes an ``LlmCallError`` that says whether retrying, trimming or
-  nothing can help. The SDK already retried the retryable statuses ``max_retries`` times.
+* **Payload** (``anthropic_payload``): segue's transcript as a Messages API request, with
+  content blocks, prompt-cache breakpoints and the conversation's model settings.
+* **Reply** (``anthropic_stream``): the raw event stream read into an ``LlmReply``, text passed
+  on as it arrives, usage copied field by field (a missing field is "not said",
+  ``docs/design.md`` section 1), ``stop_reason`` untouched (the core decides what
+  ``max_tokens`` or ``model_context_window_exceeded`` mean), and a stream cut off before
+  ``message_stop`` an error, never a reply.
+* **Errors** (here): every failure becomes an ``LlmCallError`` that says whether retrying,
+  trimming or nothing can help, and how long the provider asked to wait. The SDK's own retries
+  are off: segue's core retries, so the attempts it reports are the HTTP attempts made.
 
-Calls always stream (``messages.stream`` + ``get_final_message``): the SDK refuses a non-streaming
-call whose ``max_tokens`` could outlast its timeout, and long outputs are exactly what the large
-models allow. The API key never appears in a log entry or an error message.
+Calls always stream: the SDK refuses a non-streaming call whose ``max_tokens`` could outlast its
+timeout, and long outputs are exactly what the large models allow. The API key never appears in
+a log entry or an error message.
 """
 
 from __future__ import annotations
 
-import json
+import email.utils
 import math
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from collections.abc import Sequence
+from typing import Final
 
 import anthropic
 import httpx2
-from anthropic.types import (
-    AssistantMessageParam,
-    ContentBlockParam,
-    MessageParam,
-    TextBlockParam,
-    ToolParam,
-    ToolResultBlockParam,
-    ToolUseBlockParam,
-    UserMessageParam,
-)
-from pydantic import ValidationError
 
 from segue.executor._log import get_logger
-from segue.executor.ports import LlmCallError, LlmReply, LlmRequest
-from segue.statemachine import Message, ToolCall, Usage
+from segue.executor.models.anthropic_payload import Payload, build_payload
+from segue.executor.models.anthropic_stream import read_stream
+from segue.executor.ports import LlmCallError, LlmReply, LlmRequest, TextSink
 
 log = get_logger(__name__)
 
-Role = Literal["user", "assistant"]
+_MIN_SECRET: Final = 8
+_COUNTED_OPTIONS: Final = frozenset({"thinking", "tool_choice"})
+"""Request options ``count_tokens`` takes (it refuses ``temperature``)."""
+MAX_RETRY_AFTER: Final = 3600.0
+"""A server's retry-after is honoured up to an hour; longer is taken as an hour."""
 
-TRIM_FRACTION: Final = 0.25
-"""Share of the history each ``trim_level`` drops, oldest first."""
-MIN_KEPT_MESSAGES: Final = 4
-"""Trimming never drops the last few messages: they are what the summary must not miss."""
-TOOL_INPUT_CHARS: Final = 500
-"""Bound on a tool call's JSON input when written as prose."""
-TOOL_RESULT_CHARS: Final = 2_000
-"""Bound on a tool result when written as prose: one huge output must not overflow a summary."""
-REJECTED_INPUT_CHARS: Final = 200
-
-_START_PLACEHOLDER: Final = "(The conversation continues below.)"
-_NOT_RECORDED: Final = "Not run: no result was recorded for this tool call."
-_CONTINUE: Final = "Continue."
 _OVERFLOW_MARKERS: Final = ("prompt is too long", "exceed context limit", "exceeds context limit")
 _RETRYABLE_STATUS: Final = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 # A stream that already got HTTP 200 carries its failure as an SSE ``error`` event: the SDK raises
@@ -71,249 +50,7 @@ _RETRYABLE_TYPES: Final = frozenset({"rate_limit_error", "overloaded_error", "ap
 _AUTH_TYPES: Final = frozenset({"authentication_error", "permission_error"})
 
 
-# --------------------------------------------------------------------------- payload
-
-
-@dataclass(slots=True)
-class _Turn:
-    """One API message under construction; ``results`` counts its leading tool_result blocks."""
-
-    role: Role
-    blocks: list[ContentBlockParam] = field(default_factory=list)
-    results: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Payload:
-    """What is sent for one request (besides ``model``): built once, used to call or to count."""
-
-    system: str | None
-    messages: list[MessageParam]
-    tools: list[ToolParam]
-    max_tokens: int
-
-
-class _Turns:
-    """Accumulates blocks into alternating turns, merging consecutive same-role blocks."""
-
-    def __init__(self) -> None:
-        self.turns: list[_Turn] = []
-
-    def add(self, role: Role, block: ContentBlockParam) -> None:
-        if not self.turns or self.turns[-1].role != role:
-            self.turns.append(_Turn(role))
-        self.turns[-1].blocks.append(block)
-
-    def add_text(self, role: Role, text: str) -> None:
-        # The API refuses empty text blocks, so an empty message contributes nothing.
-        if text.strip():
-            self.add(role, _text(text))
-
-    def add_result(self, block: ToolResultBlockParam) -> None:
-        """A tool_result must precede any text in its user turn, so insert it after the others."""
-        if not self.turns or self.turns[-1].role != "user":
-            self.turns.append(_Turn("user"))
-        turn = self.turns[-1]
-        turn.blocks.insert(turn.results, block)
-        turn.results += 1
-
-    def params(self) -> list[MessageParam]:
-        """The finished messages, a user turn first as the API requires."""
-        if not self.turns or self.turns[0].role != "user":
-            self.turns.insert(0, _Turn("user", [_text(_START_PLACEHOLDER)]))
-        messages: list[MessageParam] = []
-        for turn in self.turns:
-            if turn.role == "user":
-                messages.append(UserMessageParam(role="user", content=turn.blocks))
-            else:
-                messages.append(AssistantMessageParam(role="assistant", content=turn.blocks))
-        return messages
-
-
-def _text(text: str) -> TextBlockParam:
-    return TextBlockParam(type="text", text=text)
-
-
-def _clip(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... [{len(text) - limit} more characters]"
-
-
-def _json(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
-
-
-def _role_text(message: Message) -> tuple[Role, str]:
-    """The role and text a non-tool message is sent as."""
-    if message.kind == "summary":
-        return "user", f"Summary of the earlier conversation: {message.text}"
-    if message.kind in ("assistant", "continuation", "checkpoint"):
-        return "assistant", message.text  # the model wrote these
-    return "user", message.text
-
-
-def turn_messages(messages: Sequence[Message]) -> list[MessageParam]:
-    """The history with tool blocks, for a normal turn.
-
-    The core pairs every ``tool_use`` outside ``ToolExecuting``; this still holds the line the API
-    enforces, so one bad transcript entry costs a sentence, not a failed conversation: a result
-    whose call is not in the preceding assistant turn becomes text, and a call left without a
-    result gets an error result before the next assistant turn.
-    """
-    turns = _Turns()
-    open_calls: dict[str, ToolCall] = {}
-
-    def close_open_calls() -> None:
-        for call_id in open_calls:
-            turns.add_result(
-                ToolResultBlockParam(
-                    type="tool_result", tool_use_id=call_id, content=_NOT_RECORDED, is_error=True
-                )
-            )
-        open_calls.clear()
-
-    for message in messages:
-        if message.kind == "tool_result":
-            call = open_calls.pop(message.tool_call_id or "", None)
-            if call is None:
-                turns.add_text("user", f"[tool result: {_clip(message.text, TOOL_RESULT_CHARS)}]")
-                continue
-            block = ToolResultBlockParam(type="tool_result", tool_use_id=call.id)
-            if message.text:
-                block["content"] = message.text
-            if message.is_error:
-                block["is_error"] = True
-            turns.add_result(block)
-            continue
-        role, text = _role_text(message)
-        if role == "assistant":
-            close_open_calls()
-        turns.add_text(role, text)
-        for call in message.tool_calls if message.kind == "assistant" else ():
-            if call.id in open_calls:
-                continue  # the API refuses duplicate ids; the first one is the one answered
-            turns.add(
-                "assistant",
-                ToolUseBlockParam(type="tool_use", id=call.id, name=call.name, input=call.input),
-            )
-            open_calls[call.id] = call
-    close_open_calls()
-    return turns.params()
-
-
-def trim(messages: Sequence[Message], trim_level: int) -> tuple[Sequence[Message], int]:
-    """Drop the oldest ``TRIM_FRACTION * trim_level`` of ``messages``; return (kept, dropped)."""
-    count = len(messages)
-    if trim_level <= 0 or count <= MIN_KEPT_MESSAGES:
-        return messages, 0
-    dropped = min(count - MIN_KEPT_MESSAGES, math.ceil(count * TRIM_FRACTION * trim_level))
-    return messages[dropped:], dropped
-
-
-def rejected_prose(calls: Iterable[ToolCall]) -> str:
-    """One sentence naming tool calls that were asked for but never run."""
-    named = [f"{c.name}({_clip(_json(c.input), REJECTED_INPUT_CHARS)})" for c in calls]
-    if not named:
-        return ""
-    return f"You were about to call: {', '.join(named)}; they were not run."
-
-
-def text_messages(request: LlmRequest) -> list[MessageParam]:
-    """The history as plain text, for the tool-less requests (see the module docstring).
-
-    With no tools declared the API refuses any tool block, and an overflowing history may have
-    lost the call a result answers, so no tool block can survive: each becomes a bounded line.
-    """
-    kept, dropped = trim(request.messages, request.trim_level)
-    names = {c.id: c.name for m in request.messages for c in m.tool_calls}
-    turns = _Turns()
-    if dropped:
-        omitted = f"[{dropped} earlier messages were omitted to fit the context window.]"
-        turns.add_text("user", omitted)
-    for message in kept:
-        if message.kind == "tool_result":
-            name = names.get(message.tool_call_id or "", "a tool")
-            label = "tool error" if message.is_error else "tool result"
-            text = _clip(message.text, TOOL_RESULT_CHARS)
-            turns.add_text("user", f"[{label} from {name}: {text}]")
-            continue
-        role, text = _role_text(message)
-        turns.add_text(role, text)
-        for call in message.tool_calls:
-            arguments = _clip(_json(call.input), TOOL_INPUT_CHARS)
-            turns.add_text("assistant", f"[called tool {call.name} with {arguments}]")
-    final = [rejected_prose(request.rejected_tool_calls), request.instruction or ""]
-    for text in final:
-        turns.add_text("user", text)
-    if turns.turns and turns.turns[-1].role == "assistant":
-        turns.add_text("user", _CONTINUE)  # never end on an assistant turn (that is a prefill)
-    return turns.params()
-
-
-def build_payload(request: LlmRequest, *, max_tokens: int) -> Payload:
-    """The Messages API payload for ``request`` (tools only for a normal turn)."""
-    if request.purpose == "turn":
-        messages = turn_messages(request.messages)
-        if request.instruction:
-            messages = _with_final_user_text(messages, request.instruction)
-        tools = [
-            ToolParam(name=t.name, description=t.description, input_schema=dict(t.input_schema))
-            for t in request.tools
-        ]
-    else:
-        messages = text_messages(request)
-        tools = []
-    return Payload(
-        system=request.system or None,
-        messages=messages,
-        tools=tools,
-        max_tokens=max(1, max_tokens),
-    )
-
-
-def _with_final_user_text(messages: list[MessageParam], text: str) -> list[MessageParam]:
-    last = messages[-1]
-    if last["role"] == "user" and not isinstance(last["content"], str):
-        blocks: list[Any] = [*last["content"], _text(text)]
-        return [*messages[:-1], UserMessageParam(role="user", content=blocks)]
-    return [*messages, UserMessageParam(role="user", content=[_text(text)])]
-
-
-# --------------------------------------------------------------------------- replies and errors
-
-
-def usage_of(raw: anthropic.types.Usage | None) -> Usage | None:
-    """segue's ``Usage`` from the SDK's: the four fields exactly, null cache fields as 0."""
-    if raw is None:
-        return None
-    try:
-        return Usage(
-            input_tokens=raw.input_tokens or 0,
-            output_tokens=raw.output_tokens or 0,
-            cache_creation_input_tokens=raw.cache_creation_input_tokens or 0,
-            cache_read_input_tokens=raw.cache_read_input_tokens or 0,
-        )
-    except ValidationError:
-        return None  # a malformed report says nothing; the core keeps its last known figure
-
-
-def reply_of(message: anthropic.types.Message) -> LlmReply:
-    """segue's ``LlmReply`` from the SDK's accumulated final message."""
-    texts: list[str] = []
-    calls: list[ToolCall] = []
-    for block in message.content:
-        if block.type == "text":
-            texts.append(block.text)
-        elif block.type == "tool_use":
-            arguments = block.input if isinstance(block.input, dict) else {"input": block.input}
-            calls.append(ToolCall(id=block.id, name=block.name, input=arguments))
-    return LlmReply(
-        text="".join(texts),
-        tool_calls=tuple(calls),
-        usage=usage_of(message.usage),
-        stop_reason=message.stop_reason or "end_turn",
-    )
+# --------------------------------------------------------------------------- errors
 
 
 def _redact(text: str, secrets: Sequence[str]) -> str:
@@ -333,6 +70,43 @@ def call_error(exc: BaseException, *, model: str, secrets: Sequence[str] = ()) -
         return LlmCallError(f"cannot reach the Anthropic API: {detail}", retryable=True)
     detail = _redact(str(exc) or type(exc).__name__, secrets)
     return LlmCallError(f"unexpected {type(exc).__name__} from the Anthropic client: {detail}")
+
+
+def _not_a_stream(response: httpx2.Response) -> LlmCallError:
+    content_type = response.headers.get("content-type", "no content type")
+    return LlmCallError(
+        f"the server answered HTTP {response.status_code} with {content_type}, not a message "
+        "stream: is the base URL an Anthropic Messages API?",
+        status_code=response.status_code,
+    )
+
+
+def retry_after(response: httpx2.Response | None) -> float | None:
+    """Seconds the server asked to wait (``retry-after-ms``, or ``retry-after`` in seconds or
+    as an HTTP date), None when it did not say or said something unusable."""
+    if response is None:
+        return None
+    headers = response.headers
+    try:
+        milliseconds = headers.get("retry-after-ms")
+        if milliseconds is not None:
+            return _bounded(float(milliseconds) / 1000)
+        seconds = headers.get("retry-after")
+        if seconds is None:
+            return None
+        try:
+            return _bounded(float(seconds))
+        except ValueError:
+            when = email.utils.parsedate_to_datetime(seconds)
+            return _bounded(when.timestamp() - time.time())
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _bounded(seconds: float) -> float | None:
+    if not math.isfinite(seconds):
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
 
 
 def _status_error(
@@ -372,6 +146,7 @@ def _status_error(
             f"the Anthropic API is unavailable ({shown}): {detail}",
             retryable=True,
             status_code=status,
+            retry_after=retry_after(exc.response) if status is not None else None,
         )
     return LlmCallError(
         f"the Anthropic API refused the request ({shown}): {detail}", status_code=status
@@ -384,11 +159,13 @@ def _status_error(
 class AnthropicModel:
     """``LlmModel`` for Anthropic's Messages API.
 
-    ``client``: a configured ``AsyncAnthropic`` (its ``max_retries`` does the HTTP-level retries;
-    what is left over the core retries with its own back-off). ``max_tokens``: the output bound
-    of a normal turn; None uses the request's ``max_tokens``. ``summary_max_tokens``: the bound
-    for the tool-less requests. ``exact_preflight``: let ``count_tokens`` ask the API (one extra
-    request per preflight) instead of answering None.
+    ``client``: a configured ``AsyncAnthropic``; the adapter uses a copy with the SDK's retries
+    off (segue's core retries, honouring ``retry-after``, and counts what it tried).
+    ``max_tokens``: the output bound of a normal turn; None uses the request's (the
+    conversation's ``max_output_tokens``). ``summary_max_tokens``: the bound for the tool-less
+    requests. ``exact_preflight``: let ``count_tokens`` ask the API (one extra request per
+    pre-flight) instead of answering None. ``prompt_caching``: mark cache breakpoints on the
+    tools, the system prompt and the latest turn (on by default).
     """
 
     def __init__(
@@ -398,15 +175,19 @@ class AnthropicModel:
         max_tokens: int | None = None,
         summary_max_tokens: int = 4096,
         exact_preflight: bool = False,
+        prompt_caching: bool = True,
     ) -> None:
         if max_tokens is not None and max_tokens < 1:
             raise ValueError("max_tokens must be at least 1")
         if summary_max_tokens < 1:
             raise ValueError("summary_max_tokens must be at least 1")
-        self._client = client
+        # segue retries (the core schedules each attempt and reports how many it made), so the
+        # SDK's own retries are off: on top of segue's they multiplied the HTTP attempts.
+        self._client = client.with_options(max_retries=0)
         self._max_tokens = max_tokens
         self._summary_max_tokens = summary_max_tokens
         self._exact_preflight = exact_preflight
+        self._caching = prompt_caching
         self._windows: dict[str, int | None] = {}
 
     @property
@@ -420,15 +201,44 @@ class AnthropicModel:
             max_tokens = self._max_tokens if self._max_tokens is not None else request.max_tokens
         else:
             max_tokens = min(request.max_tokens, self._summary_max_tokens)
-        return build_payload(request, max_tokens=max_tokens)
+        return build_payload(request, max_tokens=max_tokens, caching=self._caching)
 
     @property
     def _secrets(self) -> tuple[str, ...]:
         candidates = (self._client.api_key, getattr(self._client, "auth_token", None))
-        return tuple(s for s in candidates if isinstance(s, str) and s)
+        # A credential too short to be real (a test's "k") would blank out letters of messages.
+        return tuple(s for s in candidates if isinstance(s, str) and len(s) >= _MIN_SECRET)
 
-    async def complete(self, request: LlmRequest) -> LlmReply:
-        """One streamed call; every failure is raised as ``LlmCallError``."""
+    async def _stream(
+        self, request: LlmRequest, payload: Payload, on_text: TextSink | None
+    ) -> LlmReply:
+        """One streamed call read into a reply, its text passed to ``on_text`` as it comes.
+
+        A stream is complete only with ``message_stop``: one that ends before it (a dropped
+        connection, a proxy timeout) holds a partial reply whose tool inputs may be cut off,
+        so it is a retryable error, never a reply. A 200 that is not an event stream at all
+        is named for what it is.
+        """
+        stream = await self._client.messages.create(
+            model=request.model,
+            max_tokens=payload.max_tokens,
+            messages=payload.messages,
+            system=payload.system if payload.system is not None else anthropic.omit,
+            tools=payload.tools or anthropic.omit,
+            stream=True,
+            **payload.options,
+        )
+        try:
+            reader = await read_stream(stream, on_text)
+        finally:
+            await stream.close()
+        if not reader.started:
+            raise _not_a_stream(stream.response)
+        return reader.reply()
+
+    async def complete(self, request: LlmRequest, *, on_text: TextSink | None = None) -> LlmReply:
+        """One streamed call, its text streamed to ``on_text``; every failure is raised as
+        ``LlmCallError``."""
         started = time.monotonic()
         try:
             payload = self.payload(request)
@@ -442,15 +252,7 @@ class AnthropicModel:
                 max_tokens=payload.max_tokens,
                 trim_level=request.trim_level,
             )
-            async with self._client.messages.stream(
-                model=request.model,
-                max_tokens=payload.max_tokens,
-                messages=payload.messages,
-                system=payload.system if payload.system is not None else anthropic.omit,
-                tools=payload.tools or anthropic.omit,
-            ) as stream:
-                message = await stream.get_final_message()
-            reply = reply_of(message)
+            reply = await self._stream(request, payload, on_text)
         except Exception as exc:  # the port promises LlmCallError and nothing else
             error = call_error(exc, model=request.model, secrets=self._secrets)
             log.debug(
@@ -498,11 +300,13 @@ class AnthropicModel:
             return None
         try:
             payload = self.payload(request)
+            counting = {k: v for k, v in payload.options.items() if k in _COUNTED_OPTIONS}
             counted = await self._client.messages.count_tokens(
                 model=request.model,
                 messages=payload.messages,
                 system=payload.system if payload.system is not None else anthropic.omit,
                 tools=payload.tools or anthropic.omit,
+                **counting,
             )
         except Exception as exc:  # noqa: BLE001  # None means "use the estimate"
             error = call_error(exc, model=request.model, secrets=self._secrets)

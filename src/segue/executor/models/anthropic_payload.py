@@ -1,0 +1,382 @@
+"""segue's transcript as a Messages API payload: what ``AnthropicModel`` sends, built apart from
+sending it so it can be read, tested and counted (``count_tokens`` uses the same payload).
+
+* **A normal turn** keeps tool blocks: every ``tool_use`` is answered by a ``tool_result`` in the
+  very next user turn, roles alternate and a user turn comes first. A message's content blocks
+  go out as they are: a user's images and documents, a tool result's images, and a reply's
+  thinking blocks, which the API requires back unchanged (signature included) when thinking and
+  tools meet.
+* **The tool-less requests** (continuation summary, checkpoint, compaction) send the history
+  *repaired*: every tool block turned into a bounded line of prose, so nothing can be left
+  unpaired, images and documents named rather than sent, thinking left out, the oldest
+  ``trim_level`` quarters dropped after an overflow, the rejected tool calls named and the
+  instruction last.
+* **Prompt caching** is on by default: breakpoints on the tools, the system prompt and the last
+  block of the conversation, so each turn reads the history before it from the cache (the
+  accounting already counts cache reads as part of the prompt).
+* **Model settings** (temperature, extended thinking, tool choice) come from the conversation.
+  The grace request of a turn that reached its tool-round limit keeps the tools (the history
+  holds tool blocks, which the API accepts only with tools declared) with ``tool_choice: none``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, cast
+
+from anthropic.types import (
+    AssistantMessageParam,
+    MessageParam,
+    TextBlockParam,
+    ToolParam,
+    UserMessageParam,
+)
+
+from segue.executor.ports import LlmRequest
+from segue.statemachine import Message, ToolCall
+
+Role = Literal["user", "assistant"]
+Block = dict[str, Any]
+
+TRIM_FRACTION: Final = 0.25
+"""Share of the history each ``trim_level`` drops, oldest first."""
+MIN_KEPT_MESSAGES: Final = 4
+"""Trimming never drops the last few messages: they are what the summary must not miss."""
+TOOL_INPUT_CHARS: Final = 500
+"""Bound on a tool call's JSON input when written as prose."""
+TOOL_RESULT_CHARS: Final = 2_000
+"""Bound on a tool result when written as prose: one huge output must not overflow a summary."""
+REJECTED_INPUT_CHARS: Final = 200
+CACHE: Final = {"type": "ephemeral"}
+"""A prompt-cache breakpoint (the default five-minute cache)."""
+
+_START_PLACEHOLDER: Final = "(The conversation continues below.)"
+_NOT_RECORDED: Final = "Not run: no result was recorded for this tool call."
+_CONTINUE: Final = "Continue."
+_UNCACHEABLE: Final = frozenset({"thinking", "redacted_thinking"})
+"""Blocks the API refuses a ``cache_control`` on."""
+
+
+@dataclass(slots=True)
+class _Turn:
+    """One API message under construction; ``results`` counts its leading tool_result blocks."""
+
+    role: Role
+    blocks: list[Block] = field(default_factory=list)
+    results: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Payload:
+    """What is sent for one request (besides ``model``): built once, used to call or to count.
+
+    ``options`` are the request's other parameters (temperature, thinking, tool_choice), ready
+    to be passed as keyword arguments."""
+
+    system: str | list[TextBlockParam] | None
+    messages: list[MessageParam]
+    tools: list[ToolParam]
+    max_tokens: int
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+class _Turns:
+    """Accumulates blocks into alternating turns, merging consecutive same-role blocks."""
+
+    def __init__(self) -> None:
+        self.turns: list[_Turn] = []
+
+    def add(self, role: Role, block: Block) -> None:
+        if not self.turns or self.turns[-1].role != role:
+            self.turns.append(_Turn(role))
+        self.turns[-1].blocks.append(block)
+
+    def add_text(self, role: Role, text: str) -> None:
+        # The API refuses empty text blocks, so an empty message contributes nothing.
+        if text.strip():
+            self.add(role, {"type": "text", "text": text})
+
+    def add_result(self, block: Block) -> None:
+        """A tool_result must precede any text in its user turn, so insert it after the others."""
+        if not self.turns or self.turns[-1].role != "user":
+            self.turns.append(_Turn("user"))
+        turn = self.turns[-1]
+        turn.blocks.insert(turn.results, block)
+        turn.results += 1
+
+    def params(self) -> list[MessageParam]:
+        """The finished messages, a user turn first as the API requires."""
+        if not self.turns or self.turns[0].role != "user":
+            self.turns.insert(0, _Turn("user", [{"type": "text", "text": _START_PLACEHOLDER}]))
+        messages: list[MessageParam] = []
+        for turn in self.turns:
+            blocks = cast(Any, turn.blocks)
+            if turn.role == "user":
+                messages.append(UserMessageParam(role="user", content=blocks))
+            else:
+                messages.append(AssistantMessageParam(role="assistant", content=blocks))
+        return messages
+
+
+def _clip(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... [{len(text) - limit} more characters]"
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _role_text(message: Message) -> tuple[Role, str]:
+    """The role and text a non-tool message is sent as."""
+    if message.kind == "summary":
+        return "user", f"Summary of the earlier conversation: {message.text}"
+    if message.kind in ("assistant", "continuation", "checkpoint"):
+        return "assistant", message.text  # the model wrote these
+    return "user", message.text
+
+
+def _param(block: Any) -> Block:
+    """A content block as the API takes it (its JSON, without unset optional fields)."""
+    dumped: Block = block.model_dump(mode="json", exclude_none=True)
+    return dumped
+
+
+# --------------------------------------------------------------------------- a normal turn
+
+
+def turn_messages(messages: Sequence[Message]) -> list[MessageParam]:
+    """The history with tool blocks and content blocks, for a normal turn.
+
+    The core pairs every ``tool_use`` outside ``ToolExecuting``; this still holds the line the API
+    enforces, so one bad transcript entry costs a sentence, not a failed conversation: a result
+    whose call is not in the preceding assistant turn becomes text, and a call left without a
+    result gets an error result before the next assistant turn.
+    """
+    turns = _Turns()
+    open_calls: dict[str, str] = {}
+
+    def close_open_calls() -> None:
+        for call_id in open_calls:
+            turns.add_result(
+                {
+                    "type": "tool_result",
+                    "tool_use_id": call_id,
+                    "content": _NOT_RECORDED,
+                    "is_error": True,
+                }
+            )
+        open_calls.clear()
+
+    def add_call(call_id: str, block: Block) -> None:
+        if call_id in open_calls:
+            return  # the API refuses duplicate ids; the first one is the one answered
+        turns.add("assistant", block)
+        open_calls[call_id] = block["name"]
+
+    for message in messages:
+        if message.kind == "tool_result":
+            if open_calls.pop(message.tool_call_id or "", None) is None:
+                turns.add_text("user", f"[tool result: {_clip(message.text, TOOL_RESULT_CHARS)}]")
+                continue
+            result: Block = {"type": "tool_result", "tool_use_id": message.tool_call_id}
+            if message.content:
+                result["content"] = [_param(b) for b in message.content if _sendable(b)]
+            elif message.text:
+                result["content"] = message.text
+            if message.is_error:
+                result["is_error"] = True
+            turns.add_result(result)
+            continue
+        role, text = _role_text(message)
+        if role == "assistant":
+            close_open_calls()
+        if message.content and message.kind in ("user", "assistant"):
+            _add_blocks(turns, role, message, add_call)
+            continue
+        turns.add_text(role, text)
+        for call in message.tool_calls if message.kind == "assistant" else ():
+            add_call(call.id, _tool_use(call))
+    close_open_calls()
+    return turns.params()
+
+
+def _add_blocks(turns: _Turns, role: Role, message: Message, add_call: Any) -> None:
+    """A message's content blocks in order; its tool calls missing from them come after."""
+    placed: set[str] = set()
+    for block in message.content:
+        if block.type == "tool_use":
+            placed.add(block.id)
+            add_call(block.id, _param(block))
+        elif _sendable(block):
+            turns.add(role, _param(block))
+    for call in message.tool_calls:
+        if call.id not in placed:
+            add_call(call.id, _tool_use(call))
+
+
+def _sendable(block: Any) -> bool:
+    return block.type != "text" or bool(block.text.strip())
+
+
+def _tool_use(call: ToolCall) -> Block:
+    return {"type": "tool_use", "id": call.id, "name": call.name, "input": call.input}
+
+
+# --------------------------------------------------------------------------- tool-less requests
+
+
+def trim(messages: Sequence[Message], trim_level: int) -> tuple[Sequence[Message], int]:
+    """Drop the oldest ``TRIM_FRACTION * trim_level`` of ``messages``; return (kept, dropped)."""
+    count = len(messages)
+    if trim_level <= 0 or count <= MIN_KEPT_MESSAGES:
+        return messages, 0
+    dropped = min(count - MIN_KEPT_MESSAGES, math.ceil(count * TRIM_FRACTION * trim_level))
+    return messages[dropped:], dropped
+
+
+def rejected_prose(calls: Iterable[ToolCall]) -> str:
+    """One sentence naming tool calls that were asked for but never run."""
+    named = [f"{c.name}({_clip(_json(c.input), REJECTED_INPUT_CHARS)})" for c in calls]
+    if not named:
+        return ""
+    return f"You were about to call: {', '.join(named)}; they were not run."
+
+
+def _attachments(message: Message) -> str:
+    """Images and documents of a message, named in prose (summaries do not send them)."""
+    names: list[str] = []
+    for block in message.content:
+        if block.type == "image":
+            names.append("an image")
+        elif block.type == "document":
+            names.append(f"the document {block.title!r}" if block.title else "a document")
+    return f"[attached: {', '.join(names)}]" if names else ""
+
+
+def text_messages(request: LlmRequest) -> list[MessageParam]:
+    """The history as plain text, for the tool-less requests (see the module docstring).
+
+    With no tools declared the API refuses any tool block, and an overflowing history may have
+    lost the call a result answers, so no tool block can survive: each becomes a bounded line.
+    """
+    kept, dropped = trim(request.messages, request.trim_level)
+    names = {c.id: c.name for m in request.messages for c in m.tool_calls}
+    turns = _Turns()
+    if dropped:
+        omitted = f"[{dropped} earlier messages were omitted to fit the context window.]"
+        turns.add_text("user", omitted)
+    for message in kept:
+        if message.kind == "tool_result":
+            name = names.get(message.tool_call_id or "", "a tool")
+            label = "tool error" if message.is_error else "tool result"
+            text = _clip(message.text, TOOL_RESULT_CHARS)
+            turns.add_text("user", f"[{label} from {name}: {text}]")
+            continue
+        role, text = _role_text(message)
+        turns.add_text(role, text)
+        if message.content:
+            turns.add_text(role, _attachments(message))
+        for call in message.tool_calls:
+            arguments = _clip(_json(call.input), TOOL_INPUT_CHARS)
+            turns.add_text("assistant", f"[called tool {call.name} with {arguments}]")
+    final = [rejected_prose(request.rejected_tool_calls), request.instruction or ""]
+    for text in final:
+        turns.add_text("user", text)
+    if turns.turns and turns.turns[-1].role == "assistant":
+        turns.add_text("user", _CONTINUE)  # never end on an assistant turn (that is a prefill)
+    return turns.params()
+
+
+# --------------------------------------------------------------------------- the payload
+
+
+def build_payload(request: LlmRequest, *, max_tokens: int, caching: bool = True) -> Payload:
+    """The Messages API payload for ``request`` (tools only for a normal turn)."""
+    settings = request.settings
+    options: dict[str, Any] = {}
+    if request.purpose == "turn":
+        messages = turn_messages(request.messages)
+        if request.instruction:
+            messages = _with_final_user_text(messages, request.instruction)
+        tools = [
+            ToolParam(name=t.name, description=t.description, input_schema=dict(t.input_schema))
+            for t in request.tools
+        ]
+        if settings.thinking_budget is not None:
+            options["thinking"] = {"type": "enabled", "budget_tokens": settings.thinking_budget}
+            max_tokens = max(max_tokens, settings.thinking_budget + 1)
+        if tools and request.final:
+            options["tool_choice"] = {"type": "none"}
+        elif tools and settings.tool_choice is not None:
+            options["tool_choice"] = dict(settings.tool_choice)
+    else:
+        messages = text_messages(request)
+        tools = []
+    if settings.temperature is not None and "thinking" not in options:
+        # The SDK (API version 2026-10-21) has no sampling parameters, and Anthropic's API
+        # refuses them; compatible servers and older API versions take one, so a conversation
+        # that asks for a temperature gets it sent as is.
+        options["extra_body"] = {"temperature": settings.temperature}
+    system: str | list[TextBlockParam] | None = request.system or None
+    if caching:
+        system = _cache_marked(request.system or None, tools, messages)
+    return Payload(
+        system=system,
+        messages=messages,
+        tools=tools,
+        max_tokens=max(1, max_tokens),
+        options=options,
+    )
+
+
+def _cache_marked(
+    system: str | None, tools: list[ToolParam], messages: list[MessageParam]
+) -> list[TextBlockParam] | None:
+    """Mark the prompt-cache breakpoints (tools, system, latest turn); the system prompt becomes
+    a block list, the only form that carries one."""
+    if tools:
+        tools[-1] = cast(ToolParam, {**tools[-1], "cache_control": CACHE})
+    if messages:
+        last = messages[-1]
+        blocks = last["content"]
+        if not isinstance(blocks, str):
+            marked = list(blocks)
+            for index in range(len(marked) - 1, -1, -1):
+                block = cast(Block, marked[index])
+                if block.get("type") not in _UNCACHEABLE:
+                    marked[index] = cast(Any, {**block, "cache_control": CACHE})
+                    break
+            messages[-1] = cast(MessageParam, {**last, "content": marked})
+    if system is None:
+        return None
+    return [TextBlockParam(type="text", text=system, cache_control=cast(Any, CACHE))]
+
+
+def _with_final_user_text(messages: list[MessageParam], text: str) -> list[MessageParam]:
+    last = messages[-1]
+    block = {"type": "text", "text": text}
+    if last["role"] == "user" and not isinstance(last["content"], str):
+        blocks: list[Any] = [*last["content"], block]
+        return [*messages[:-1], UserMessageParam(role="user", content=blocks)]
+    return [*messages, UserMessageParam(role="user", content=cast(Any, [block]))]
+
+
+__all__ = [
+    "CACHE",
+    "MIN_KEPT_MESSAGES",
+    "REJECTED_INPUT_CHARS",
+    "TOOL_INPUT_CHARS",
+    "TOOL_RESULT_CHARS",
+    "TRIM_FRACTION",
+    "Payload",
+    "build_payload",
+    "rejected_prose",
+    "text_messages",
+    "trim",
+    "turn_messages",
+]

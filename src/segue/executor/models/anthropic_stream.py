@@ -1,0 +1,180 @@
+"""Reading one streamed Messages API response into segue's ``LlmReply``.
+
+segue reads the raw server-sent events itself rather than through the SDK's accumulating
+``MessageStream``, for three reasons the accumulator gets wrong for us:
+
+* A compatible server that sends no ``usage`` (several do) makes the SDK's accumulator raise on
+  ``message_delta``; here a missing report is simply unknown usage, which the core knows how to
+  keep (the last figure stands).
+* A stream that ends before ``message_stop`` leaves the SDK a partial message whose tool inputs
+  are parsed from cut-off JSON. Here such a stream is a retryable error, and a tool input counts
+  only once its block closed and its JSON parsed.
+* Thinking blocks must be sent back exactly (text and signature), so they are kept as blocks.
+
+Usage is what the API says it is: the ``message_start`` counts, overridden field by field by the
+cumulative counts of ``message_delta`` when it carries them (a null field is "not said").
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from segue.executor.ports import LlmCallError, LlmReply, TextSink
+from segue.statemachine import ToolCall, Usage
+from segue.statemachine.content import (
+    ContentBlock,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolUseBlock,
+)
+
+_USAGE_FIELDS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+)
+
+
+@dataclass(slots=True)
+class _Block:
+    """One content block as it streams in."""
+
+    kind: str
+    start: Any
+    parts: list[str] = field(default_factory=list)
+    signature: str = ""
+    closed: bool = False
+
+
+@dataclass(slots=True)
+class StreamReader:
+    """Accumulates the events of one response; ``reply()`` once ``message_stop`` has come."""
+
+    on_text: TextSink | None = None
+    started: bool = False
+    stopped: bool = False
+    stop_reason: str | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+    usage_said: bool = False
+    blocks: dict[int, _Block] = field(default_factory=dict)
+
+    def feed(self, event: Any) -> None:
+        """Take one raw stream event (an SDK ``RawMessageStreamEvent``)."""
+        kind = getattr(event, "type", None)
+        if kind == "message_start":
+            self.started = True
+            self._take_usage(getattr(getattr(event, "message", None), "usage", None))
+        elif kind == "content_block_start":
+            start = event.content_block
+            self.blocks[event.index] = _Block(kind=getattr(start, "type", "unknown"), start=start)
+        elif kind == "content_block_delta":
+            self._delta(self.blocks.get(event.index), event.delta)
+        elif kind == "content_block_stop":
+            block = self.blocks.get(event.index)
+            if block is not None:
+                block.closed = True
+        elif kind == "message_delta":
+            self.stop_reason = getattr(event.delta, "stop_reason", None) or self.stop_reason
+            self._take_usage(getattr(event, "usage", None))
+        elif kind == "message_stop":
+            self.stopped = True
+
+    def _delta(self, block: _Block | None, delta: Any) -> None:
+        if block is None:
+            return
+        kind = getattr(delta, "type", None)
+        if kind == "text_delta":
+            block.parts.append(delta.text)
+            if self.on_text is not None and delta.text:
+                self.on_text(delta.text)
+        elif kind == "input_json_delta":
+            block.parts.append(delta.partial_json)
+        elif kind == "thinking_delta":
+            block.parts.append(delta.thinking)
+        elif kind == "signature_delta":
+            block.signature += delta.signature
+
+    def _take_usage(self, usage: Any) -> None:
+        if usage is None:
+            return
+        for name in _USAGE_FIELDS:
+            value = getattr(usage, name, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                self.usage[name] = value
+                self.usage_said = True
+
+    def reply(self) -> LlmReply:
+        """The complete reply; ``LlmCallError`` (retryable) if the stream was cut off."""
+        if not self.stopped:
+            msg = "the response stream ended before message_stop (the reply is incomplete)"
+            raise LlmCallError(msg, retryable=True)
+        texts: list[str] = []
+        calls: list[ToolCall] = []
+        content: list[ContentBlock] = []
+        thinking = False
+        for index in sorted(self.blocks):
+            block = self.blocks[index]
+            if block.kind == "text":
+                text = "".join(block.parts) or getattr(block.start, "text", "") or ""
+                texts.append(text)
+                content.append(TextBlock(text=text))
+            elif block.kind == "tool_use":
+                call = _tool_call(block)
+                calls.append(call)
+                content.append(ToolUseBlock(id=call.id, name=call.name, input=call.input))
+            elif block.kind == "thinking":
+                thinking = True
+                text = "".join(block.parts) or getattr(block.start, "thinking", "") or ""
+                signature = block.signature or getattr(block.start, "signature", "") or ""
+                content.append(ThinkingBlock(thinking=text, signature=signature))
+            elif block.kind == "redacted_thinking":
+                thinking = True
+                content.append(RedactedThinkingBlock(data=getattr(block.start, "data", "")))
+        return LlmReply(
+            text="".join(texts),
+            tool_calls=tuple(calls),
+            usage=self._usage(),
+            stop_reason=self.stop_reason or "end_turn",
+            # Only a reply with thinking needs its blocks kept: everything else is its text and
+            # tool calls, which the transcript holds already.
+            content=tuple(content) if thinking else (),
+        )
+
+    def _usage(self) -> Usage | None:
+        if not self.usage_said:
+            return None
+        try:
+            return Usage(**self.usage)
+        except ValidationError:
+            return None  # a malformed report says nothing; the core keeps its last figure
+
+
+def _tool_call(block: _Block) -> ToolCall:
+    start = block.start
+    raw = "".join(block.parts)
+    if not block.closed:
+        msg = f"the tool call {getattr(start, 'name', '?')!r} was cut off before its input ended"
+        raise LlmCallError(msg, retryable=True)
+    try:
+        arguments = json.loads(raw) if raw.strip() else (getattr(start, "input", None) or {})
+    except ValueError:
+        msg = f"the tool call {getattr(start, 'name', '?')!r} has an input that is not JSON"
+        raise LlmCallError(msg, retryable=True) from None
+    if not isinstance(arguments, dict):
+        arguments = {"input": arguments}
+    return ToolCall(id=start.id, name=start.name, input=arguments)
+
+
+async def read_stream(events: AsyncIterable[Any], on_text: TextSink | None) -> StreamReader:
+    """Feed every event of ``events`` to a new reader and return it."""
+    reader = StreamReader(on_text=on_text)
+    async for event in events:
+        reader.feed(event)
+    return reader

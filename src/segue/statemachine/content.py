@@ -1,0 +1,269 @@
+"""Content blocks: what a message holds besides plain text, in the Messages API's own shapes.
+
+A user message may carry images and documents (base64 or by URL); an assistant reply may carry
+thinking blocks whose signatures must go back to the provider unchanged; a tool result may carry
+images. A ``Message`` keeps such content as an ordered tuple of these blocks next to its plain
+``text`` (the text is what summaries, estimates and logs read; the blocks are what the provider
+is sent). Every block validates on construction and dumps to exactly the JSON the API takes, so
+stores round-trip them and adapters send them as they are.
+
+Token estimates for pre-flight are here too, and they are conservative on purpose: pre-flight
+would rather continue a little early than send a prompt the provider refuses. An image whose
+size can be read from its header costs what the provider's formula says for it (after the
+provider's own downscaling); anything else costs the most an image can.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import struct
+from collections.abc import Sequence
+from math import ceil, sqrt
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import Field
+
+from segue.statemachine._values import Frozen
+
+ImageMediaType = Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
+
+IMAGE_LONG_EDGE: Final = 2_576
+IMAGE_MAX_PIXELS: Final = 3_600_000
+"""The provider downscales an image to at most this long edge and about this many pixels (its
+high-resolution models; older ones stop at 1,568 px and ~1.15 megapixels), so no image costs more
+than ``IMAGE_MAX_PIXELS / PIXELS_PER_TOKEN`` tokens."""
+PIXELS_PER_TOKEN: Final = 750
+IMAGE_MAX_TOKENS: Final = -(-IMAGE_MAX_PIXELS // PIXELS_PER_TOKEN)
+"""The most one image can cost (4,800): what an image whose size cannot be read is counted as
+(a URL, an unreadable header)."""
+DOCUMENT_PAGE_TOKENS: Final = 3_000 + 1_600
+"""A PDF page is sent as its text (dense pages run to about 3,000 tokens) and as a page image
+(about 1,600)."""
+DOCUMENT_URL_PAGES: Final = 100
+"""A PDF by URL cannot be measured here: it is assumed to run to this many pages (exact
+pre-flight with ``count_tokens`` replaces the guess)."""
+_HEADER_BYTES: Final = 96 * 1024
+"""How much of a base64 image is decoded to find its size (JPEG's size marker may follow EXIF)."""
+_PAGE = re.compile(rb"/Type\s*/Page(?!s)")
+
+
+class Base64Source(Frozen):
+    """Data sent inline, base64-encoded."""
+
+    type: Literal["base64"] = "base64"
+    media_type: str
+    data: str
+
+
+class UrlSource(Frozen):
+    """Data the provider fetches from a URL."""
+
+    type: Literal["url"] = "url"
+    url: Annotated[str, Field(min_length=1)]
+
+
+class PlainTextSource(Frozen):
+    """A document given as plain text."""
+
+    type: Literal["text"] = "text"
+    media_type: Literal["text/plain"] = "text/plain"
+    data: str
+
+
+class ImageBase64Source(Base64Source):
+    """An image sent inline: jpeg, png, gif or webp."""
+
+    media_type: ImageMediaType
+
+
+class PdfBase64Source(Base64Source):
+    """A PDF sent inline."""
+
+    media_type: Literal["application/pdf"]
+
+
+class TextBlock(Frozen):
+    """Plain text."""
+
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ImageBlock(Frozen):
+    """An image."""
+
+    type: Literal["image"] = "image"
+    source: Annotated[ImageBase64Source | UrlSource, Field(discriminator="type")]
+
+
+class DocumentBlock(Frozen):
+    """A document: a PDF (inline or by URL) or plain text."""
+
+    type: Literal["document"] = "document"
+    source: Annotated[PdfBase64Source | UrlSource | PlainTextSource, Field(discriminator="type")]
+    title: str | None = None
+    context: str | None = None
+
+
+class ThinkingBlock(Frozen):
+    """The model's thinking; sent back unchanged (its signature proves it is the model's)."""
+
+    type: Literal["thinking"] = "thinking"
+    thinking: str
+    signature: str
+
+
+class RedactedThinkingBlock(Frozen):
+    """Thinking the provider encrypted; sent back unchanged."""
+
+    type: Literal["redacted_thinking"] = "redacted_thinking"
+    data: str
+
+
+class ToolUseBlock(Frozen):
+    """A tool call in its place among a reply's blocks (its twin in ``Message.tool_calls`` is
+    what the runtime runs)."""
+
+    type: Literal["tool_use"] = "tool_use"
+    id: Annotated[str, Field(min_length=1)]
+    name: Annotated[str, Field(min_length=1)]
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+ContentBlock = Annotated[
+    TextBlock | ImageBlock | DocumentBlock | ThinkingBlock | RedactedThinkingBlock | ToolUseBlock,
+    Field(discriminator="type"),
+]
+"""Every block a message may carry."""
+
+UserBlock = Annotated[TextBlock | ImageBlock | DocumentBlock, Field(discriminator="type")]
+"""What a user message may carry."""
+
+ToolResultBlock = Annotated[TextBlock | ImageBlock, Field(discriminator="type")]
+"""What a tool result may carry besides its text."""
+
+
+# --------------------------------------------------------------------------- estimates
+
+
+def estimate_blocks(blocks: Sequence[Any], text_tokens: Any) -> int:
+    """A conservative token estimate of ``blocks`` (``text_tokens(text)`` for any text)."""
+    total = 0
+    for block in blocks:
+        kind = block.type
+        if kind == "text":
+            total += text_tokens(block.text)
+        elif kind == "image":
+            total += image_tokens(block.source)
+        elif kind == "document":
+            total += document_tokens(block.source, text_tokens)
+        elif kind == "thinking":
+            total += text_tokens(block.thinking)
+        elif kind == "redacted_thinking":
+            total += text_tokens(block.data)
+        elif kind == "tool_use":
+            total += text_tokens(block.name + repr(block.input))
+    return total
+
+
+def image_tokens(source: Any) -> int:
+    """Tokens of one image: from its size when its header says it, else the maximum."""
+    if source.type != "base64":
+        return IMAGE_MAX_TOKENS
+    size = image_size(source.data)
+    if size is None:
+        return IMAGE_MAX_TOKENS
+    width, height = size
+    scale = min(
+        1.0, IMAGE_LONG_EDGE / max(width, height), sqrt(IMAGE_MAX_PIXELS / (width * height))
+    )
+    return max(1, ceil(width * scale * height * scale / PIXELS_PER_TOKEN))
+
+
+def document_tokens(source: Any, text_tokens: Any) -> int:
+    """Tokens of one document: plain text as text; a PDF by its page count (or a guess)."""
+    if source.type == "text":
+        return int(text_tokens(source.data))
+    if source.type != "base64":
+        return DOCUMENT_URL_PAGES * DOCUMENT_PAGE_TOKENS
+    try:
+        raw = base64.b64decode(source.data, validate=False)
+    except (binascii.Error, ValueError):
+        return DOCUMENT_URL_PAGES * DOCUMENT_PAGE_TOKENS
+    pages = len(_PAGE.findall(raw))
+    if pages == 0:  # compressed object streams hide the page objects: guess from the size
+        pages = max(1, ceil(len(raw) / 50_000))
+    return pages * DOCUMENT_PAGE_TOKENS
+
+
+def image_size(data: str) -> tuple[int, int] | None:
+    """(width, height) of a base64 PNG, GIF, JPEG or WebP image, from its header."""
+    try:
+        head = base64.b64decode(data[: _HEADER_BYTES * 4 // 3 // 4 * 4], validate=False)
+    except (binascii.Error, ValueError):
+        return None
+    try:
+        size = _png(head) or _gif(head) or _webp(head) or _jpeg(head)
+    except (struct.error, IndexError):
+        return None
+    if size is None or size[0] <= 0 or size[1] <= 0:
+        return None
+    return size
+
+
+def _png(head: bytes) -> tuple[int, int] | None:
+    if head[:8] != b"\x89PNG\r\n\x1a\n" or head[12:16] != b"IHDR":
+        return None
+    width, height = struct.unpack(">II", head[16:24])
+    return int(width), int(height)
+
+
+def _gif(head: bytes) -> tuple[int, int] | None:
+    if head[:6] not in (b"GIF87a", b"GIF89a"):
+        return None
+    width, height = struct.unpack("<HH", head[6:10])
+    return int(width), int(height)
+
+
+def _webp(head: bytes) -> tuple[int, int] | None:
+    if head[:4] != b"RIFF" or head[8:12] != b"WEBP":
+        return None
+    chunk = head[12:16]
+    if chunk == b"VP8X":
+        width = 1 + int.from_bytes(head[24:27], "little")
+        height = 1 + int.from_bytes(head[27:30], "little")
+        return width, height
+    if chunk == b"VP8L":
+        bits = int.from_bytes(head[21:25], "little")
+        return 1 + (bits & 0x3FFF), 1 + ((bits >> 14) & 0x3FFF)
+    if chunk == b"VP8 ":
+        width, height = struct.unpack("<HH", head[26:30])
+        return int(width) & 0x3FFF, int(height) & 0x3FFF
+    return None
+
+
+_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
+
+
+def _jpeg(head: bytes) -> tuple[int, int] | None:
+    if head[:2] != b"\xff\xd8":
+        return None
+    index = 2
+    while index + 9 < len(head):
+        if head[index] != 0xFF:
+            return None
+        marker = head[index + 1]
+        if marker == 0xFF:  # fill byte
+            index += 1
+            continue
+        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
+            index += 2
+            continue
+        length = int.from_bytes(head[index + 2 : index + 4], "big")
+        if marker in _SOF:
+            height, width = struct.unpack(">HH", head[index + 5 : index + 9])
+            return int(width), int(height)
+        index += 2 + length
+    return None
