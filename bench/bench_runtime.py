@@ -6,6 +6,13 @@ fixed reply with usage), so everything measured is the runtime's own work: the c
 two committed events (the user message, then the response).
 
 - Overhead: microseconds per event through ``Runtime.send`` on ``MemoryStore``; target <= 100.
+- Streaming support: what it adds to the per-event overhead of ``send`` (nobody watching), against
+  the same runtime with its update bus replaced by one that never listens, in the same run,
+  interleaved; target: at most 10%. The time from calling ``stream()`` to the first text delta;
+  target < 2 ms. And, for information, a turn streamed (every update consumed) against the same
+  turn sent: with an instant model and an in-memory store ``send`` never yields to the event loop,
+  while a streamed turn runs in its own task and wakes its consumer, so this ratio is the most
+  streaming can cost; with any real I/O the two come close.
 - Throughput: committed transitions per second through ``Runtime.send`` on ``SqliteStore`` (a
   real file, WAL); target >= 3,000/s.
 - Growth: the cost per event with 10 messages in the conversation and with 10,000 (1,000 with
@@ -36,15 +43,19 @@ import tracemalloc
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from segue import Usage
-from segue.executor.ports import LlmReply, LlmRequest, Store
+from segue.executor.bus import UpdateBus
+from segue.executor.ports import LlmReply, LlmRequest, Store, TextSink
 from segue.executor.runtime import Runtime
 from segue.executor.stores.memory import MemoryStore
 from segue.executor.stores.sqlite import SqliteStore
 
 MODEL = "claude-sonnet-4-5"  # 200k window; the instant model's usage stays far below it
 OVERHEAD_TARGET_US = 100.0
+STREAM_OVERHEAD_TARGET = 1.10
+FIRST_TEXT_TARGET_MS = 2.0
 THROUGHPUT_TARGET = 3_000.0
 GROWTH_TARGET = 1.5
 MEMORY_TARGET_MB = 100.0
@@ -65,8 +76,10 @@ class InstantModel:
     def __init__(self) -> None:
         self.calls = 0
 
-    async def complete(self, request: LlmRequest) -> LlmReply:
+    async def complete(self, request: LlmRequest, *, on_text: TextSink | None = None) -> LlmReply:
         self.calls += 1
+        if on_text is not None:
+            on_text(REPLY.text)  # the whole reply as one delta: a model that answers at once
         return REPLY
 
     async def context_window(self, model: str) -> int | None:
@@ -126,6 +139,83 @@ async def overhead(sizes: Sizes) -> float:
                     await rt.send(cid, f"Message {index}.")
             elapsed = time.perf_counter() - start
             best = min(best, elapsed / (len(ids) * per_conversation * EVENTS_PER_SEND))
+    return best
+
+
+class _DeafBus(UpdateBus):
+    """An update bus that never listens: the runtime as if it had no streaming support."""
+
+    def listening(self, conversation_id: str) -> bool:
+        return False
+
+    def text_sink(self, conversation_id: str) -> Any:
+        return None
+
+    def settle(self, conversation_id: str, stored_text: str) -> None:
+        return None
+
+
+async def streaming_support(sizes: Sizes) -> tuple[float, float]:
+    """Best seconds per event through ``send`` with the real bus and with a deaf one."""
+    best = {True: float("inf"), False: float("inf")}
+    runtimes = {
+        True: Runtime(store=MemoryStore(), llm=InstantModel()),
+        False: Runtime(store=MemoryStore(), llm=InstantModel()),
+    }
+    deaf = runtimes[False]
+    deaf._bus = deaf._performer._bus = _DeafBus()  # the reference, by design
+    for batch in range(sizes.batches * 2):
+        real = batch % 2 == 0
+        rt = runtimes[real]
+        ids = [(await rt.create_conversation(model=MODEL)).id for _ in range(40)]
+        per_conversation = max(1, sizes.overhead_sends // len(ids))
+        start = time.perf_counter()
+        for cid in ids:
+            for index in range(per_conversation):
+                await rt.send(cid, f"Message {index}.")
+        elapsed = time.perf_counter() - start
+        best[real] = min(best[real], elapsed / (len(ids) * per_conversation * EVENTS_PER_SEND))
+    for rt in runtimes.values():
+        await rt.close()
+    return best[True], best[False]
+
+
+async def streamed_versus_sent(sizes: Sizes) -> tuple[float, float]:
+    """Best seconds per event through ``stream`` (consuming every update) and through ``send``,
+    batch by batch in the same runtime, alternating which goes first."""
+    best_stream = best_send = float("inf")
+    async with Runtime(store=MemoryStore(), llm=InstantModel()) as rt:
+        for batch in range(sizes.batches * 2):
+            ids = [(await rt.create_conversation(model=MODEL)).id for _ in range(40)]
+            per_conversation = max(1, sizes.overhead_sends // len(ids))
+            events = len(ids) * per_conversation * EVENTS_PER_SEND
+            streaming = batch % 2 == 0
+            start = time.perf_counter()
+            for cid in ids:
+                for index in range(per_conversation):
+                    if streaming:
+                        async for _update in rt.stream(cid, f"Message {index}."):
+                            pass
+                    else:
+                        await rt.send(cid, f"Message {index}.")
+            per_event = (time.perf_counter() - start) / events
+            if streaming:
+                best_stream = min(best_stream, per_event)
+            else:
+                best_send = min(best_send, per_event)
+    return best_stream, best_send
+
+
+async def first_text(sizes: Sizes) -> float:
+    """Best seconds from calling ``stream()`` to holding the first text delta."""
+    best = float("inf")
+    async with Runtime(store=MemoryStore(), llm=InstantModel()) as rt:
+        cid = (await rt.create_conversation(model=MODEL)).id
+        for index in range(sizes.overhead_sends // 4):
+            start = time.perf_counter()
+            async for update in rt.stream(cid, f"Message {index}."):
+                if update.kind == "text":
+                    best = min(best, time.perf_counter() - start)
     return best
 
 
@@ -225,6 +315,29 @@ async def main(quick: bool) -> int:
         print(
             f"Runtime overhead (MemoryStore, instant model): {per_event * 1e6:,.1f} us/event "
             f"(target <= {OVERHEAD_TARGET_US:,.0f}) {verdict(ok)}"
+        )
+
+        supported, deaf = await streaming_support(sizes)
+        ratio = supported / deaf
+        ok = ratio <= STREAM_OVERHEAD_TARGET
+        failures += not ok
+        print(
+            f"Streaming support on send() (MemoryStore): {supported * 1e6:,.1f} us/event, "
+            f"{deaf * 1e6:,.1f} without it: {ratio:.2f}x "
+            f"(target <= {STREAM_OVERHEAD_TARGET:.2f}x) {verdict(ok)}"
+        )
+        latency = await first_text(sizes)
+        ok = latency * 1e3 < FIRST_TEXT_TARGET_MS
+        failures += not ok
+        print(
+            f"Time to first text delta (MemoryStore, instant model): {latency * 1e3:,.3f} ms "
+            f"(target < {FIRST_TEXT_TARGET_MS:g} ms) {verdict(ok)}"
+        )
+        streamed, sent = await streamed_versus_sent(sizes)
+        print(
+            f"A streamed turn (MemoryStore, instant model, for information): "
+            f"{streamed * 1e6:,.1f} us/event through stream(), {sent * 1e6:,.1f} through "
+            f"send(): {streamed / sent:.2f}x"
         )
 
         rate = await throughput(Path(tmp) / "throughput.db", sizes)

@@ -15,6 +15,10 @@ BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_runtime.py"
 REPORT_LINES = (
     r"^Runtime overhead \(MemoryStore, instant model\): [\d,.]+ us/event \(target <= 100\) "
     r"(PASS|FAIL)$",
+    r"^Streaming support on send\(\) \(MemoryStore\): [\d,.]+ us/event, [\d,.]+ without it: "
+    r"[\d.]+x \(target <= 1.10x\) (PASS|FAIL)$",
+    r"^Time to first text delta \(MemoryStore, instant model\): [\d,.]+ ms \(target < 2 ms\) "
+    r"(PASS|FAIL)$",
     r"^Runtime throughput \(SqliteStore\): [\d,]+ committed transitions/s "
     r"\(target >= 3,000\) (PASS|FAIL)$",
     r"^Runtime growth \(MemoryStore\): [\d,.]+ us/event at ~10 messages, [\d,.]+ us/event at "
@@ -41,3 +45,4 @@ def test_quick_run_reports_every_target() -> None:
     for pattern in REPORT_LINES:
         assert re.search(pattern, report, re.MULTILINE), f"{pattern!r} not in:\n{report}"
     assert len(re.findall(r"\b(PASS|FAIL)$", report, re.MULTILINE)) == len(REPORT_LINES)
+    assert re.search(r"^A streamed turn .*: [\d.]+x$", report, re.MULTILINE), report

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import weakref
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -38,22 +39,40 @@ class Committed:
     effects: tuple[Any, ...]
 
 
-@dataclass(slots=True)
 class Sink:
-    """The updates of one streamed turn, in order, for its one consumer."""
+    """The updates of one streamed turn, in order, for its one consumer.
 
-    conversation_id: str
-    queue: asyncio.Queue[Update | Committed | BaseException] = field(
-        default_factory=asyncio.Queue
-    )
-    started: bool = False
-    """Whether the turn's own event was committed (``Committed`` was put first)."""
-    closed: bool = False
-    """The consumer stopped reading: the turn goes on, nothing more is kept for it."""
+    A deque and at most one waiting future, rather than an ``asyncio.Queue``: one producer and
+    one consumer need none of a queue's bounds or locks, and a turn's updates are many."""
+
+    __slots__ = ("_items", "_waiter", "closed", "conversation_id", "started")
+
+    def __init__(self, conversation_id: str) -> None:
+        self.conversation_id = conversation_id
+        self.started = False
+        """Whether the turn's own event was committed (``Committed`` was put first)."""
+        self.closed = False
+        """The consumer stopped reading: the turn goes on, nothing more is kept for it."""
+        self._items: deque[Update | Committed | BaseException] = deque()
+        self._waiter: asyncio.Future[None] | None = None
 
     def put(self, item: Update | Committed | BaseException) -> None:
-        if not self.closed:
-            self.queue.put_nowait(item)
+        if self.closed:
+            return
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def get(self) -> Update | Committed | BaseException:
+        """The next item, waiting for it if there is none yet."""
+        items = self._items
+        while not items:
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            await waiter
+        return items.popleft()
 
 
 _SINK: contextvars.ContextVar[Sink | None] = contextvars.ContextVar("segue_sink", default=None)

@@ -347,7 +347,7 @@ class Runtime:
         turn.add_done_callback(self._turns.discard)
         try:
             while True:
-                item = await sink.queue.get()
+                item = await sink.get()
                 if isinstance(item, BaseException):
                     raise item
                 if isinstance(item, Committed):
@@ -601,7 +601,8 @@ class Runtime:
             stale = (p.id for p in stored.pending if isinstance(p.effect, _ANSWERED_BY_EVENTS))
             completes = tuple(dict.fromkeys((*completes, *stale)))
         phase = after.phase
-        reason = getattr(phase, "message", "") or getattr(phase, "trigger", "")
+        fields = phase.__dict__  # a missing attribute costs pydantic's slow __getattr__
+        reason = fields.get("message") or fields.get("trigger") or ""
         commit = Commit(
             conversation_id=before.id,
             expected_version=stored.version,
