@@ -397,6 +397,16 @@ class Runtime:
         """The conversation's current state."""
         return (await self.store.load(conversation_id)).state
 
+    async def conversation(self, conversation_id: str) -> StoredConversation:
+        """The conversation as stored: its state, system prompt, child (if it was continued in
+        a new one), creation time and pending work."""
+        return await self.store.load(conversation_id)
+
+    async def conversations(self) -> list[StoredConversation]:
+        """Every conversation in the store, newest first (without their pending work)."""
+        listed = await self.store.list_conversations()
+        return listed[::-1]
+
     async def messages(self, conversation_id: str) -> list[StoredMessage]:
         """The whole transcript (every session and generation), in order."""
         return await self.store.messages(conversation_id)  # ConversationNotFoundError if none
