@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+from segue.testing import FakeAnthropicServer
+from segue.testing.anthropic_server import MessageReply
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -14,7 +18,9 @@ def _python_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
 
 
-def _run(code: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def _run(
+    code: str, tmp_path: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     script = tmp_path / "example.py"
     script.write_text(code, encoding="utf-8")
     return subprocess.run(  # noqa: S603  # our own interpreter on our own file
@@ -24,13 +30,16 @@ def _run(code: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
         timeout=120,
         cwd=tmp_path,
         check=False,
+        env={**os.environ, **(env or {})},
     )
+
+
+def _block(marker: str) -> str:
+    return next(block for block in _python_blocks() if marker in block)
 
 
 def test_embedding_example_runs_to_a_seeded_child(tmp_path: Path) -> None:
-    embedding = next(
-        block for block in _python_blocks() if "Runtime(" in block and "main()" in block
-    )
+    embedding = _block("start_new_from")
     result = _run(embedding, tmp_path)
     assert result.returncode == 0, result.stderr
     # A library is quiet: the example's own two lines, and nothing on stderr.
@@ -39,6 +48,33 @@ def test_embedding_example_runs_to_a_seeded_child(tmp_path: Path) -> None:
     assert "exhausted after" in result.stdout
     assert "summary: Continuation summary" in result.stdout
     assert re.search(r"continued in \w+ \(parent \w+\)", result.stdout)
+
+
+def test_streaming_example_prints_the_reply_as_it_comes(tmp_path: Path) -> None:
+    result = _run(_block("rt.stream("), tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    reply, meter = result.stdout.splitlines()
+    assert reply.startswith('Answer 1 to "What is a context window?"')
+    assert len(reply) == 400  # the scripted model's whole reply, streamed in pieces
+    assert re.fullmatch(r"\[idle: [\d,]+ of 20,000 tokens, ok\]", meter)
+
+
+def test_real_api_example_runs_against_a_compatible_server(tmp_path: Path) -> None:
+    with FakeAnthropicServer(default=MessageReply(text="Because windows are finite.")) as server:
+        env = {"ANTHROPIC_API_KEY": "sk-readme-test", "ANTHROPIC_BASE_URL": server.url}
+        result = _run(_block("ANTHROPIC_API_KEY from the environment"), tmp_path, env)
+        requests = server.message_requests()
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Because windows are finite.\n"
+    assert result.stderr == ""
+    assert (tmp_path / "chat.db").exists()
+    assert requests[0].body["system"][0]["text"] == "Answer in one paragraph."
+
+
+def test_logging_example_is_valid_python(tmp_path: Path) -> None:
+    result = _run(_block("logging.basicConfig"), tmp_path)
+    assert result.returncode == 0, result.stderr
 
 
 def test_core_example_prints_what_it_claims(tmp_path: Path) -> None:
