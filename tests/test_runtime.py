@@ -1053,7 +1053,7 @@ def test_a_runtime_whose_copy_is_behind_still_refuses_an_exhausted_conversation(
 def test_conversations_evicted_from_the_cache_are_read_back_whole(
     make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("segue.executor.runtime._CACHE_SIZE", 2)
+    monkeypatch.setattr("segue.executor.drive._CACHE_SIZE", 2)
 
     async def main() -> None:
         model = ScriptedModel()

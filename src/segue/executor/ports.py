@@ -38,6 +38,26 @@ class InvalidMessageError(SegueError, ValueError):
     cannot be encoded. Nothing was stored and nothing was sent."""
 
 
+class ConversationExhaustedError(SegueError):
+    """A message was sent to a conversation that reached its context limit (it is read-only)."""
+
+    def __init__(self, conversation_id: str, reason: str) -> None:
+        super().__init__(
+            f"Conversation {conversation_id} is read-only: {reason} "
+            f"Call start_new_from({conversation_id!r}) to continue in a new conversation."
+        )
+        self.conversation_id = conversation_id
+
+
+class MessageRejectedError(SegueError):
+    """The conversation did not accept the message (too large, paused, failed, busy)."""
+
+    def __init__(self, conversation_id: str, reason: str) -> None:
+        super().__init__(f"Conversation {conversation_id} rejected the message: {reason}")
+        self.conversation_id = conversation_id
+        self.reason = reason
+
+
 class ConversationNotFoundError(SegueError, LookupError):
     """No conversation has this id in the store."""
 
