@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from segue.executor._log import get_logger
 from segue.executor.bus import Committed, Sink, Watch
+from segue.executor.chains import Link, UsageReport, lineage, usage_report
 from segue.executor.drive import ANSWERED_BY_EVENTS, Driver, Listener
 from segue.executor.perform import (
     COMPACTION_INSTRUCTION,
@@ -43,9 +44,11 @@ from segue.executor.updates import (
 from segue.executor.views import DEFAULT_KEEP_RECENT
 from segue.statemachine import (
     ContentBlock,
+    ContextExhausted,
     ContextExhaustionBehavior,
     ConversationState,
     ErrorKind,
+    Failed,
     ManualContinuation,
     Message,
     ModelSettings,
@@ -78,6 +81,14 @@ _log = get_logger("segue.runtime")
 DEFAULT_OUTPUT_TOKENS = 8192
 """A conversation's bound on one answer unless it says otherwise: room for a long reply, while a
 prompt at the continuation threshold plus this still fits the smallest window."""
+AUTO_CONTINUE_PROMPT = (
+    "Continue from the summary of our earlier conversation above: pick up where we left off."
+)
+"""The first message of a child started with ``auto_continue``."""
+_FAILED_FOR_CONTEXT = frozenset(
+    {ErrorKind.CONTEXT_EXHAUSTED, ErrorKind.CHECKPOINT_OVERFLOW, ErrorKind.COMPACTION_INEFFECTIVE}
+)
+"""Failures of a conversation whose context ran out: it may be continued in a new one."""
 _REPLY_SCAN = 64
 """Messages read per step when ``last_reply`` looks back for the latest assistant message."""
 
@@ -332,14 +343,35 @@ class Runtime(Driver):
         state, _ = await self._drive(conversation_id, None)
         return state
 
-    async def pause(self, conversation_id: str, reason: str = "") -> ConversationState:
-        """Pause at the next turn boundary (at once when idle) and store a snapshot."""
+    async def pause(
+        self,
+        conversation_id: str,
+        reason: str = "",
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109  # a bound on the wait, then a forced pause
+    ) -> ConversationState:
+        """Pause at the next turn boundary (at once when idle) and store a snapshot.
+
+        While a turn runs in this runtime the pause is taken at its next boundary, and this
+        returns at once; with ``timeout`` it waits for that at most ``timeout`` seconds, then
+        cancels what is in flight (recorded as cancelled, never lost) and pauses: a forced pause.
+        """
         if conversation_id in self._driving:
             # The running drive commits the request before its next effect, so the pause
             # takes effect at the next turn boundary. (Only a drive reads the request: while
             # anything else holds the lock, the pause waits for the lock below.)
             self._pause_requests[conversation_id] = reason
-            return (await self.store.load(conversation_id)).state
+            if timeout is None:
+                return (await self.store.load(conversation_id)).state
+            try:
+                async with asyncio.timeout(timeout), self._exclusive(conversation_id):
+                    pass  # the running turn is over, and its pause was taken at its boundary
+            except TimeoutError:
+                await self.cancel(conversation_id)  # which also drops the pending pause
+            else:
+                state = (await self.store.load(conversation_id)).state
+                if state.phase.kind == "paused":
+                    return state
         state, _ = await self._drive(conversation_id, PauseRequested(reason=reason))
         return state
 
@@ -349,23 +381,29 @@ class Runtime(Driver):
         return state
 
     async def start_new_from(
-        self, conversation_id: str, *, seed_with_summary: bool = True
+        self,
+        conversation_id: str,
+        *,
+        seed_with_summary: bool = True,
+        auto_continue: bool = False,
     ) -> ConversationState:
-        """The one child of an exhausted conversation (asking twice returns the same child)."""
+        """The one child of an exhausted conversation (asking twice returns the same child).
+
+        A conversation that failed because its context was exhausted (a sub-agent, a checkpoint
+        that could not fit) can be continued too; it is seeded with the last summary or
+        checkpoint it wrote, if any. ``auto_continue`` starts the child's first turn with the
+        summary at once, so the user lands in a conversation that already answered (only the
+        first time: asking again returns the child as it is).
+        """
+        if auto_continue and not seed_with_summary:
+            msg = "auto_continue needs the summary to continue from (seed_with_summary=True)"
+            raise ValueError(msg)
         async with self._exclusive(conversation_id):
             parent = await self.store.load(conversation_id)
             if parent.child_id is not None:
                 return (await self.store.load(parent.child_id)).state
-            phase = parent.state.phase
-            if phase.kind != "context_exhausted":
-                msg = (
-                    f"Conversation {conversation_id} is {phase.kind}, not context_exhausted: "
-                    "only an exhausted conversation is continued in a new one."
-                )
-                raise SegueError(msg)
-            seed: list[Message] = []
-            if seed_with_summary:
-                seed.append(Message(kind="summary", text=getattr(phase, "summary", "")))
+            summary = await self._summary_to_seed(parent)
+            seed = [Message(kind="summary", text=summary)] if seed_with_summary and summary else []
             config = parent.state.config
             child = await self.create_conversation(
                 model=config.model,
@@ -375,10 +413,43 @@ class Runtime(Driver):
                 warning_threshold=config.warning_threshold,
                 continuation_threshold=config.continuation_threshold,
                 max_continuations=config.max_continuations,
+                max_attempts=config.max_attempts,
+                context_window=config.context_window,
+                max_output_tokens=config.max_output_tokens,
+                temperature=config.settings.temperature,
+                thinking_budget=config.settings.thinking_budget,
+                tool_choice=config.settings.tool_choice,
                 seed=seed,
             )
             winner = await self.store.link_child(conversation_id, child.id)
+        if winner != child.id or not auto_continue or not seed:
             return (await self.store.load(winner)).state
+        return await self.send(winner, AUTO_CONTINUE_PROMPT)
+
+    async def _summary_to_seed(self, parent: StoredConversation) -> str | None:
+        phase = parent.state.phase
+        if isinstance(phase, ContextExhausted):
+            return phase.summary
+        if isinstance(phase, Failed) and phase.error_kind in _FAILED_FOR_CONTEXT:
+            for message in reversed(await self.store.messages(parent.state.id)):
+                if message.kind in ("continuation", "checkpoint", "summary") and message.text:
+                    return message.text
+            return None
+        msg = (
+            f"Conversation {parent.state.id} is {phase.kind}, not context_exhausted (nor failed "
+            "for its context): only an exhausted conversation is continued in a new one."
+        )
+        raise SegueError(msg)
+
+    async def lineage(self, conversation_id: str) -> list[Link]:
+        """The continuation chain ``conversation_id`` belongs to, root first, each link with
+        its place (``label``: ``root``, ``2``, ``3``...) and the summary it ended with."""
+        return await lineage(self.store, conversation_id)
+
+    async def usage(self, conversation_id: str) -> UsageReport:
+        """What the conversation's requests cost, by purpose (turn, continuation, checkpoint,
+        compaction) and by session: sums of the per-request usage kept with each answer."""
+        return usage_report(await self.store.messages(conversation_id))
 
     async def recover(self) -> None:
         """Perform what a crash left pending, for every conversation with a non-empty outbox."""

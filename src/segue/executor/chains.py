@@ -1,0 +1,137 @@
+"""Continuation chains and cost reports: reading what a conversation and its relatives did.
+
+A conversation continued in a new one (``Runtime.start_new_from``) and that one continued again
+form a *chain*: root first, each link the one child of the one before (``child_id``). A
+sub-agent also has a ``parent_id``, but its parent's child is never the sub-agent, so a chain
+follows only links both ends agree on. ``lineage`` returns a chain with each link's summary, so
+an application can answer "what happened before" across all of it.
+
+``usage`` totals what every request cost, by its purpose (a turn, a continuation summary, a
+checkpoint, a compaction) and by session: each answer's per-request usage is kept on the
+message it produced. Summing is right here, for cost; it is never how occupancy is measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from segue.executor.ports import Store, StoredConversation, StoredMessage
+from segue.statemachine import ConversationState, Usage
+
+PURPOSES: Final = {
+    "assistant": "turn",
+    "continuation": "continuation",
+    "checkpoint": "checkpoint",
+    "summary": "compaction",
+}
+"""The purpose of the request that produced a message of each kind."""
+_MAX_CHAIN: Final = 10_000
+"""A chain longer than this is a loop in the store (a link the store should never hold)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Link:
+    """One conversation of a continuation chain."""
+
+    id: str
+    position: int
+    """1 for the root, 2 for its continuation, and so on."""
+    state: ConversationState
+    created_at: float
+    summary: str | None
+    """What it ended with (its continuation summary), None while it is still going on."""
+
+    @property
+    def label(self) -> str:
+        """Its place in the chain, as a title would say it: ``root``, ``2``, ``3``..."""
+        return "root" if self.position == 1 else str(self.position)
+
+
+async def lineage(store: Store, conversation_id: str) -> list[Link]:
+    """The chain ``conversation_id`` belongs to, root first."""
+    current = await store.load(conversation_id)
+    ancestors: list[StoredConversation] = []
+    while current.state.parent_id is not None and len(ancestors) < _MAX_CHAIN:
+        parent = await store.load(current.state.parent_id)
+        if parent.child_id != current.state.id:
+            break  # a sub-agent's parent: not a continuation
+        ancestors.append(parent)
+        current = parent
+    chain = [*reversed(ancestors), await store.load(conversation_id)]
+    while chain[-1].child_id is not None and len(chain) < _MAX_CHAIN:
+        chain.append(await store.load(chain[-1].child_id))
+    return [
+        Link(
+            id=stored.state.id,
+            position=position,
+            state=stored.state,
+            created_at=stored.created_at,
+            summary=_ended_with(stored.state),
+        )
+        for position, stored in enumerate(chain, 1)
+    ]
+
+
+def _ended_with(state: ConversationState) -> str | None:
+    summary = state.phase.__dict__.get("summary")
+    return summary if isinstance(summary, str) else None
+
+
+@dataclass(frozen=True, slots=True)
+class UsageReport:
+    """What a conversation's requests cost, in tokens (sums of per-request usage)."""
+
+    by_purpose_and_session: dict[tuple[str, int], Usage] = field(default_factory=dict)
+    requests: int = 0
+    """Answers with a usage report (requests that failed or reported nothing are not here)."""
+
+    @property
+    def total(self) -> Usage:
+        """Everything together."""
+        return _sum(self.by_purpose_and_session.values())
+
+    @property
+    def by_purpose(self) -> dict[str, Usage]:
+        """Per purpose: ``turn``, ``continuation``, ``checkpoint``, ``compaction``."""
+        return self._grouped(0)
+
+    @property
+    def by_session(self) -> dict[int, Usage]:
+        """Per session (a checkpoint restart or a resume starts a new one)."""
+        return self._grouped(1)
+
+    def _grouped(self, part: int) -> dict[Any, Usage]:
+        groups: dict[Any, list[Usage]] = {}
+        for key, usage in self.by_purpose_and_session.items():
+            groups.setdefault(key[part], []).append(usage)
+        return {key: _sum(usages) for key, usages in groups.items()}
+
+
+def usage_report(messages: list[StoredMessage]) -> UsageReport:
+    """Total the usage kept on ``messages`` by purpose and session."""
+    grouped: dict[tuple[str, int], list[Usage]] = {}
+    requests = 0
+    for stored in messages:
+        message = stored.message
+        purpose = PURPOSES.get(message.kind)
+        if purpose is None or message.usage is None:
+            continue
+        requests += 1
+        grouped.setdefault((purpose, message.session), []).append(message.usage)
+    return UsageReport({key: _sum(usages) for key, usages in grouped.items()}, requests)
+
+
+def _sum(usages: Any) -> Usage:
+    input_tokens = output = creation = read = 0
+    for usage in usages:
+        input_tokens += usage.input_tokens
+        output += usage.output_tokens
+        creation += usage.cache_creation_input_tokens
+        read += usage.cache_read_input_tokens
+    return Usage(
+        input_tokens=input_tokens,
+        output_tokens=output,
+        cache_creation_input_tokens=creation,
+        cache_read_input_tokens=read,
+    )

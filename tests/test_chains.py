@@ -1,0 +1,179 @@
+"""Continuation chains, auto-continue, forced pause and cost reports, through ``Runtime``.
+
+The model is the offline ``ScriptedModel`` (usage per request, growing with the prompt), the
+store the real ``MemoryStore``. Each test drives conversations to where the behaviour matters and
+reads the result back the way an application would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from segue import (
+    ContextExhaustionBehavior,
+    ErrorKind,
+    LlmReply,
+    MemoryStore,
+    Runtime,
+    ScriptedModel,
+    SegueError,
+)
+from segue.executor.runtime import AUTO_CONTINUE_PROMPT
+
+MODEL = "claude-sonnet-4-5"
+WINDOW = 3_000
+
+
+async def exhaust(rt: Runtime, conversation_id: str) -> None:
+    for index in range(40):
+        state = await rt.send(conversation_id, f"Question {index}: tell me more.")
+        if state.phase.kind != "idle":
+            return
+    pytest.fail("never exhausted")
+
+
+def test_a_chain_is_read_root_first_with_each_links_place_and_summary() -> None:
+    async def main() -> None:
+        async with Runtime(store=MemoryStore(), llm=ScriptedModel(window=WINDOW)) as rt:
+            root = await rt.create_conversation(model=MODEL)
+            await exhaust(rt, root.id)
+            second = await rt.start_new_from(root.id)
+            await exhaust(rt, second.id)
+            third = await rt.start_new_from(second.id)
+            chain = await rt.lineage(second.id)
+            assert [link.id for link in chain] == [root.id, second.id, third.id]
+            assert [link.label for link in chain] == ["root", "2", "3"]
+            assert chain[0].summary is not None
+            assert chain[0].summary.startswith("Continuation summary")
+            assert chain[1].summary is not None
+            assert chain[2].summary is None  # still going on
+            assert [link.id for link in await rt.lineage(third.id)] == [link.id for link in chain]
+
+    asyncio.run(main())
+
+
+def test_a_sub_agent_is_not_a_link_of_its_parents_chain() -> None:
+    async def main() -> None:
+        async with Runtime(store=MemoryStore(), llm=ScriptedModel()) as rt:
+            parent = await rt.create_conversation(model=MODEL)
+            child = await rt.create_conversation(
+                model=MODEL,
+                parent_id=parent.id,
+                behavior=ContextExhaustionBehavior.INTENTIONALLY_UNHANDLED,
+            )
+            assert [link.id for link in await rt.lineage(child.id)] == [child.id]
+            assert [link.id for link in await rt.lineage(parent.id)] == [parent.id]
+
+    asyncio.run(main())
+
+
+def test_auto_continue_lands_in_a_conversation_that_already_answered() -> None:
+    async def main() -> None:
+        model = ScriptedModel(window=WINDOW)
+        async with Runtime(store=MemoryStore(), llm=model) as rt:
+            root = await rt.create_conversation(model=MODEL)
+            await exhaust(rt, root.id)
+            child = await rt.start_new_from(root.id, auto_continue=True)
+            assert child.phase.kind == "idle"
+            kinds = [m.kind for m in await rt.messages(child.id)]
+            assert kinds == ["summary", "user", "assistant"]
+            assert (await rt.messages(child.id))[1].text == AUTO_CONTINUE_PROMPT
+            asked = len(model.requests)
+            again = await rt.start_new_from(root.id, auto_continue=True)
+            assert again.id == child.id
+            assert len(model.requests) == asked  # no second first turn
+            with pytest.raises(ValueError, match="summary"):
+                await rt.start_new_from(root.id, seed_with_summary=False, auto_continue=True)
+
+    asyncio.run(main())
+
+
+def test_a_conversation_that_failed_for_its_context_can_be_continued() -> None:
+    async def main() -> None:
+        async with Runtime(store=MemoryStore(), llm=ScriptedModel(window=WINDOW)) as rt:
+            agent = await rt.create_conversation(
+                model=MODEL, behavior=ContextExhaustionBehavior.INTENTIONALLY_UNHANDLED
+            )
+            await exhaust(rt, agent.id)
+            failed = await rt.state(agent.id)
+            assert failed.phase.kind == "failed"
+            assert getattr(failed.phase, "error_kind", None) is ErrorKind.CONTEXT_EXHAUSTED
+            child = await rt.start_new_from(agent.id)
+            assert child.parent_id == agent.id
+            assert [link.id for link in await rt.lineage(child.id)] == [agent.id, child.id]
+            live = await rt.create_conversation(model=MODEL)
+            with pytest.raises(SegueError, match="not context_exhausted"):
+                await rt.start_new_from(live.id)
+
+    asyncio.run(main())
+
+
+def test_a_forced_pause_cancels_what_is_in_flight_after_the_timeout() -> None:
+    async def main() -> None:
+        model = ScriptedModel(delay=0.3)
+        async with Runtime(store=MemoryStore(), llm=model) as rt:
+            conv = await rt.create_conversation(model=MODEL, behavior="checkpoint_restart")
+            sending = asyncio.ensure_future(rt.send(conv.id, "A long job."))
+            await asyncio.sleep(0.05)
+            state = await rt.pause(conv.id, "deploy window", timeout=0.05)
+            assert state.phase.kind == "paused"
+            await sending
+            # It did not wait for the request: it cancelled it, then took the checkpoint.
+            transitions = [t.event_kind for t in await rt.store.transitions(conv.id)]
+            assert "user_cancel" in transitions
+            assert "llm_response" not in transitions
+            snapshot = (await rt.store.snapshots(conv.id))[-1]
+            assert snapshot.reason == "deploy window"
+            first = (await rt.messages(conv.id))[0]
+            assert (first.kind, first.text) == ("user", "A long job.")  # nothing lost
+
+    asyncio.run(main())
+
+
+def test_a_pause_with_time_to_reach_the_boundary_does_not_cancel() -> None:
+    async def main() -> None:
+        model = ScriptedModel(delay=0.05)
+        async with Runtime(store=MemoryStore(), llm=model) as rt:
+            conv = await rt.create_conversation(model=MODEL)
+            sending = asyncio.ensure_future(rt.send(conv.id, "A short job."))
+            await asyncio.sleep(0.01)
+            state = await rt.pause(conv.id, "later", timeout=5)
+            assert state.phase.kind == "paused"
+            await sending
+            transitions = [t.event_kind for t in await rt.store.transitions(conv.id)]
+            assert "user_cancel" not in transitions
+            assert "llm_response" in transitions  # the turn finished first
+
+    asyncio.run(main())
+
+
+def test_usage_is_totalled_by_purpose_and_session() -> None:
+    async def main() -> None:
+        model = ScriptedModel(window=WINDOW)
+        async with Runtime(store=MemoryStore(), llm=model) as rt:
+            conv = await rt.create_conversation(model=MODEL)
+            await exhaust(rt, conv.id)
+            report = await rt.usage(conv.id)
+            turns = [m.message.usage for m in await rt.messages(conv.id) if m.kind == "assistant"]
+            assert report.by_purpose["turn"].input_tokens == sum(
+                u.input_tokens for u in turns if u is not None
+            )
+            assert set(report.by_session) == {1}
+            assert report.total.output_tokens >= report.by_purpose["turn"].output_tokens
+            assert report.requests >= len(turns)
+
+    asyncio.run(main())
+
+
+def test_usage_of_a_conversation_without_answers_is_zero() -> None:
+    async def main() -> None:
+        model = ScriptedModel([LlmReply(text="Hi.", usage=None)])
+        async with Runtime(store=MemoryStore(), llm=model) as rt:
+            conv = await rt.create_conversation(model=MODEL)
+            report = await rt.usage(conv.id)
+            assert report.requests == 0
+            assert report.total.context_tokens == 0
+
+    asyncio.run(main())
