@@ -679,6 +679,20 @@ def test_seg009_backoff_is_capped() -> None:
 
 
 @requirement("REQ-SEG-009")
+def test_seg009_a_retry_waits_at_least_what_the_provider_asked() -> None:
+    playbook = asking()
+    playbook >> LlmError(message="429", retryable=True, retry_after=12.5)
+    playbook << [ScheduleRetry(request="llm", attempt=2, delay_seconds=12.5)]
+    playbook >> RetryDue(attempt=2) << [RequestLlm(attempt=2)]
+    playbook >> LlmError(message="429", retryable=True, retry_after=0.25)  # shorter: backoff
+    playbook << [ScheduleRetry(request="llm", attempt=3, delay_seconds=2.0)]
+    summary = summarising() >> ContinuationFailed(error="529", retryable=True, retry_after=40)
+    summary << [ScheduleRetry(request="continuation", attempt=2, delay_seconds=40.0)]
+    with pytest.raises(pydantic.ValidationError):
+        LlmError(message="x", retryable=True, retry_after=-1)
+
+
+@requirement("REQ-SEG-009")
 def test_seg009_a_non_retryable_error_fails_at_once() -> None:
     playbook = asking() >> LlmError(message="invalid api key")
     message = "The LLM request failed: invalid api key"

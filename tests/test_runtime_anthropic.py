@@ -294,6 +294,22 @@ def test_the_http_attempts_are_the_attempts_segue_reports_whatever_max_retries(
     assert sleep.delays == [1.0, 2.0]
 
 
+def test_the_runtime_waits_as_long_as_the_server_asked(
+    server: FakeAnthropicServer, make_store: StoreFactory
+) -> None:
+    slow_down = ErrorReply(429, "rate_limit_error", "slow down", {"retry-after": "7"})
+    server.enqueue(slow_down, MessageReply(text="Made it."))
+    sleep = SleepRecorder()
+
+    async def main() -> None:
+        async with connected(server, make_store(), sleep=sleep) as rt:
+            conv = await rt.create_conversation(model=MODEL)
+            assert (await rt.send(conv.id, "Hello?")).phase.kind == "idle"
+
+    asyncio.run(main())
+    assert sleep.delays == [7.0]  # not the 1 s backoff: what the server asked
+
+
 def test_rate_limit_and_overload_left_to_the_runtime_back_off_then_succeed(
     server: FakeAnthropicServer, make_store: StoreFactory
 ) -> None:

@@ -323,6 +323,7 @@ class Performer:
                 message=outcome.message,
                 retryable=outcome.retryable and not outcome.fatal,
                 context_overflow=outcome.context_overflow,
+                retry_after=outcome.retry_after,
             )
         return LlmResponse(
             text=outcome.text,
@@ -378,6 +379,7 @@ class Performer:
                 error=error.message,
                 retryable=error.retryable and not error.fatal,
                 context_overflow=error.context_overflow,
+                retry_after=error.retry_after,
             )
         retained = estimate_tokens(stored.system or "") + estimate_tokens(reply.text)
         retained += sum(estimate_tokens(message.text) for message in tail)
@@ -409,6 +411,7 @@ def _continuation_event(outcome: LlmReply | LlmCallError) -> Event:
             error=outcome.message,
             retryable=outcome.retryable and not outcome.fatal,
             context_overflow=outcome.context_overflow,
+            retry_after=outcome.retry_after,
         )
     return ContinuationResponse(
         summary=outcome.text, usage=outcome.usage, stop_reason=outcome.stop_reason
@@ -421,6 +424,7 @@ def _checkpoint_event(outcome: LlmReply | LlmCallError) -> Event:
             error=outcome.message,
             retryable=outcome.retryable and not outcome.fatal,
             context_overflow=outcome.context_overflow,
+            retry_after=outcome.retry_after,
         )
     return CheckpointResponse(text=outcome.text, usage=outcome.usage)
 

@@ -97,9 +97,13 @@ def not_run(state: ConversationState, calls: tuple[ToolCall, ...], why: str) -> 
     ]
 
 
-def retry_delay(state: ConversationState, next_attempt: int) -> float:
+def retry_delay(
+    state: ConversationState, next_attempt: int, retry_after: float | None = None
+) -> float:
+    """Exponential backoff, capped; never shorter than what the provider asked for."""
     config = state.config
-    return float(min(config.retry_max_delay, config.retry_base_delay * 2 ** (next_attempt - 2)))
+    backoff = float(min(config.retry_max_delay, config.retry_base_delay * 2 ** (next_attempt - 2)))
+    return backoff if retry_after is None else max(backoff, retry_after)
 
 
 def fail(state: ConversationState, kind: ErrorKind, message: str, effects: list[Effect]) -> Result:

@@ -107,7 +107,7 @@ def _retry_or_give_up(
                 trim_level=trimmed.trim_level,
             )
         return state._evolve(phase=trimmed), (effect,)
-    delay = retry_delay(state, attempt + 1)
+    delay = retry_delay(state, attempt + 1, event.retry_after)
     retry = ScheduleRetry._make(request=request, attempt=attempt + 1, delay_seconds=delay)
     return state._evolve(phase=phase._evolve(retry_pending=True)), (retry,)
 

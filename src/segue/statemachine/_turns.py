@@ -202,7 +202,7 @@ def on_llm_error(state: ConversationState, event: LlmError) -> Result:
         return exhaust(state, "overflow", (), True, [])
     attempt = phase.attempt
     if event.retryable and attempt < state.config.max_attempts:
-        delay = retry_delay(state, attempt + 1)
+        delay = retry_delay(state, attempt + 1, event.retry_after)
         retry = ScheduleRetry._make(request="llm", attempt=attempt + 1, delay_seconds=delay)
         return state._evolve(phase=phase._evolve(retry_pending=True)), (retry,)
     if event.retryable:

@@ -17,6 +17,7 @@ from segue.statemachine.content import ContentBlock, ToolResultBlock, UserBlock
 from segue.statemachine.models import TokenCount, ToolCall, Usage
 
 NonEmptyText = Annotated[str, Field(min_length=1)]
+RetryAfter = Annotated[float, Field(ge=0, le=3600)]
 AttemptNumber = Annotated[StrictInt, Field(ge=1)]
 
 
@@ -71,6 +72,8 @@ class LlmError(Frozen):
     message: str
     retryable: bool = False
     context_overflow: bool = False
+    retry_after: RetryAfter | None = None
+    """Seconds the provider asked to wait before the next attempt; the retry waits at least that."""
 
 
 class ToolResult(Frozen):
@@ -104,6 +107,8 @@ class ContinuationFailed(Frozen):
     retryable: bool = False
     context_overflow: bool = False
     """The summary request itself was too long: retry with more of the oldest history trimmed."""
+    retry_after: RetryAfter | None = None
+    """Seconds the provider asked to wait before the next attempt; the retry waits at least that."""
 
 
 class CheckpointResponse(Frozen):
@@ -121,6 +126,8 @@ class CheckpointFailed(Frozen):
     error: str
     retryable: bool = False
     context_overflow: bool = False
+    retry_after: RetryAfter | None = None
+    """Seconds the provider asked to wait before the next attempt; the retry waits at least that."""
 
 
 class CompactionResponse(Frozen):
@@ -145,6 +152,8 @@ class CompactionFailed(Frozen):
     error: str
     retryable: bool = False
     context_overflow: bool = False
+    retry_after: RetryAfter | None = None
+    """Seconds the provider asked to wait before the next attempt; the retry waits at least that."""
 
 
 class RetryDue(Frozen):
