@@ -448,3 +448,39 @@ def test_the_api_key_never_reaches_logs_state_or_transcript(server: FakeAnthropi
     asyncio.run(main())
     sent_with = server.message_requests()[0].headers
     assert KEY in sent_with.get("authorization", "") + sent_with.get("x-api-key", "")
+
+
+# --------------------------------------------------------------------------- bounded turns
+
+
+def test_a_server_that_always_calls_a_tool_cannot_loop_one_message_forever(
+    server: FakeAnthropicServer, make_store: StoreFactory
+) -> None:
+    """Seen with a compatible server: every answer a tool call, 2,280 round trips for one
+    send(). Now: max_tool_rounds rounds, then one grace request with tool_choice none."""
+    server.default = lambda _body: MessageReply(
+        text="Checking again.",
+        tool_uses=[ToolUse("lookup", {"query": "x"})],
+        stop_reason="tool_use",
+    )
+
+    async def main() -> None:
+        async with connected(server, make_store(), tools=[LOOKUP]) as rt:
+            conv = await rt.create_conversation(model=MODEL, max_tool_rounds=3)
+            with capture_logs() as logs:
+                state = await rt.send(conv.id, "Find it.")
+            assert state.phase.kind == "idle"
+            kinds = [m.kind for m in await rt.messages(conv.id)]
+            assert kinds.count("assistant") == 5  # 3 rounds, the 4th asked, the grace answer
+            assert "notify" in [e["event"] for e in logs]
+            # The next message has its own rounds again.
+            await rt.send(conv.id, "Once more.")
+
+    asyncio.run(main())
+    sent = bodies(server)
+    assert len(sent) == 5 + 5
+    grace = sent[4]
+    assert grace["tool_choice"] == {"type": "none"}
+    assert grace["tools"]  # still declared: the history holds tool blocks
+    assert "no tool can be called now" in texts(grace["messages"][-1])
+    assert all("tool_choice" not in body for body in sent[:4])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from segue import (
     ConversationState,
     Idle,
     LlmError,
+    LlmRequesting,
     LlmResponse,
     PauseRequested,
     RequestCheckpoint,
@@ -62,6 +64,7 @@ def test_the_machine_checks_the_promised_invariants() -> None:
         "phase_matches_world",
         "preflight_before_requests",
         "tool_calls_paired",
+        "turns_bounded",
         "values_valid",
     ]
 
@@ -140,6 +143,16 @@ def unbounded_retries(state: ConversationState, event: Any) -> Result:
     return transition(state, event)
 
 
+def unbounded_tool_rounds(state: ConversationState, event: Any) -> Result:
+    """Forgets the tool rounds a turn has run: every response's tools run."""
+    if isinstance(event, LlmResponse):
+        fresh = state.model_copy(update={"tool_rounds": 0})
+        if isinstance(fresh.phase, LlmRequesting):
+            fresh = fresh.with_phase(fresh.phase.model_copy(update={"final": False}))
+        return transition(fresh, event)
+    return transition(state, event)
+
+
 def raising_on_stale_results(state: ConversationState, event: Any) -> Result:
     """Looks up a tool result's call without checking it is still pending."""
     if isinstance(event, ToolResult) and state.phase.kind != "tool_executing":
@@ -147,20 +160,30 @@ def raising_on_stale_results(state: ConversationState, event: Any) -> Result:
     return transition(state, event)
 
 
+def one_tool_round(state: ConversationState) -> ConversationState:
+    """The conversation with ``max_tool_rounds=1``: its second tool round is over the limit."""
+    return state.model_copy(
+        update={"config": state.config.model_copy(update={"max_tool_rounds": 1})}
+    )
+
+
 def machine_checking_only(
     invariant: str,
     broken: TransitionFunction,
     behaviors: tuple[ContextExhaustionBehavior, ...] | None = None,
+    narrow: Callable[[ConversationState], ConversationState] | None = None,
 ) -> type[ConversationMachine]:
     """A ConversationMachine over ``broken`` with every other invariant switched off, so the
     test shows that this one catches the bug (an undecorated override is not an invariant).
-    ``behaviors`` narrows the conversations it starts from, as a user's subclass may."""
+    ``behaviors`` and ``narrow`` narrow the conversations it starts from, as a user's subclass
+    may."""
 
     def off(_self: ConversationMachine) -> None:
         return None
 
     def initial_states(_cls: type[ConversationMachine]) -> st.SearchStrategy[ConversationState]:
-        return conversations(behaviors=behaviors)
+        start = conversations(behaviors=behaviors)
+        return start if narrow is None else start.map(narrow)
 
     namespace: dict[str, Any] = {name: off for name in INVARIANTS if name != invariant}
     namespace["transition_function"] = staticmethod(broken)
@@ -169,23 +192,25 @@ def machine_checking_only(
 
 
 @pytest.mark.parametrize(
-    ("broken", "invariant", "behaviors"),
+    ("broken", "invariant", "behaviors", "narrow"),
     [
-        (summing_usage, "occupancy_never_summed", None),
-        (tools_despite_threshold, "no_tools_past_threshold", None),
-        (reopening_exhausted, "exhausted_is_absorbing", (THRESHOLD,)),
-        (forgetting_cancelled_tools, "tool_calls_paired", None),
-        (double_request, "one_request_in_flight", None),
-        (unbounded_retries, "attempts_bounded", None),
-        (raising_on_stale_results, "transition never raises", None),
+        (summing_usage, "occupancy_never_summed", None, None),
+        (tools_despite_threshold, "no_tools_past_threshold", None, None),
+        (reopening_exhausted, "exhausted_is_absorbing", (THRESHOLD,), None),
+        (forgetting_cancelled_tools, "tool_calls_paired", None, None),
+        (double_request, "one_request_in_flight", None, None),
+        (unbounded_retries, "attempts_bounded", None, None),
+        (unbounded_tool_rounds, "turns_bounded", None, one_tool_round),
+        (raising_on_stale_results, "transition never raises", None, None),
     ],
 )
 def test_a_broken_transition_is_caught(
     broken: TransitionFunction,
     invariant: str,
     behaviors: tuple[ContextExhaustionBehavior, ...] | None,
+    narrow: Callable[[ConversationState], ConversationState] | None,
 ) -> None:
-    machine = machine_checking_only(invariant, broken, behaviors)
+    machine = machine_checking_only(invariant, broken, behaviors, narrow)
     quick = settings(
         max_examples=400,
         stateful_step_count=40,

@@ -38,6 +38,7 @@ from segue import (
     Event,
     Failed,
     LlmError,
+    LlmRequesting,
     LlmResponse,
     ManualContinuation,
     Paused,
@@ -58,7 +59,7 @@ from segue import (
     new_conversation,
     transition,
 )
-from segue.statemachine.machine import RESUME_PROMPT, TOOL_NOT_RUN_CANCELLED
+from segue.statemachine.machine import RESUME_PROMPT, TOOL_NOT_RUN_CANCELLED, TOOL_NOT_RUN_LIMIT
 from segue.statemachine.spec import (
     PHASE_KINDS,
     Row,
@@ -202,7 +203,10 @@ class Reference:
         self.reason = state.pause_reason
         self.session = state.session
         self.snapshots = state.snapshots
+        self.rounds = state.tool_rounds
+        self.max_rounds = config.max_tool_rounds
         phase: Any = state.phase
+        self.final: bool = getattr(phase, "final", False)
         self.attempt: int = getattr(phase, "attempt", 1)
         self.trim: int = getattr(phase, "trim_level", 0)
         self.retry: bool = getattr(phase, "retry_pending", False)
@@ -274,6 +278,8 @@ class Reference:
             self.pause,
             self.session,
             self.snapshots,
+            self.rounds,
+            self.final if phase == "llm_requesting" else None,
         )
 
     def _condition(self, row: Row) -> Callable[[Any], bool]:
@@ -306,6 +312,22 @@ class Reference:
             return self.projected + _tokens(event.output, event.token_count)
         return self.projected
 
+    def over_the_limit(self, event: Any) -> bool:
+        """The response asks for tools and the turn has used its tool rounds."""
+        return bool(event.tool_calls) and self.rounds >= self.max_rounds
+
+    def projected_after_limit(self, event: Any) -> int:
+        """The projected prompt once the response is measured and its calls answered as not
+        run: what the grace request's pre-flight compares with the threshold."""
+        known = self.known(event)
+        if known is not None:
+            base = known
+        else:
+            base = self.projected + estimate_tokens(event.text) + sum(
+                estimate_tokens(call.name + repr(call.input)) for call in event.tool_calls
+            )
+        return base + len(event.tool_calls) * estimate_tokens(TOOL_NOT_RUN_LIMIT)
+
     def seed_tokens(self, text: str) -> int:
         """A restarted session's first prompt: system tokens + the continuation prompt."""
         return self.system + estimate_tokens(continuation_prompt(extract_checkpoint(text)))
@@ -332,8 +354,13 @@ class Reference:
         kind = row.event
         if kind == "user_message" and row.guard in _TAKES_MESSAGE:
             self.pending += _tokens(event.text, event.token_count)
+            self.rounds = 0
         elif kind == "llm_response":
             self._measure(event)
+            if row.guard.startswith(("tool_round_limit", "final_tool_calls")):
+                self.pending += len(event.tool_calls) * estimate_tokens(TOOL_NOT_RUN_LIMIT)
+            elif row.guard == "has_tool_calls":
+                self.rounds += 1
         elif kind == "tool_result":
             self.pending += _tokens(event.output, event.token_count)
             self.waiting.remove(event.tool_call_id)
@@ -378,6 +405,7 @@ class Reference:
     def _new_session(self, pending: int) -> None:
         self.session += 1
         self.context, self.pending, self.warned = None, pending, False
+        self.rounds = 0
 
     def _enter(self, row: Row, event: Any) -> None:
         source, target = row.phase, row.target
@@ -404,13 +432,19 @@ class Reference:
             self.reason = ""
         if target in ("idle", "failed", "context_exhausted", "paused"):
             self.pause = False
+        grace = row.guard == "tool_round_limit" and target == "llm_requesting"
         new_request = target in _REQUESTS and (
-            source != target or (source == "awaiting_checkpoint" and "pause_pending" in row.guard)
+            source != target
+            or grace
+            or (source == "awaiting_checkpoint" and "pause_pending" in row.guard)
         )
         if not new_request:
             return
         self.attempt, self.retry, self.trim = 1, False, 0
-        if row.behavior != "*":  # the exhaustion path: a restart checkpoint or a compaction
+        self.final = grace
+        if row.guard == "tool_round_limit_pause_pending":  # a pause before the grace request
+            self.purpose, self.resume_after = "pause", True
+        elif row.behavior != "*":  # the exhaustion path: a restart checkpoint or a compaction
             self.purpose = "restart"
             # Mid-task (resume at once): tools were asked for, the provider overflowed, or
             # pre-flight stopped a request; not after a finished turn or a manual trigger.
@@ -419,7 +453,13 @@ class Reference:
             self.resume_after = (
                 bool(event.tool_calls) or overflowed
                 if base == "crosses_continuation"
-                else base in ("preflight_over", "context_overflow", "window_exceeded")
+                else base
+                in (
+                    "preflight_over",
+                    "context_overflow",
+                    "window_exceeded",
+                    "tool_round_limit_preflight_over",
+                )
             )
         elif target == "awaiting_checkpoint":  # a pause taken at a turn boundary
             self.purpose = "pause"
@@ -474,6 +514,16 @@ GUARDS: Final[dict[str, Guard]] = {
     ),
     "truncated_pause_pending": lambda r, e: e.stop_reason == "max_tokens" and r.pause,
     "truncated": lambda r, e: e.stop_reason == "max_tokens",
+    "final_tool_calls_pause_pending": lambda r, e: r.final and bool(e.tool_calls) and r.pause,
+    "final_tool_calls": lambda r, e: r.final and bool(e.tool_calls),
+    "tool_round_limit": lambda r, e: r.over_the_limit(e),
+    "tool_round_limit_preflight_over": lambda r, e: (
+        r.over_the_limit(e) and r.projected_after_limit(e) >= r.threshold
+    ),
+    "tool_round_limit_preflight_over_at_bound": lambda r, e: (
+        r.over_the_limit(e) and r.projected_after_limit(e) >= r.threshold and r.at_bound
+    ),
+    "tool_round_limit_pause_pending": lambda r, e: r.over_the_limit(e) and r.pause,
     "has_tool_calls": lambda r, e: bool(e.tool_calls),
     "ends_turn_pause_pending": lambda r, e: not e.tool_calls and r.pause,
     "crosses_warning": lambda r, e: not r.warned and (r.known(e) or 0) >= r.warning,
@@ -523,6 +573,8 @@ def observed(state: ConversationState) -> tuple[object, ...]:
         state.pause_requested,
         state.session,
         state.snapshots,
+        state.tool_rounds,
+        getattr(phase, "final", None),
     )
 
 
@@ -640,12 +692,16 @@ def reach(
     high: bool = False,
     tools: tuple[str, ...] = ("t1",),
     recoverable: bool = True,
+    rounds_spent: bool = False,
+    final: bool = False,
 ) -> ConversationState:
     """A conversation in ``phase``, driven there by real events where its behaviour can get
     there, else put there with ``with_phase`` (the handlers of those phases ignore behaviour).
 
     ``high``: occupancy was measured at 8,500 (warned) before the last request. ``pause``,
-    ``retry``: a pause is then requested, a retryable failure then arrives.
+    ``retry``: a pause is then requested, a retryable failure then arrives. ``rounds_spent``:
+    the turn has run its one tool round (``max_tool_rounds=1``); ``final``: the request in flight
+    is the grace request after the limit.
     """
     start = new_conversation(
         model="claude-sonnet-4-5",
@@ -655,9 +711,15 @@ def reach(
         system_tokens=system_tokens,
         max_attempts=max_attempts,
         max_continuations=0 if bound else 2,
+        max_tool_rounds=1 if rounds_spent else 50,
     )
     idle = drive(start, UserMessage(text="hi", token_count=10), reply(8_500)) if high else start
     asking = drive(idle, UserMessage(text="next", token_count=10))
+    if rounds_spent:
+        first_round = reply(8_500 if high else 100, call("t0"))
+        asking = drive(asking, first_round, ToolResult(tool_call_id="t0", output="x"))
+    if final:
+        asking = asking.with_phase(LlmRequesting(final=True))
     calls = tuple(call(call_id) for call_id in tools)
     state: ConversationState
     if phase == "idle":
@@ -752,6 +814,8 @@ _TRUNCATED = LlmResponse(
 )
 _CUT = LlmResponse(text="cut", stop_reason="model_context_window_exceeded")
 _CROSSING = reply(THRESHOLD, call("t1"))
+_AT_THE_LIMIT = reply(THRESHOLD - estimate_tokens(TOOL_NOT_RUN_LIMIT), call("t1"))
+"""A response just below the threshold whose one not-run result brings the prompt to it."""
 
 FIXTURES: Final[dict[str, Fixture]] = {
     # resume_after=True where it matters: cancels and pauses must not take it over.
@@ -777,6 +841,16 @@ FIXTURES: Final[dict[str, Fixture]] = {
     "window_exceeded_at_bound": case(_event(_CUT), bound=True),
     "truncated_pause_pending": case(_event(_TRUNCATED), pause=True),
     "truncated": case(_event(_TRUNCATED)),
+    "final_tool_calls_pause_pending": case(_event(reply(100, call("t1"))), final=True, pause=True),
+    "final_tool_calls": case(_event(reply(100, call("t1"))), final=True),
+    "tool_round_limit": case(_event(reply(100, call("t1"))), rounds_spent=True),
+    "tool_round_limit_preflight_over": case(_event(_AT_THE_LIMIT), rounds_spent=True, high=True),
+    "tool_round_limit_preflight_over_at_bound": case(
+        _event(_AT_THE_LIMIT), rounds_spent=True, high=True, bound=True
+    ),
+    "tool_round_limit_pause_pending": case(
+        _event(reply(100, call("t1"))), rounds_spent=True, pause=True
+    ),
     "has_tool_calls": case(_event(reply(100, call("t1")))),
     "ends_turn_pause_pending": case(pause=True),
     "crosses_warning": case(_event(reply(WARNING))),

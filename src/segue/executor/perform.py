@@ -82,6 +82,13 @@ COMPACTION_INSTRUCTION = (
     "after your summary, so focus on everything before them. Plain text, no tool calls."
 )
 
+FINAL_ANSWER_INSTRUCTION = (
+    "You have used every tool call this turn allows, so no tool can be called now. Answer the "
+    "user with what you have found so far, and say what is left to do, if anything."
+)
+"""Sent with the grace request of a turn that used its tool rounds (tools declared, none
+callable)."""
+
 current_conversation_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "segue_current_conversation_id", default=None
 )
@@ -132,10 +139,11 @@ class Performer:
                 await self._ask(
                     stored,
                     "turn",
-                    instruction=None,
+                    instruction=FINAL_ANSWER_INSTRUCTION if effect.final else None,
                     rejected=(),
                     trim_level=0,
                     to_event=self._turn_event,
+                    final=effect.final,
                 )
             ]
         if isinstance(effect, ExecuteTools):
@@ -265,6 +273,7 @@ class Performer:
         rejected: Sequence[Any],
         trim_level: int,
         messages: Sequence[Message] | None = None,
+        final: bool = False,
     ) -> LlmRequest:
         state = stored.state
         cap = self._parts.max_tokens
@@ -282,6 +291,7 @@ class Performer:
             if cap is None
             else min(cap, state.config.max_output_tokens),
             settings=state.config.settings,
+            final=final,
         )
 
     async def _ask(
@@ -293,9 +303,15 @@ class Performer:
         rejected: Sequence[Any],
         trim_level: int,
         to_event: Callable[[LlmReply | LlmCallError], Event],
+        final: bool = False,
     ) -> Event:
         request = await self._request(
-            stored, purpose, instruction=instruction, rejected=rejected, trim_level=trim_level
+            stored,
+            purpose,
+            instruction=instruction,
+            rejected=rejected,
+            trim_level=trim_level,
+            final=final,
         )
         llm = self._parts.llm
         on_text = self._bus.text_sink(request.conversation_id) if purpose == "turn" else None

@@ -157,6 +157,7 @@ class Runtime(Driver):
         continuation_threshold: float = 0.90,
         max_continuations: int = 10,
         max_attempts: int = 4,
+        max_tool_rounds: int = 50,
         context_window: int | None = None,
         max_output_tokens: int | None = None,
         temperature: float | None = None,
@@ -170,9 +171,11 @@ class Runtime(Driver):
         model endpoint), else what the provider reports, else segue's table of models (with a
         warning in the log: a lookup that fails never fails the conversation). Each answer may
         hold ``max_output_tokens`` (default: ``DEFAULT_OUTPUT_TOKENS``, or room for the thinking
-        budget, within the model's limit). ``temperature``, ``thinking_budget`` (extended
-        thinking) and ``tool_choice`` (as the Messages API takes it) are how the model is asked;
-        combinations the API refuses raise ``pydantic.ValidationError`` here.
+        budget, within the model's limit). ``max_tool_rounds`` bounds the tool rounds one message
+        may start (then the model is asked, without tools, for its answer). ``temperature``,
+        ``thinking_budget`` (extended thinking) and ``tool_choice`` (as the Messages API takes
+        it) are how the model is asked; combinations the API refuses raise
+        ``pydantic.ValidationError`` here.
         """
         window = context_window
         if window is None:
@@ -207,6 +210,7 @@ class Runtime(Driver):
             system_tokens=estimate_tokens(system) if system else 0,
             max_attempts=max_attempts,
             max_continuations=max_continuations,
+            max_tool_rounds=max_tool_rounds,
             settings=settings,
         )
         if seed:
@@ -414,6 +418,7 @@ class Runtime(Driver):
                 continuation_threshold=config.continuation_threshold,
                 max_continuations=config.max_continuations,
                 max_attempts=config.max_attempts,
+                max_tool_rounds=config.max_tool_rounds,
                 context_window=config.context_window,
                 max_output_tokens=config.max_output_tokens,
                 temperature=config.settings.temperature,

@@ -59,11 +59,14 @@ COMPACTION_FALLBACK_SUMMARY: Final = (
 RESUME_PROMPT: Final = "Resume the paused work from the resume context in your system prompt."
 TOOL_NOT_RUN_CONTEXT: Final = "Not run: the context window is nearly full."
 TOOL_NOT_RUN_CANCELLED: Final = "Not run: cancelled by the user."
+TOOL_NOT_RUN_LIMIT: Final = "Not run: this turn reached its limit of tool rounds."
 NOTHING: Final[Effects] = ()
 # Values without data are shared, never rebuilt: they are immutable, and building one costs
 # as much as the rest of an ordinary event.
 REQUEST_LLM: Final = RequestLlm._make()
 LLM_REQUESTING: Final = LlmRequesting._make()
+FINAL_REQUEST: Final = RequestLlm._make(final=True)
+FINAL_REQUESTING: Final = LlmRequesting._make(final=True)
 CANCEL: Final = CancelRequest._make()
 Requesting = LlmRequesting | AwaitingContinuation | AwaitingCheckpoint | Compacting
 Summarising = AwaitingContinuation | AwaitingCheckpoint | Compacting
@@ -171,11 +174,13 @@ def turn_boundary(
     effects: list[Effect],
     ask_llm: bool,
     changes: dict[str, Any] | None = None,
+    final: bool = False,
 ) -> Result:
     """Where a turn may stop: pre-flight, then a pending pause, then the next request or Idle.
 
     ``changes`` are what the event itself did to the state (tokens appended, a message counted);
     they are applied together with the new phase, so an ordinary event builds one state.
+    ``final``: the request to send is a turn's grace request (its tool rounds are used up).
     """
     if changes is None:
         changes = {}
@@ -188,8 +193,8 @@ def turn_boundary(
         effects.append(RequestCheckpoint._make(purpose="pause"))
         changes["phase"] = AwaitingCheckpoint._make(purpose="pause", resume_after=ask_llm)
     elif ask_llm:
-        effects.append(REQUEST_LLM)
-        changes["phase"] = LLM_REQUESTING
+        effects.append(FINAL_REQUEST if final else REQUEST_LLM)
+        changes["phase"] = FINAL_REQUESTING if final else LLM_REQUESTING
     else:
         changes["phase"] = IDLE
     return state._replace(changes), tuple(effects)

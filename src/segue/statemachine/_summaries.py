@@ -192,6 +192,7 @@ def _checkpoint_taken(
         pending_tokens=seed_tokens,
         warned=False,
         message_count=state.message_count + 1,
+        tool_rounds=0,
     )
     effects.append(record(fresh, "user", seed))
     return turn_boundary(fresh, effects, ask_llm=resume_after)
@@ -259,6 +260,7 @@ def on_resume(state: ConversationState, event: ResumeRequested) -> Result:
         + estimate_tokens(prompt),
         warned=False,
         message_count=state.message_count + 1,
+        tool_rounds=0,
     )
     effects.append(record(fresh, "user", prompt))
     return turn_boundary(fresh, effects, ask_llm=True)

@@ -12,6 +12,7 @@ from segue.statemachine._paths import (
     RECOVERABLE_ERRORS,
     TOOL_NOT_RUN_CANCELLED,
     TOOL_NOT_RUN_CONTEXT,
+    TOOL_NOT_RUN_LIMIT,
     TRUNCATED,
     WINDOW_EXCEEDED,
     Requesting,
@@ -34,6 +35,7 @@ from segue.statemachine.accounting import (
 from segue.statemachine.effects import (
     Effect,
     NotifyContextWarning,
+    NotifyToolRoundLimit,
     NotifyTruncated,
     RejectUserMessage,
     ReportAccountingAnomaly,
@@ -52,6 +54,7 @@ from segue.statemachine.events import (
     UserMessage,
 )
 from segue.statemachine.models import (
+    ContextExhaustionBehavior,
     ErrorKind,
 )
 from segue.statemachine.phases import (
@@ -88,6 +91,7 @@ def on_user_message(state: ConversationState, event: UserMessage) -> Result:
     changes = {
         "pending_tokens": state.pending_tokens + tokens,
         "message_count": state.message_count + 1,
+        "tool_rounds": 0,
     }
     return turn_boundary(state, effects, True, changes)
 
@@ -187,11 +191,42 @@ def on_llm_response(state: ConversationState, event: LlmResponse) -> Result:
     )
     if not calls:
         return turn_boundary(state, effects, False, changes)
+    phase = cast(LlmRequesting, state.phase)
+    if phase.final or state.tool_rounds >= state.config.max_tool_rounds:
+        return _round_limit(state, calls, effects, changes, grace=not phase.final)
+    changes["tool_rounds"] = state.tool_rounds + 1
     # One call is the common case; several may repeat an id, which is waited for once.
     pending = (calls[0].id,) if len(calls) == 1 else tuple(dict.fromkeys(c.id for c in calls))
     effects.append(build_execute(tool_calls=calls))
     changes["phase"] = build_executing(tool_calls=calls, pending=pending)
     return state._replace(changes), tuple(effects)
+
+
+def _round_limit(
+    state: ConversationState,
+    calls: tuple[Any, ...],
+    effects: list[Effect],
+    changes: dict[str, Any],
+    *,
+    grace: bool,
+) -> Result:
+    """The turn used its tool rounds: the calls are answered as not run (no tool_use is left
+    unpaired), then a sub-agent fails, and anyone else gets one grace request without tools
+    (``grace``), or, when that request asked for tools anyway, the turn ends."""
+    effects += not_run(state, calls, TOOL_NOT_RUN_LIMIT)
+    changes["message_count"] += len(calls)
+    changes["pending_tokens"] += len(calls) * estimate_tokens(TOOL_NOT_RUN_LIMIT)
+    if not grace:
+        return turn_boundary(state, effects, False, changes)
+    config = state.config
+    if config.behavior is ContextExhaustionBehavior.INTENTIONALLY_UNHANDLED:
+        message = (
+            f"The turn used its {config.max_tool_rounds} tool rounds and still asked for "
+            f"{', '.join(call.name for call in calls)}."
+        )
+        return fail(state._replace(changes), ErrorKind.TOOL_ROUNDS_EXHAUSTED, message, effects)
+    effects.append(NotifyToolRoundLimit._make(rounds=config.max_tool_rounds))
+    return turn_boundary(state, effects, True, changes, final=True)
 
 
 def on_llm_error(state: ConversationState, event: LlmError) -> Result:
@@ -219,7 +254,7 @@ def on_retry_due(state: ConversationState, event: RetryDue) -> Result:
     next_phase = phase._evolve(attempt=event.attempt, retry_pending=False)
     request: Effect
     if isinstance(phase, LlmRequesting):
-        request = RequestLlm._make(attempt=event.attempt)
+        request = RequestLlm._make(attempt=event.attempt, final=phase.final)
     elif isinstance(phase, AwaitingContinuation):
         request = RequestContinuation._make(
             rejected_tool_calls=phase.rejected_tool_calls,

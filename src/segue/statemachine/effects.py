@@ -33,6 +33,9 @@ class RequestLlm(Frozen):
 
     kind: Literal["request_llm"] = "request_llm"
     attempt: Attempt = 1
+    final: bool = False
+    """The turn used its ``max_tool_rounds``: ask for the answer now; tools must not be called
+    (they stay declared, since the history holds tool blocks)."""
 
 
 class ExecuteTools(Frozen):
@@ -154,6 +157,14 @@ class NotifyParent(Frozen):
     message: str
 
 
+class NotifyToolRoundLimit(Frozen):
+    """The turn ran ``rounds`` tool rounds, its limit: the tools asked for last were not run,
+    and the model is asked once more, without tools, for its answer."""
+
+    kind: Literal["notify_tool_round_limit"] = "notify_tool_round_limit"
+    rounds: int
+
+
 class NotifyTruncated(Frozen):
     """The response stopped at ``max_tokens``: its text was kept, its tool calls were not run."""
 
@@ -200,6 +211,7 @@ Effect = Annotated[
     | NotifyContextExhausted
     | NotifyFailed
     | NotifyParent
+    | NotifyToolRoundLimit
     | NotifyTruncated
     | ReportAccountingAnomaly
     | RejectUserMessage
@@ -218,6 +230,7 @@ __all__ = [
     "NotifyContextWarning",
     "NotifyFailed",
     "NotifyParent",
+    "NotifyToolRoundLimit",
     "NotifyTruncated",
     "RejectUserMessage",
     "ReportAccountingAnomaly",

@@ -66,6 +66,8 @@ class ErrorKind(_LenientStrEnum):
     """The checkpoint does not fit in a fresh session: restarting again would loop."""
     COMPACTION_INEFFECTIVE = "compaction_ineffective"
     """After compaction the context is still over the threshold: compacting again would loop."""
+    TOOL_ROUNDS_EXHAUSTED = "tool_rounds_exhausted"
+    """A sub-agent's turn used its ``max_tool_rounds`` and still asked for tools."""
 
 
 class Usage(Frozen):

@@ -33,6 +33,8 @@ class LlmRequesting(Frozen):
     kind: Literal["llm_requesting"] = "llm_requesting"
     attempt: Attempt = 1
     retry_pending: bool = False
+    final: bool = False
+    """The grace request of a turn that used its ``max_tool_rounds``: no tool it asks for runs."""
 
 
 class ToolExecuting(Frozen):

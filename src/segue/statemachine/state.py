@@ -52,6 +52,9 @@ class ConversationConfig(Frozen):
     retry_max_delay: Annotated[float, Field(ge=0, le=3600)] = 30.0
     max_continuations: Annotated[StrictInt, Field(ge=0, le=10_000)] = 10
     """Checkpoint restarts or compactions allowed in one conversation: the loop breaker."""
+    max_tool_rounds: Annotated[StrictInt, Field(ge=1, le=10_000)] = 50
+    """Tool rounds one turn may run (a user message, or a fresh session's first prompt, starts a
+    turn): past it the model is asked once more, without tools, for its answer."""
     system_tokens: Count = 0
     """Estimated tokens of the system prompt and tool definitions: part of every fresh start."""
     settings: ModelSettings = DEFAULT_SETTINGS
@@ -120,6 +123,8 @@ class ConversationState(Frozen):
     continuations: Count = 0
     snapshots: Count = 0
     message_count: Count = 0
+    tool_rounds: Count = 0
+    """Tool rounds run since the turn began (bounded by ``max_tool_rounds``)."""
     pause_requested: bool = False
     pause_reason: str = ""
 
@@ -180,6 +185,7 @@ def new_conversation(
     system_tokens: int = 0,
     max_attempts: int = 4,
     max_continuations: int = 10,
+    max_tool_rounds: int = 50,
     settings: ModelSettings | None = None,
 ) -> ConversationState:
     """A new, idle conversation.
@@ -206,6 +212,7 @@ def new_conversation(
         continuation_threshold=continuation_threshold,
         max_attempts=max_attempts,
         max_continuations=max_continuations,
+        max_tool_rounds=max_tool_rounds,
         system_tokens=system_tokens,
         settings=DEFAULT_SETTINGS if settings is None else settings,
     )

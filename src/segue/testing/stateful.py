@@ -180,6 +180,10 @@ class ConversationMachine(RuleBasedStateMachine):
         """Tool call ids being executed and without a result yet."""
         self.tool_uses: Counter[str] = Counter()
         self.tool_results: Counter[str] = Counter()
+        self.rounds = 0
+        """Tool rounds run since the turn began (a user-role message starts one)."""
+        self.grace_requests = 0
+        """Grace requests (``RequestLlm(final=True)``, first attempts) since the turn began."""
         self.last: Step | None = None
 
     @classmethod
@@ -224,6 +228,8 @@ class ConversationMachine(RuleBasedStateMachine):
         request = _REQUEST_EFFECTS.get(type(effect))
         if request is not None:
             self.in_flight.append(request)
+            if isinstance(effect, RequestLlm) and effect.final and effect.attempt == 1:
+                self.grace_requests += 1
         elif isinstance(effect, CancelRequest):
             self.in_flight.clear()
             self.running_tools.clear()
@@ -231,9 +237,12 @@ class ConversationMachine(RuleBasedStateMachine):
             self.timers.append((effect.request, effect.attempt))
         elif isinstance(effect, ExecuteTools):
             self.running_tools = list(dict.fromkeys(call.id for call in effect.tool_calls))
+            self.rounds += 1
         elif isinstance(effect, AppendMessage):
             message = effect.message
-            if message.kind == "assistant":
+            if message.kind == "user":
+                self.rounds = self.grace_requests = 0
+            elif message.kind == "assistant":
                 self.tool_uses.update(call.id for call in message.tool_calls)
             elif message.kind == "tool_result" and message.tool_call_id is not None:
                 self.tool_results[message.tool_call_id] += 1
@@ -478,6 +487,18 @@ class ConversationMachine(RuleBasedStateMachine):
         if accepted and reported is not None and after.context_tokens != reported:
             detail = f"an accepted response reported {reported}, kept {after.context_tokens}"
             raise last.fail("occupancy_never_summed", detail)
+
+    @invariant()
+    def turns_bounded(self) -> None:
+        """A turn runs at most ``max_tool_rounds`` tool rounds, then at most one grace request:
+        one user message never starts an unbounded loop."""
+        last = self.last
+        if last is None:
+            return
+        bound = last.after.config.max_tool_rounds
+        if self.rounds > bound or self.grace_requests > 1:
+            detail = f"{self.rounds} tool rounds (bound {bound}), {self.grace_requests} grace"
+            raise last.fail("turns_bounded", detail)
 
     @invariant()
     def tool_calls_paired(self) -> None:

@@ -522,6 +522,7 @@ def _conversation(
         system_tokens=draw(st.one_of(st.just(0), st.integers(0, effective // 4))),
         max_attempts=draw(st.integers(1, 5)),
         max_continuations=draw(_weighted([(4, st.integers(1, 5)), (1, st.just(0))])),
+        max_tool_rounds=draw(_weighted([(3, st.integers(1, 3)), (1, st.just(50))])),
     )
 
 
@@ -532,7 +533,8 @@ def conversations(
 ) -> st.SearchStrategy[ConversationState]:
     """New, idle conversations from ``new_conversation``: every behaviour (or ``behaviors``),
     windows from tiny to 1M (or ``context_windows``; sometimes the model table's), thresholds with
-    warning <= continuation, a few attempt and continuation bounds, with and without a parent."""
+    warning <= continuation, a few attempt, continuation and tool-round bounds, with and without a
+    parent."""
     chosen = tuple(
         ContextExhaustionBehavior(behavior)
         for behavior in (behaviors if behaviors is not None else ContextExhaustionBehavior)
