@@ -4,6 +4,7 @@ what the demo wrote, and ``chat`` through the real ``anthropic`` client to the l
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
+import segue
 from segue.cli import app
 from segue.statemachine import ContextExhaustionBehavior
 from segue.statemachine.spec import load_rows, mermaid
@@ -285,3 +287,35 @@ def test_chat_on_an_exhausted_conversation_hints_at_new(
     assert resumed.exit_code == 0, resumed.output
     assert re.search(rf"continuing in conversation {ID} \(parent {parent[1]}\)", resumed.stdout)
     assert "Hello from the fake API." in resumed.stdout
+
+
+# --------------------------------------------------------------------------- logging, version
+
+
+def test_version_is_printed() -> None:
+    result = invoke("--version")
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"segue {segue.__version__}"
+
+
+def test_verbose_turns_segues_events_on_and_they_stay_off_without_it(tmp_path: Path) -> None:
+    quiet = invoke("demo", "--fast", "--db", str(tmp_path / "quiet.db"))
+    assert quiet.exit_code == 0, quiet.output
+    assert quiet.stderr == ""
+    loud = invoke("-v", "demo", "--fast", "--db", str(tmp_path / "loud.db"))
+    assert loud.exit_code == 0, loud.output
+    events = [line for line in loud.stderr.splitlines() if "transition" in line]
+    assert events
+    assert "to_phase=llm_requesting" in events[0]
+    assert "[debug" not in loud.stderr
+    debug = invoke("-vv", "demo", "--fast", "--db", str(tmp_path / "debug.db"))
+    assert debug.exit_code == 0
+    assert logging.getLogger("segue").handlers[-1].__class__ is logging.NullHandler  # put back
+
+
+def test_the_demo_streams_each_reply(tmp_path: Path) -> None:
+    result = invoke("demo", "--fast", "--db", str(tmp_path / "s.db"))
+    assert result.exit_code == 0, result.output
+    first = r'^  assistant: Answer 1 to "Tell me more about topic 1\."'
+    assert re.search(first, result.stdout, re.MULTILINE)
+    assert re.search(r"^  tool: lookup\(", result.stdout, re.MULTILINE)

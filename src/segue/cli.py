@@ -27,6 +27,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from segue import __version__
 from segue import effects as fx
 from segue.executor.models.scripted import ScriptedModel
 from segue.executor.ports import ConversationNotFoundError, LlmModel, SegueError, TransitionRecord
@@ -48,6 +49,10 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 DEMO_PACE = 0.05
 """Seconds between demo turns, so the meter visibly moves; ``--fast`` skips it."""
+DEMO_CHUNK_PACE = 0.002
+"""Seconds between the scripted model's text deltas, so the reply visibly streams."""
+PREVIEW_CHARS = 70
+"""How much of each streamed reply the demo shows."""
 NEW_HINT = "type /new to continue in a new conversation seeded with its summary"
 NO_KEY = "ANTHROPIC_API_KEY is not set: export your Anthropic API key, or try `segue demo`"
 
@@ -100,25 +105,57 @@ def _run(coroutine: Coroutine[Any, Any, T]) -> T:
 
 
 @contextlib.contextmanager
-def _logging(verbose: bool) -> Iterator[None]:
-    """Runtime logs go to stderr, errors only unless ``--verbose``; the previous configuration
-    comes back afterwards, so a program (or test session) calling the CLI keeps its own."""
-    saved = structlog.get_config()
-    level = logging.INFO if verbose else logging.ERROR
-    structlog.configure(
-        wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+def _logging(verbosity: int) -> Iterator[None]:
+    """With ``-v`` segue's events go to stderr as key=value lines (``-vv``: debug too); without,
+    the CLI stays as quiet as the library. The ``segue`` logger is put back as it was
+    afterwards, so a program (or test session) calling the CLI keeps its own setup."""
+    if verbosity <= 0:
+        yield
+        return
+    logger = logging.getLogger("segue")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processor=structlog.dev.ConsoleRenderer(colors=False),
+            foreign_pre_chain=[
+                structlog.stdlib.add_log_level,
+                structlog.stdlib.ExtraAdder(),
+                _without_duplicate,
+            ],
+        )
     )
+    previous = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO)
     try:
         yield
     finally:
-        structlog.configure(**saved)
+        logger.removeHandler(handler)
+        logger.setLevel(previous)
+
+
+def _without_duplicate(_logger: Any, _name: str, event: Any) -> Any:
+    """``segue_event`` holds the fields a second time (for handlers that want one dict)."""
+    event.pop("segue_event", None)
+    return event
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"segue {__version__}")
+        raise typer.Exit
 
 
 @app.callback()
 def _root(
     ctx: typer.Context,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log to stderr.")] = False,
+    verbose: Annotated[
+        int, typer.Option("--verbose", "-v", count=True, help="Log to stderr (-vv: debug).")
+    ] = 0,
+    version: Annotated[  # handled by its callback
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
 ) -> None:
     """Carry LLM conversations across the context-window limit."""
     ctx.with_resource(_logging(verbose))
@@ -210,7 +247,9 @@ async def _demo(db: Path, behavior: Behavior, fast: bool, console: Console) -> N
     async def lookup(tool_input: dict[str, Any]) -> str:
         return f"Notes on {tool_input.get('query')}: " + "a deterministic fact. " * 40
 
-    model = ScriptedModel(window=24_000, reply_chars=3_000, tool_every=3)
+    model = ScriptedModel(
+        window=24_000, reply_chars=3_000, tool_every=3, chunk_delay=0 if fast else DEMO_CHUNK_PACE
+    )
     archives = db.parent / f"{db.stem}-archives"
     async with Runtime(store=SqliteStore(db), llm=model, tools=tools, archive_dir=archives) as rt:
         _narrate(rt, console)
@@ -226,7 +265,7 @@ async def _demo(db: Path, behavior: Behavior, fast: bool, console: Console) -> N
         start = (state.session, state.generation)
         for turn in range(1, 100):
             moved = (state.session, state.generation) != start
-            state = await rt.send(cid, f"Tell me more about topic {turn}.")
+            state = await _streamed(rt, cid, f"Tell me more about topic {turn}.", console)
             if not moved and (state.session, state.generation) != start:
                 await _crossing(rt, console, state)  # one more turn shows that it goes on
             _meter(console, f"turn {turn}", state)
@@ -237,6 +276,31 @@ async def _demo(db: Path, behavior: Behavior, fast: bool, console: Console) -> N
         await _ending(rt, console, state, start, archives)
     _say(console, f"\ndatabase: {db}", "bold")
     _say(console, f"inspect it: segue list --db {db} ; segue show {cid} --db {db}")
+
+
+async def _streamed(rt: Runtime, cid: str, text: str, console: Console) -> ConversationState:
+    """One turn through ``Runtime.stream``: each reply's first words as the model writes them,
+    and the tools as they run."""
+    response, shown = None, 0
+    async for update in rt.stream(cid, text):
+        if update.kind == "text":
+            if update.response != response:
+                lead = "\n  assistant: " if response is not None else "  assistant: "
+                console.print(lead, end="")
+                response, shown = update.response, 0
+            piece = update.text.replace("\n", " ")[: max(0, PREVIEW_CHARS - shown)]
+            console.print(Text(piece), end="")
+            shown += len(piece)
+            if piece and shown >= PREVIEW_CHARS:
+                console.print("...", end="")
+        elif update.kind == "tool_started":
+            console.print(Text(f"\n  tool: {update.name}({_clip(str(update.input), 40)})"), end="")
+            response = response or -1
+        elif update.kind == "done":
+            if response is not None:
+                console.print()
+            return update.state
+    raise CliError("the turn's updates ended without done", 1)
 
 
 async def _crossing(runtime: Runtime, console: Console, state: ConversationState) -> None:
