@@ -67,6 +67,7 @@ from segue.effects import (
     ArchiveTranscript,
     CancelRequest,
     Effect,
+    NotifyCompactionFailed,
     NotifyContextExhausted,
     NotifyContextWarning,
     NotifyFailed,
@@ -217,7 +218,9 @@ def test_bed019_exactly_at_the_threshold_starts_the_continuation_flow() -> None:
             RequestContinuation(rejected_tool_calls=()),
         ]
     )
-    assert playbook.phase == AwaitingContinuation(trigger="threshold")
+    assert playbook.phase == AwaitingContinuation(
+        trigger="threshold", trigger_usage=usage(THRESHOLD)
+    )
     assert playbook.state.context_tokens == THRESHOLD
 
 
@@ -253,7 +256,7 @@ def test_bed020_the_summary_is_stored_as_a_continuation_message() -> None:
     playbook >> ContinuationResponse(summary="  We built the parser; tests pass.  ")
     summary = "We built the parser; tests pass."
     playbook << [continuation(summary), NotifyContextExhausted(summary=summary)]
-    assert playbook.phase == ContextExhausted(summary=summary)
+    assert playbook.phase == ContextExhausted(summary=summary, trigger_usage=usage(THRESHOLD))
     assert playbook.messages[-1].kind == "continuation"
 
 
@@ -353,11 +356,14 @@ def test_bed023_manual_continuation_behaves_like_the_automatic_one() -> None:
     automatic = asking().given(reply(170_000), UserMessage(text="go on"))
     automatic >> reply(180_000) << [assistant(180_000), RequestContinuation()]
     assert manual.phase == AwaitingContinuation(trigger="manual")
-    assert automatic.phase == AwaitingContinuation(trigger="threshold")
+    assert automatic.phase == AwaitingContinuation(
+        trigger="threshold", trigger_usage=usage(180_000)
+    )
     for playbook in (manual, automatic):
         playbook >> ContinuationResponse(summary="S")
         playbook << [continuation("S"), NotifyContextExhausted(summary="S")]
-        assert playbook.phase == ContextExhausted(summary="S")
+        assert isinstance(playbook.phase, ContextExhausted)
+        assert playbook.phase.summary == "S"
     failing = idle_at(10).given(ManualContinuation()) >> ContinuationFailed(error="e")
     failing << [continuation(FALLBACK_SUMMARY), NotifyContextExhausted(summary=FALLBACK_SUMMARY)]
 
@@ -389,7 +395,10 @@ def test_bed023_manual_continuation_while_busy_changes_nothing() -> None:
 @requirement("REQ-SEG-003")
 def test_seg003_a_summary_answer_above_the_window_is_an_anomaly() -> None:
     playbook = summarising() >> ContinuationResponse(summary="done", usage=usage(WINDOW + 5))
-    playbook << [ReportAccountingAnomaly, continuation("done"), NotifyContextExhausted]
+    recorded = AppendMessage(
+        message=Message(kind="continuation", text="done", usage=usage(WINDOW + 5))
+    )
+    playbook << [ReportAccountingAnomaly, recorded, NotifyContextExhausted]
     assert playbook.state.context_tokens == THRESHOLD
 
 
@@ -803,18 +812,37 @@ def test_seg011_fallback_summary_text() -> None:
     [
         ContinuationFailed(error="SECRET-ERROR-42: invalid request"),
         ContinuationFailed(error="SECRET-ERROR-42", retryable=False, context_overflow=False),
+    ],
+    ids=["failed", "failed-plain"],
+)
+def test_seg011_final_failure_gives_the_fallback(event: Any) -> None:
+    playbook = summarising() >> event
+    playbook << [continuation(FALLBACK_SUMMARY), NotifyContextExhausted(summary=FALLBACK_SUMMARY)]
+    assert playbook.phase == ContextExhausted(
+        summary=FALLBACK_SUMMARY, trigger_usage=usage(THRESHOLD)
+    )
+    assert "SECRET-ERROR-42" not in effects_text(playbook.all_effects())
+    assert "SECRET-ERROR-42" not in repr(playbook.state)
+
+
+@requirement("REQ-SEG-011", "REQ-SEG-031")
+@pytest.mark.parametrize(
+    "event",
+    [
         ContinuationResponse(summary=""),
         ContinuationResponse(summary="  \n\t "),
         ContinuationResponse(
             summary="SECRET-ERROR-42 I can't help with that.", stop_reason="refusal"
         ),
     ],
-    ids=["failed", "failed-plain", "empty", "blank", "refused"],
+    ids=["empty", "blank", "refused"],
 )
-def test_seg011_final_failure_empty_or_refused_summary_gives_the_fallback(event: Any) -> None:
-    playbook = summarising() >> event
+def test_seg011_an_empty_or_refused_summary_twice_gives_the_fallback(event: Any) -> None:
+    playbook = summarising() >> event << [RequestContinuation(alternate=True)]
+    playbook >> event
     playbook << [continuation(FALLBACK_SUMMARY), NotifyContextExhausted(summary=FALLBACK_SUMMARY)]
-    assert playbook.phase == ContextExhausted(summary=FALLBACK_SUMMARY)
+    assert isinstance(playbook.phase, ContextExhausted)
+    assert playbook.phase.summary == FALLBACK_SUMMARY
     assert "SECRET-ERROR-42" not in effects_text(playbook.all_effects())
     assert "SECRET-ERROR-42" not in repr(playbook.state)
 
@@ -838,7 +866,9 @@ def test_seg012_cancel_while_summarising() -> None:
         continuation(CANCELLED_SUMMARY),
         NotifyContextExhausted(summary=CANCELLED_SUMMARY),
     ]
-    assert playbook.phase == ContextExhausted(summary=CANCELLED_SUMMARY)
+    assert playbook.phase == ContextExhausted(
+        summary=CANCELLED_SUMMARY, trigger_usage=usage(THRESHOLD)
+    )
     assert "cancelled" in CANCELLED_SUMMARY
     exhausted = playbook.state
     assert transition(exhausted, ContinuationResponse(summary="late")) == (exhausted, ())
@@ -1102,6 +1132,8 @@ def test_seg017_compaction_archives_first_then_summarises_into_a_new_generation(
 def test_seg017_compaction_after_a_finished_turn_waits_for_the_user() -> None:
     playbook = asking(B.COMPACT_IN_PLACE).given(reply(THRESHOLD))
     playbook >> CompactionResponse(summary="", retained_tokens=10_000)
+    playbook << [RequestCompaction(alternate=True)]  # an empty answer is asked for again
+    playbook >> CompactionResponse(summary="", retained_tokens=10_000)
     playbook << [
         StartGeneration(generation=2, summary=COMPACTION_FALLBACK_SUMMARY),
         AppendMessage(
@@ -1111,12 +1143,19 @@ def test_seg017_compaction_after_a_finished_turn_waits_for_the_user() -> None:
     playbook.in_phase("idle")
 
 
-@requirement("REQ-SEG-017")
-def test_seg017_compaction_that_cannot_be_done_fails() -> None:
+@requirement("REQ-SEG-017", "REQ-SEG-030")
+def test_seg017_compaction_that_cannot_be_done_rolls_back() -> None:
     playbook = asking(B.COMPACT_IN_PLACE).given(reply(THRESHOLD))
+    before = playbook.state
     playbook >> CompactionFailed(error="bad request")
-    message = "Compaction failed, so the context cannot be reduced: bad request"
-    playbook << [NotifyFailed(error_kind=ErrorKind.CONTEXT_EXHAUSTED, message=message)]
+    message = "Compaction failed; the conversation goes on uncompacted: bad request"
+    playbook << [NotifyCompactionFailed(message=message)]
+    playbook.in_phase("idle")
+    after = playbook.state
+    assert (after.generation, after.continuations) == (before.generation, before.continuations)
+    # Usable: the next message is taken (and, the context still full, compaction tried again).
+    playbook >> UserMessage(text="still there?")
+    playbook << ["append_message", "archive_transcript", "request_compaction"]
 
 
 @requirement("REQ-SEG-018", "REQ-SEG-025")
@@ -1733,6 +1772,82 @@ def test_seg026_a_fresh_session_starts_a_new_count() -> None:
     assert playbook.state.session == 2
 
 
+# =========================================================================== the record
+
+
+@requirement("REQ-SEG-029")
+def test_seg029_the_exhausted_phase_keeps_what_triggered_and_what_the_summary_cost() -> None:
+    playbook = summarising()
+    answered = ContinuationResponse(summary="We did X.", usage=usage(150_000))
+    playbook >> answered
+    recorded = AppendMessage(
+        message=Message(kind="continuation", text="We did X.", usage=usage(150_000))
+    )
+    playbook << [recorded, NotifyContextExhausted(summary="We did X.")]
+    assert playbook.phase == ContextExhausted(
+        summary="We did X.", trigger_usage=usage(THRESHOLD), final_usage=usage(150_000)
+    )
+
+
+@requirement("REQ-SEG-029")
+def test_seg029_checkpoints_and_compactions_keep_their_usage() -> None:
+    checkpoint = asking(B.CHECKPOINT_RESTART).given(reply(THRESHOLD))
+    checkpoint >> CheckpointResponse(text="<checkpoint>x</checkpoint>", usage=usage(9_000))
+    checkpoint << [
+        AppendMessage(
+            message=Message(
+                kind="checkpoint", text="<checkpoint>x</checkpoint>", usage=usage(9_000)
+            )
+        ),
+        "start_session",
+        "append_message",
+    ]
+    compaction = asking(B.COMPACT_IN_PLACE).given(reply(THRESHOLD))
+    compaction >> CompactionResponse(summary="Old.", retained_tokens=5_000, usage=usage(7_000))
+    compaction << ["start_generation", "append_message"]
+    assert compaction.messages[-1].usage == usage(7_000)
+    assert compaction.messages[-1].kind == "summary"
+
+
+@requirement("REQ-SEG-030")
+def test_seg030_a_pending_pause_is_taken_when_compaction_rolls_back() -> None:
+    playbook = asking(B.COMPACT_IN_PLACE).given(reply(THRESHOLD), PauseRequested(reason="eod"))
+    playbook >> CompactionFailed(error="bad request")
+    playbook << [NotifyCompactionFailed, RequestCheckpoint(purpose="pause")]
+
+
+@requirement("REQ-SEG-030", "REQ-BED-023")
+def test_seg030_no_second_compaction_while_one_runs() -> None:
+    playbook = idle_at(100_000, B.COMPACT_IN_PLACE)
+    playbook >> ManualContinuation() << ["archive_transcript", "request_compaction"]
+    compacting = playbook.state
+    assert transition(compacting, ManualContinuation()) == (compacting, ())
+
+
+@requirement("REQ-SEG-031")
+def test_seg031_a_refused_compaction_is_asked_again_then_used() -> None:
+    playbook = asking(B.COMPACT_IN_PLACE).given(reply(THRESHOLD))
+    refused = CompactionResponse(summary="I can't.", retained_tokens=5_000, stop_reason="refusal")
+    playbook >> refused << [RequestCompaction(alternate=True)]
+    assert isinstance(playbook.phase, Compacting)
+    assert playbook.phase.alternate
+    playbook >> CompactionFailed(error="overloaded", retryable=True) << [ScheduleRetry]
+    playbook >> RetryDue(attempt=2) << [RequestCompaction(attempt=2, alternate=True)]
+    playbook >> CompactionResponse(summary="Old work.", retained_tokens=5_000)
+    playbook << [StartGeneration(generation=2, summary="Old work."), "append_message"]
+
+
+@requirement("REQ-SEG-031")
+def test_seg031_the_second_ask_of_a_continuation_keeps_its_retries_and_trims() -> None:
+    playbook = summarising() >> ContinuationResponse(summary="") << [
+        RequestContinuation(alternate=True)
+    ]
+    playbook >> ContinuationFailed(error="too long", context_overflow=True)
+    playbook << [RequestContinuation(attempt=2, trim_level=1, alternate=True)]
+    playbook >> ContinuationResponse(summary="Now it works.")
+    playbook << [continuation("Now it works."), NotifyContextExhausted(summary="Now it works.")]
+
+
 # =========================================================================== traceability
 
 
@@ -1747,7 +1862,7 @@ def _tagged_tests() -> dict[str, tuple[str, ...]]:
 def test_every_requirement_in_the_spec_has_a_test() -> None:
     spec = SPEC.read_text(encoding="utf-8")
     declared = re.findall(r"^### (REQ-[A-Z]+-\d{3}):", spec, flags=re.MULTILINE)
-    assert len(declared) == len(set(declared)) == 31, declared
+    assert len(declared) == len(set(declared)) == 34, declared
     mentioned = set(re.findall(r"REQ-[A-Z]+-\d{3}", spec))
     assert mentioned == set(declared), "the spec mentions ids it does not declare"
     tagged = _tagged_tests()

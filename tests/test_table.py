@@ -207,6 +207,7 @@ class Reference:
         self.max_rounds = config.max_tool_rounds
         phase: Any = state.phase
         self.final: bool = getattr(phase, "final", False)
+        self.alternate: bool = getattr(phase, "alternate", False)
         self.attempt: int = getattr(phase, "attempt", 1)
         self.trim: int = getattr(phase, "trim_level", 0)
         self.retry: bool = getattr(phase, "retry_pending", False)
@@ -280,6 +281,7 @@ class Reference:
             self.snapshots,
             self.rounds,
             self.final if phase == "llm_requesting" else None,
+            self.alternate if phase in ("awaiting_continuation", "compacting") else None,
         )
 
     def _condition(self, row: Row) -> Callable[[Any], bool]:
@@ -345,6 +347,9 @@ class Reference:
     def _apply(self, row: Row, event: Any) -> None:
         if row.guard in ("retry_pending", "stale_retry", "unknown_tool_call"):
             return  # answers nobody waits for any more
+        if row.guard == "summary_unusable_first":
+            self.alternate, self.attempt = True, 1  # the same request, asked another way
+            return
         self._record(row, event)
         self._fresh_start(row, event)
         self._enter(row, event)
@@ -441,7 +446,7 @@ class Reference:
         if not new_request:
             return
         self.attempt, self.retry, self.trim = 1, False, 0
-        self.final = grace
+        self.final, self.alternate = grace, False
         if row.guard == "tool_round_limit_pause_pending":  # a pause before the grace request
             self.purpose, self.resume_after = "pause", True
         elif row.behavior != "*":  # the exhaustion path: a restart checkpoint or a compaction
@@ -465,7 +470,10 @@ class Reference:
             self.purpose = "pause"
             if source == "tool_executing":
                 self.resume_after = True
-            elif source in ("idle", "llm_requesting") or row.event == "user_cancel":
+            elif (
+                source in ("idle", "llm_requesting")
+                or row.event in ("user_cancel", "compaction_failed")
+            ):
                 self.resume_after = False
 
 
@@ -534,7 +542,8 @@ GUARDS: Final[dict[str, Guard]] = {
     ),
     "unknown_tool_call": lambda r, e: e.tool_call_id not in r.waiting,
     "other_tools_pending": lambda r, e: bool(set(r.waiting) - {e.tool_call_id}),
-    "summary_unusable": lambda r, e: not e.summary.strip() or e.stop_reason == "refusal",
+    "summary_unusable_first": lambda r, e: _unusable(e) and not r.alternate,
+    "summary_unusable": lambda r, e: _unusable(e),
     "summary_usable": lambda r, e: bool(e.summary.strip()) and e.stop_reason != "refusal",
     "gives_up": lambda r, e: r.gives_up(e),
     "overflow_attempts_left": lambda r, e: e.context_overflow and r.attempt < r.max_attempts,
@@ -552,6 +561,10 @@ GUARDS: Final[dict[str, Guard]] = {
 }
 """Each guard of the table as a predicate over the reference's counters and the event, read
 "given that no earlier row of the pair matched" as the table says."""
+
+
+def _unusable(event: Any) -> bool:
+    return not event.summary.strip() or event.stop_reason == "refusal"
 
 
 def observed(state: ConversationState) -> tuple[object, ...]:
@@ -575,6 +588,7 @@ def observed(state: ConversationState) -> tuple[object, ...]:
         state.snapshots,
         state.tool_rounds,
         getattr(phase, "final", None),
+        getattr(phase, "alternate", None),
     )
 
 
@@ -694,6 +708,7 @@ def reach(
     recoverable: bool = True,
     rounds_spent: bool = False,
     final: bool = False,
+    alternate: bool = False,
 ) -> ConversationState:
     """A conversation in ``phase``, driven there by real events where its behaviour can get
     there, else put there with ``with_phase`` (the handlers of those phases ignore behaviour).
@@ -743,6 +758,8 @@ def reach(
         state = _failed_state(asking, behavior, recoverable=recoverable)
     else:
         state = _at_the_limit(phase, behavior, asking, calls if resume_after else ())
+    if alternate:  # the summary was asked for again, with the other instruction
+        state = drive(state, _blank(f"{phase.removeprefix('awaiting_')}_response"))
     if pause:
         state = drive(state, PauseRequested(reason="nightly stop"))
     if retry:
@@ -814,6 +831,15 @@ _TRUNCATED = LlmResponse(
 )
 _CUT = LlmResponse(text="cut", stop_reason="model_context_window_exceeded")
 _CROSSING = reply(THRESHOLD, call("t1"))
+
+
+def _blank(kind: str) -> Event:
+    """An answer with no summary in it, of ``kind``."""
+    if kind == "compaction_response":
+        return CompactionResponse(summary="  ", retained_tokens=1_000)
+    return ContinuationResponse(summary="   ")
+
+
 _AT_THE_LIMIT = reply(THRESHOLD - estimate_tokens(TOOL_NOT_RUN_LIMIT), call("t1"))
 """A response just below the threshold whose one not-run result brings the prompt to it."""
 
@@ -859,7 +885,8 @@ FIXTURES: Final[dict[str, Fixture]] = {
     "ends_turn": case(_event(reply(WARNING - 1))),
     "unknown_tool_call": lambda row, behavior, parent: _answered_twice(behavior, parent),
     "other_tools_pending": case(tools=("t1", "t2")),
-    "summary_unusable": case(_event(ContinuationResponse(summary="   "))),
+    "summary_unusable_first": case(lambda kind, _state: _blank(kind)),
+    "summary_unusable": case(_event(ContinuationResponse(summary="   ")), alternate=True),
     "summary_usable": case(),
     "gives_up": case(),
     "overflow_attempts_left": case(_failed(overflow=True)),

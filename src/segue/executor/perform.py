@@ -89,6 +89,17 @@ FINAL_ANSWER_INSTRUCTION = (
 """Sent with the grace request of a turn that used its tool rounds (tools declared, none
 callable)."""
 
+ALTERNATE_CONTINUATION_INSTRUCTION = (
+    "Please write a short factual record of this conversation for the user's own notes: what "
+    "they asked for, what was answered or done, and what is still open. Plain text only."
+)
+"""Asked once more when the first continuation answer was empty or a refusal."""
+ALTERNATE_COMPACTION_INSTRUCTION = (
+    "Please write neutral notes on the conversation so far, for continuing it: the topics, the "
+    "facts established, the work done and what remains. Plain text only."
+)
+"""Asked once more when the first compaction answer was empty or a refusal."""
+
 current_conversation_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "segue_current_conversation_id", default=None
 )
@@ -150,6 +161,8 @@ class Performer:
             return list(await self._run_tools(stored, effect))
         if isinstance(effect, RequestContinuation | RequestCheckpoint):
             purpose, instruction, to_event = _SUMMARY_REQUESTS[type(effect)]
+            if isinstance(effect, RequestContinuation) and effect.alternate:
+                instruction = ALTERNATE_CONTINUATION_INSTRUCTION
             return [
                 await self._ask(
                     stored,
@@ -383,7 +396,9 @@ class Performer:
         request = await self._request(
             stored,
             "compaction",
-            instruction=COMPACTION_INSTRUCTION,
+            instruction=ALTERNATE_COMPACTION_INSTRUCTION
+            if effect.alternate
+            else COMPACTION_INSTRUCTION,
             rejected=effect.rejected_tool_calls,
             trim_level=effect.trim_level,
             messages=head,
@@ -400,7 +415,11 @@ class Performer:
         retained = estimate_tokens(stored.system or "") + estimate_tokens(reply.text)
         retained += sum(estimate_tokens(message.text) for message in tail)
         return CompactionResponse(
-            summary=reply.text, retained_tokens=retained, kept_messages=len(tail), usage=None
+            summary=reply.text,
+            retained_tokens=retained,
+            kept_messages=len(tail),
+            usage=reply.usage,
+            stop_reason=reply.stop_reason,
         )
 
     async def _archive(self, stored: StoredConversation, effect: ArchiveTranscript) -> None:

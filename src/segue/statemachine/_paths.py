@@ -28,6 +28,7 @@ from segue.statemachine.models import (
     Message,
     MessageKind,
     ToolCall,
+    Usage,
 )
 from segue.statemachine.phases import (
     IDLE,
@@ -140,12 +141,17 @@ def exhaust(
     rejected: tuple[ToolCall, ...],
     resume_after: bool,
     effects: list[Effect],
+    *,
+    usage: Usage | None = None,
 ) -> Result:
-    """Take the conversation's behaviour at the limit (``docs/design.md`` section 2)."""
+    """Take the conversation's behaviour at the limit (``docs/design.md`` section 2);
+    ``usage`` is the triggering response's, kept for the record."""
     behavior = state.config.behavior
     if behavior is ContextExhaustionBehavior.THRESHOLD_BASED_CONTINUATION:
         effects.append(RequestContinuation._make(rejected_tool_calls=rejected))
-        waiting = AwaitingContinuation._make(rejected_tool_calls=rejected, trigger=trigger)
+        waiting = AwaitingContinuation._make(
+            rejected_tool_calls=rejected, trigger=trigger, trigger_usage=usage
+        )
         return state._evolve(phase=waiting), tuple(effects)
     if behavior is ContextExhaustionBehavior.INTENTIONALLY_UNHANDLED:
         return fail(state, ErrorKind.CONTEXT_EXHAUSTED, exhausted_message(state), effects)

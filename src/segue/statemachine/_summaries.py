@@ -35,6 +35,7 @@ from segue.statemachine.checkpoint import (
 )
 from segue.statemachine.effects import (
     Effect,
+    NotifyCompactionFailed,
     NotifyContextExhausted,
     ReportAccountingAnomaly,
     RequestCheckpoint,
@@ -57,6 +58,7 @@ from segue.statemachine.events import (
 )
 from segue.statemachine.models import (
     ErrorKind,
+    Usage,
 )
 from segue.statemachine.phases import (
     IDLE,
@@ -92,6 +94,7 @@ def _retry_or_give_up(
                 rejected_tool_calls=phase.rejected_tool_calls,
                 attempt=attempt + 1,
                 trim_level=trimmed.trim_level,
+                alternate=phase.alternate,
             )
         elif isinstance(phase, AwaitingCheckpoint):
             effect = RequestCheckpoint._make(
@@ -105,6 +108,7 @@ def _retry_or_give_up(
                 rejected_tool_calls=phase.rejected_tool_calls,
                 attempt=attempt + 1,
                 trim_level=trimmed.trim_level,
+                alternate=phase.alternate,
             )
         return state._evolve(phase=trimmed), (effect,)
     delay = retry_delay(state, attempt + 1, event.retry_after)
@@ -112,11 +116,22 @@ def _retry_or_give_up(
     return state._evolve(phase=phase._evolve(retry_pending=True)), (retry,)
 
 
-def _exhausted_with(state: ConversationState, summary: str, effects: list[Effect]) -> Result:
-    effects.append(record(state, "continuation", summary))
+def _exhausted_with(
+    state: ConversationState, summary: str, effects: list[Effect], usage: Usage | None = None
+) -> Result:
+    """Read-only with ``summary``; ``usage`` is the summary request's answer's, when it had one
+    (it is recorded with the summary: every request's cost is kept with its purpose)."""
+    waiting = cast(AwaitingContinuation, state.phase)
+    effects.append(
+        record(state, "continuation", summary, usage=usage)
+        if usage is not None
+        else record(state, "continuation", summary)
+    )
     effects.append(NotifyContextExhausted._make(summary=summary))
     exhausted = state._evolve(
-        phase=ContextExhausted._make(summary=summary),
+        phase=ContextExhausted._make(
+            summary=summary, trigger_usage=waiting.trigger_usage, final_usage=usage
+        ),
         pause_requested=False,
         message_count=state.message_count + 1,
     )
@@ -140,13 +155,23 @@ def _measured_only(
 
 
 def on_continuation_response(state: ConversationState, event: ContinuationResponse) -> Result:
-    if cast(AwaitingContinuation, state.phase).retry_pending:
+    phase = cast(AwaitingContinuation, state.phase)
+    if phase.retry_pending:
         return state, NOTHING
     summary = event.summary.strip()
     if not summary or event.stop_reason == REFUSAL:
+        if not phase.alternate:  # asked once more, with another instruction, first
+            again = phase._evolve(alternate=True, attempt=1)
+            request = RequestContinuation._make(
+                rejected_tool_calls=phase.rejected_tool_calls,
+                trim_level=phase.trim_level,
+                alternate=True,
+            )
+            return state._evolve(phase=again), (request,)
         summary = FALLBACK_SUMMARY
     effects: list[Effect] = []
-    return _exhausted_with(_measured_only(state, event.usage, effects), summary, effects)
+    measured = _measured_only(state, event.usage, effects)
+    return _exhausted_with(measured, summary, effects, event.usage)
 
 
 def on_continuation_failed(state: ConversationState, event: ContinuationFailed) -> Result:
@@ -163,13 +188,18 @@ def on_cancel_continuation(state: ConversationState, _event: object) -> Result:
 
 
 def _checkpoint_taken(
-    state: ConversationState, text: str, effects: list[Effect], resume: bool | None = None
+    state: ConversationState,
+    text: str,
+    effects: list[Effect],
+    resume: bool | None = None,
+    usage: Usage | None = None,
 ) -> Result:
     """Use an agent's checkpoint answer (``""`` when none could be had)."""
     phase = cast(AwaitingCheckpoint, state.phase)
     checkpoint = extract_checkpoint(text)
     if text.strip():
-        effects.append(record(state, "checkpoint", text))
+        kept = {"usage": usage} if usage is not None else {}
+        effects.append(record(state, "checkpoint", text, **kept))
         state = state._evolve(message_count=state.message_count + 1)
     resume_after = phase.resume_after if resume is None else resume
     if phase.purpose == "pause":
@@ -225,7 +255,7 @@ def _pause_with(state: ConversationState, checkpoint: str, effects: list[Effect]
 def on_checkpoint_response(state: ConversationState, event: CheckpointResponse) -> Result:
     if cast(AwaitingCheckpoint, state.phase).retry_pending:
         return state, NOTHING
-    return _checkpoint_taken(state, event.text, [])
+    return _checkpoint_taken(state, event.text, [], usage=event.usage)
 
 
 def on_checkpoint_failed(state: ConversationState, event: CheckpointFailed) -> Result:
@@ -273,6 +303,14 @@ def on_compaction_response(state: ConversationState, event: CompactionResponse) 
     phase = cast(Compacting, state.phase)
     if phase.retry_pending:
         return state, NOTHING
+    unusable = not event.summary.strip() or event.stop_reason == REFUSAL
+    if unusable and not phase.alternate:  # asked once more, with another instruction, first
+        request = RequestCompaction._make(
+            rejected_tool_calls=phase.rejected_tool_calls,
+            trim_level=phase.trim_level,
+            alternate=True,
+        )
+        return state._evolve(phase=phase._evolve(alternate=True, attempt=1)), (request,)
     config = state.config
     if event.retained_tokens >= config.continuation_tokens:
         message = (
@@ -280,7 +318,7 @@ def on_compaction_response(state: ConversationState, event: CompactionResponse) 
             f"(threshold {config.continuation_tokens:,}); compacting again would loop."
         )
         return fail(state, ErrorKind.COMPACTION_INEFFECTIVE, message, [])
-    summary = event.summary.strip() or COMPACTION_FALLBACK_SUMMARY
+    summary = COMPACTION_FALLBACK_SUMMARY if unusable else event.summary.strip()
     generation = state.generation + 1
     fresh = state._evolve(
         generation=generation,
@@ -293,16 +331,22 @@ def on_compaction_response(state: ConversationState, event: CompactionResponse) 
         warned=state.warned,
         message_count=state.message_count + 1,
     )
+    kept = {"usage": event.usage} if event.usage is not None else {}
     effects: list[Effect] = [
         StartGeneration._make(generation=generation, summary=summary),
-        record(fresh, "summary", summary, kept_messages=event.kept_messages),
+        record(fresh, "summary", summary, kept_messages=event.kept_messages, **kept),
     ]
     return turn_boundary(fresh, effects, ask_llm=phase.resume_after)
 
 
 def _compaction_gave_up(state: ConversationState, error: str) -> Result:
-    message = f"Compaction failed, so the context cannot be reduced: {error}"
-    return fail(state, ErrorKind.CONTEXT_EXHAUSTED, message, [])
+    """Roll back: the conversation stays in its generation and is usable again (a failed
+    compaction used to end it in ``Failed``, a dead end). It is still near its limit, so the next
+    request meets pre-flight and may compact again; ``max_continuations`` is untouched, since
+    no continuation happened."""
+    message = f"Compaction failed; the conversation goes on uncompacted: {error}"
+    effects: list[Effect] = [NotifyCompactionFailed._make(message=message)]
+    return turn_boundary(state, effects, ask_llm=False)
 
 
 def on_compaction_failed(state: ConversationState, event: CompactionFailed) -> Result:

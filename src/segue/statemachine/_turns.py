@@ -178,7 +178,9 @@ def on_llm_response(state: ConversationState, event: LlmResponse) -> Result:
             changes["message_count"] += len(calls)
         trigger: ExhaustionTrigger = "overflow" if stop_reason == WINDOW_EXCEEDED else "threshold"
         resume_after = bool(calls) or stop_reason == WINDOW_EXCEEDED
-        return exhaust(state._replace(changes), trigger, calls, resume_after, effects)
+        return exhaust(
+            state._replace(changes), trigger, calls, resume_after, effects, usage=event.usage
+        )
     if stop_reason == TRUNCATED:
         # The dropped calls leave its blocks too: a tool_use without a result is refused.
         if kept:
@@ -260,6 +262,7 @@ def on_retry_due(state: ConversationState, event: RetryDue) -> Result:
             rejected_tool_calls=phase.rejected_tool_calls,
             attempt=event.attempt,
             trim_level=phase.trim_level,
+            alternate=phase.alternate,
         )
     elif isinstance(phase, AwaitingCheckpoint):
         request = RequestCheckpoint._make(
@@ -273,6 +276,7 @@ def on_retry_due(state: ConversationState, event: RetryDue) -> Result:
             rejected_tool_calls=phase.rejected_tool_calls,
             attempt=event.attempt,
             trim_level=phase.trim_level,
+            alternate=phase.alternate,
         )
     return state._evolve(phase=next_phase), (request,)
 

@@ -56,6 +56,8 @@ class RequestContinuation(Frozen):
     rejected_tool_calls: tuple[ToolCall, ...] = ()
     attempt: Attempt = 1
     trim_level: Annotated[StrictInt, Field(ge=0)] = 0
+    alternate: bool = False
+    """Ask with the other instruction: the first answer was empty or a refusal."""
 
 
 class RequestCheckpoint(Frozen):
@@ -84,6 +86,8 @@ class RequestCompaction(Frozen):
     rejected_tool_calls: tuple[ToolCall, ...] = ()
     attempt: Attempt = 1
     trim_level: Annotated[StrictInt, Field(ge=0)] = 0
+    alternate: bool = False
+    """Ask with the other instruction: the first answer was empty or a refusal."""
 
 
 class StartSession(Frozen):
@@ -157,6 +161,14 @@ class NotifyParent(Frozen):
     message: str
 
 
+class NotifyCompactionFailed(Frozen):
+    """Compaction gave up: the conversation stays in its generation, usable (the next request
+    meets pre-flight again, and may compact again)."""
+
+    kind: Literal["notify_compaction_failed"] = "notify_compaction_failed"
+    message: str
+
+
 class NotifyToolRoundLimit(Frozen):
     """The turn ran ``rounds`` tool rounds, its limit: the tools asked for last were not run,
     and the model is asked once more, without tools, for its answer."""
@@ -211,6 +223,7 @@ Effect = Annotated[
     | NotifyContextExhausted
     | NotifyFailed
     | NotifyParent
+    | NotifyCompactionFailed
     | NotifyToolRoundLimit
     | NotifyTruncated
     | ReportAccountingAnomaly
@@ -226,6 +239,7 @@ __all__ = [
     "CancelRequest",
     "Effect",
     "ExecuteTools",
+    "NotifyCompactionFailed",
     "NotifyContextExhausted",
     "NotifyContextWarning",
     "NotifyFailed",

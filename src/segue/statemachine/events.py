@@ -143,6 +143,8 @@ class CompactionResponse(Frozen):
     kept_messages: TokenCount = 0
     """How many of the most recent messages stay verbatim after the summary."""
     usage: Usage | None = None
+    stop_reason: str = "end_turn"
+    """``"refusal"`` (or an empty summary) makes the core ask once more, then use a fallback."""
 
 
 class CompactionFailed(Frozen):

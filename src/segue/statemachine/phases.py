@@ -12,7 +12,7 @@ from pydantic import Field, StrictInt
 
 from segue.statemachine._values import Frozen
 from segue.statemachine.checkpoint import SessionSnapshot
-from segue.statemachine.models import ErrorKind, ToolCall
+from segue.statemachine.models import ErrorKind, ToolCall, Usage
 
 Attempt = Annotated[StrictInt, Field(ge=1)]
 TrimLevel = Annotated[StrictInt, Field(ge=0)]
@@ -54,6 +54,11 @@ class AwaitingContinuation(Frozen):
     attempt: Attempt = 1
     trim_level: TrimLevel = 0
     retry_pending: bool = False
+    trigger_usage: Usage | None = None
+    """The usage of the response that crossed the threshold (None: manual, pre-flight, or a
+    provider overflow, none of which reports one)."""
+    alternate: bool = False
+    """The first answer was empty or a refusal: this asks again with another instruction."""
 
 
 class AwaitingCheckpoint(Frozen):
@@ -80,6 +85,8 @@ class Compacting(Frozen):
     attempt: Attempt = 1
     trim_level: TrimLevel = 0
     retry_pending: bool = False
+    alternate: bool = False
+    """The first answer was empty or a refusal: this asks again with another instruction."""
 
 
 class ContextExhausted(Frozen):
@@ -87,6 +94,10 @@ class ContextExhausted(Frozen):
 
     kind: Literal["context_exhausted"] = "context_exhausted"
     summary: str
+    trigger_usage: Usage | None = None
+    """The usage of the response that crossed the threshold (see ``AwaitingContinuation``)."""
+    final_usage: Usage | None = None
+    """The usage of the summary request's answer (None when it failed or was cancelled)."""
 
 
 class Paused(Frozen):
