@@ -99,6 +99,11 @@ EXPECTED = {
         "new generation 2 starts from a summary",
         "generation 1 -> 2",
     ),
+    ContextExhaustionBehavior.CHECKPOINT_PAUSE: (
+        "threshold reached: asking for a checkpoint (pause)",
+        "paused at the limit: snapshot v1 (trigger exhaustion",
+        "an orchestrator resumes it: session 2",
+    ),
 }
 
 

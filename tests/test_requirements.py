@@ -85,7 +85,10 @@ from segue.effects import (
     StartGeneration,
     StartSession,
 )
-from segue.statemachine.checkpoint import CONTINUE_PREVIOUS_WORK
+from segue.statemachine.checkpoint import (
+    CONTINUE_PREVIOUS_WORK,
+    extract_decisions,
+)
 from segue.statemachine.machine import (
     COMPACTION_FALLBACK_SUMMARY,
     RESUME_PROMPT,
@@ -378,6 +381,7 @@ def test_bed023_manual_continuation_takes_each_behaviours_path(
         B.INTENTIONALLY_UNHANDLED: [NotifyFailed],
         B.CHECKPOINT_RESTART: [RequestCheckpoint(purpose="restart")],
         B.COMPACT_IN_PLACE: [ArchiveTranscript(generation=1), RequestCompaction()],
+        B.CHECKPOINT_PAUSE: [RequestCheckpoint(purpose="pause")],
     }
     idle_at(10, behavior) >> ManualContinuation() << expected[behavior]
 
@@ -1772,6 +1776,127 @@ def test_seg026_a_fresh_session_starts_a_new_count() -> None:
     assert playbook.state.session == 2
 
 
+# =========================================================================== pausing for later
+
+
+@requirement("REQ-SEG-027")
+def test_seg027_at_the_threshold_a_checkpoint_pause_conversation_pauses() -> None:
+    playbook = asking(B.CHECKPOINT_PAUSE) >> reply(THRESHOLD, call(1))
+    playbook << [
+        warning(THRESHOLD),
+        assistant(THRESHOLD, call(1)),
+        not_run(call(1)),
+        RequestCheckpoint(purpose="pause", rejected_tool_calls=(call(1),)),
+    ]
+    playbook >> CheckpointResponse(text=SNAPSHOT_TEXT) << ["append_message", SaveSnapshot]
+    assert isinstance(playbook.phase, Paused)
+    snapshot = playbook.phase.snapshot
+    assert (snapshot.trigger, snapshot.version, snapshot.session) == ("exhaustion", 1, 1)
+    playbook >> UserMessage(text="hello?") << ["reject_user_message"]
+    playbook >> ResumeRequested() << ["start_session", "append_message", "request_llm"]
+    state = playbook.state
+    assert (state.session, state.continuations, state.context_tokens) == (2, 1, None)
+    assert state.resume_context is not None
+    assert "context window was nearly full" in state.resume_context
+
+
+@requirement("REQ-SEG-027", "REQ-SEG-012")
+def test_seg027_a_cancel_abandons_the_checkpoint_but_still_pauses() -> None:
+    playbook = asking(B.CHECKPOINT_PAUSE).given(reply(THRESHOLD))
+    playbook >> UserCancel() << [CancelRequest(), SaveSnapshot]
+    assert isinstance(playbook.phase, Paused)
+    assert playbook.phase.snapshot.checkpoint == ""
+    assert playbook.phase.snapshot.trigger == "exhaustion"
+    failed = asking(B.CHECKPOINT_PAUSE, max_attempts=1).given(reply(THRESHOLD))
+    failed >> CheckpointFailed(error="down") << [SaveSnapshot]
+    failed.in_phase("paused")
+
+
+@requirement("REQ-SEG-027", "REQ-SEG-015")
+def test_seg027_pausing_at_the_limit_is_bounded_by_continuations() -> None:
+    playbook = asking(B.CHECKPOINT_PAUSE, max_continuations=1).given(reply(THRESHOLD))
+    playbook.given(CheckpointResponse(text=SNAPSHOT_TEXT), ResumeRequested())
+    assert playbook.state.continuations == 1
+    playbook >> reply(THRESHOLD)
+    playbook << ["notify_context_warning", "append_message", NotifyFailed]
+    assert isinstance(playbook.phase, Failed)
+    assert playbook.phase.error_kind is ErrorKind.CONTINUATION_LIMIT
+
+
+@requirement("REQ-SEG-028")
+def test_seg028_a_snapshot_keeps_the_decisions_its_checkpoint_states() -> None:
+    playbook = asking(B.CHECKPOINT_PAUSE).given(reply(1_000, call(1)))
+    playbook.given(ToolResult(tool_call_id="toolu_1", output="ok"))
+    decided = "<checkpoint>\n## Goal\nG\n\n## Key Decisions\n- Use SQLite\n</checkpoint>"
+    playbook.given(reply(THRESHOLD, text="Decision: ship friday"), CheckpointResponse(text=decided))
+    assert isinstance(playbook.phase, Paused)
+    snapshot = playbook.phase.snapshot
+    assert snapshot.decisions == ("Use SQLite",)  # the transcript's are the runtime's to add
+    assert snapshot.schema_version == 2
+    # What the session did and cost is the runtime's to add, from the store.
+    assert (snapshot.llm_calls, snapshot.tool_calls, snapshot.usage, snapshot.errors) == (
+        0,
+        0,
+        None,
+        (),
+    )
+    errored = snapshot.model_copy(update={"errors": ("overloaded",)})
+    assert "### Errors Met\n- overloaded" in compile_resume_context(errored)
+
+
+@requirement("REQ-SEG-028")
+def test_seg028_a_version_1_snapshot_still_loads() -> None:
+    old = (
+        '{"schema_version": 1, "conversation_id": "c", "version": 1, "session": 1, '
+        '"trigger": "pause", "reason": "r", "checkpoint": "cp", "sections": {}, '
+        '"context_tokens": 5, "context_window": 200000, "message_count": 2, '
+        '"continuations": 0, "git": null}'
+    )
+    snapshot = SessionSnapshot.model_validate_json(old)
+    assert (snapshot.schema_version, snapshot.llm_calls, snapshot.decisions) == (1, 0, ())
+    assert snapshot.context is None
+    assert "cp" in compile_resume_context(snapshot)
+
+
+@requirement("REQ-SEG-028")
+def test_seg028_resume_uses_the_stored_snapshot_and_states_a_moved_head() -> None:
+    playbook = idle_at(1_000, B.CHECKPOINT_RESTART).given(PauseRequested(reason="eod"))
+    playbook.given(CheckpointResponse(text=SNAPSHOT_TEXT))
+    assert isinstance(playbook.phase, Paused)
+    stored = playbook.phase.snapshot.model_copy(
+        update={"created_at": 1_700_000_000.0, "context": {"git": {"head": "abc123"}}}
+    )
+    other = stored.model_copy(update={"version": 9})  # not this pause's: ignored
+    ignored, _ = transition(playbook.state, ResumeRequested(snapshot=other))
+    assert ignored.resume_context is not None
+    assert "abc123" not in ignored.resume_context
+    event = ResumeRequested(snapshot=stored, current_context={"git": {"head": "def456"}})
+    playbook >> event << ["start_session", "append_message", "request_llm"]
+    context = playbook.state.resume_context
+    assert context is not None
+    assert '"head": "abc123"' in context
+    assert "HEAD moved since the pause, from abc123 to def456" in context
+
+
+def test_decisions_are_extracted_from_the_checkpoint_and_the_transcript() -> None:
+    checkpoint = "## Goal\nG\n\n## Key Decisions\n- Use SQLite\n1. Keep the API\n- (none)\n"
+    texts = [
+        "Decision: ship on Friday.",
+        "ok, so I'll use pytest instead of unittest",
+        "We decided to drop 3.10.",
+        "nothing decided here",
+        "**Decision:** use SQLite",
+    ]
+    assert extract_decisions(checkpoint, texts) == (
+        "Use SQLite",
+        "Keep the API",
+        "ship on Friday.",
+        "I'll use pytest instead of unittest",
+        "We decided to drop 3.10.",
+    )
+    assert extract_decisions("", ["Decision: x"] * 50) == ("x",)
+
+
 # =========================================================================== the record
 
 
@@ -1862,7 +1987,7 @@ def _tagged_tests() -> dict[str, tuple[str, ...]]:
 def test_every_requirement_in_the_spec_has_a_test() -> None:
     spec = SPEC.read_text(encoding="utf-8")
     declared = re.findall(r"^### (REQ-[A-Z]+-\d{3}):", spec, flags=re.MULTILINE)
-    assert len(declared) == len(set(declared)) == 34, declared
+    assert len(declared) == len(set(declared)) == 36, declared
     mentioned = set(re.findall(r"REQ-[A-Z]+-\d{3}", spec))
     assert mentioned == set(declared), "the spec mentions ids it does not declare"
     tagged = _tagged_tests()

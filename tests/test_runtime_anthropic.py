@@ -20,8 +20,10 @@ from segue import (
     CHECKPOINT_PROMPT,
     ContextExhausted,
     ContextExhaustionBehavior,
+    ConversationState,
     ErrorKind,
     Failed,
+    Paused,
 )
 from segue.executor.models.anthropic import AnthropicModel
 from segue.executor.ports import Store
@@ -350,6 +352,21 @@ CHECKPOINT = (
 )
 
 
+async def paused_then_resumed(
+    rt: Runtime, server: FakeAnthropicServer, state: ConversationState
+) -> None:
+    """A CHECKPOINT_PAUSE conversation at its limit: paused with its snapshot, then resumed."""
+    assert isinstance(state.phase, Paused)
+    snapshot = (await rt.store.snapshots(state.id))[-1]
+    assert (snapshot.trigger, snapshot.llm_calls) == ("exhaustion", 4)
+    assert "## Goal\nTrack the tides." in snapshot.checkpoint
+    resumed = await rt.resume(state.id)
+    assert (resumed.session, resumed.phase.kind) == (2, "idle")
+    fresh = bodies(server)[4]
+    assert "Track the tides." in str(fresh["system"])  # the resume context
+    assert "Tell me everything about tides." not in str(fresh["messages"])
+
+
 @pytest.mark.parametrize("behavior", list(Behavior))
 def test_a_whole_conversation_per_behaviour(
     server: FakeAnthropicServer,
@@ -362,6 +379,7 @@ def test_a_whole_conversation_per_behaviour(
         Behavior.INTENTIONALLY_UNHANDLED: "never asked",
         Behavior.CHECKPOINT_RESTART: CHECKPOINT,
         Behavior.COMPACT_IN_PLACE: "Summary: the user asked about today's tides.",
+        Behavior.CHECKPOINT_PAUSE: CHECKPOINT,
     }[behavior]
     server.enqueue(*OPENING, CROSSING, MessageReply(text=answer), MessageReply(text="Fresh."))
     archives = tmp_path / "archives"
@@ -389,6 +407,10 @@ def test_a_whole_conversation_per_behaviour(
                 assert isinstance(state.phase, ContextExhausted)
                 assert state.phase.summary == answer
                 assert (await rt.messages(conv.id))[-1].kind == "continuation"
+                return
+            if behavior is Behavior.CHECKPOINT_PAUSE:
+                assert CHECKPOINT_PROMPT in instruction
+                await paused_then_resumed(rt, server, state)
                 return
             assert state.phase.kind == "idle"
             await rt.send(conv.id, "And tomorrow?")

@@ -59,6 +59,7 @@ from segue import (
     new_conversation,
     transition,
 )
+from segue.statemachine.checkpoint import extract_decisions
 from segue.statemachine.machine import RESUME_PROMPT, TOOL_NOT_RUN_CANCELLED, TOOL_NOT_RUN_LIMIT
 from segue.statemachine.spec import (
     PHASE_KINDS,
@@ -208,6 +209,7 @@ class Reference:
         phase: Any = state.phase
         self.final: bool = getattr(phase, "final", False)
         self.alternate: bool = getattr(phase, "alternate", False)
+        self.exhausted: bool = getattr(phase, "exhausted", False)
         self.attempt: int = getattr(phase, "attempt", 1)
         self.trim: int = getattr(phase, "trim_level", 0)
         self.retry: bool = getattr(phase, "retry_pending", False)
@@ -270,6 +272,7 @@ class Reference:
             self.retry if requesting else None,
             self.trim if requesting and phase != "llm_requesting" else None,
             self.purpose if phase == "awaiting_checkpoint" else None,
+            self.exhausted if phase == "awaiting_checkpoint" else None,
             self.resume_after if phase in ("awaiting_checkpoint", "compacting") else None,
             tuple(self.waiting) if phase == "tool_executing" else None,
             self.context,
@@ -349,6 +352,8 @@ class Reference:
             return  # answers nobody waits for any more
         if row.guard == "summary_unusable_first":
             self.alternate, self.attempt = True, 1  # the same request, asked another way
+            if row.event == "continuation_response" and self.known(event) is not None:
+                self.context, self.pending = self.known(event), 0  # its answer measured all
             return
         self._record(row, event)
         self._fresh_start(row, event)
@@ -385,6 +390,9 @@ class Reference:
     def _fresh_start(self, row: Row, event: Any) -> None:
         """A new session (restart, resume) or a new generation (compaction)."""
         if row.event == "resume_requested":
+            assert self.snapshot is not None
+            if self.snapshot.trigger == "exhaustion":
+                self.continuations += 1
             self._new_session(self.projected_after(event))
         elif (
             row.phase == "awaiting_checkpoint"
@@ -414,6 +422,8 @@ class Reference:
 
     def _enter(self, row: Row, event: Any) -> None:
         source, target = row.phase, row.target
+        if row.event == "user_cancel":
+            self.reason = ""  # a cancel abandons a pending pause, and its reason with it
         if target == "tool_executing" and source != target:
             self.waiting = list(dict.fromkeys(call.id for call in event.tool_calls))
         elif target == "failed" and (source != target or row.behavior != "*"):
@@ -428,11 +438,13 @@ class Reference:
                 conversation_id=self.conversation_id,
                 version=self.snapshots,
                 session=self.session,
+                trigger="exhaustion" if self.exhausted else "pause",
                 reason=self.reason,
                 checkpoint=checkpoint,
                 sections=checkpoint_sections(checkpoint),
                 context_tokens=self.context,
                 context_window=self.window,
+                decisions=extract_decisions(checkpoint),
             )
             self.reason = ""
         if target in ("idle", "failed", "context_exhausted", "paused"):
@@ -447,10 +459,13 @@ class Reference:
             return
         self.attempt, self.retry, self.trim = 1, False, 0
         self.final, self.alternate = grace, False
+        self.exhausted = False
         if row.guard == "tool_round_limit_pause_pending":  # a pause before the grace request
             self.purpose, self.resume_after = "pause", True
         elif row.behavior != "*":  # the exhaustion path: a restart checkpoint or a compaction
             self.purpose = "restart"
+            if row.behavior == "checkpoint_pause":  # or a pause at the limit
+                self.purpose, self.exhausted = "pause", True
             # Mid-task (resume at once): tools were asked for, the provider overflowed, or
             # pre-flight stopped a request; not after a finished turn or a manual trigger.
             base = row.guard.removesuffix("_at_bound")
@@ -547,6 +562,7 @@ GUARDS: Final[dict[str, Guard]] = {
     "summary_usable": lambda r, e: bool(e.summary.strip()) and e.stop_reason != "refusal",
     "gives_up": lambda r, e: r.gives_up(e),
     "overflow_attempts_left": lambda r, e: e.context_overflow and r.attempt < r.max_attempts,
+    "exhausted_pause": lambda r, e: r.purpose == "pause" and r.exhausted,
     "pause_purpose": lambda r, e: r.purpose == "pause",
     "seed_too_large": lambda r, e: r.seed_tokens(_checkpoint_text(e)) >= r.threshold,
     "resume_after": lambda r, e: r.resume_after,
@@ -577,6 +593,7 @@ def observed(state: ConversationState) -> tuple[object, ...]:
         getattr(phase, "retry_pending", None),
         getattr(phase, "trim_level", None),
         getattr(phase, "purpose", None),
+        getattr(phase, "exhausted", None),
         getattr(phase, "resume_after", None),
         getattr(phase, "pending", None),
         state.context_tokens,
@@ -681,6 +698,27 @@ def _at_the_limit(
     return asking.with_phase(phases[phase])
 
 
+def _pausing(
+    behavior: ContextExhaustionBehavior,
+    idle: ConversationState,
+    asking: ConversationState,
+    calls: tuple[ToolCall, ...],
+    resume_after: bool,
+    *,
+    exhausted: bool,
+) -> ConversationState:
+    """Waiting for a pause's checkpoint: one asked for by an orchestrator (at the boundary
+    after tools when ``resume_after``), or, ``exhausted``, a pause at the limit."""
+    if exhausted:
+        if behavior is B.CHECKPOINT_PAUSE:
+            return drive(asking, reply(9_500))
+        return asking.with_phase(AwaitingCheckpoint(purpose="pause", exhausted=True))
+    pause_event = PauseRequested(reason="nightly stop")
+    if resume_after:
+        return drive(asking, reply(100, *calls), pause_event, default_event("tool_result"))
+    return drive(idle, pause_event)
+
+
 def _failed_state(
     asking: ConversationState, behavior: ContextExhaustionBehavior, *, recoverable: bool
 ) -> ConversationState:
@@ -709,6 +747,7 @@ def reach(
     rounds_spent: bool = False,
     final: bool = False,
     alternate: bool = False,
+    exhausted_pause: bool = False,
 ) -> ConversationState:
     """A conversation in ``phase``, driven there by real events where its behaviour can get
     there, else put there with ``with_phase`` (the handlers of those phases ignore behaviour).
@@ -743,13 +782,8 @@ def reach(
         state = asking
     elif phase == "tool_executing":
         state = drive(asking, reply(8_600 if high else 100, *calls))
-    elif phase == "awaiting_checkpoint" and purpose == "pause":
-        pause_event = PauseRequested(reason="nightly stop")
-        state = (
-            drive(asking, reply(100, *calls), pause_event, default_event("tool_result"))
-            if resume_after
-            else drive(idle, pause_event)
-        )
+    elif phase == "awaiting_checkpoint" and (exhausted_pause or purpose == "pause"):
+        state = _pausing(behavior, idle, asking, calls, resume_after, exhausted=exhausted_pause)
     elif phase == "paused":
         state = drive(
             idle, PauseRequested(reason="nightly stop"), default_event("checkpoint_response")
@@ -890,6 +924,7 @@ FIXTURES: Final[dict[str, Fixture]] = {
     "summary_usable": case(),
     "gives_up": case(),
     "overflow_attempts_left": case(_failed(overflow=True)),
+    "exhausted_pause": case(exhausted_pause=True),
     "pause_purpose": case(purpose="pause"),
     "seed_too_large": case(system_tokens=SEED_FILLER, resume_after=True),
     "resume_after": case(resume_after=True),

@@ -36,6 +36,8 @@ from segue.statemachine import __all__ as _core_all
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a re-export)
     from segue.executor.bus import UpdatesLostError as UpdatesLostError
+    from segue.executor.chains import Link as Link
+    from segue.executor.chains import UsageReport as UsageReport
     from segue.executor.models.anthropic import AnthropicModel as AnthropicModel
     from segue.executor.models.scripted import ScriptedModel as ScriptedModel
     from segue.executor.ports import ConcurrentUpdateError as ConcurrentUpdateError
@@ -60,6 +62,8 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a
     from segue.executor.runtime import Runtime as Runtime
     from segue.executor.runtime import current_conversation_id as current_conversation_id
     from segue.executor.runtime import failure_of as failure_of
+    from segue.executor.snapshots import SnapshotContext as SnapshotContext
+    from segue.executor.snapshots import git_context as git_context
     from segue.executor.stores.memory import MemoryStore as MemoryStore
     from segue.executor.stores.postgres import PostgresStore as PostgresStore
     from segue.executor.stores.sqlite import SqliteStore as SqliteStore
@@ -114,6 +118,10 @@ _LAZY = {
     "failure_of": "segue.executor.runtime",
     "ScriptedModel": "segue.executor.models.scripted",
     "subagent_tool": "segue.executor.subagent",
+    "git_context": "segue.executor.snapshots",
+    "SnapshotContext": "segue.executor.snapshots",
+    "Link": "segue.executor.chains",
+    "UsageReport": "segue.executor.chains",
     "SubAgentFailedError": "segue.executor.subagent",
     "Tool": "segue.executor.tools",
     "ToolRegistry": "segue.executor.tools",

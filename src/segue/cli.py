@@ -203,6 +203,8 @@ def _narration(effect: fx.Effect) -> tuple[str, str] | None:
             return "context exhausted: the conversation is now read-only", "bold red"
         case fx.RequestCheckpoint(purpose=purpose):
             return f"threshold reached: asking for a checkpoint ({purpose})", "red"
+        case fx.SaveSnapshot(snapshot=snapshot):
+            return f"paused: snapshot v{snapshot.version} saved ({snapshot.trigger})", "bold cyan"
         case fx.StartSession(session=session, reason=reason):
             return f"new session {session} ({reason})", "bold cyan"
         case fx.ArchiveTranscript(generation=generation):
@@ -269,7 +271,7 @@ async def _demo(db: Path, behavior: Behavior, fast: bool, console: Console) -> N
             if not moved and (state.session, state.generation) != start:
                 await _crossing(rt, console, state)  # one more turn shows that it goes on
             _meter(console, f"turn {turn}", state)
-            if state.phase.kind in ("context_exhausted", "failed") or moved:
+            if state.phase.kind in ("context_exhausted", "failed", "paused") or moved:
                 break
             if not fast:
                 await asyncio.sleep(DEMO_PACE)
@@ -341,6 +343,18 @@ async def _ending(
         else:
             raise CliError("a failed conversation accepted a message", 1)
         _say(console, "a parent agent would now spawn a replacement with a fresh window")
+    elif behavior is Behavior.CHECKPOINT_PAUSE and state.phase.kind == "paused":
+        snapshot = (await rt.store.snapshots(cid))[-1]
+        console.print(Panel(Text(snapshot.checkpoint), title="checkpoint", expand=False))
+        _say(
+            console,
+            f"paused at the limit: snapshot v{snapshot.version} (trigger {snapshot.trigger}, "
+            f"{snapshot.llm_calls} LLM calls, {snapshot.tool_calls} tool calls)",
+            "bold",
+        )
+        resumed = await rt.resume(cid)
+        _say(console, f"an orchestrator resumes it: session {resumed.session}", "bold")
+        _meter(console, "resumed", resumed)
     elif failure is None and (state.session, state.generation) != start:
         restart = behavior is Behavior.CHECKPOINT_RESTART
         kind = "checkpoint" if restart else "summary"

@@ -46,6 +46,7 @@ from segue.executor.ports import (
     Store,
     StoredConversation,
 )
+from segue.executor.snapshots import SnapshotContext
 from segue.executor.tools import Tool, ToolRegistry
 from segue.executor.updates import (
     DoneUpdate,
@@ -128,8 +129,10 @@ class Driver:
         max_tokens: int | None,
         clock: Callable[[], float],
         sleep: Callable[[float], Any],
+        snapshot_context: SnapshotContext | None = None,
     ) -> None:
         self.store = store
+        self.snapshot_context = snapshot_context
         self.llm = llm
         self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools or ())
         self.archive_dir = Path(archive_dir) if archive_dir is not None else None
@@ -150,7 +153,9 @@ class Driver:
         self._turns: set[asyncio.Task[None]] = set()
         """Streamed turns running on their own, so a consumer that leaves does not stop them."""
         # It reads store, llm, tools, ... from here per effect: ``rt.llm = other`` is heard.
-        self._performer = Performer(self, entry=self._entry, sleep=sleep, bus=self._bus)
+        self._performer = Performer(
+            self, entry=self._entry, sleep=sleep, bus=self._bus, clock=clock
+        )
 
     async def _streamed_turn(self, sink: Sink, event: UserMessage) -> None:
         """Drive ``event`` with ``sink`` as this task's sink; hand any failure to the consumer."""

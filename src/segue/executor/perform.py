@@ -33,6 +33,7 @@ from segue.executor.ports import (
     StreamingLlmModel,
     streams,
 )
+from segue.executor.snapshots import SnapshotContext, context_of, stored_snapshot
 from segue.executor.tools import ToolRegistry
 from segue.executor.updates import ToolFinishedUpdate, ToolStartedUpdate
 from segue.executor.views import TranscriptView, ViewSnapshot, split_for_compaction
@@ -59,6 +60,7 @@ from segue.statemachine import (
     compile_resume_context,
     estimate_tokens,
 )
+from segue.statemachine.checkpoint import SessionSnapshot
 from segue.statemachine.effects import (
     ArchiveTranscript,
     Effect,
@@ -119,6 +121,7 @@ class Parts(Protocol):
     archive_dir: Path | None
     keep_recent: int
     max_tokens: int | None
+    snapshot_context: SnapshotContext | None
 
 
 class ViewSlot(Protocol):
@@ -137,11 +140,13 @@ class Performer:
         entry: Callable[[str], ViewSlot],
         sleep: Callable[[float], Any],
         bus: UpdateBus,
+        clock: Callable[[], float],
     ) -> None:
         self._parts = parts
         self._entry = entry
         self._sleep = sleep
         self._bus = bus
+        self._clock = clock
 
     async def outcome(self, stored: StoredConversation, effect: Effect) -> list[Event]:
         """Perform one effect; the events it produced (none for notifications)."""
@@ -181,10 +186,21 @@ class Performer:
         if isinstance(effect, ArchiveTranscript):
             await self._archive(stored, effect)
         elif isinstance(effect, SaveSnapshot):
-            await self._parts.store.save_snapshot(effect.snapshot)
+            await self._save_snapshot(effect.snapshot)
         else:
             _log.info("notify", conversation_id=stored.state.id, effect=effect.kind)
         return []
+
+    async def _save_snapshot(self, snapshot: SessionSnapshot) -> None:
+        """Store the snapshot with what the store and the host add to it (``snapshots``). Saved
+        once: performed again after a crash, it finds its version stored and leaves it."""
+        store = self._parts.store
+        saved = await store.snapshots(snapshot.conversation_id)
+        if any(existing.version == snapshot.version for existing in saved):
+            return
+        context = await context_of(self._parts.snapshot_context, snapshot.conversation_id)
+        full = await stored_snapshot(store, snapshot, saved_at=self._clock(), context=context)
+        await store.save_snapshot(full)
 
     async def counted(self, stored: StoredConversation, event: Event) -> Event:
         """``event`` with an exact ``token_count`` when the model can count prompts.
@@ -268,8 +284,12 @@ class Performer:
 
     async def _system(self, stored: StoredConversation) -> str | None:
         state = stored.state
+        resumed = state.resume_context
+        if resumed is not None:
+            return f"{stored.system}\n\n{resumed}" if stored.system else resumed
         if state.snapshots == 0 or state.session == 1:
             return stored.system
+        # Resumed before the state kept its resume context: compile it from the store.
         snapshots = await self._parts.store.snapshots(state.id)
         latest = snapshots[-1] if snapshots else None
         if latest is None or latest.session + 1 != state.session:

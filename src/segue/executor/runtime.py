@@ -36,6 +36,7 @@ from segue.executor.ports import (
     StoredConversation,
     StoredMessage,
 )
+from segue.executor.snapshots import SnapshotContext, context_of
 from segue.executor.tools import Tool, ToolRegistry
 from segue.executor.updates import (
     DoneUpdate,
@@ -107,7 +108,11 @@ class Runtime(Driver):
         max_tokens: int | None = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Any] = asyncio.sleep,
+        snapshot_context: SnapshotContext | None = None,
     ) -> None:
+        """``snapshot_context``: called with a conversation id when it pauses and when it
+        resumes; what it returns (JSON data: task, test or git state; ``git_context(dir)`` is a
+        built-in one) is stored with the snapshot and compiled into the resume context."""
         super().__init__(
             store=store,
             llm=llm,
@@ -117,6 +122,7 @@ class Runtime(Driver):
             max_tokens=max_tokens,
             clock=clock,
             sleep=sleep,
+            snapshot_context=snapshot_context,
         )
 
     async def __aenter__(self) -> Runtime:
@@ -380,8 +386,17 @@ class Runtime(Driver):
         return state
 
     async def resume(self, conversation_id: str, prompt: str | None = None) -> ConversationState:
-        """Resume a paused conversation in a new session with the compiled resume context."""
-        state, _ = await self._drive(conversation_id, ResumeRequested(prompt=prompt))
+        """Resume a paused conversation in a new session with the compiled resume context: from
+        its snapshot as stored (what the session did, the application's context), and what the
+        ``snapshot_context`` says now (a git HEAD that moved is stated)."""
+        snapshots = await self.store.snapshots(conversation_id)
+        current = await context_of(self.snapshot_context, conversation_id)
+        event = ResumeRequested(
+            prompt=prompt,
+            snapshot=snapshots[-1] if snapshots else None,
+            current_context=current,
+        )
+        state, _ = await self._drive(conversation_id, event)
         return state
 
     async def start_new_from(

@@ -13,6 +13,7 @@ from segue.statemachine.checkpoint import (
     compile_resume_context,
     continuation_prompt,
     extract_checkpoint,
+    extract_decisions,
 )
 from segue.statemachine.content import (
     Base64Source,
@@ -145,6 +146,7 @@ __all__ = [
     "estimate_content",
     "estimate_tokens",
     "extract_checkpoint",
+    "extract_decisions",
     "model_info",
     "new_conversation",
     "threshold_tokens",

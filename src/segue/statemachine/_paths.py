@@ -101,6 +101,10 @@ def not_run(state: ConversationState, calls: tuple[ToolCall, ...], why: str) -> 
     ]
 
 
+FRESH_SESSION: Final[dict[str, Any]] = {"tool_rounds": 0}
+"""What a new session starts from besides its figures: its own turn."""
+
+
 def retry_delay(
     state: ConversationState, next_attempt: int, retry_after: float | None = None
 ) -> float:
@@ -167,6 +171,16 @@ def exhaust(
             rejected_tool_calls=rejected, trigger=trigger, resume_after=resume_after
         )
         return state._evolve(phase=checkpointing), tuple(effects)
+    if behavior is ContextExhaustionBehavior.CHECKPOINT_PAUSE:
+        effects.append(RequestCheckpoint._make(purpose="pause", rejected_tool_calls=rejected))
+        pausing = AwaitingCheckpoint._make(
+            purpose="pause",
+            exhausted=True,
+            rejected_tool_calls=rejected,
+            trigger=trigger,
+            resume_after=resume_after,
+        )
+        return state._evolve(phase=pausing), tuple(effects)
     effects.append(ArchiveTranscript._make(generation=state.generation))
     effects.append(RequestCompaction._make(rejected_tool_calls=rejected))
     phase = Compacting._make(

@@ -12,6 +12,7 @@ from segue.statemachine._paths import (
     CANCELLED_SUMMARY,
     COMPACTION_FALLBACK_SUMMARY,
     FALLBACK_SUMMARY,
+    FRESH_SESSION,
     NOTHING,
     REFUSAL,
     RESUME_PROMPT,
@@ -32,6 +33,7 @@ from segue.statemachine.checkpoint import (
     compile_resume_context,
     continuation_prompt,
     extract_checkpoint,
+    extract_decisions,
 )
 from segue.statemachine.effects import (
     Effect,
@@ -158,19 +160,21 @@ def on_continuation_response(state: ConversationState, event: ContinuationRespon
     phase = cast(AwaitingContinuation, state.phase)
     if phase.retry_pending:
         return state, NOTHING
+    effects: list[Effect] = []
+    measured = _measured_only(state, event.usage, effects)  # the latest answer, used or not
     summary = event.summary.strip()
     if not summary or event.stop_reason == REFUSAL:
         if not phase.alternate:  # asked once more, with another instruction, first
             again = phase._evolve(alternate=True, attempt=1)
-            request = RequestContinuation._make(
-                rejected_tool_calls=phase.rejected_tool_calls,
-                trim_level=phase.trim_level,
-                alternate=True,
+            effects.append(
+                RequestContinuation._make(
+                    rejected_tool_calls=phase.rejected_tool_calls,
+                    trim_level=phase.trim_level,
+                    alternate=True,
+                )
             )
-            return state._evolve(phase=again), (request,)
+            return measured._evolve(phase=again), tuple(effects)
         summary = FALLBACK_SUMMARY
-    effects: list[Effect] = []
-    measured = _measured_only(state, event.usage, effects)
     return _exhausted_with(measured, summary, effects, event.usage)
 
 
@@ -222,18 +226,24 @@ def _checkpoint_taken(
         pending_tokens=seed_tokens,
         warned=False,
         message_count=state.message_count + 1,
-        tool_rounds=0,
+        resume_context=None,
+        **FRESH_SESSION,
     )
     effects.append(record(fresh, "user", seed))
     return turn_boundary(fresh, effects, ask_llm=resume_after)
 
 
 def _pause_with(state: ConversationState, checkpoint: str, effects: list[Effect]) -> Result:
+    """Stop in ``Paused`` with a snapshot: the checkpoint and the decisions it states. The
+    runtime adds, from the store, what the session did and cost, the errors it met, the
+    decisions the transcript states, when it was saved and the application's context."""
     version = state.snapshots + 1
+    exhausted = cast(AwaitingCheckpoint, state.phase).exhausted
     snapshot = SessionSnapshot._make(
         conversation_id=state.config.id,
         version=version,
         session=state.session,
+        trigger="exhaustion" if exhausted else "pause",
         reason=state.pause_reason,
         checkpoint=checkpoint,
         sections=checkpoint_sections(checkpoint),
@@ -241,6 +251,7 @@ def _pause_with(state: ConversationState, checkpoint: str, effects: list[Effect]
         context_window=state.config.context_window,
         message_count=state.message_count,
         continuations=state.continuations,
+        decisions=extract_decisions(checkpoint),
     )
     effects.append(SaveSnapshot._make(snapshot=snapshot))
     paused = state._evolve(
@@ -269,14 +280,30 @@ def on_cancel_checkpoint(state: ConversationState, _event: object) -> Result:
     (REQ-SEG-021). A restart still happens (the old session is over the threshold), seeded
     with the minimal prompt and waiting for the user; a pause checkpoint just stops."""
     calm = state._evolve(pause_requested=False, pause_reason="")
-    if cast(AwaitingCheckpoint, state.phase).purpose == "pause":
+    phase = cast(AwaitingCheckpoint, state.phase)
+    if phase.purpose == "pause" and not phase.exhausted:
         return calm._evolve(phase=IDLE), (CANCEL,)
+    # A restart or a pause at the limit still happens: the old session is over the threshold.
     return _checkpoint_taken(calm, "", [CANCEL], resume=False)
 
 
+def resumed_snapshot(state: ConversationState, event: ResumeRequested) -> SessionSnapshot:
+    """The snapshot a resume compiles its context from: the one the runtime stored (with when
+    it was saved and the application's context) when it is this pause's, else the phase's."""
+    own = cast(Paused, state.phase).snapshot
+    given = event.snapshot
+    if (
+        given is not None
+        and given.conversation_id == own.conversation_id
+        and given.version == own.version
+    ):
+        return given
+    return own
+
+
 def on_resume(state: ConversationState, event: ResumeRequested) -> Result:
-    snapshot = cast(Paused, state.phase).snapshot
-    context = compile_resume_context(snapshot)
+    snapshot = resumed_snapshot(state, event)
+    context = compile_resume_context(snapshot, current_context=event.current_context)
     prompt = event.prompt if event.prompt and event.prompt.strip() else RESUME_PROMPT
     session = state.session + 1
     effects: list[Effect] = [
@@ -284,13 +311,15 @@ def on_resume(state: ConversationState, event: ResumeRequested) -> Result:
     ]
     fresh = state._evolve(
         session=session,
+        continuations=state.continuations + (snapshot.trigger == "exhaustion"),
         context_tokens=None,
         pending_tokens=state.config.system_tokens
         + estimate_tokens(context)
         + estimate_tokens(prompt),
         warned=False,
         message_count=state.message_count + 1,
-        tool_rounds=0,
+        resume_context=context,
+        **FRESH_SESSION,
     )
     effects.append(record(fresh, "user", prompt))
     return turn_boundary(fresh, effects, ask_llm=True)

@@ -311,14 +311,14 @@ def on_tool_result(state: ConversationState, event: ToolResult) -> Result:
         )
     ]
     pending = tuple(call_id for call_id in phase.pending if call_id != event.tool_call_id)
-    grown = state.pending_tokens + tokens
-    count = state.message_count + 1
+    changes: dict[str, Any] = {
+        "pending_tokens": state.pending_tokens + tokens,
+        "message_count": state.message_count + 1,
+    }
     if pending:
-        waiting = phase._evolve(pending=pending)
-        return state._evolve(phase=waiting, pending_tokens=grown, message_count=count), tuple(
-            effects
-        )
-    return turn_boundary(state, effects, True, {"pending_tokens": grown, "message_count": count})
+        changes["phase"] = phase._evolve(pending=pending)
+        return state._replace(changes), tuple(effects)
+    return turn_boundary(state, effects, True, changes)
 
 
 def on_cancel_tools(state: ConversationState, _event: object) -> Result:

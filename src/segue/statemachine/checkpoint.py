@@ -6,12 +6,15 @@ pin their behaviour on awkward inputs (code fences, missing tags, empty answers)
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Annotated, Literal
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import Field, StrictInt
 
 from segue.statemachine._values import Frozen
+from segue.statemachine.models import Usage
 
 CHECKPOINT_PROMPT = """CONTEXT LIMIT APPROACHING - CHECKPOINT REQUIRED
 
@@ -118,14 +121,20 @@ class GitState(Frozen):
 
 
 class SessionSnapshot(Frozen):
-    """What a paused conversation needs to be resumed, versioned so old snapshots stay readable."""
+    """What a paused conversation needs to be resumed, versioned so old snapshots stay readable.
 
-    schema_version: Literal[1] = 1
+    Version 2 added what the session did (its calls, their cost, the errors met, the decisions
+    made), when the snapshot was saved, and the application's own context; a version-1 snapshot
+    loads with those empty.
+    """
+
+    schema_version: Literal[1, 2] = 2
     conversation_id: str
     version: Annotated[StrictInt, Field(ge=1)]
     """1 for the first pause of a conversation, 2 for the next, and so on."""
     session: Annotated[StrictInt, Field(ge=1)]
     trigger: Literal["pause", "exhaustion"] = "pause"
+    """``exhaustion``: taken because the context reached its threshold (``CHECKPOINT_PAUSE``)."""
     reason: str = ""
     checkpoint: str
     sections: dict[str, str] = Field(default_factory=dict)
@@ -134,13 +143,79 @@ class SessionSnapshot(Frozen):
     message_count: int = 0
     continuations: int = 0
     git: GitState | None = None
+    created_at: float | None = None
+    """Unix time the runtime saved it (the core has no clock, so it leaves this unset)."""
+    llm_calls: Annotated[StrictInt, Field(ge=0)] = 0
+    """LLM requests answered or failed since the session began (retries included)."""
+    tool_calls: Annotated[StrictInt, Field(ge=0)] = 0
+    """Tool results recorded since the session began (tools that ran, or failed running)."""
+    usage: Usage | None = None
+    """The session's token cost: every answer's usage summed (right for cost, never occupancy)."""
+    errors: tuple[str, ...] = ()
+    """The last errors the session met, oldest first (each shortened)."""
+    decisions: tuple[str, ...] = ()
+    """Decisions made: the checkpoint's Key Decisions, then those the transcript states."""
+    context: dict[str, Any] | None = None
+    """Application context the host supplied when it was saved (task, git or test state...)."""
 
 
-def compile_resume_context(snapshot: SessionSnapshot) -> str:
+MAX_ERRORS: Final = 10
+"""Errors a session keeps for its snapshot (the latest)."""
+ERROR_CHARS: Final = 300
+MAX_DECISIONS: Final = 20
+DECISION_CHARS: Final = 300
+_LABELLED = re.compile(
+    r"^\s*(?:[-*]\s*)?(?:\*\*)?decisions?(?:\*\*)?\s*[:\-]\s*(?:\*\*)?\s*(?P<text>.+)$",
+    re.IGNORECASE,
+)
+_STATED = re.compile(
+    r"\b(?:we|i)(?:\s+(?:decided|chose|are going with|am going with|went with)"
+    r"|(?:'ll|\s+will)\s+use)\b.+",
+    re.IGNORECASE,
+)
+"""A line that states a decision: "Decision: ...", or "we decided ...", "I'll use X instead"."""
+_BULLET = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
+
+
+def shortened(text: str, limit: int) -> str:
+    """One line of at most ``limit`` characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def extract_decisions(checkpoint: str, texts: Sequence[str] = ()) -> tuple[str, ...]:
+    """The decisions a session made: each item of the checkpoint's "Key Decisions" section, then
+    every line of ``texts`` (the transcript) that states one ("Decision: ...", "We decided ...",
+    "I'll use X instead of Y"), in order, without duplicates, at most ``MAX_DECISIONS``."""
+    found: list[str] = []
+    section = checkpoint_sections(checkpoint).get("Key Decisions", "")
+    for line in section.splitlines():
+        item = _BULLET.sub("", line).strip()
+        if item and item.lower() not in ("(none)", "none", "-"):
+            found.append(item)
+    for text in texts:
+        for line in text.splitlines():
+            labelled = _LABELLED.match(line)
+            stated = labelled or _STATED.search(line)
+            if stated is not None:
+                found.append((stated.group("text") if labelled else stated.group(0)).strip())
+    unique: dict[str, str] = {}
+    for item in found:
+        short = shortened(item, DECISION_CHARS)
+        unique.setdefault(short.lower().rstrip("."), short)
+    return tuple(unique.values())[:MAX_DECISIONS]
+
+
+def compile_resume_context(
+    snapshot: SessionSnapshot, *, current_context: Mapping[str, Any] | None = None
+) -> str:
     """The system-prompt block of a resumed session, built from a snapshot.
 
     Known checkpoint sections come first in their canonical order, so the resumed agent reads the
-    goal before the details; unknown sections follow as written.
+    goal before the details; unknown sections follow as written. Then what the session decided
+    and met, and the application context saved with it. ``current_context`` is that context as
+    it is now: a git HEAD that moved since the pause is stated, so the agent does not trust a
+    stale picture of the repository.
     """
     lines = [
         "## Session Resume Context",
@@ -148,6 +223,8 @@ def compile_resume_context(snapshot: SessionSnapshot) -> str:
         f"You are resuming conversation {snapshot.conversation_id} "
         f"(session {snapshot.session + 1}; snapshot v{snapshot.version}).",
     ]
+    if snapshot.trigger == "exhaustion":
+        lines.append("The previous session paused because its context window was nearly full.")
     if snapshot.reason:
         lines.append(f"The previous session paused because: {snapshot.reason}")
     sections = snapshot.sections
@@ -158,6 +235,12 @@ def compile_resume_context(snapshot: SessionSnapshot) -> str:
             lines += ["", f"### {name}", sections[name] or "(none)"]
     else:
         lines += ["", "### Checkpoint", snapshot.checkpoint or "(no checkpoint was written)"]
+    stated = set(sections.get("Key Decisions", "").lower().split())
+    extra = [d for d in snapshot.decisions if not set(d.lower().split()) <= stated]
+    if extra:
+        lines += ["", "### Decisions Made", *(f"- {decision}" for decision in extra)]
+    if snapshot.errors:
+        lines += ["", "### Errors Met", *(f"- {error}" for error in snapshot.errors)]
     if snapshot.git is not None:
         git = snapshot.git
         lines += [
@@ -167,5 +250,29 @@ def compile_resume_context(snapshot: SessionSnapshot) -> str:
             f"- Files modified: {len(git.files_modified)}",
             f"- Uncommitted changes: {'yes' if git.has_uncommitted_changes else 'no'}",
         ]
+    if snapshot.context:
+        shown = json.dumps(snapshot.context, sort_keys=True, ensure_ascii=False, default=str)
+        lines += ["", "### Application Context (at the pause)", shown]
+    moved = _head_moved(snapshot.context, current_context)
+    if moved:
+        lines += ["", moved]
     lines += ["", "Continue from the remaining tasks. Do not repeat completed work."]
     return "\n".join(lines)
+
+
+def _head_moved(before: Mapping[str, Any] | None, now: Mapping[str, Any] | None) -> str | None:
+    """A sentence when the context's ``git.head`` changed between the pause and now."""
+    then = _head(before)
+    current = _head(now)
+    if then is None or current is None or then == current:
+        return None
+    return (
+        f"NOTE: the git HEAD moved since the pause, from {then} to {current}: check what "
+        "changed before relying on the state above."
+    )
+
+
+def _head(context: Mapping[str, Any] | None) -> str | None:
+    git = context.get("git") if context else None
+    head = git.get("head") if isinstance(git, Mapping) else None
+    return head if isinstance(head, str) and head else None

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, StrictInt, model_validator
 
 from segue.statemachine._values import Frozen
+from segue.statemachine.checkpoint import SessionSnapshot
 from segue.statemachine.content import ContentBlock, ToolResultBlock, UserBlock
 from segue.statemachine.models import TokenCount, ToolCall, Usage
 
@@ -190,6 +191,11 @@ class ResumeRequested(Frozen):
     kind: Literal["resume_requested"] = "resume_requested"
     prompt: str | None = None
     """The first user message of the new session; a standard "continue" prompt when absent."""
+    snapshot: SessionSnapshot | None = None
+    """The pause's snapshot as the runtime stored it (with when it was saved and the
+    application's context); used when it is this pause's (same conversation and version)."""
+    current_context: dict[str, Any] | None = None
+    """The application's context now (a git HEAD that moved since the pause is stated)."""
 
 
 Event = Annotated[

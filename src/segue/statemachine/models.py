@@ -49,6 +49,9 @@ class ContextExhaustionBehavior(_LenientStrEnum):
     """Autonomous agents: ask for a checkpoint, continue at once in a fresh session."""
     COMPACT_IN_PLACE = "compact_in_place"
     """Long-lived assistants: archive, summarise the old part, keep the recent tail."""
+    CHECKPOINT_PAUSE = "checkpoint_pause"
+    """Orchestrated agents: write a checkpoint, take a snapshot and pause; an orchestrator
+    resumes it later in a fresh session from the compiled resume context."""
 
 
 class ErrorKind(_LenientStrEnum):

@@ -66,6 +66,9 @@ class AwaitingCheckpoint(Frozen):
 
     kind: Literal["awaiting_checkpoint"] = "awaiting_checkpoint"
     purpose: Literal["restart", "pause"] = "restart"
+    exhausted: bool = False
+    """A pause at the limit (``CHECKPOINT_PAUSE``), not one an orchestrator asked for: a cancel
+    does not stop it, and its snapshot says ``trigger="exhaustion"``."""
     rejected_tool_calls: tuple[ToolCall, ...] = ()
     trigger: ExhaustionTrigger = "threshold"
     resume_after: bool = False

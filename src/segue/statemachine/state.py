@@ -125,6 +125,8 @@ class ConversationState(Frozen):
     message_count: Count = 0
     tool_rounds: Count = 0
     """Tool rounds run since the turn began (bounded by ``max_tool_rounds``)."""
+    resume_context: str | None = None
+    """The compiled resume context of a resumed session: part of its system prompt."""
     pause_requested: bool = False
     pause_reason: str = ""
 
