@@ -25,6 +25,7 @@ from segue import (
     LlmCallError,
     LlmReply,
     MemoryStore,
+    MessageRejectedError,
     Runtime,
     ScriptedModel,
     SqliteStore,
@@ -326,5 +327,28 @@ def test_continue_manually_from_idle_still_takes_the_exhaustion_path() -> None:
             await rt.send(conv.id, "Hello.")
             state = await rt.continue_manually(conv.id)
             assert state.phase.kind == "context_exhausted"
+
+    asyncio.run(main())
+
+
+def test_a_second_message_waits_for_the_turn_unless_told_not_to() -> None:
+    async def main() -> None:
+        model = ScriptedModel(delay=0.05)
+        async with Runtime(store=MemoryStore(), llm=model) as rt:
+            conv = await rt.create_conversation(model=MODEL)
+            # A streamed turn counts as running from its first step, before it takes the lock.
+            first = rt.stream(conv.id, "First.")
+            await anext(first)
+            with pytest.raises(MessageRejectedError) as refused:
+                await rt.send(conv.id, "Second, now.", wait=False)
+            assert refused.value.cause == "busy"
+            with pytest.raises(MessageRejectedError):
+                await anext(rt.stream(conv.id, "Second, streamed, now.", wait=False))
+            queued = asyncio.ensure_future(rt.send(conv.id, "Second, when it is my turn."))
+            assert [u.kind async for u in first][-1] == "done"
+            assert (await queued).phase.kind == "idle"
+            users = [m.text for m in await rt.messages(conv.id) if m.kind == "user"]
+            assert users == ["First.", "Second, when it is my turn."]
+            await rt.send(conv.id, "Third, alone.", wait=False)  # nothing runs: taken at once
 
     asyncio.run(main())

@@ -152,6 +152,9 @@ class Driver:
         """The last assistant text each streamed or watched drive recorded (for ``done``)."""
         self._turns: set[asyncio.Task[None]] = set()
         """Streamed turns running on their own, so a consumer that leaves does not stop them."""
+        self._streaming: dict[str, int] = {}
+        """Streamed turns per conversation, counted from when they are scheduled (before their
+        task takes the lock), so that ``wait=False`` sees a turn that has not started yet."""
         # It reads store, llm, tools, ... from here per effect: ``rt.llm = other`` is heard.
         self._performer = Performer(
             self, entry=self._entry, sleep=sleep, bus=self._bus, clock=clock
@@ -160,8 +163,9 @@ class Driver:
     async def _streamed_turn(self, sink: Sink, event: UserMessage) -> None:
         """Drive ``event`` with ``sink`` as this task's sink; hand any failure to the consumer."""
         token = self._bus.use(sink)
+        cid = sink.conversation_id
         try:
-            await self._drive(sink.conversation_id, event)
+            await self._drive(cid, event)
         except asyncio.CancelledError:
             sink.put(SegueError("the turn was interrupted: the runtime is closing"))
             raise
@@ -169,6 +173,14 @@ class Driver:
             sink.put(error)
         finally:
             self._bus.reset(token)
+            self._streaming[cid] -= 1
+            if not self._streaming[cid]:
+                del self._streaming[cid]
+
+    def _busy(self, conversation_id: str) -> bool:
+        """Whether this runtime runs, or has scheduled, a turn of the conversation."""
+        gate = self._gates.get(conversation_id)
+        return conversation_id in self._streaming or (gate is not None and gate.users > 0)
 
     @contextlib.asynccontextmanager
     async def _exclusive(self, conversation_id: str) -> AsyncIterator[None]:

@@ -50,12 +50,14 @@ class ConversationExhaustedError(SegueError):
 
 
 class MessageRejectedError(SegueError):
-    """The conversation did not accept the message (too large, paused, failed, busy)."""
+    """The conversation did not accept the message; ``cause`` says why as data: ``too_large``
+    (the message alone could never fit), ``busy``, ``paused`` or ``failed``."""
 
-    def __init__(self, conversation_id: str, reason: str) -> None:
+    def __init__(self, conversation_id: str, reason: str, cause: str = "busy") -> None:
         super().__init__(f"Conversation {conversation_id} rejected the message: {reason}")
         self.conversation_id = conversation_id
         self.reason = reason
+        self.cause = cause
 
 
 class ConversationNotFoundError(SegueError, LookupError):

@@ -235,7 +235,11 @@ class Runtime(Driver):
         return stored.state
 
     async def send(
-        self, conversation_id: str, text: str | Sequence[ContentBlock | dict[str, Any]]
+        self,
+        conversation_id: str,
+        text: str | Sequence[ContentBlock | dict[str, Any]],
+        *,
+        wait: bool = True,
     ) -> ConversationState:
         """Record a user message and run until the conversation waits for input.
 
@@ -247,22 +251,34 @@ class Runtime(Driver):
         be encoded, ``TypeError`` for text that is not a ``str``, and ``MessageRejectedError`` or
         ``ConversationExhaustedError`` when the conversation does not take it: in each case
         nothing is stored and nothing is sent.
+
+        A message sent while this runtime runs a turn of the conversation waits for that turn
+        and is then taken; with ``wait=False`` it raises ``MessageRejectedError`` (cause
+        ``busy``) at once instead, as a server answering a second browser tab wants.
         """
-        state, effects = await self._drive(conversation_id, user_message(text))
+        event = user_message(text)
+        self._refuse_if_busy(conversation_id, wait=wait)
+        state, effects = await self._drive(conversation_id, event)
         _raise_if_rejected(conversation_id, state, effects)
         return state
 
     async def stream(
-        self, conversation_id: str, text: str | Sequence[ContentBlock | dict[str, Any]]
+        self,
+        conversation_id: str,
+        text: str | Sequence[ContentBlock | dict[str, Any]],
+        *,
+        wait: bool = True,
     ) -> AsyncIterator[Update]:
         """The same turn as ``send()``, yielding ``Update`` values as they happen; ``done`` last.
 
         Refusals raise before the first update, as ``send()`` raises them. The turn runs in its
         own task: a consumer that stops iterating (a web client that disconnects) does not stop
-        it, the turn finishes and is stored; ``cancel()`` stops it.
+        it, the turn finishes and is stored; ``cancel()`` stops it. ``wait`` is as for ``send()``.
         """
         event = user_message(text)
+        self._refuse_if_busy(conversation_id, wait=wait)
         sink = Sink(conversation_id)
+        self._streaming[conversation_id] = self._streaming.get(conversation_id, 0) + 1
         turn = asyncio.ensure_future(self._streamed_turn(sink, event))
         self._turns.add(turn)
         turn.add_done_callback(self._turns.discard)
@@ -279,6 +295,15 @@ class Runtime(Driver):
                     return
         finally:
             sink.closed = True
+
+    def _refuse_if_busy(self, conversation_id: str, *, wait: bool) -> None:
+        """With ``wait=False``, refuse a message while this runtime holds the conversation.
+
+        Checked and followed by the drive's lock request in the same step of the event loop,
+        so no other turn can slip in between."""
+        if not wait and self._busy(conversation_id):
+            reason = "a turn is running; wait for it to end (or cancel it) and send again"
+            raise MessageRejectedError(conversation_id, reason, "busy")
 
     def watch(self, conversation_id: str) -> Watch:
         """Every update of the conversation's turns driven by this runtime, from this call on
@@ -526,7 +551,7 @@ def _raise_if_rejected(
         return
     if state.phase.kind == "context_exhausted":
         raise ConversationExhaustedError(conversation_id, rejection.reason)
-    raise MessageRejectedError(conversation_id, rejection.reason)
+    raise MessageRejectedError(conversation_id, rejection.reason, rejection.cause)
 
 
 def failure_of(state: ConversationState) -> tuple[ErrorKind, str] | None:

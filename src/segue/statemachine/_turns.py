@@ -82,7 +82,7 @@ def on_user_message(state: ConversationState, event: UserMessage) -> Result:
             f"{state.config.continuation_tokens:,} is the most a whole prompt may hold here. "
             "Shorten it or attach it as a file."
         )
-        return state, (RejectUserMessage._make(reason=reason),)
+        return state, (RejectUserMessage._make(reason=reason, cause="too_large"),)
     effects: list[Effect] = [
         record(state, "user", event.text, content=event.content)
         if event.content
@@ -116,7 +116,7 @@ def reject_busy(state: ConversationState, _event: object) -> Result:
         f"The conversation is busy ({state.phase.kind.replace('_', ' ')}); "
         "send the message when it is idle, or cancel first."
     )
-    return state, (RejectUserMessage._make(reason=reason),)
+    return state, (RejectUserMessage._make(reason=reason, cause="busy"),)
 
 
 # --------------------------------------------------------------------------- LlmRequesting
@@ -344,7 +344,7 @@ def reject_exhausted(state: ConversationState, _event: object) -> Result:
         "This conversation has reached its context limit and is read-only. "
         "Start a new conversation from it to continue (its summary can seed the new one)."
     )
-    return state, (RejectUserMessage._make(reason=reason),)
+    return state, (RejectUserMessage._make(reason=reason, cause="exhausted"),)
 
 
 def on_user_message_failed(state: ConversationState, event: UserMessage) -> Result:
@@ -355,9 +355,9 @@ def on_user_message_failed(state: ConversationState, event: UserMessage) -> Resu
         f"This conversation has failed ({failed.error_kind.value}: "
         f"{failed.message}). Start a new conversation to continue."
     )
-    return state, (RejectUserMessage._make(reason=reason),)
+    return state, (RejectUserMessage._make(reason=reason, cause="failed"),)
 
 
 def reject_paused(state: ConversationState, _event: object) -> Result:
     reason = "This conversation is paused. Resume it first; the message was not recorded."
-    return state, (RejectUserMessage._make(reason=reason),)
+    return state, (RejectUserMessage._make(reason=reason, cause="paused"),)

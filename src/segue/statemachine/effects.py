@@ -193,11 +193,18 @@ class ReportAccountingAnomaly(Frozen):
     context_window: int
 
 
+RejectionCause = Literal["too_large", "busy", "exhausted", "paused", "failed"]
+"""Why a message was not accepted: the message itself (``too_large``), or where the
+conversation is."""
+
+
 class RejectUserMessage(Frozen):
     """The user message was not accepted; ``reason`` says why and what to do instead."""
 
     kind: Literal["reject_user_message"] = "reject_user_message"
     reason: str
+    cause: RejectionCause = "busy"
+    """The reason as data, for a caller that answers each differently (an HTTP status)."""
 
 
 class SaveSnapshot(Frozen):
@@ -247,6 +254,7 @@ __all__ = [
     "NotifyToolRoundLimit",
     "NotifyTruncated",
     "RejectUserMessage",
+    "RejectionCause",
     "ReportAccountingAnomaly",
     "RequestCheckpoint",
     "RequestCompaction",

@@ -31,6 +31,7 @@ from segue._lazy import lazy_getattr
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a re-export)
     from segue.testing.anthropic_server import FakeAnthropicServer as FakeAnthropicServer
+    from segue.testing.live import live_server as live_server
     from segue.testing.logs import capture_logs as capture_logs
     from segue.testing.stateful import ConversationMachine as ConversationMachine
     from segue.testing.stateful import InvariantError as InvariantError
@@ -51,6 +52,7 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a
 _LAZY = {
     "FakeAnthropicServer": "segue.testing.anthropic_server",
     "capture_logs": "segue.testing.logs",
+    "live_server": "segue.testing.live",
     "ConversationMachine": "segue.testing.stateful",
     "InvariantError": "segue.testing.stateful",
     "Step": "segue.testing.stateful",

@@ -1,0 +1,126 @@
+"""Building and running the reference server: what ``segue serve`` does, as functions tests and
+applications can call too.
+
+Without an API key the server runs the offline scripted model (said on the page), so a new user
+sees everything work on a fresh clone; with one, real Claude (``base_url`` for any compatible
+server). It binds to 127.0.0.1 unless told otherwise, and anywhere else only with a token.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from fastapi import FastAPI
+
+from segue import __version__
+from segue.executor.models.scripted import ScriptedModel
+from segue.executor.ports import LlmModel, SegueError, Store
+from segue.executor.runtime import Runtime
+from segue.executor.tools import ToolRegistry
+from segue.server.app import create_app
+from segue.server.schemas import Info
+from segue.statemachine import ContextExhaustionBehavior
+
+OFFLINE_WINDOW: Final = 24_000
+"""The scripted model's window: small, so a demo reaches 80% and 90% in a few turns."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerConfig:
+    """What ``segue serve`` was asked for."""
+
+    db: Path = Path("segue.db")
+    database_url: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    model: str = "claude-sonnet-4-6"
+    behavior: ContextExhaustionBehavior = ContextExhaustionBehavior.THRESHOLD_BASED_CONTINUATION
+    api_key: str | None = None
+    base_url: str | None = None
+    token: str | None = None
+    chunk_delay: float = 0.02
+    """Seconds between the offline model's text pieces, so its replies visibly stream."""
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class UnsafeBindError(SegueError):
+    """Binding beyond this machine without a token would let anyone on the network in."""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def demo_tools() -> ToolRegistry:
+    """A tool the offline model calls now and then, so the page shows tools running."""
+    tools = ToolRegistry()
+
+    @tools.tool(description="Look a topic up in the demo's notes.")
+    async def lookup(tool_input: dict[str, object]) -> str:
+        return f"Notes on {tool_input.get('query')}: a deterministic fact."
+
+    return tools
+
+
+def build_model(config: ServerConfig) -> LlmModel:
+    """Real Claude with an API key (or any compatible server at ``base_url``), else the offline
+    scripted model."""
+    if config.api_key is None:
+        return ScriptedModel(
+            window=OFFLINE_WINDOW, reply_chars=1_200, tool_every=3, chunk_delay=config.chunk_delay
+        )
+    import anthropic  # noqa: PLC0415  # only a server with a key pays for the import
+
+    from segue.executor.models.anthropic import AnthropicModel  # noqa: PLC0415
+
+    client = anthropic.AsyncAnthropic(
+        api_key=config.api_key, base_url=config.base_url, default_headers=config.headers or None
+    )
+    return AnthropicModel(client)
+
+
+def build_store(config: ServerConfig) -> Store:
+    if config.database_url is not None:
+        from segue.executor.stores.postgres import PostgresStore  # noqa: PLC0415  # optional
+
+        return PostgresStore(config.database_url)
+    from segue.executor.stores.sqlite import SqliteStore  # noqa: PLC0415
+
+    return SqliteStore(config.db)
+
+
+def build_app(config: ServerConfig, *, store: Store | None = None) -> FastAPI:
+    """The application ``segue serve`` runs (``UnsafeBindError`` for a public bind without a
+    token)."""
+    if not is_loopback(config.host) and not config.token:
+        msg = (
+            f"binding to {config.host} lets other machines in: give a token "
+            "(--token or SEGUE_TOKEN), which every API request must then send as "
+            "'Authorization: Bearer <token>'"
+        )
+        raise UnsafeBindError(msg)
+    offline = config.api_key is None
+    runtime = Runtime(
+        store=store or build_store(config),
+        llm=build_model(config),
+        tools=demo_tools() if offline else None,
+    )
+    info = Info(version=__version__, offline=offline, model=config.model, behavior=config.behavior)
+    return create_app(runtime, info=info, token=config.token)
+
+
+def serve(config: ServerConfig) -> None:
+    """Run the server until interrupted."""
+    import uvicorn  # noqa: PLC0415  # the server's own dependency
+
+    app = build_app(config)
+    uvicorn.run(app, host=config.host, port=config.port, log_level="warning")

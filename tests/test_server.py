@@ -1,0 +1,337 @@
+"""The reference server's REST API over real HTTP: uvicorn on a free port, a real SQLite store,
+and behind the runtime either the offline scripted model or the real ``anthropic`` client
+pointed at the fake Anthropic server. Every route, every error code, the SSE stream of a turn
+and of a conversation, the bearer token, and what a client can never do to the server.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+
+from segue.server.run import ServerConfig, UnsafeBindError, build_app
+from segue.testing import FakeAnthropicServer, live_server
+from segue.testing.anthropic_server import MessageReply, ToolUse, Usage
+
+pytestmark = pytest.mark.slow
+
+KEY = "sk-ant-server-test-SECRET-0123456789"
+TOKEN = "t0ken-for-the-test"  # noqa: S105  # a test token, not a secret
+Event = tuple[str, dict[str, Any]]
+
+
+@pytest.fixture
+def offline(tmp_path: Path) -> Iterator[str]:
+    """The server as a fresh clone runs it: no key, the scripted model (streaming at once)."""
+    app = build_app(ServerConfig(db=tmp_path / "server.db", chunk_delay=0.0))
+    with live_server(app) as url:
+        yield url
+
+
+@pytest.fixture
+def client(offline: str) -> Iterator[httpx2.Client]:
+    with httpx2.Client(base_url=offline, timeout=30) as http:
+        yield http
+
+
+def sse(response: httpx2.Response) -> list[Event]:
+    """The events of a text/event-stream body: (event name, data as JSON)."""
+    events: list[Event] = []
+    for block in response.text.replace("\r\n", "\n").split("\n\n"):
+        name, data = "message", []
+        for line in block.split("\n"):
+            if line.startswith("event:"):
+                name = line[6:].strip()
+            elif line.startswith("data:"):
+                data.append(line[5:].removeprefix(" "))
+        if data:
+            events.append((name, json.loads("\n".join(data))))
+    return events
+
+
+def create(http: httpx2.Client, **body: Any) -> dict[str, Any]:
+    response = http.post("/api/conversations", json=body)
+    assert response.status_code == 201, response.text
+    created: dict[str, Any] = response.json()
+    return created
+
+
+def send(http: httpx2.Client, conversation_id: str, text: str) -> list[Event]:
+    response = http.post(f"/api/conversations/{conversation_id}/messages", json={"text": text})
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/event-stream")
+    return sse(response)
+
+
+def error(response: httpx2.Response, status: int, code: str) -> str:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error", "message"}
+    assert body["error"] == code
+    message: str = body["message"]
+    return message
+
+
+# --------------------------------------------------------------------------- routes
+
+
+def test_a_conversation_is_created_listed_read_and_streamed(client: httpx2.Client) -> None:
+    assert client.get("/api/info").json()["offline"] is True
+    first = create(client)
+    second = create(client, behavior="compact_in_place", system="Be brief.", context_window=50_000)
+    keys = {"id", "phase", "context_tokens", "context_window", "behavior", "parent_id", "child_id"}
+    assert keys <= set(first)
+    assert (second["behavior"], second["context_window"], second["phase"]) == (
+        "compact_in_place",
+        50_000,
+        "idle",
+    )
+    listed = [c["id"] for c in client.get("/api/conversations").json()]
+    assert listed[:2] == [second["id"], first["id"]]  # newest first
+    assert client.get(f"/api/conversations/{first['id']}").json()["id"] == first["id"]
+
+    events = send(client, first["id"], "Hello <script>alert(1)</script>")
+    names = [name for name, _ in events]
+    assert names[0] == "user_message"
+    assert names[-1] == "done"
+    assert all(data["kind"] == name for name, data in events)
+    done = events[-1][1]
+    assert done["state"]["id"] == first["id"]
+    assert done["state"]["phase"] == "idle"
+    streamed = "".join(data["text"] for name, data in events if name == "text")
+    messages = client.get(f"/api/conversations/{first['id']}/messages").json()
+    assert [m["kind"] for m in messages] == ["user", "assistant"]
+    assert messages[0]["text"] == "Hello <script>alert(1)</script>"  # kept as sent, as data
+    assert streamed == messages[1]["text"] == done["reply"]
+
+
+def test_the_openapi_schema_documents_every_route(client: httpx2.Client) -> None:
+    paths = client.get("/openapi.json").json()["paths"]
+    expected = {
+        "/api/info",
+        "/api/conversations",
+        "/api/conversations/{conversation_id}",
+        "/api/conversations/{conversation_id}/messages",
+        "/api/conversations/{conversation_id}/events",
+        "/api/conversations/{conversation_id}/continue",
+        "/api/conversations/{conversation_id}/cancel",
+        "/api/conversations/{conversation_id}/pause",
+        "/api/conversations/{conversation_id}/resume",
+        "/api/conversations/{conversation_id}/snapshots",
+        "/api/conversations/{conversation_id}/children",
+        "/api/conversations/{conversation_id}/lineage",
+    }
+    assert expected <= set(paths)
+    streamed = paths["/api/conversations/{conversation_id}/messages"]["post"]["responses"]["200"]
+    assert "text/event-stream" in streamed["content"]
+
+
+def test_the_limit_the_continuation_and_the_one_child(client: httpx2.Client) -> None:
+    conversation = create(client, context_window=3_000)
+    cid = conversation["id"]
+    kinds: list[str] = []
+    for turn in range(20):
+        events = send(client, cid, f"Tell me more, part {turn}.")
+        kinds += [name for name, _ in events]
+        if events[-1][1]["state"]["phase"] == "context_exhausted":
+            break
+    assert "warning" in kinds
+    assert kinds.index("warning") < kinds.index("exhausted")
+    state = client.get(f"/api/conversations/{cid}").json()
+    assert state["phase"] == "context_exhausted"
+    assert state["summary"]
+    refused = client.post(f"/api/conversations/{cid}/messages", json={"text": "more?"})
+    assert "start_new_from" in error(refused, 409, "read_only")
+    child = client.post(f"/api/conversations/{cid}/children", json={"seed_with_summary": True})
+    assert child.status_code == 200
+    again = client.post(f"/api/conversations/{cid}/children", json={"seed_with_summary": False})
+    assert again.json()["id"] == child.json()["id"]  # asked twice, the same child
+    assert child.json()["parent_id"] == cid
+    assert client.get(f"/api/conversations/{cid}").json()["child_id"] == child.json()["id"]
+    chain = client.get(f"/api/conversations/{child.json()['id']}/lineage").json()
+    assert [(link["id"], link["label"]) for link in chain] == [
+        (cid, "root"),
+        (child.json()["id"], "2"),
+    ]
+    seeded = client.get(f"/api/conversations/{child.json()['id']}/messages").json()
+    assert [m["kind"] for m in seeded] == ["summary"]
+
+
+def test_manual_continuation_pause_resume_and_snapshots(client: httpx2.Client) -> None:
+    cid = create(client, behavior="checkpoint_restart")["id"]
+    send(client, cid, "Start the job.")
+    paused = client.post(f"/api/conversations/{cid}/pause", json={"reason": "nightly stop"})
+    assert paused.status_code == 200
+    assert (paused.json()["phase"], paused.json()["paused_reason"]) == ("paused", "nightly stop")
+    refused = client.post(f"/api/conversations/{cid}/messages", json={"text": "hi"})
+    error(refused, 409, "paused")
+    snapshots = client.get(f"/api/conversations/{cid}/snapshots").json()
+    assert [(s["version"], s["reason"], s["session"]) for s in snapshots] == [
+        (1, "nightly stop", 1)
+    ]
+    assert snapshots[0]["created_at"] > 0
+    assert snapshots[0]["llm_calls"] == 2
+    resumed = client.post(f"/api/conversations/{cid}/resume", json={})
+    assert (resumed.json()["phase"], resumed.json()["session"]) == ("idle", 2)
+    error(client.post(f"/api/conversations/{cid}/resume", json={}), 409, "not_paused")
+
+    manual = create(client)["id"]
+    send(client, manual, "Hello.")
+    continued = client.post(f"/api/conversations/{manual}/continue")
+    assert continued.json()["phase"] == "context_exhausted"
+    assert client.post(f"/api/conversations/{manual}/cancel").json()["phase"] == "context_exhausted"
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_unknown_ids_are_404_everywhere(client: httpx2.Client) -> None:
+    missing = "/api/conversations/no-such-id"
+    for method, path, body in [
+        ("GET", missing, None),
+        ("GET", f"{missing}/messages", None),
+        ("POST", f"{missing}/messages", {"text": "hi"}),
+        ("GET", f"{missing}/events", None),
+        ("POST", f"{missing}/continue", None),
+        ("POST", f"{missing}/cancel", None),
+        ("POST", f"{missing}/pause", {"reason": "x"}),
+        ("POST", f"{missing}/resume", {}),
+        ("GET", f"{missing}/snapshots", None),
+        ("POST", f"{missing}/children", {}),
+        ("GET", f"{missing}/lineage", None),
+    ]:
+        response = client.request(method, path, json=body)
+        error(response, 404, "not_found")
+
+
+def test_bad_input_is_422_and_changes_nothing(client: httpx2.Client) -> None:
+    cid = create(client, context_window=3_000)["id"]
+    path = f"/api/conversations/{cid}/messages"
+    error(client.post(path, json={"text": ""}), 422, "invalid_request")
+    error(client.post(path, json={"text": "   \n"}), 422, "invalid_request")
+    error(client.post(path, json={}), 422, "invalid_request")
+    error(client.post(path, json={"text": "hi", "urgent": True}), 422, "invalid_request")
+    as_json = {"content-type": "application/json"}
+    error(client.post(path, content=b"{not json", headers=as_json), 422, "invalid_request")
+    too_large = client.post(path, json={"text": "word " * 10_000})
+    assert "too large" in error(too_large, 422, "message_too_large")
+    error(client.post("/api/conversations", json={"behavior": "sometimes"}), 422, "invalid_request")
+    error(client.post("/api/conversations", json={"context_window": -5}), 422, "invalid_request")
+    assert client.get(f"/api/conversations/{cid}/messages").json() == []
+    huge = client.post(path, content=b"x" * (9 * 1024 * 1024), headers=as_json)
+    error(huge, 413, "too_large")
+
+
+def test_a_message_while_a_turn_runs_is_409_and_performs_nothing(tmp_path: Path) -> None:
+    app = build_app(ServerConfig(db=tmp_path / "slow.db", chunk_delay=0.05))
+    with live_server(app) as url, httpx2.Client(base_url=url, timeout=60) as http:
+        cid = create(http)["id"]
+        first: list[Event] = []
+        sending = threading.Thread(target=lambda: first.extend(send(http, cid, "A long answer.")))
+        sending.start()
+        deadline = time.monotonic() + 10
+        while http.get(f"/api/conversations/{cid}").json()["phase"] == "idle":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        busy = http.post(f"/api/conversations/{cid}/messages", json={"text": "And now?"})
+        assert "a turn is running" in error(busy, 409, "busy")
+        sending.join(timeout=60)
+        assert first[-1][0] == "done"
+        kinds = [m["kind"] for m in http.get(f"/api/conversations/{cid}/messages").json()]
+        assert kinds == ["user", "assistant"]
+
+
+def test_a_client_that_disconnects_loses_nothing(tmp_path: Path) -> None:
+    app = build_app(ServerConfig(db=tmp_path / "gone.db", chunk_delay=0.02))
+    with live_server(app) as url, httpx2.Client(base_url=url, timeout=60) as http:
+        cid = create(http)["id"]
+        with http.stream(
+            "POST", f"/api/conversations/{cid}/messages", json={"text": "Tell me a story."}
+        ) as response:
+            for line in response.iter_lines():
+                if line.startswith("event: text"):
+                    break  # the browser tab closed
+        deadline = time.monotonic() + 30
+        while http.get(f"/api/conversations/{cid}").json()["phase"] != "idle":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        messages = http.get(f"/api/conversations/{cid}/messages").json()
+        assert [m["kind"] for m in messages] == ["user", "assistant"]
+        assert len(messages[1]["text"]) == 1_200  # the whole reply, stored
+
+
+def test_a_second_tab_sees_every_update_of_the_conversation(
+    client: httpx2.Client, offline: str
+) -> None:
+    cid = create(client)["id"]
+    seen: list[str] = []
+    ready = threading.Event()
+
+    def second_tab() -> None:
+        with (
+            httpx2.Client(base_url=offline, timeout=30) as other,
+            other.stream("GET", f"/api/conversations/{cid}/events") as response,
+        ):
+            ready.set()
+            for line in response.iter_lines():
+                if line.startswith("event:"):
+                    seen.append(line[6:].strip())
+                    if seen[-1] == "done":
+                        return
+
+    tab = threading.Thread(target=second_tab)
+    tab.start()
+    assert ready.wait(10)
+    time.sleep(0.2)  # the watch is registered once the response has started
+    events = send(client, cid, "Hello from the first tab.")
+    tab.join(timeout=30)
+    assert seen == [name for name, _ in events]
+
+
+# --------------------------------------------------------------------------- security
+
+
+def test_binding_beyond_this_machine_needs_a_token(tmp_path: Path) -> None:
+    with pytest.raises(UnsafeBindError):
+        build_app(ServerConfig(db=tmp_path / "x.db", host="0.0.0.0"))  # noqa: S104  # the point
+    app = build_app(ServerConfig(db=tmp_path / "y.db", host="0.0.0.0", token=TOKEN))  # noqa: S104
+    with live_server(app) as url:
+        error(httpx2.get(f"{url}/api/conversations"), 401, "unauthorized")
+        wrong = httpx2.get(f"{url}/api/conversations", headers={"Authorization": "Bearer nope"})
+        error(wrong, 401, "unauthorized")
+        right = httpx2.get(f"{url}/api/conversations", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert right.status_code == 200
+        assert httpx2.get(f"{url}/").status_code == 200  # the page holds no data
+
+
+def test_with_a_key_real_claude_answers_and_no_response_ever_holds_it(tmp_path: Path) -> None:
+    with FakeAnthropicServer() as fake:
+        fake.enqueue(
+            MessageReply(
+                text="Checking.",
+                tool_uses=[ToolUse("lookup", {"query": "tides"}, id="toolu_1")],
+                stop_reason="tool_use",
+                usage=Usage(500, 20),
+            ),
+            MessageReply(text=f"Noon. (your key is {KEY})", usage=Usage(600, 10)),
+        )
+        config = ServerConfig(db=tmp_path / "real.db", api_key=KEY, base_url=fake.url)
+        app = build_app(config)
+        with live_server(app) as url, httpx2.Client(base_url=url, timeout=30) as http:
+            info = http.get("/api/info").json()
+            assert info["offline"] is False
+            cid = create(http, model="claude-sonnet-4-6")["id"]
+            response = http.post(f"/api/conversations/{cid}/messages", json={"text": "Tide?"})
+            bodies = [response.text, http.get(f"/api/conversations/{cid}").text]
+            bodies += [http.get("/api/info").text, http.get("/openapi.json").text]
+        sent = fake.message_requests()
+    assert [name for name, _ in sse(response)][-1] == "done"
+    assert len(sent) == 2
+    assert all(KEY not in body.replace(f"your key is {KEY}", "") for body in bodies)
