@@ -301,16 +301,7 @@ def _routes(app: FastAPI, runtime: Runtime, info: Info, guard: Any) -> None:
     @app.get("/api/conversations/{conversation_id}/lineage", dependencies=[guard])
     async def lineage(conversation_id: str) -> list[LinkView]:
         """The continuation chain the conversation belongs to, root first."""
-        return [
-            LinkView(
-                id=link.id,
-                label=link.label,
-                position=link.position,
-                phase=link.state.phase.kind,
-                summary=link.summary,
-            )
-            for link in await runtime.lineage(conversation_id)
-        ]
+        return [LinkView.of(link) for link in await runtime.lineage(conversation_id)]
 
     @app.post("/api/conversations/{conversation_id}/children", dependencies=[guard])
     async def child(conversation_id: str, body: StartChild | None = None) -> ConversationView:

@@ -1,20 +1,18 @@
 """What the REST API takes and gives: thin views of segue's own values.
 
-The views are built from the public values (``ConversationState``, ``StoredMessage``,
-``SessionSnapshot``, the updates), never from internals, so the OpenAPI schema and the Python API
-say the same thing. Requests are validated here (unknown fields refused, empty text refused
+The views of conversations, messages and snapshots are ``segue.views`` (shared with the CLI's
+``--json``). Requests are validated here (unknown fields refused, empty text refused
 before it reaches the runtime), so a client's mistake is a 422 with the field named.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from segue.executor.ports import StoredConversation, StoredMessage
-from segue.statemachine import ContextExhaustionBehavior, ConversationState
-from segue.statemachine.checkpoint import SessionSnapshot
+from segue.statemachine import ContextExhaustionBehavior
+from segue.views import ConversationView, LinkView, MessageView, SnapshotView, ToolCallView
 
 
 class _Request(BaseModel):
@@ -59,143 +57,6 @@ class StartChild(_Request):
     auto_continue: bool = False
 
 
-class ConversationView(BaseModel):
-    """A conversation as a client sees it."""
-
-    id: str
-    phase: str
-    """The phase's kind: ``idle``, ``llm_requesting``, ``context_exhausted``, ``paused``..."""
-    context_tokens: int | None
-    context_window: int
-    projected_tokens: int
-    """What the next prompt is expected to hold: ``context_tokens`` plus what was added since."""
-    warning_tokens: int
-    continuation_tokens: int
-    behavior: ContextExhaustionBehavior
-    model: str
-    parent_id: str | None
-    child_id: str | None
-    session: int
-    generation: int
-    created_at: float | None = None
-    summary: str | None = None
-    """The continuation summary of an exhausted conversation."""
-    error_kind: str | None = None
-    error_message: str | None = None
-    paused_reason: str | None = None
-
-    @classmethod
-    def of(
-        cls, state: ConversationState, stored: StoredConversation | None = None
-    ) -> ConversationView:
-        """The view of ``state`` (``stored`` adds the child and the creation time)."""
-        phase: Any = state.phase
-        config = state.config
-        return cls(
-            id=state.id,
-            phase=phase.kind,
-            context_tokens=state.context_tokens,
-            context_window=state.context_window,
-            projected_tokens=state.projected_tokens,
-            warning_tokens=config.warning_tokens,
-            continuation_tokens=config.continuation_tokens,
-            behavior=state.behavior,
-            model=state.model,
-            parent_id=state.parent_id,
-            child_id=stored.child_id if stored is not None else None,
-            session=state.session,
-            generation=state.generation,
-            created_at=stored.created_at if stored is not None else None,
-            summary=getattr(phase, "summary", None),
-            error_kind=getattr(getattr(phase, "error_kind", None), "value", None),
-            error_message=getattr(phase, "message", None),
-            paused_reason=phase.snapshot.reason if phase.kind == "paused" else None,
-        )
-
-
-class ToolCallView(BaseModel):
-    id: str
-    name: str
-    input: dict[str, Any]
-
-
-class MessageView(BaseModel):
-    """One transcript entry."""
-
-    seq: int
-    kind: str
-    text: str
-    session: int
-    generation: int
-    tool_calls: list[ToolCallView] = Field(default_factory=list)
-    tool_call_id: str | None = None
-    is_error: bool = False
-    attachments: int = 0
-    """Images and documents it carries (sent to the model, not repeated here)."""
-
-    @classmethod
-    def of(cls, stored: StoredMessage) -> MessageView:
-        message = stored.message
-        return cls(
-            seq=stored.seq,
-            kind=message.kind,
-            text=message.text,
-            session=message.session,
-            generation=message.generation,
-            tool_calls=[
-                ToolCallView(id=call.id, name=call.name, input=call.input)
-                for call in message.tool_calls
-            ],
-            tool_call_id=message.tool_call_id,
-            is_error=message.is_error,
-            attachments=sum(1 for b in message.content if b.type in ("image", "document")),
-        )
-
-
-class SnapshotView(BaseModel):
-    """A pause's snapshot: when, why, which session, how full, what it did."""
-
-    version: int
-    session: int
-    trigger: Literal["pause", "exhaustion"]
-    reason: str
-    created_at: float | None
-    context_tokens: int | None
-    context_window: int
-    llm_calls: int
-    tool_calls: int
-    checkpoint: str
-    decisions: list[str]
-    errors: list[str]
-
-    @classmethod
-    def of(cls, snapshot: SessionSnapshot) -> SnapshotView:
-        return cls(
-            version=snapshot.version,
-            session=snapshot.session,
-            trigger=snapshot.trigger,
-            reason=snapshot.reason,
-            created_at=snapshot.created_at,
-            context_tokens=snapshot.context_tokens,
-            context_window=snapshot.context_window,
-            llm_calls=snapshot.llm_calls,
-            tool_calls=snapshot.tool_calls,
-            checkpoint=snapshot.checkpoint,
-            decisions=list(snapshot.decisions),
-            errors=list(snapshot.errors),
-        )
-
-
-class LinkView(BaseModel):
-    """One conversation of a continuation chain, root first."""
-
-    id: str
-    label: str
-    position: int
-    phase: str
-    summary: str | None
-
-
 class ErrorBody(BaseModel):
     """Every error: a stable code for programs, a message for people."""
 
@@ -211,3 +72,19 @@ class Info(BaseModel):
     """True when no API key was given: the offline scripted model answers."""
     model: str
     behavior: ContextExhaustionBehavior
+
+
+__all__ = [
+    "ConversationView",
+    "CreateConversation",
+    "ErrorBody",
+    "Info",
+    "LinkView",
+    "MessageView",
+    "Pause",
+    "Resume",
+    "SendMessage",
+    "SnapshotView",
+    "StartChild",
+    "ToolCallView",
+]

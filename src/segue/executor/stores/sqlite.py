@@ -189,12 +189,17 @@ class SqliteStore:
 
     ``busy_timeout`` is how long (seconds) a call waits for another process's write lock before
     raising ``StoreLockedError``. The file is opened on first use, in the store's own thread.
+    ``read_only=True`` opens an existing store without ever writing to it (an inspector): no
+    file is created, no schema is added, and a file that is not a segue store is refused.
     Methods do what ``Store`` (in ``ports``) says; their notes here say only how.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 5.0) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, busy_timeout: float = 5.0, read_only: bool = False
+    ) -> None:
         self._path = os.fspath(path)
         self._busy_timeout = busy_timeout
+        self._read_only = read_only
         self._conn: sqlite3.Connection | None = None
         self._jobs: queue.SimpleQueue[_Job | None] | None = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -208,6 +213,8 @@ class SqliteStore:
     # ------------------------------------------------------------------ plumbing (worker thread)
 
     def _connect(self) -> sqlite3.Connection:
+        if self._read_only:
+            return self._connect_read_only()
         if self._path != _MEMORY:
             _prepare_file(Path(self._path))
         conn = sqlite3.connect(
@@ -222,6 +229,32 @@ class SqliteStore:
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA foreign_keys = ON")
             self._migrate(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """SQLite's read-only mode (``mode=ro``: it neither creates the file nor writes to it),
+        on a file whose schema is this segue's."""
+        if not Path(self._path).is_file():
+            msg = f"{self._path} does not exist (a read-only store is never created)"
+            raise SegueError(msg)
+        uri = f"{Path(self._path).resolve().as_uri()}?mode=ro"
+        conn = sqlite3.connect(
+            uri, uri=True, timeout=self._busy_timeout, isolation_level=None, cached_statements=64
+        )
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            if version != SCHEMA_VERSION:
+                problem = (
+                    "is not a segue store"
+                    if version == 0
+                    else f"has schema version {version}, not this segue's ({SCHEMA_VERSION})"
+                )
+                msg = f"{self._path} {problem}"
+                raise SegueError(msg)
         except BaseException:
             conn.close()
             raise

@@ -1,0 +1,155 @@
+"""The ``segue`` application object, its global options and how a command fails.
+
+Expected failures (no API key, unknown model, locked store, read-only conversation) are one
+line on stderr with exit code 2 (usage or setup) or 1 (runtime); a traceback means a bug.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sqlite3
+import sys
+from collections.abc import Coroutine, Iterator
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import structlog
+import typer
+
+from segue import __version__
+from segue.executor.ports import ConversationNotFoundError, SegueError
+from segue.executor.stores.sqlite import StoreLockedError
+from segue.statemachine import ContextExhaustionBehavior as Behavior
+
+T = TypeVar("T")
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,  # a bug report must never print an API key
+)
+DbOption = Annotated[
+    Path, typer.Option("--db", envvar="SEGUE_DB", help="SQLite store file.", show_default=True)
+]
+BehaviorOption = Annotated[
+    Behavior, typer.Option(case_sensitive=False, help="What happens when the window fills up.")
+]
+HeaderOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--header",
+        metavar="NAME:VALUE",
+        help="An HTTP header for every API request (repeatable), for a server with its own auth.",
+    ),
+]
+BaseUrlOption = Annotated[
+    str | None,
+    typer.Option(help="API base URL (default: $ANTHROPIC_BASE_URL or the real API)."),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+class CliError(Exception):
+    """An expected failure: printed as one line, exit ``code`` (2 setup/usage, 1 runtime)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.message, self.code = message, code
+
+
+def fail(message: str, code: int) -> NoReturn:
+    """Print ``error: message`` on stderr and exit with ``code``."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def run(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a command's coroutine; expected failures become one line and an exit code."""
+    try:
+        return asyncio.run(coroutine)
+    except CliError as error:
+        fail(error.message, error.code)
+    except ConversationNotFoundError as error:
+        fail(str(error), 2)
+    except StoreLockedError as error:
+        fail(f"{error} (is another segue process using it?)", 1)
+    except sqlite3.OperationalError as error:  # raised while opening, before the store wraps it
+        if "locked" in str(error) or "busy" in str(error):
+            fail("database is locked: another process holds its write lock (segue?)", 1)
+        fail(f"database error: {error}", 1)
+    except sqlite3.DatabaseError as error:
+        fail(f"cannot use the database: {error}", 2)
+    except SegueError as error:
+        fail(str(error), 1)
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+
+
+def headers_of(given: list[str] | None) -> dict[str, str]:
+    """``NAME:VALUE`` options as a header dict (a usage error for anything else)."""
+    headers: dict[str, str] = {}
+    for item in given or ():
+        name, colon, value = item.partition(":")
+        if not colon or not name.strip() or any(c in item for c in "\r\n"):
+            fail(f"--header takes NAME:VALUE, not {item!r}", 2)
+        headers[name.strip()] = value.strip()
+    return headers
+
+
+@contextlib.contextmanager
+def _logging(verbosity: int) -> Iterator[None]:
+    """With ``-v`` segue's events go to stderr as key=value lines (``-vv``: debug too); without,
+    the CLI stays as quiet as the library. The ``segue`` logger is put back as it was
+    afterwards, so a program (or test session) calling the CLI keeps its own setup."""
+    if verbosity <= 0:
+        yield
+        return
+    logger = logging.getLogger("segue")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processor=structlog.dev.ConsoleRenderer(colors=False),
+            foreign_pre_chain=[
+                structlog.stdlib.add_log_level,
+                structlog.stdlib.ExtraAdder(),
+                _without_duplicate,
+            ],
+        )
+    )
+    previous = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous)
+
+
+def _without_duplicate(_logger: Any, _name: str, event: Any) -> Any:
+    """``segue_event`` holds the fields a second time (for handlers that want one dict)."""
+    event.pop("segue_event", None)
+    return event
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"segue {__version__}")
+        raise typer.Exit
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    verbose: Annotated[
+        int, typer.Option("--verbose", "-v", count=True, help="Log to stderr (-vv: debug).")
+    ] = 0,
+    version: Annotated[  # handled by its callback
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """Carry LLM conversations across the context-window limit."""
+    ctx.with_resource(_logging(verbose))

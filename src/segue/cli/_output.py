@@ -1,0 +1,158 @@
+"""How the CLI prints, and how it opens what it inspects.
+
+Output goes through ``rich`` but reads the same without a terminal (CI logs): the meter is a
+line of text per turn, not a live widget. Everything printed that a model, a user or a store
+wrote passes through ``printable`` first: a reply can hold terminal escapes (which could rewrite
+the screen or the window title) and bidirectional overrides, shown here as ``\\x1b``-style text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from segue import effects as fx
+from segue.cli._app import CliError
+from segue.executor.ports import ConversationNotFoundError
+from segue.executor.runtime import Runtime
+from segue.executor.stores.sqlite import SqliteStore
+from segue.statemachine import ConversationState
+
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+"""Control characters (all but tab and newline) and the bidirectional overrides."""
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters and bidi overrides written out as escapes."""
+    return _UNPRINTABLE.sub(_escape, text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match[0])
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def console() -> Console:
+    """Stdout; a pipe or CI log gets 220 columns so that ids and paths stay whole."""
+    out = Console()
+    if not out.is_terminal and "COLUMNS" not in os.environ:
+        out.width = 220
+    return out
+
+
+def say(out: Console, text: str, style: str = "") -> None:
+    """One unwrapped line without markup (messages quote ids, paths and model output)."""
+    out.print(Text(printable(text), style=style), soft_wrap=True)
+
+
+def print_json(value: Any) -> None:
+    """``value`` as indented JSON on stdout (strings escaped by JSON itself)."""
+    out = Console(soft_wrap=True)
+    out.print(Text(json.dumps(value, indent=2, ensure_ascii=False)), soft_wrap=True)
+
+
+def meter(out: Console, label: str, state: ConversationState) -> None:
+    """Tokens / window, percent, phase; ``~`` marks an estimate (no usage reported yet)."""
+    window, config, measured = state.context_window, state.config, state.context_tokens
+    tokens = measured if measured is not None else state.projected_tokens
+    style = "green" if tokens < config.warning_tokens else "yellow"
+    style = "red" if tokens >= config.continuation_tokens else style
+    full, empty = ("█", "░") if out.encoding.lower().startswith("utf") else ("#", ".")
+    filled = min(30, round(30 * tokens / window))
+    line = Text(f"{label:<8} ").append(full * filled, style).append(empty * (30 - filled), "dim")
+    line.append(f" {'' if measured is not None else '~'}{tokens:>6,} / {window:,}  ")
+    line.append(f"{tokens / window:6.1%}", style).append(f"  {state.phase.kind}")
+    out.print(line, soft_wrap=True)
+
+
+def narration(effect: fx.Effect) -> tuple[str, str] | None:
+    """What a person watching should hear before an effect runs, and in which style."""
+    match effect:
+        case fx.NotifyContextWarning(context_tokens=used, context_window=window):
+            text = f"WARNING: context {used / window:.0%} full ({used:,} / {window:,} tokens)"
+            return f"{text}, past the warning threshold", "bold yellow"
+        case fx.RequestContinuation():
+            return "threshold reached: asking for a continuation summary", "bold red"
+        case fx.NotifyContextExhausted():
+            return "context exhausted: the conversation is now read-only", "bold red"
+        case fx.RequestCheckpoint(purpose=purpose):
+            return f"threshold reached: asking for a checkpoint ({purpose})", "red"
+        case fx.SaveSnapshot(snapshot=snapshot):
+            return f"paused: snapshot v{snapshot.version} saved ({snapshot.trigger})", "bold cyan"
+        case fx.StartSession(session=session, reason=reason):
+            return f"new session {session} ({reason})", "bold cyan"
+        case fx.ArchiveTranscript(generation=generation):
+            return f"archiving the transcript (generation {generation})", "cyan"
+        case fx.RequestCompaction():
+            return "threshold reached: compacting older messages", "red"
+        case fx.StartGeneration(generation=generation):
+            return f"new generation {generation} starts from a summary", "bold cyan"
+        case fx.ScheduleRetry(delay_seconds=delay, attempt=attempt):
+            return f"retrying in {delay:.1f}s (attempt {attempt})", ""
+        case fx.NotifyFailed(error_kind=kind, message=message):
+            return f"failed: {kind.value}: {message}", "bold red"
+    return None
+
+
+def narrate(runtime: Runtime, out: Console) -> None:
+    """Say what the runtime does as it does it."""
+
+    def listener(_cid: str, effect: fx.Effect) -> None:
+        if (said := narration(effect)) is not None:
+            say(out, f"  {said[0]}", said[1])
+
+    runtime.subscribe(listener)
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` on one line, at most ``limit`` characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def table(title: str, columns: str, rows: Iterable[Iterable[object]]) -> Table:
+    """A table of plain text (never markup: cells quote model output); ids never wrap."""
+    shown = Table(title=Text(printable(title)))
+    for column in columns.split("|"):
+        shown.add_column(column, overflow="fold", no_wrap=column in ("id", "parent", "child"))
+    for row in rows:
+        shown.add_row(*(Text("-" if cell is None else printable(str(cell))) for cell in row))
+    return shown
+
+
+async def last_text(runtime: Runtime, cid: str, kind: str = "assistant") -> str:
+    """The text of the conversation's latest message of ``kind``."""
+    messages = await runtime.messages(cid)
+    return next((m.text for m in reversed(messages) if m.kind == kind and m.text), "")
+
+
+def existing_store(db: Path, *, read_only: bool) -> SqliteStore:
+    """A store on ``db`` only if the file exists: inspecting never creates a database, and
+    ``read_only`` opens it in SQLite's read-only mode (nothing is ever written to it)."""
+    if not db.is_file():
+        raise CliError(f"no database at {db} (set --db or $SEGUE_DB; `segue demo` makes one)", 2)
+    return SqliteStore(db, read_only=read_only)
+
+
+async def resolve(store: SqliteStore, given: str) -> str:
+    """The conversation id ``given`` names: the id itself, or a prefix of exactly one."""
+    listed = await store.list_conversations()
+    ids = [c.state.id for c in listed]
+    if given in ids:
+        return given
+    matches = [cid for cid in ids if given and cid.startswith(given)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise ConversationNotFoundError(f"no conversation {printable(given)!r} in this store")
+    shown = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
+    msg = f"{printable(given)!r} is the start of {len(matches)} conversations ({shown})"
+    raise CliError(f"{msg}: give more of the id", 2)

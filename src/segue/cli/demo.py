@@ -1,0 +1,200 @@
+"""``segue demo``: a long conversation against the offline scripted model, through the limit,
+told as it happens (the meter per turn, each reply streaming, what the behaviour does there).
+
+Without ``--db`` the store lives in a temporary directory that is removed at the end: a demo
+leaves nothing behind unless asked to keep it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.panel import Panel
+from rich.text import Text
+
+from segue.cli._app import BehaviorOption, CliError, app, run
+from segue.cli._output import clip, console, last_text, meter, narrate, printable, say
+from segue.executor.models.scripted import ScriptedModel
+from segue.executor.runtime import (
+    ConversationExhaustedError,
+    MessageRejectedError,
+    Runtime,
+    failure_of,
+)
+from segue.executor.stores.sqlite import SqliteStore
+from segue.executor.tools import ToolRegistry
+from segue.statemachine import ContextExhaustionBehavior as Behavior
+from segue.statemachine import ConversationState
+
+DEMO_MODEL = "segue-demo"
+"""The model name demo conversations carry: ``pause``/``resume`` answer them offline too."""
+DEMO_PACE = 0.05
+"""Seconds between demo turns, so the meter visibly moves; ``--fast`` skips it."""
+DEMO_CHUNK_PACE = 0.002
+"""Seconds between the scripted model's text deltas, so the reply visibly streams."""
+PREVIEW_CHARS = 70
+"""How much of each streamed reply the demo shows."""
+
+
+def demo_model(chunk_delay: float = 0.0) -> ScriptedModel:
+    """The offline model of the demo (a 24,000-token window: the limit comes in a few turns)."""
+    return ScriptedModel(window=24_000, reply_chars=3_000, tool_every=3, chunk_delay=chunk_delay)
+
+
+def demo_tools() -> ToolRegistry:
+    """One tool the scripted model calls every few turns, with a long answer."""
+    tools = ToolRegistry()
+
+    @tools.tool(description="Look a topic up in the demo's notes.")
+    async def lookup(tool_input: dict[str, Any]) -> str:
+        return f"Notes on {tool_input.get('query')}: " + "a deterministic fact. " * 40
+
+    return tools
+
+
+async def _demo(db: Path, behavior: Behavior, fast: bool, out: Console) -> str:
+    model = demo_model(0 if fast else DEMO_CHUNK_PACE)
+    archives = db.parent / f"{db.stem}-archives"
+    store = SqliteStore(db)
+    async with Runtime(store=store, llm=model, tools=demo_tools(), archive_dir=archives) as rt:
+        narrate(rt, out)
+        state = await rt.create_conversation(model=DEMO_MODEL, behavior=behavior)
+        cid, config = state.id, state.config
+        say(out, f"segue demo: {behavior.name} with the offline scripted model", "bold")
+        say(
+            out,
+            f"conversation {cid}: window {config.context_window:,} tokens, warning at "
+            f"{config.warning_tokens:,} ({config.warning_threshold:.0%}), threshold at "
+            f"{config.continuation_tokens:,} ({config.continuation_threshold:.0%})",
+        )
+        start = (state.session, state.generation)
+        for turn in range(1, 100):
+            moved = (state.session, state.generation) != start
+            state = await _streamed(rt, cid, f"Tell me more about topic {turn}.", out)
+            if not moved and (state.session, state.generation) != start:
+                await _crossing(rt, out, state)  # one more turn shows that it goes on
+            meter(out, f"turn {turn}", state)
+            if state.phase.kind in ("context_exhausted", "failed", "paused") or moved:
+                break
+            if not fast:
+                await asyncio.sleep(DEMO_PACE)
+        await _ending(rt, out, state, start, archives)
+    return cid
+
+
+async def _streamed(rt: Runtime, cid: str, text: str, out: Console) -> ConversationState:
+    """One turn through ``Runtime.stream``: each reply's first words as the model writes them,
+    and the tools as they run."""
+    response, shown = None, 0
+    async for update in rt.stream(cid, text):
+        if update.kind == "text":
+            if update.response != response:
+                lead = "\n  assistant: " if response is not None else "  assistant: "
+                out.print(lead, end="")
+                response, shown = update.response, 0
+            piece = update.text.replace("\n", " ")[: max(0, PREVIEW_CHARS - shown)]
+            out.print(Text(printable(piece)), end="")
+            shown += len(piece)
+            if piece and shown >= PREVIEW_CHARS:
+                out.print("...", end="")
+        elif update.kind == "tool_started":
+            called = f"\n  tool: {update.name}({clip(str(update.input), 40)})"
+            out.print(Text(printable(called)), end="")
+            response = response or -1
+        elif update.kind == "done":
+            if response is not None:
+                out.print()
+            return update.state
+    raise CliError("the turn's updates ended without done", 1)
+
+
+async def _crossing(runtime: Runtime, out: Console, state: ConversationState) -> None:
+    """The figure that crossed the threshold, from the transition log: a restart or compaction
+    completes within the turn, so the meter itself only shows the emptied context."""
+    log = await runtime.store.transitions(state.id)
+    record = next(r for r in reversed(log) if r.to_phase in ("awaiting_checkpoint", "compacting"))
+    tokens, window = record.context_tokens or 0, state.context_window
+    moved = f"{record.from_phase} -> {record.to_phase} ({record.reason})"
+    say(out, f"  crossed at {tokens:,} / {window:,} ({tokens / window:.1%}): {moved}", "red")
+
+
+async def _ending(
+    rt: Runtime, out: Console, state: ConversationState, start: tuple[int, int], archives: Path
+) -> None:
+    """Show what the behaviour did at the limit; a demo that did not get there fails."""
+    cid, behavior, failure = state.id, state.behavior, failure_of(state)
+    exhausted = state.phase.kind == "context_exhausted"
+    if behavior is Behavior.THRESHOLD_BASED_CONTINUATION and exhausted:
+        summary = await last_text(rt, cid, "continuation")
+        out.print(Panel(Text(printable(summary)), title="continuation summary", expand=False))
+        try:
+            await rt.send(cid, "One more question?")
+        except ConversationExhaustedError as error:
+            say(out, f"read-only: send() refused: {error}", "bold")
+        else:
+            raise CliError("an exhausted conversation accepted a message", 1)
+        child = await rt.start_new_from(cid)
+        say(out, f"child conversation {child.id} (parent {child.parent_id}), seeded", "bold")
+        meter(out, "child", await rt.send(child.id, "Let us carry on where we left off."))
+        say(out, f"  assistant: {clip(await last_text(rt, child.id), 90)}")
+    elif behavior is Behavior.INTENTIONALLY_UNHANDLED and failure is not None:
+        say(out, f"typed failure: Failed(error_kind={failure[0].name}): {failure[1]}", "bold")
+        try:
+            await rt.send(cid, "One more question?")
+        except MessageRejectedError as error:
+            say(out, f"send() refused: {error}")
+        else:
+            raise CliError("a failed conversation accepted a message", 1)
+        say(out, "a parent agent would now spawn a replacement with a fresh window")
+    elif behavior is Behavior.CHECKPOINT_PAUSE and state.phase.kind == "paused":
+        snapshot = (await rt.store.snapshots(cid))[-1]
+        out.print(Panel(Text(printable(snapshot.checkpoint)), title="checkpoint", expand=False))
+        say(
+            out,
+            f"paused at the limit: snapshot v{snapshot.version} (trigger {snapshot.trigger}, "
+            f"{snapshot.llm_calls} LLM calls, {snapshot.tool_calls} tool calls)",
+            "bold",
+        )
+        resumed = await rt.resume(cid)
+        say(out, f"an orchestrator resumes it: session {resumed.session}", "bold")
+        meter(out, "resumed", resumed)
+    elif failure is None and (state.session, state.generation) != start:
+        restart = behavior is Behavior.CHECKPOINT_RESTART
+        kind = "checkpoint" if restart else "summary"
+        text = printable(await last_text(rt, cid, kind))
+        out.print(Panel(Text(text), title=kind, expand=False))
+        moved = (
+            f"session {start[0]} -> {state.session}"
+            if restart
+            else (f"generation {start[1]} -> {state.generation} (archive in {archives})")
+        )
+        say(out, f"{moved}; continuations: {state.continuations}; still going", "bold")
+    else:
+        shown = f"{failure[0].value}: {failure[1]}" if failure else state.phase.kind
+        raise CliError(f"the demo ended unexpectedly ({shown})", 1)
+
+
+@app.command()
+def demo(
+    db: Annotated[
+        Path | None,
+        typer.Option(help="SQLite file to write and keep (default: none is kept)."),
+    ] = None,
+    behavior: BehaviorOption = Behavior.THRESHOLD_BASED_CONTINUATION,
+    fast: Annotated[bool, typer.Option(help="No pause between turns.")] = False,
+) -> None:
+    """Offline demo: a long conversation against a scripted model, through the limit."""
+    out = console()
+    if db is not None:
+        cid = run(_demo(db, behavior, fast, out))
+        say(out, f"\ndatabase: {db}", "bold")
+        say(out, f"inspect it: segue status {cid[:8]} --db {db} ; segue show {cid[:8]} --db {db}")
+        return
+    with tempfile.TemporaryDirectory(prefix="segue-demo-") as scratch:
+        run(_demo(Path(scratch) / "segue.db", behavior, fast, out))
+    say(out, "\nthe demo's store was temporary and is gone; `segue demo --db FILE` keeps it")
