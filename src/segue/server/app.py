@@ -121,6 +121,8 @@ def create_app(
         version=info.version,
         description="Conversations that carry on across the context-window limit.",
         lifespan=lifespan,
+        docs_url=None,  # FastAPI's docs pages load their scripts from a CDN; this works offline
+        redoc_url=None,
     )
     _errors(app)
     _limits(app)

@@ -198,7 +198,8 @@ function renderMessage(message) {
 function renderState(state) {
   view.state = state;
   const phase = state.phase;
-  $("title").textContent = `Conversation ${state.id}`;
+  $("title").textContent = `Conversation ${state.id.slice(0, 8)}`;
+  $("title").title = state.id;
   $("phase").textContent = `${phase.replaceAll("_", " ")} · ${state.behavior.replaceAll("_", " ")} · ${state.model}`;
   const tokens = shownTokens(state);
   setMeter(tokens, state.context_window, level(tokens, state));
@@ -218,7 +219,8 @@ function renderState(state) {
   const reason = inputReason(state);
   const text = $("text");
   text.disabled = reason !== null;
-  $("send").disabled = reason !== null;
+  $("send").disabled = reason !== null || view.streaming; // one turn at a time
+  $("messages").setAttribute("aria-busy", String(view.streaming || BUSY.has(phase)));
   $("input-reason").hidden = reason === null;
   $("input-reason").textContent = reason || "";
   $("pause").disabled = phase === "paused" || exhausted || phase === "failed";
