@@ -1,0 +1,38 @@
+"""``bench/bench_server.py --quick`` runs to the end and reports every figure.
+
+Timings depend on the machine, so they are never asserted here; the numbers are the bench's to
+print (and the closing note's to quote).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_server.py"
+REPORT_LINES = (
+    r"^10 concurrent SSE clients, one turn each \(scripted model, SQLite\)$",
+    r"^Over HTTP \(segue serve\): first text p50 [\d,.]+ ms, p99 [\d,.]+ ms; done p50 [\d,.]+ ms",
+    r"^In process \(Runtime.stream, reference\): first text p50 [\d,.]+ ms",
+    r"^HTTP / in process: first text p50 [\d.]+x, p99 [\d.]+x; done p50 [\d.]+x, p99 [\d.]+x$",
+    r"^Server memory: RSS [\d,.]+ MB idle, [\d,.]+ MB after, peak [\d,.]+ MB$",
+)
+
+
+@pytest.mark.slow
+def test_quick_run_reports_every_figure() -> None:
+    result = subprocess.run(  # noqa: S603  # our own interpreter on our own script
+        [sys.executable, str(BENCH), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    for pattern in REPORT_LINES:
+        assert any(re.search(pattern, line) for line in lines), (pattern, result.stdout)
