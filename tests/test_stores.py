@@ -47,6 +47,8 @@ from segue.executor.ports import (
     ConcurrentUpdateError,
     ConversationExistsError,
     ConversationNotFoundError,
+    DuplicateMessageError,
+    InvalidTextError,
     SegueError,
     Store,
     StoredConversation,
@@ -559,6 +561,168 @@ def test_conversations_do_not_see_each_other(store: Store) -> None:
     run(scenario())
 
 
+# --------------------------------------------------------------------------- claims
+
+
+def test_a_commit_claims_what_it_queues_for_its_owner(store: Store) -> None:
+    async def scenario() -> None:
+        stored = await store.create(fresh(), system=None)
+        commit = dataclasses.replace(
+            make_commit(stored, UserMessage(text="hi")), owner="rt-a", lease_until=100.0
+        )
+        committed = await store.commit(commit)
+        for seen in (committed, await store.load("c1")):
+            (pending,) = seen.pending
+            assert (pending.owner, pending.lease_until) == ("rt-a", 100.0)
+        unclaimed = await store.create(fresh("c2"), system=None)
+        (pending,) = (await step(store, unclaimed, UserMessage(text="hi"))).pending
+        assert (pending.owner, pending.lease_until) == (None, None)
+
+    run(scenario())
+
+
+def test_only_one_owner_holds_a_claim_until_its_lease_ends(store: Store) -> None:
+    async def scenario() -> None:
+        stored = await step(store, await store.create(fresh(), system=None), UserMessage(text="x"))
+        effect_id = stored.pending[0].id
+        first = await store.claim("c1", effect_id, owner="a", lease_until=10.0, now=1.0)
+        assert first is not None
+        assert (first.owner, first.lease_until) == ("a", 10.0)
+        assert first.effect == stored.pending[0].effect
+        # b is refused while a's lease lasts, and told who holds it.
+        refused = await store.claim("c1", effect_id, owner="b", lease_until=20.0, now=5.0)
+        assert refused is not None
+        assert (refused.owner, refused.lease_until) == ("a", 10.0)
+        # a renews; b still cannot take it at 15.
+        assert await store.renew("c1", [effect_id], owner="a", lease_until=30.0)
+        assert not await store.renew("c1", [effect_id], owner="b", lease_until=99.0)
+        refused = await store.claim("c1", effect_id, owner="b", lease_until=40.0, now=15.0)
+        assert refused is not None
+        assert refused.owner == "a"
+        # Past the lease anyone may take it over.
+        taken = await store.claim("c1", effect_id, owner="b", lease_until=50.0, now=31.0)
+        assert taken is not None
+        assert (taken.owner, taken.lease_until) == ("b", 50.0)
+        assert (await store.load("c1")).pending[0].owner == "b"
+        # A holder known to be dead is taken from at once; a release frees the claim.
+        taken = await store.claim(
+            "c1", effect_id, owner="c", lease_until=60.0, now=32.0, take_from="b"
+        )
+        assert taken is not None
+        assert taken.owner == "c"
+        await store.release("c1", [effect_id], owner="b")  # not b's any more: changes nothing
+        assert (await store.load("c1")).pending[0].owner == "c"
+        await store.release("c1", [effect_id], owner="c")
+        assert (await store.load("c1")).pending[0].owner is None
+        again = await store.claim("c1", effect_id, owner="a", lease_until=70.0, now=33.0)
+        assert again is not None
+        assert again.owner == "a"
+
+    run(scenario())
+
+
+def test_claiming_what_is_no_longer_pending_gives_none(store: Store) -> None:
+    async def scenario() -> None:
+        stored = await step(store, await store.create(fresh(), system=None), UserMessage(text="x"))
+        effect_id = stored.pending[0].id
+        await store.complete("c1", [effect_id])
+        assert await store.claim("c1", effect_id, owner="a", lease_until=9.0, now=1.0) is None
+        assert not await store.renew("c1", [effect_id], owner="a", lease_until=9.0)
+        with pytest.raises(ConversationNotFoundError):
+            await store.claim("nope", 1, owner="a", lease_until=9.0, now=1.0)
+        with pytest.raises(ConversationNotFoundError):
+            await store.release("nope", [1], owner="a")
+
+    run(scenario())
+
+
+def test_two_claims_at_once_have_one_winner(store: Store) -> None:
+    async def scenario() -> None:
+        stored = await step(store, await store.create(fresh(), system=None), UserMessage(text="x"))
+        effect_id = stored.pending[0].id
+        results = await asyncio.gather(
+            *(
+                store.claim("c1", effect_id, owner=f"o{n}", lease_until=10.0, now=1.0)
+                for n in range(5)
+            )
+        )
+        owners = {result.owner for result in results if result is not None}
+        assert len(owners) == 1
+
+    run(scenario())
+
+
+# --------------------------------------------------------------------------- idempotency
+
+
+def test_a_second_commit_with_the_same_key_writes_nothing(store: Store) -> None:
+    async def scenario() -> None:
+        stored = await store.create(fresh(), system=None)
+        first = dataclasses.replace(
+            make_commit(stored, UserMessage(text="once")), idempotency_key="k1"
+        )
+        committed = await store.commit(first)
+        again = dataclasses.replace(
+            make_commit(committed, UserMessage(text="once")), idempotency_key="k1"
+        )
+        with pytest.raises(DuplicateMessageError) as caught:
+            await store.commit(again)
+        assert (caught.value.conversation_id, caught.value.key) == ("c1", "k1")
+        # Refused even from a stale copy (a retry after a lost reply), before the version check.
+        with pytest.raises(DuplicateMessageError):
+            await store.commit(first)
+        assert [m.text for m in await store.messages("c1")] == ["once"]
+        assert (await store.load("c1")).version == committed.version
+        # Keys are per conversation; a new key is a new message.
+        other = await store.create(fresh("c2"), system=None)
+        await store.commit(
+            dataclasses.replace(make_commit(other, UserMessage(text="x")), idempotency_key="k1")
+        )
+        landed = await store.commit(dataclasses.replace(again, idempotency_key="k2"))
+        assert landed.version == committed.version + 1
+        assert len(await store.transitions("c1")) == 2
+
+    run(scenario())
+
+
+# --------------------------------------------------------------------------- what a store keeps
+
+
+@pytest.mark.parametrize("where", ["id", "parent", "model", "system"])
+def test_a_nul_in_an_id_model_or_system_prompt_is_refused_before_writing(
+    store: Store, where: str
+) -> None:
+    async def scenario() -> None:
+        fields: dict[str, Any] = {
+            "conversation_id": "c\x00" if where == "id" else "c1",
+            "parent_id": "p\x00" if where == "parent" else None,
+        }
+        state = new_conversation(
+            model="claude\x00" if where == "model" else MODEL, context_window=200_000, **fields
+        )
+        system = "be\x00brief" if where == "system" else None
+        with pytest.raises(InvalidTextError, match="NUL"):
+            await store.create(state, system=system)
+        assert await store.list_conversations() == []
+
+    run(scenario())
+
+
+def test_a_nul_in_message_text_round_trips(store: Store) -> None:
+    async def scenario() -> None:
+        stored = await store.create(fresh(), system=None)
+        committed = await step(store, stored, UserMessage(text="a\x00b"))
+        assert [m.text for m in await store.messages("c1")] == ["a\x00b"]
+        with pytest.raises(InvalidTextError):
+            await store.commit(
+                dataclasses.replace(
+                    make_commit(committed, UserMessage(text="x")), idempotency_key="k\x00"
+                )
+            )
+
+    run(scenario())
+
+
 # --------------------------------------------------------------------------- persistent stores
 
 
@@ -697,7 +861,8 @@ def test_a_commit_failing_half_way_leaves_nothing(backend: Backend, table: str) 
                 )
             else:
                 backend.execute(
-                    "INSERT INTO outbox VALUES ('c1', 1, ?)", (dump_effect(CancelRequest()),)
+                    "INSERT INTO outbox (conversation_id, id, effect) VALUES ('c1', 1, ?)",
+                    (dump_effect(CancelRequest()),),
                 )
             commit = make_commit(before, UserMessage(text="real"))
             with pytest.raises(backend.integrity_error):
@@ -812,3 +977,52 @@ async def _create_and_close(store: Store) -> None:
         await store.create(fresh(), system=None)
     finally:
         await store.close()
+
+
+def test_a_version_1_sqlite_file_is_upgraded_in_place(tmp_path: Path) -> None:
+    """A file written before claims existed: its conversations and pending work survive the
+    upgrade, and what was pending is unclaimed."""
+    path = tmp_path / "old.db"
+
+    async def write() -> None:
+        store = SqliteStore(path)
+        try:
+            await tool_turn(store)
+            await step(store, await store.create(fresh("w"), system="s"), UserMessage(text="p"))
+        finally:
+            await store.close()
+
+    run(write())
+    with contextlib.closing(sqlite3.connect(path)) as raw, raw:
+        raw.execute("DROP TABLE idempotency")
+        raw.execute("ALTER TABLE outbox DROP COLUMN owner")
+        raw.execute("ALTER TABLE outbox DROP COLUMN lease_until")
+        raw.execute("PRAGMA user_version = 1")
+
+    async def read_only() -> None:
+        store = SqliteStore(path, read_only=True)
+        try:
+            with pytest.raises(SegueError, match="open it once for writing"):
+                await store.load("w")
+        finally:
+            await store.close()
+
+    async def reopen() -> None:
+        store = SqliteStore(path)
+        try:
+            waiting = await store.load("w")
+            assert pending_kinds(waiting) == ["request_llm"]
+            assert waiting.pending[0].owner is None
+            assert len(await store.messages("c1")) == 4
+            claimed = await store.claim(
+                "w", waiting.pending[0].id, owner="a", lease_until=2.0, now=1.0
+            )
+            assert claimed is not None
+            assert claimed.owner == "a"
+        finally:
+            await store.close()
+        with contextlib.closing(sqlite3.connect(path)) as raw:
+            assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+    run(read_only())
+    run(reopen())

@@ -77,6 +77,30 @@ class StoreLockedError(SegueError):
     (``SqliteStore``'s ``busy_timeout``, ``PostgresStore``'s ``lock_timeout``)."""
 
 
+class StoreUnavailableError(SegueError):
+    """The store could not be used (a dropped database session, a server restart, a disk
+    error): the driver's own error is the ``__cause__``. Nothing half-written was kept; the
+    call may be retried once the store is back."""
+
+
+class InvalidTextError(SegueError, ValueError):
+    """An id, model name or system prompt holds what a store cannot keep (a NUL character),
+    refused the same way by every store before anything is written."""
+
+
+class DuplicateMessageError(SegueError):
+    """A message with this idempotency key is already stored in the conversation (the commit
+    carrying it again wrote nothing)."""
+
+    def __init__(self, conversation_id: str, key: str) -> None:
+        super().__init__(
+            f"conversation {conversation_id!r} already holds the message with idempotency key "
+            f"{key!r}"
+        )
+        self.conversation_id = conversation_id
+        self.key = key
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolSpec:
     """A tool as the LLM sees it: name, description and JSON schema of its input."""
@@ -253,11 +277,15 @@ class TransitionRecord:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PendingEffect:
-    """An effect committed to the outbox and not yet performed."""
+    """An effect committed to the outbox and not yet performed, and who has claimed it."""
 
     id: int
     """Unique within the conversation, increasing in commit order."""
     effect: Effect
+    owner: str | None = None
+    """The runtime that claimed it (only the claimer performs it), None while unclaimed."""
+    lease_until: float | None = None
+    """Unix time the claim lasts until unless renewed; past it, anyone may take the work over."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -297,6 +325,13 @@ class Commit:
     effects: tuple[Effect, ...]
     completes: tuple[int, ...] = ()
     at: float = 0.0
+    owner: str | None = None
+    """Claims every effect this commit queues for ``owner`` until ``lease_until``: the runtime
+    that committed a request performs it, without a second round trip to claim it."""
+    lease_until: float | None = None
+    idempotency_key: str | None = None
+    """Recorded with the commit; a second commit with the same key for the conversation writes
+    nothing and raises ``DuplicateMessageError``."""
 
 
 class Store(Protocol):
@@ -313,8 +348,12 @@ class Store(Protocol):
     - **Snapshots** are never overwritten: saving the same snapshot again is a no-op (a runtime
       finishing its outbox after a crash does that), a different one under a used version
       raises ``SegueError``.
+    - **Claims**: an outbox effect is performed by the runtime that claimed it (``claim``, or
+      ``Commit.owner`` for what a commit queues); a claim lasts until its lease ends.
     - Every call about an unknown id raises ``ConversationNotFoundError``; a lock held elsewhere
-      for too long raises ``StoreLockedError``.
+      for too long raises ``StoreLockedError``; a store that cannot be reached raises
+      ``StoreUnavailableError``; an id, model or system prompt with a NUL raises
+      ``InvalidTextError`` before anything is written.
     """
 
     async def create(
@@ -343,6 +382,33 @@ class Store(Protocol):
     async def complete(self, conversation_id: str, effect_ids: Sequence[int]) -> None:
         """Remove performed effects that produced no event (notifications, archives); ids no
         longer pending are ignored (completing twice after a crash is harmless)."""
+        ...
+
+    async def claim(
+        self,
+        conversation_id: str,
+        effect_id: int,
+        *,
+        owner: str,
+        lease_until: float,
+        now: float,
+        take_from: str | None = None,
+    ) -> PendingEffect | None:
+        """Claim a pending effect for ``owner`` until ``lease_until``, atomically, if nobody
+        holds it, its lease ended before ``now``, ``owner`` holds it already, or it is held by
+        ``take_from`` (an owner the caller knows is dead). Returns the effect as it now is (its
+        ``owner`` says who holds it: the caller, or whoever kept it), None if it is no longer
+        pending."""
+        ...
+
+    async def renew(
+        self, conversation_id: str, effect_ids: Sequence[int], *, owner: str, lease_until: float
+    ) -> bool:
+        """Extend ``owner``'s claims; False if any of them is no longer ``owner``'s."""
+        ...
+
+    async def release(self, conversation_id: str, effect_ids: Sequence[int], *, owner: str) -> None:
+        """Give up ``owner``'s claims (the next drive may take the work at once)."""
         ...
 
     async def messages(self, conversation_id: str, *, after_seq: int = 0) -> list[StoredMessage]:

@@ -23,6 +23,7 @@ from segue.executor.ports import (
     Commit,
     ConcurrentUpdateError,
     ConversationNotFoundError,
+    InvalidTextError,
     PendingEffect,
     SegueError,
     StoredConversation,
@@ -46,13 +47,41 @@ def not_found(conversation_id: str) -> ConversationNotFoundError:
     return ConversationNotFoundError(f"no conversation {conversation_id!r} in this store")
 
 
+def check_storable(state: ConversationState, system: str | None) -> None:
+    """Refuse what PostgreSQL's text type cannot hold (a NUL), on every store alike, so a
+    conversation that works in tests on SQLite does not fail in production. Message text is
+    stored as JSON, where a NUL is an escape, so it round-trips everywhere."""
+    config = state.config
+    fields = {"id": config.id, "parent id": config.parent_id, "model": config.model}
+    fields["system prompt"] = system
+    for name, value in fields.items():
+        if value is not None and "\x00" in value:
+            msg = f"the conversation's {name} holds a NUL character, which no store can keep"
+            raise InvalidTextError(msg)
+
+
+def claimable(pending: PendingEffect, *, owner: str, now: float, take_from: str | None) -> bool:
+    """Whether ``owner`` may claim ``pending``: nobody holds it, its lease is over, ``owner``
+    holds it already, or its holder is ``take_from`` (known dead)."""
+    holder = pending.owner
+    if holder is None or holder in {owner, take_from}:
+        return True
+    return pending.lease_until is None or pending.lease_until < now
+
+
 def check_commit_target(commit: Commit) -> None:
-    """A commit must carry the state of the conversation it is for."""
+    """A commit must carry the state of the conversation it is for, and nothing a store
+    cannot keep."""
     if commit.state.config.id != commit.conversation_id:
         msg = (
             f"commit for {commit.conversation_id!r} carries the state of {commit.state.config.id!r}"
         )
         raise SegueError(msg)
+    check_storable(commit.state, None)
+    key = commit.idempotency_key
+    if key is not None and "\x00" in key:
+        msg = "the idempotency key holds a NUL character, which no store can keep"
+        raise InvalidTextError(msg)
 
 
 def version_moved(conversation_id: str, version: int, expected: int) -> ConcurrentUpdateError:
@@ -173,20 +202,26 @@ def outbox_keys(conversation_id: str, effect_ids: Sequence[int]) -> list[tuple[s
     return [(conversation_id, effect_id) for effect_id in effect_ids]
 
 
+def pending_effect(row: Sequence[Any], effect: Effect | None = None) -> PendingEffect:
+    """An outbox row (id, effect, owner, lease_until) as a ``PendingEffect``; ``effect`` when
+    the caller still holds it as an object (no need to decode it)."""
+    effect_id, text, owner, lease_until = row
+    return PendingEffect(
+        id=effect_id,
+        effect=effect if effect is not None else load_effect(text),
+        owner=owner,
+        lease_until=lease_until,
+    )
+
+
 def loaded(conversation_id: str, rows: Sequence[Sequence[Any]]) -> StoredConversation:
     """The conversation from ``load``'s one statement: its row joined with its outbox, one row
     per pending effect (state, version, system, child_id, created_at, message_count, outbox id,
-    effect), or one row with a NULL id when nothing is pending."""
+    effect, owner, lease_until), or one row with a NULL id when nothing is pending."""
     if not rows:
         raise not_found(conversation_id)
-    state, version, system, child_id, created_at, last_seq, first_id, _ = rows[0]
-    pending = (
-        ()
-        if first_id is None
-        else tuple(
-            PendingEffect(id=effect_id, effect=load_effect(text)) for *_, effect_id, text in rows
-        )
-    )
+    state, version, system, child_id, created_at, last_seq, first_id, *_ = rows[0]
+    pending = () if first_id is None else tuple(pending_effect(row[6:]) for row in rows)
     return StoredConversation(
         state=load_state(state),
         version=version,
@@ -233,13 +268,14 @@ class CommitRows:
         conversation_id = self.commit.conversation_id
         return message_rows(conversation_id, self.appended, message_count - len(self.appended) + 1)
 
-    def outbox(self, effect_count: int) -> list[tuple[str, int, str]]:
-        """The ``outbox`` rows (conversation_id, id, effect), given ``effect_count`` as the
-        UPDATE left it."""
-        conversation_id = self.commit.conversation_id
+    def outbox(self, effect_count: int) -> list[tuple[str, int, str, str | None, float | None]]:
+        """The ``outbox`` rows (conversation_id, id, effect, owner, lease_until), given
+        ``effect_count`` as the UPDATE left it: claimed by the commit's owner, if any."""
+        commit = self.commit
+        conversation_id, owner, lease = commit.conversation_id, commit.owner, commit.lease_until
         first_id = effect_count - len(self.queued) + 1
         return [
-            (conversation_id, effect_id, text)
+            (conversation_id, effect_id, text, owner, lease)
             for effect_id, (_, text) in enumerate(self.queued, first_id)
         ]
 
@@ -247,19 +283,15 @@ class CommitRows:
         self, counters: Sequence[Any], pending_rows: Sequence[Sequence[Any]]
     ) -> StoredConversation:
         """The conversation as committed, from the row the UPDATE left (message_count,
-        effect_count, system, child_id, created_at) and the outbox read after it (id, effect).
-        Effects queued by this step are still live objects; only older ones are decoded."""
+        effect_count, system, child_id, created_at) and the outbox read after it (id, effect,
+        owner, lease_until). Effects queued by this step are still live objects; only older
+        ones are decoded."""
         message_count, effect_count, system, child_id, created_at = counters
         queued = self.queued
         first_id = effect_count - len(queued) + 1
         pending = tuple(
-            PendingEffect(
-                id=effect_id,
-                effect=queued[effect_id - first_id][0]
-                if effect_id >= first_id
-                else load_effect(text),
-            )
-            for effect_id, text in pending_rows
+            pending_effect(row, queued[row[0] - first_id][0] if row[0] >= first_id else None)
+            for row in pending_rows
         )
         return StoredConversation(
             state=self.commit.state,

@@ -13,12 +13,14 @@ serialised by the version check, exactly as in the persistent stores.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from segue.executor.ports import (
     Commit,
     ConversationExistsError,
+    DuplicateMessageError,
     PendingEffect,
     StoredConversation,
     StoredMessage,
@@ -28,6 +30,8 @@ from segue.executor.stores._shared import (
     LogLine,
     check_commit_target,
     check_snapshot_unchanged,
+    check_storable,
+    claimable,
     log_line,
     not_found,
     transition_record,
@@ -56,6 +60,8 @@ class _Conversation:
     effect_count: int = 0
     """Ids handed out so far: an outbox id is never reused, even after it is completed."""
     snapshots: dict[int, SessionSnapshot] = field(default_factory=dict)
+    keys: set[str] = field(default_factory=set)
+    """Idempotency keys of the commits that carried one."""
 
     def stored(self, *, with_pending: bool = True) -> StoredConversation:
         return StoredConversation(
@@ -93,6 +99,7 @@ class MemoryStore:
         at: float = 0.0,
     ) -> StoredConversation:
         conversation_id = state.config.id
+        check_storable(state, system)
         if conversation_id in self._conversations:
             msg = f"conversation {conversation_id!r} already exists"
             raise ConversationExistsError(msg)
@@ -118,20 +125,28 @@ class MemoryStore:
         leaves nothing behind."""
         record = self._get(commit.conversation_id)
         check_commit_target(commit)
+        key = commit.idempotency_key
+        if key is not None and key in record.keys:
+            raise DuplicateMessageError(commit.conversation_id, key)
         if record.version != commit.expected_version:
             raise version_moved(commit.conversation_id, record.version, commit.expected_version)
         messages = record.messages
         outbox = record.outbox
         kinds: list[str] = []
+        owner, lease = commit.owner, commit.lease_until
         for effect in commit.effects:
             kinds.append(effect.kind)
             if isinstance(effect, AppendMessage):
                 messages.append(StoredMessage(seq=len(messages) + 1, message=effect.message))
             else:
                 record.effect_count += 1
-                outbox[record.effect_count] = PendingEffect(id=record.effect_count, effect=effect)
+                outbox[record.effect_count] = PendingEffect(
+                    id=record.effect_count, effect=effect, owner=owner, lease_until=lease
+                )
         for effect_id in commit.completes:
             outbox.pop(effect_id, None)
+        if key is not None:
+            record.keys.add(key)
         record.log.append(log_line(commit, tuple(kinds)))
         record.version += 1
         record.state = commit.state
@@ -142,6 +157,41 @@ class MemoryStore:
         outbox = self._get(conversation_id).outbox
         for effect_id in effect_ids:
             outbox.pop(effect_id, None)
+
+    async def claim(
+        self,
+        conversation_id: str,
+        effect_id: int,
+        *,
+        owner: str,
+        lease_until: float,
+        now: float,
+        take_from: str | None = None,
+    ) -> PendingEffect | None:
+        outbox = self._get(conversation_id).outbox
+        pending = outbox.get(effect_id)
+        if pending is None or not claimable(pending, owner=owner, now=now, take_from=take_from):
+            return pending
+        claimed = dataclasses.replace(pending, owner=owner, lease_until=lease_until)
+        outbox[effect_id] = claimed
+        return claimed
+
+    async def renew(
+        self, conversation_id: str, effect_ids: Sequence[int], *, owner: str, lease_until: float
+    ) -> bool:
+        outbox = self._get(conversation_id).outbox
+        held = [outbox.get(effect_id) for effect_id in effect_ids]
+        mine = [pending for pending in held if pending is not None and pending.owner == owner]
+        for pending in mine:
+            outbox[pending.id] = dataclasses.replace(pending, lease_until=lease_until)
+        return len(mine) == len(held)
+
+    async def release(self, conversation_id: str, effect_ids: Sequence[int], *, owner: str) -> None:
+        outbox = self._get(conversation_id).outbox
+        for effect_id in effect_ids:
+            pending = outbox.get(effect_id)
+            if pending is not None and pending.owner == owner:
+                outbox[effect_id] = dataclasses.replace(pending, owner=None, lease_until=None)
 
     async def messages(self, conversation_id: str, *, after_seq: int = 0) -> list[StoredMessage]:
         # seq N sits at index N - 1

@@ -21,6 +21,7 @@ Same tables and semantics as ``SqliteStore``, so the same contract tests run aga
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, TypeVar
 
@@ -30,20 +31,25 @@ from psycopg import errors
 from segue.executor.ports import (
     Commit,
     ConversationExistsError,
+    DuplicateMessageError,
+    PendingEffect,
     SegueError,
     StoredConversation,
     StoredMessage,
     StoreLockedError,
+    StoreUnavailableError,
     TransitionRecord,
 )
 from segue.executor.stores._shared import (
     check_snapshot_unchanged,
+    check_storable,
     commit_rows,
     conversation_row,
     listed,
     loaded,
     not_found,
     outbox_keys,
+    pending_effect,
     seed_rows,
     transition_from_row,
     version_moved,
@@ -55,7 +61,7 @@ from segue.statemachine.checkpoint import SessionSnapshot
 T = TypeVar("T")
 Connection = psycopg.AsyncConnection[tuple[Any, ...]]
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 _MIGRATION_LOCK: Final = 0x5E9E_0001
 """Advisory lock key held while migrating (any constant unlikely to clash with an app's)."""
 
@@ -108,6 +114,16 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             version integer NOT NULL CHECK (version >= 1),
             snapshot json NOT NULL,
             PRIMARY KEY (conversation_id, version)
+        )""",
+    ),
+    # 1 -> 2: claims on outbox effects (who performs one, until when), idempotency keys.
+    (
+        "ALTER TABLE outbox ADD COLUMN owner text, ADD COLUMN lease_until double precision",
+        """CREATE TABLE idempotency (
+            conversation_id text NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+            key text NOT NULL,
+            version integer NOT NULL,
+            PRIMARY KEY (conversation_id, key)
         )""",
     ),
 )
@@ -177,9 +193,9 @@ class PostgresStore:
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
-            if self._conn is None or self._conn.closed:
-                self._conn = await self._connect()
             try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = await self._connect()
                 return await work(self._conn)
             except errors.LockNotAvailable as error:
                 msg = (
@@ -187,6 +203,15 @@ class PostgresStore:
                     f"lock_timeout ({self._lock_timeout:g}s)"
                 )
                 raise StoreLockedError(msg) from error
+            except (psycopg.OperationalError, psycopg.InterfaceError) as error:
+                # A dropped session, a server restart (AdminShutdown), a refused connection:
+                # the transaction did not commit. The next call opens a new connection.
+                conn, self._conn = self._conn, None
+                if conn is not None:
+                    with contextlib.suppress(psycopg.Error):
+                        await conn.close()
+                msg = f"PostgreSQL cannot be used: {type(error).__name__}: {error}".strip()
+                raise StoreUnavailableError(msg) from error
 
     # ------------------------------------------------------------------ Store
 
@@ -199,6 +224,7 @@ class PostgresStore:
         at: float = 0.0,
     ) -> StoredConversation:
         conversation_id = state.config.id
+        check_storable(state, system)
         row = conversation_row(state, system, len(messages), at)
         seeds = seed_rows(conversation_id, messages)
 
@@ -234,7 +260,8 @@ class PostgresStore:
         async def work(conn: Connection) -> list[tuple[Any, ...]]:
             cur = await conn.execute(
                 "SELECT c.state::text, c.version, c.system, c.child_id, c.created_at,"
-                " c.message_count, o.id, o.effect::text FROM conversations AS c"
+                " c.message_count, o.id, o.effect::text, o.owner, o.lease_until"
+                " FROM conversations AS c"
                 " LEFT JOIN outbox AS o ON o.conversation_id = c.id"
                 " WHERE c.id = %s ORDER BY o.id",
                 (conversation_id,),
@@ -247,9 +274,17 @@ class PostgresStore:
         """Apply ``commit`` in one transaction (see ``Commit``)."""
         conversation_id = commit.conversation_id
         rows = commit_rows(commit)
+        key = commit.idempotency_key
 
         async def work(conn: Connection) -> StoredConversation:
             async with conn.transaction():
+                if key is not None:
+                    cur = await conn.execute(
+                        "SELECT 1 FROM idempotency WHERE conversation_id = %s AND key = %s",
+                        (conversation_id, key),
+                    )
+                    if await cur.fetchone() is not None:
+                        raise DuplicateMessageError(conversation_id, key)
                 cur = await conn.execute(
                     "UPDATE conversations SET state = %s, phase = %s, version = version + 1,"
                     " message_count = message_count + %s, effect_count = effect_count + %s,"
@@ -269,7 +304,8 @@ class PostgresStore:
                         )
                     if rows.queued:
                         await many.executemany(
-                            "INSERT INTO outbox (conversation_id, id, effect) VALUES (%s, %s, %s)",
+                            "INSERT INTO outbox (conversation_id, id, effect, owner, lease_until)"
+                            " VALUES (%s, %s, %s, %s, %s)",
                             rows.outbox(counters[1]),
                         )
                     if rows.completes:
@@ -283,8 +319,16 @@ class PostgresStore:
                     " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                     rows.transition,
                 )
+                if key is not None:
+                    # Two commits racing with one key: the version check lets one through.
+                    await conn.execute(
+                        "INSERT INTO idempotency (conversation_id, key, version)"
+                        " VALUES (%s, %s, %s)",
+                        (conversation_id, key, commit.expected_version + 1),
+                    )
                 cur = await conn.execute(
-                    "SELECT id, effect::text FROM outbox WHERE conversation_id = %s ORDER BY id",
+                    "SELECT id, effect::text, owner, lease_until FROM outbox"
+                    " WHERE conversation_id = %s ORDER BY id",
                     (conversation_id,),
                 )
                 pending_rows = await cur.fetchall()
@@ -303,6 +347,70 @@ class PostgresStore:
                         await cur.executemany(
                             "DELETE FROM outbox WHERE conversation_id = %s AND id = %s", rows
                         )
+
+        await self._run(work)
+
+    async def claim(
+        self,
+        conversation_id: str,
+        effect_id: int,
+        *,
+        owner: str,
+        lease_until: float,
+        now: float,
+        take_from: str | None = None,
+    ) -> PendingEffect | None:
+        """One guarded ``UPDATE``: its row lock makes the check and the claim one step, so two
+        sessions claiming at once cannot both win; the loser reads who holds it."""
+
+        async def work(conn: Connection) -> tuple[Any, ...] | None:
+            cur = await conn.execute(
+                "UPDATE outbox SET owner = %s, lease_until = %s"
+                " WHERE conversation_id = %s AND id = %s AND (owner IS NULL OR owner = %s"
+                " OR owner = %s OR lease_until IS NULL OR lease_until < %s)"
+                " RETURNING id, effect::text, owner, lease_until",
+                (owner, lease_until, conversation_id, effect_id, owner, take_from, now),
+            )
+            row = await cur.fetchone()
+            if row is not None:
+                return row
+            cur = await conn.execute(
+                "SELECT id, effect::text, owner, lease_until FROM outbox"
+                " WHERE conversation_id = %s AND id = %s",
+                (conversation_id, effect_id),
+            )
+            row = await cur.fetchone()
+            if row is None:
+                await _require(conn, conversation_id)
+            return row
+
+        row = await self._run(work)
+        return None if row is None else pending_effect(row)
+
+    async def renew(
+        self, conversation_id: str, effect_ids: Sequence[int], *, owner: str, lease_until: float
+    ) -> bool:
+        async def work(conn: Connection) -> bool:
+            cur = await conn.execute(
+                "UPDATE outbox SET lease_until = %s"
+                " WHERE conversation_id = %s AND id = ANY(%s) AND owner = %s",
+                (lease_until, conversation_id, list(effect_ids), owner),
+            )
+            if cur.rowcount == 0:
+                await _require(conn, conversation_id)
+            return cur.rowcount == len(set(effect_ids))
+
+        return await self._run(work)
+
+    async def release(self, conversation_id: str, effect_ids: Sequence[int], *, owner: str) -> None:
+        async def work(conn: Connection) -> None:
+            cur = await conn.execute(
+                "UPDATE outbox SET owner = NULL, lease_until = NULL"
+                " WHERE conversation_id = %s AND id = ANY(%s) AND owner = %s",
+                (conversation_id, list(effect_ids), owner),
+            )
+            if cur.rowcount == 0:
+                await _require(conn, conversation_id)
 
         await self._run(work)
 

@@ -38,20 +38,26 @@ from typing import Any, Final, TypeVar
 from segue.executor.ports import (
     Commit,
     ConversationExistsError,
+    DuplicateMessageError,
+    PendingEffect,
     SegueError,
     StoredConversation,
     StoredMessage,
     StoreLockedError,
+    StoreUnavailableError,
     TransitionRecord,
 )
 from segue.executor.stores._shared import (
     check_snapshot_unchanged,
+    check_storable,
+    claimable,
     commit_rows,
     conversation_row,
     listed,
     loaded,
     not_found,
     outbox_keys,
+    pending_effect,
     seed_rows,
     transition_from_row,
     version_moved,
@@ -66,7 +72,7 @@ that imported it from here."""
 
 T = TypeVar("T")
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 """What ``PRAGMA user_version`` says once every migration below has run."""
 
 _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
@@ -118,6 +124,17 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             snapshot TEXT NOT NULL,
             PRIMARY KEY (conversation_id, version)
         )""",
+    ),
+    # 1 -> 2: claims on outbox effects (who performs one, until when), idempotency keys.
+    (
+        "ALTER TABLE outbox ADD COLUMN owner TEXT",
+        "ALTER TABLE outbox ADD COLUMN lease_until REAL",
+        """CREATE TABLE idempotency (
+            conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+            key TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            PRIMARY KEY (conversation_id, key)
+        ) WITHOUT ROWID""",
     ),
 )
 
@@ -253,6 +270,8 @@ class SqliteStore:
                     if version == 0
                     else f"has schema version {version}, not this segue's ({SCHEMA_VERSION})"
                 )
+                if 0 < version < SCHEMA_VERSION:
+                    problem += "; open it once for writing to upgrade it"
                 msg = f"{self._path} {problem}"
                 raise SegueError(msg)
         except BaseException:
@@ -302,6 +321,13 @@ class SqliteStore:
                     f"busy_timeout ({self._busy_timeout:g}s): {self._path}"
                 )
                 raise StoreLockedError(msg) from error
+            if isinstance(error, sqlite3.DatabaseError) and not isinstance(
+                error, sqlite3.IntegrityError
+            ):
+                # A disk error, a file that went away, a database that went read-only: the
+                # caller learns it as segue's error (the driver's is the cause) and may retry.
+                msg = f"the SQLite store cannot be used: {error}: {self._path}"
+                raise StoreUnavailableError(msg) from error
             raise
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
@@ -336,6 +362,7 @@ class SqliteStore:
         at: float = 0.0,
     ) -> StoredConversation:
         conversation_id = state.config.id
+        check_storable(state, system)
         row = conversation_row(state, system, len(messages), at)
         seeds = seed_rows(conversation_id, messages)
 
@@ -368,7 +395,7 @@ class SqliteStore:
         def work(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
             rows: list[tuple[Any, ...]] = conn.execute(
                 "SELECT c.state, c.version, c.system, c.child_id, c.created_at, c.message_count,"
-                " o.id, o.effect FROM conversations AS c"
+                " o.id, o.effect, o.owner, o.lease_until FROM conversations AS c"
                 " LEFT JOIN outbox AS o ON o.conversation_id = c.id"
                 " WHERE c.id = ? ORDER BY o.id",
                 (conversation_id,),
@@ -382,8 +409,18 @@ class SqliteStore:
         conversation_id = commit.conversation_id
         rows = commit_rows(commit)  # encoded before taking the write lock: it is held for SQL only
 
+        key = commit.idempotency_key
+
         def work(conn: sqlite3.Connection) -> StoredConversation:
             conn.execute("BEGIN IMMEDIATE")
+            if (
+                key is not None
+                and conn.execute(
+                    "SELECT 1 FROM idempotency WHERE conversation_id = ? AND key = ?",
+                    (conversation_id, key),
+                ).fetchone()
+            ):
+                raise DuplicateMessageError(conversation_id, key)
             if (
                 conn.execute(
                     "UPDATE conversations SET state = ?, phase = ?, version = version + 1,"
@@ -407,7 +444,8 @@ class SqliteStore:
                 )
             if rows.queued:
                 conn.executemany(
-                    "INSERT INTO outbox (conversation_id, id, effect) VALUES (?, ?, ?)",
+                    "INSERT INTO outbox (conversation_id, id, effect, owner, lease_until)"
+                    " VALUES (?, ?, ?, ?, ?)",
                     rows.outbox(counters[1]),
                 )
             if rows.completes:
@@ -420,8 +458,14 @@ class SqliteStore:
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 rows.transition,
             )
+            if key is not None:
+                conn.execute(
+                    "INSERT INTO idempotency (conversation_id, key, version) VALUES (?, ?, ?)",
+                    (conversation_id, key, commit.expected_version + 1),
+                )
             pending_rows = conn.execute(
-                "SELECT id, effect FROM outbox WHERE conversation_id = ? ORDER BY id",
+                "SELECT id, effect, owner, lease_until FROM outbox WHERE conversation_id = ?"
+                " ORDER BY id",
                 (conversation_id,),
             ).fetchall()
             conn.execute("COMMIT")
@@ -436,6 +480,81 @@ class SqliteStore:
             conn.execute("BEGIN IMMEDIATE")
             _require(conn, conversation_id)
             conn.executemany("DELETE FROM outbox WHERE conversation_id = ? AND id = ?", rows)
+            conn.execute("COMMIT")
+
+        await self._run(work)
+
+    async def claim(
+        self,
+        conversation_id: str,
+        effect_id: int,
+        *,
+        owner: str,
+        lease_until: float,
+        now: float,
+        take_from: str | None = None,
+    ) -> PendingEffect | None:
+        """Read and claim under SQLite's write lock (``BEGIN IMMEDIATE``): nobody else can
+        claim the same effect between the two."""
+
+        def work(conn: sqlite3.Connection) -> PendingEffect | None:
+            conn.execute("BEGIN IMMEDIATE")
+            row = conn.execute(
+                "SELECT id, effect, owner, lease_until FROM outbox"
+                " WHERE conversation_id = ? AND id = ?",
+                (conversation_id, effect_id),
+            ).fetchone()
+            if row is None:
+                _require(conn, conversation_id)
+                conn.execute("COMMIT")
+                return None
+            pending = pending_effect(row)
+            if claimable(pending, owner=owner, now=now, take_from=take_from):
+                conn.execute(
+                    "UPDATE outbox SET owner = ?, lease_until = ?"
+                    " WHERE conversation_id = ? AND id = ?",
+                    (owner, lease_until, conversation_id, effect_id),
+                )
+                pending = PendingEffect(
+                    id=effect_id, effect=pending.effect, owner=owner, lease_until=lease_until
+                )
+            conn.execute("COMMIT")
+            return pending
+
+        return await self._run(work)
+
+    async def renew(
+        self, conversation_id: str, effect_ids: Sequence[int], *, owner: str, lease_until: float
+    ) -> bool:
+        rows = [(lease_until, conversation_id, effect_id, owner) for effect_id in effect_ids]
+
+        def work(conn: sqlite3.Connection) -> bool:
+            conn.execute("BEGIN IMMEDIATE")
+            _require(conn, conversation_id)
+            renewed = sum(
+                conn.execute(
+                    "UPDATE outbox SET lease_until = ?"
+                    " WHERE conversation_id = ? AND id = ? AND owner = ?",
+                    row,
+                ).rowcount
+                for row in rows
+            )
+            conn.execute("COMMIT")
+            return renewed == len(rows)
+
+        return await self._run(work)
+
+    async def release(self, conversation_id: str, effect_ids: Sequence[int], *, owner: str) -> None:
+        rows = [(conversation_id, effect_id, owner) for effect_id in effect_ids]
+
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            _require(conn, conversation_id)
+            conn.executemany(
+                "UPDATE outbox SET owner = NULL, lease_until = NULL"
+                " WHERE conversation_id = ? AND id = ? AND owner = ?",
+                rows,
+            )
             conn.execute("COMMIT")
 
         await self._run(work)
