@@ -28,6 +28,7 @@ from typing import Any
 import psycopg
 import pytest
 
+import test_processes
 import test_stores
 from segue.executor.models.scripted import ScriptedModel
 from segue.executor.ports import Store
@@ -191,3 +192,9 @@ def test_postgres_two_runtimes_take_turns_on_one_conversation(database: str) -> 
             assert (await second.state(conv.id)).phase.kind == "idle"
 
     run(scenario())
+
+
+@pytest.mark.parametrize("scenario", test_processes.SCENARIOS, ids=lambda s: s.__name__)
+def test_processes_on_one_postgres_database(database: str, scenario: Any) -> None:
+    """The multi-process scenarios of ``test_processes``, with real worker processes."""
+    scenario(database)

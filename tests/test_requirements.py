@@ -1964,9 +1964,9 @@ def test_seg031_a_refused_compaction_is_asked_again_then_used() -> None:
 
 @requirement("REQ-SEG-031")
 def test_seg031_the_second_ask_of_a_continuation_keeps_its_retries_and_trims() -> None:
-    playbook = summarising() >> ContinuationResponse(summary="") << [
-        RequestContinuation(alternate=True)
-    ]
+    playbook = (
+        summarising() >> ContinuationResponse(summary="") << [RequestContinuation(alternate=True)]
+    )
     playbook >> ContinuationFailed(error="too long", context_overflow=True)
     playbook << [RequestContinuation(attempt=2, trim_level=1, alternate=True)]
     playbook >> ContinuationResponse(summary="Now it works.")

@@ -1161,11 +1161,15 @@ def test_a_cancel_whose_commit_loses_a_race_still_stops_the_turn() -> None:
         store = MemoryStore()
         a, model, cid, send = await sending(store)
         b = Runtime(store=store, llm=ScriptedModel(delay=1.0))
-        other = asyncio.create_task(b.send(cid, "from another tab"))  # moves the version
+        # Refused as busy (a's request is in flight), which moves the version.
+        other = asyncio.create_task(b.send(cid, "from another tab", wait=False))
         await asyncio.sleep(0.01)
         state = await a.cancel(cid)
         assert state.phase.kind == "idle"
-        await asyncio.gather(send, other, return_exceptions=True)
+        _, refusal = await asyncio.gather(send, other, return_exceptions=True)
+        assert isinstance(refusal, MessageRejectedError)
+        assert refusal.cause == "busy"
+        assert a.owner in str(refusal)  # who is busy
         assert len(model.requests) == 1
         kinds = [t.event_kind for t in await store.transitions(cid)]
         assert kinds[-1] == "user_cancel"

@@ -218,6 +218,9 @@ def test_a_broken_transition_is_caught(
         database=None,
         phases=[Phase.generate],  # finding the bug is the point; shrinking it costs seconds
         report_multiple_bugs=False,
+        # The same examples on every run: a search that found each bug once finds it again
+        # (a random one missed the rarest bug, a second tool round, about one run in ten).
+        derandomize=True,
         suppress_health_check=[HealthCheck.too_slow],
     )
     with pytest.raises(InvariantError, match=f"^{invariant}"):

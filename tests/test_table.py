@@ -328,8 +328,10 @@ class Reference:
         if known is not None:
             base = known
         else:
-            base = self.projected + estimate_tokens(event.text) + sum(
-                estimate_tokens(call.name + repr(call.input)) for call in event.tool_calls
+            base = (
+                self.projected
+                + estimate_tokens(event.text)
+                + sum(estimate_tokens(call.name + repr(call.input)) for call in event.tool_calls)
             )
         return base + len(event.tool_calls) * estimate_tokens(TOOL_NOT_RUN_LIMIT)
 
@@ -485,9 +487,9 @@ class Reference:
             self.purpose = "pause"
             if source == "tool_executing":
                 self.resume_after = True
-            elif (
-                source in ("idle", "llm_requesting")
-                or row.event in ("user_cancel", "compaction_failed")
+            elif source in ("idle", "llm_requesting") or row.event in (
+                "user_cancel",
+                "compaction_failed",
             ):
                 self.resume_after = False
 

@@ -43,7 +43,9 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a
     from segue.executor.ports import ConcurrentUpdateError as ConcurrentUpdateError
     from segue.executor.ports import ConversationExistsError as ConversationExistsError
     from segue.executor.ports import ConversationNotFoundError as ConversationNotFoundError
+    from segue.executor.ports import DuplicateMessageError as DuplicateMessageError
     from segue.executor.ports import InvalidMessageError as InvalidMessageError
+    from segue.executor.ports import InvalidTextError as InvalidTextError
     from segue.executor.ports import LlmCallError as LlmCallError
     from segue.executor.ports import LlmModel as LlmModel
     from segue.executor.ports import LlmReply as LlmReply
@@ -53,6 +55,7 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a
     from segue.executor.ports import StoredConversation as StoredConversation
     from segue.executor.ports import StoredMessage as StoredMessage
     from segue.executor.ports import StoreLockedError as StoreLockedError
+    from segue.executor.ports import StoreUnavailableError as StoreUnavailableError
     from segue.executor.ports import StreamingLlmModel as StreamingLlmModel
     from segue.executor.ports import TextSink as TextSink
     from segue.executor.ports import ToolSpec as ToolSpec
@@ -97,7 +100,9 @@ _LAZY = {
     "ConcurrentUpdateError": "segue.executor.ports",
     "ConversationExistsError": "segue.executor.ports",
     "ConversationNotFoundError": "segue.executor.ports",
+    "DuplicateMessageError": "segue.executor.ports",
     "InvalidMessageError": "segue.executor.ports",
+    "InvalidTextError": "segue.executor.ports",
     "LlmCallError": "segue.executor.ports",
     "LlmModel": "segue.executor.ports",
     "LlmReply": "segue.executor.ports",
@@ -107,6 +112,7 @@ _LAZY = {
     "StoredConversation": "segue.executor.ports",
     "StoredMessage": "segue.executor.ports",
     "StoreLockedError": "segue.executor.ports",
+    "StoreUnavailableError": "segue.executor.ports",
     "StreamingLlmModel": "segue.executor.ports",
     "TextSink": "segue.executor.ports",
     "ToolSpec": "segue.executor.ports",

@@ -83,4 +83,3 @@ def get_logger(name: str) -> Any:
         wrapper_class=_Logger,
         cache_logger_on_first_use=True,
     )
-

@@ -80,9 +80,7 @@ _SINK: contextvars.ContextVar[Sink | None] = contextvars.ContextVar("segue_sink"
 
 @dataclass(slots=True, eq=False)
 class _Watcher:
-    queue: asyncio.Queue[Update | None] = field(
-        default_factory=lambda: asyncio.Queue(WATCH_BUFFER)
-    )
+    queue: asyncio.Queue[Update | None] = field(default_factory=lambda: asyncio.Queue(WATCH_BUFFER))
     lost: bool = False
 
 

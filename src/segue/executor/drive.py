@@ -28,10 +28,15 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
+import random
+import secrets
+import socket
+import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from segue.executor._log import get_logger
 from segue.executor.bus import Committed, Sink, UpdateBus
@@ -40,11 +45,14 @@ from segue.executor.ports import (
     Commit,
     ConcurrentUpdateError,
     ConversationExhaustedError,
+    DuplicateMessageError,
     LlmModel,
     PendingEffect,
     SegueError,
     Store,
     StoredConversation,
+    StoreLockedError,
+    StoreUnavailableError,
 )
 from segue.executor.snapshots import SnapshotContext
 from segue.executor.tools import Tool, ToolRegistry
@@ -70,6 +78,7 @@ from segue.statemachine.effects import (
     CancelRequest,
     Effect,
     ExecuteTools,
+    RejectUserMessage,
     RequestCheckpoint,
     RequestCompaction,
     RequestContinuation,
@@ -77,6 +86,8 @@ from segue.statemachine.effects import (
     ScheduleRetry,
 )
 
+T = TypeVar("T")
+P = ParamSpec("P")
 Listener = Callable[[str, Effect], None]
 _log = get_logger("segue.runtime")
 _events = logging.getLogger("segue.runtime")
@@ -92,6 +103,90 @@ ANSWERED_BY_EVENTS = (
     ScheduleRetry,
 )
 """Effects whose outcome comes back as an event: the requests a ``CancelRequest`` makes stale."""
+DEFAULT_LEASE = 30.0
+"""Seconds a claim on pending work lasts unless renewed (every third of it while it runs): how
+long another process waits before taking over the work of one that died without a trace.
+Leases are wall-clock times (``time.time``), whatever clock the runtime was given for its
+records: they are compared between processes."""
+_POLL_FIRST, _POLL_MAX = 0.02, 0.5
+"""Pauses (seconds) between reads of the store while another runtime performs the work."""
+_STORE_ATTEMPTS, _STORE_BACKOFF = 6, 0.1
+"""Tries of a store call that failed as locked or unreachable, and the first pause (doubled)."""
+_CONFLICT_ATTEMPTS = 20
+"""Commits of one event on a conversation other writers keep moving on, before giving up."""
+
+
+def default_owner() -> str:
+    """A runtime's owner id: host and process (so a dead one on this host is recognised at
+    once), and a random part (several runtimes in one process are distinct)."""
+    return f"{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(4)}"
+
+
+_HOST = socket.gethostname()
+
+
+def owner_is_dead(owner: str) -> bool:
+    """Whether ``owner`` is a runtime of a process on this host that no longer exists (its
+    claims can be taken at once, without waiting for their lease to end)."""
+    host, _, rest = owner.partition("/")
+    pid_text = rest.partition("/")[0]
+    if host != _HOST or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False  # it exists (owned by someone else), or we cannot tell
+    return False
+
+
+def _refused(effects: tuple[Effect, ...]) -> bool:
+    return any(isinstance(effect, RejectUserMessage) for effect in effects)
+
+
+def _busy_refusal(effects: tuple[Effect, ...]) -> bool:
+    return any(isinstance(e, RejectUserMessage) and e.cause == "busy" for e in effects)
+
+
+def _naming_holder(effects: tuple[Effect, ...], head: PendingEffect) -> tuple[Effect, ...]:
+    """The busy refusal, saying which runtime holds the work (so an operator can find it)."""
+    if head.owner is None:
+        return effects
+    return tuple(
+        RejectUserMessage._make(
+            reason=f"{e.reason} (runtime {head.owner} is performing its {head.effect.kind})",
+            cause=e.cause,
+        )
+        if isinstance(e, RejectUserMessage)
+        else e
+        for e in effects
+    )
+
+
+class _Renewal:
+    """Calls ``renew`` every ``period`` seconds until cancelled; a timer costs nothing until
+    it fires, and most work ends long before it does."""
+
+    __slots__ = ("_handle", "_period", "_renew", "_tasks")
+
+    def __init__(self, *, period: float, renew: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        self._period = period
+        self._renew = renew
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._handle = asyncio.get_running_loop().call_later(period, self._fire)
+
+    def _fire(self) -> None:
+        task = asyncio.ensure_future(self._renew())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        self._handle = asyncio.get_running_loop().call_later(self._period, self._fire)
+
+    def cancel(self) -> None:
+        self._handle.cancel()
 
 
 @dataclasses.dataclass(slots=True)
@@ -113,7 +208,6 @@ class _Gate:
     users: int = 0
 
 
-
 class Driver:
     """Drives conversations: the per-conversation lock, the commit, the outbox, the flags that
     cancel and pause, the cache of what was last seen, and the updates listeners get."""
@@ -130,7 +224,15 @@ class Driver:
         clock: Callable[[], float],
         sleep: Callable[[float], Any],
         snapshot_context: SnapshotContext | None = None,
+        owner: str | None = None,
+        lease: float = DEFAULT_LEASE,
     ) -> None:
+        if not lease > 0:
+            msg = f"lease must be a positive number of seconds, not {lease!r}"
+            raise ValueError(msg)
+        self.owner = owner or default_owner()
+        """Who this runtime is in the store's claims (see ``default_owner``)."""
+        self.lease = lease
         self.store = store
         self.snapshot_context = snapshot_context
         self.llm = llm
@@ -141,6 +243,8 @@ class Driver:
         self._clock = clock
         self._gates: dict[str, _Gate] = {}
         self._inflight: dict[str, tuple[asyncio.Task[Any], Effect]] = {}
+        self._claims: dict[str, int] = {}
+        """The outbox id of the effect each conversation is performing here (let go on close)."""
         self._driving: set[str] = set()
         self._cancel_requests: set[str] = set()
         self._pause_requests: dict[str, str] = {}
@@ -160,12 +264,14 @@ class Driver:
             self, entry=self._entry, sleep=sleep, bus=self._bus, clock=clock
         )
 
-    async def _streamed_turn(self, sink: Sink, event: UserMessage) -> None:
+    async def _streamed_turn(
+        self, sink: Sink, event: UserMessage, *, wait: bool = True, key: str | None = None
+    ) -> None:
         """Drive ``event`` with ``sink`` as this task's sink; hand any failure to the consumer."""
         token = self._bus.use(sink)
         cid = sink.conversation_id
         try:
-            await self._drive(cid, event)
+            await self._drive(cid, event, wait=wait, key=key)
         except asyncio.CancelledError:
             sink.put(SegueError("the turn was interrupted: the runtime is closing"))
             raise
@@ -198,41 +304,69 @@ class Driver:
                 del self._gates[conversation_id]
 
     async def _drive(
-        self, conversation_id: str, event: Event | None
+        self,
+        conversation_id: str,
+        event: Event | None,
+        *,
+        wait: bool = True,
+        key: str | None = None,
     ) -> tuple[ConversationState, tuple[Effect, ...]]:
         """Commit ``event`` (if any), then perform the outbox until it is empty.
 
         Before each step it takes the flags ``cancel`` and ``pause`` left: a flag is cleared
         only once its event is committed (a failed commit leaves it for the next drive), and
         whatever is left when the outbox is empty has nothing more to act on: the turn is over.
+
+        Work another runtime holds (a live claim) is never performed here. A drive whose event
+        was taken waits for that runtime's outcome, so its caller gets the turn's result; a
+        message refused as busy because of it waits the same way and is then sent again
+        (``wait=False``: the refusal is returned at once, naming who is busy); a drive without
+        an event (``recover()``) leaves it alone. Work nobody holds any longer (its runtime
+        died, or let go after a store failure) is claimed and performed. ``key`` is the
+        message's idempotency key: a message already stored under it is not stored again, the
+        drive only waits for its turn.
         """
         async with self._exclusive(conversation_id):
             self._driving.add(conversation_id)
             try:
                 first: tuple[Effect, ...] = ()
                 self._replies.pop(conversation_id, None)
+                sink = self._bus.sink_for(conversation_id)
+                if key is None and isinstance(event, UserMessage):
+                    # Every message carries a key: a commit whose reply was lost (a dropped
+                    # database session) and is tried again cannot store the message twice.
+                    key = f"auto:{secrets.token_hex(8)}"
                 if event is None:
                     stored = await self._load(conversation_id)
+                    follow = False
                 else:
-                    stored, first = await self._commit_event(conversation_id, event)
-                    sink = self._bus.sink_for(conversation_id)
-                    if sink is not None and not sink.started:
+                    stored, first = await self._commit_event(conversation_id, event, key)
+                    follow = not _refused(first) or wait
+                while True:
+                    if sink is not None and not sink.started and not _busy_refusal(first):
                         sink.started = True
                         sink.put(Committed(stored.state, first))
-                while True:
-                    if conversation_id in self._cancel_requests:
-                        stored, _ = await self._commit(stored, UserCancel(), ())
-                        self._cancel_requests.discard(conversation_id)
-                    reason = self._pause_requests.get(conversation_id)
-                    if reason is not None:
-                        stored, _ = await self._commit(stored, PauseRequested(reason=reason), ())
-                        self._pause_requests.pop(conversation_id, None)
-                    if not stored.pending:
+                    refused_at = stored.version
+                    stored, settled = await self._run_outbox(stored, follow=follow)
+                    if (
+                        event is None
+                        or not settled
+                        or not _busy_refusal(first)
+                        or stored.version == refused_at  # nothing moved: it would refuse again
+                    ):
                         break
-                    stored = await self._perform(stored, stored.pending[0])
+                    # What made it busy is over (done here or by its owner): take the message.
+                    stored, first = await self._commit_event(conversation_id, event, key)
+                    follow = not _refused(first) or wait
+                if _busy_refusal(first) and stored.pending:
+                    first = _naming_holder(first, stored.pending[0])
+                if sink is not None and not sink.started:
+                    sink.started = True
+                    sink.put(Committed(stored.state, first))
                 # Nothing is pending: a cancel that arrived during the last step has nothing
                 # left to stop, and a pause was taken above. Neither may outlive this turn.
-                self._cancel_requests.discard(conversation_id)
+                if settled:
+                    self._cancel_requests.discard(conversation_id)
                 if self._bus.listening(conversation_id):
                     reply = self._replies.pop(conversation_id, None)
                     done = DoneUpdate._make(state=stored.state, reply=reply)
@@ -240,6 +374,103 @@ class Driver:
                 return stored.state, first
             finally:
                 self._driving.discard(conversation_id)
+
+    async def _run_outbox(
+        self, stored: StoredConversation, *, follow: bool
+    ) -> tuple[StoredConversation, bool]:
+        """Perform the outbox in order until it is empty (settled: True), or until its head is
+        another runtime's live work and ``follow`` is False (settled: False)."""
+        cid = stored.state.id
+        while True:
+            if cid in self._cancel_requests:
+                stored, _ = await self._commit_retrying(stored, UserCancel())
+                self._cancel_requests.discard(cid)
+            reason = self._pause_requests.get(cid)
+            if reason is not None:
+                stored, _ = await self._commit_retrying(stored, PauseRequested(reason=reason))
+                self._pause_requests.pop(cid, None)
+            if not stored.pending:
+                return stored, True
+            head = stored.pending[0]
+            if not self._holds(head):
+                now = time.time()
+                claimed = await self._retrying(
+                    cid,
+                    self.store.claim,
+                    cid,
+                    head.id,
+                    owner=self.owner,
+                    lease_until=now + self.lease,
+                    now=now,
+                    take_from=head.owner if head.owner and owner_is_dead(head.owner) else None,
+                )
+                if claimed is None:  # performed meanwhile by its owner
+                    stored = await self._load(cid)
+                    continue
+                if claimed.owner != self.owner:
+                    if not follow:
+                        return dataclasses.replace(
+                            stored, pending=(claimed, *stored.pending[1:])
+                        ), False
+                    stored = await self._await_owner(cid, claimed)
+                    continue
+                stored = dataclasses.replace(stored, pending=(claimed, *stored.pending[1:]))
+                head = claimed
+            stored = await self._perform(stored, head)
+
+    def _holds(self, pending: PendingEffect) -> bool:
+        """Whether this runtime's claim on ``pending`` (as last seen) is still good."""
+        return (
+            pending.owner == self.owner
+            and pending.lease_until is not None
+            and pending.lease_until > time.time()
+        )
+
+    async def _await_owner(self, conversation_id: str, held: PendingEffect) -> StoredConversation:
+        """Wait while another runtime performs ``held``: until it is done (or its claim lapses),
+        reading the store with a growing pause; a cancel or pause asked of this runtime ends
+        the wait (the drive commits it, which makes the other's answer stale)."""
+        delay = _POLL_FIRST
+        while True:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _POLL_MAX)
+            stored = await self._retrying(conversation_id, self._load, conversation_id)
+            if (
+                not stored.pending
+                or stored.pending[0].id != held.id
+                or conversation_id in self._cancel_requests
+                or conversation_id in self._pause_requests
+            ):
+                return stored
+            head = stored.pending[0]
+            if head.owner is None or head.lease_until is None or head.lease_until < time.time():
+                return stored  # let go of, or lapsed: the drive claims it
+            if owner_is_dead(head.owner):
+                return stored
+
+    async def _retrying(
+        self,
+        conversation_id: str,
+        call: Callable[P, Awaitable[T]],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """``call()``, again after a pause while the store is locked or unreachable, a few
+        times; then the store's error goes to the caller."""
+        for attempt in range(_STORE_ATTEMPTS):
+            try:
+                return await call(*args, **kwargs)
+            except (StoreLockedError, StoreUnavailableError) as error:
+                if attempt == _STORE_ATTEMPTS - 1:
+                    raise
+                _log.warning(
+                    "store_retry",
+                    conversation_id=conversation_id,
+                    attempt=attempt + 1,
+                    error=type(error).__name__,
+                )
+                await asyncio.sleep(_STORE_BACKOFF * 2**attempt)
+        raise AssertionError  # unreachable: the last attempt returns or raises
 
     def _entry(self, conversation_id: str) -> _Known:
         """The conversation's cache entry (made if missing), marked most recently used."""
@@ -258,29 +489,48 @@ class Driver:
         return stored
 
     async def _commit_event(
-        self, conversation_id: str, event: Event
+        self, conversation_id: str, event: Event, key: str | None = None
     ) -> tuple[StoredConversation, tuple[Effect, ...]]:
-        """Commit a caller's event on the last known copy, or on a fresh load if it is stale."""
+        """Commit a caller's event on the last known copy, or on a fresh load if it is stale.
+
+        A message already stored under ``key`` is not stored again: the conversation is
+        returned as it is, with no effects, and the drive goes on to its outcome."""
         stored = self._entry(conversation_id).stored
-        while True:
-            remembered = stored is not None
-            if stored is None:
-                stored = await self._load(conversation_id)
-            if isinstance(event, UserMessage) and stored.state.phase.kind == "context_exhausted":
-                # Refused before the core sees it: a read-only conversation's log stays as it
-                # is. (Exhausted is absorbing, so even an old copy that says so is right.)
-                raise ConversationExhaustedError(
-                    conversation_id, "its context window is exhausted."
-                )
+        if stored is None:
+            stored = await self._load(conversation_id)
+        if isinstance(event, UserMessage) and stored.state.phase.kind == "context_exhausted":
+            # Refused before the core sees it: a read-only conversation's log stays as it
+            # is. (Exhausted is absorbing, so even an old copy that says so is right.)
+            raise ConversationExhaustedError(conversation_id, "its context window is exhausted.")
+        try:
+            return await self._commit_retrying(stored, event, key)
+        except DuplicateMessageError:
+            return await self._load(conversation_id), ()
+
+    async def _commit_retrying(
+        self, stored: StoredConversation, event: Event, key: str | None = None
+    ) -> tuple[StoredConversation, tuple[Effect, ...]]:
+        """Commit ``event`` on ``stored``; when another writer moved the conversation on since,
+        on the conversation as it now is (a few times, then ``ConcurrentUpdateError``). A store
+        that is locked or unreachable is retried too."""
+        cid = stored.state.id
+        for attempt in range(_CONFLICT_ATTEMPTS):
             try:
-                return await self._commit(stored, event, ())
+                return await self._retrying(cid, self._commit, stored, event, (), key)
             except ConcurrentUpdateError:
-                if not remembered:
-                    raise  # another writer in the moment since we loaded: theirs to win
-                stored = None  # our copy was behind (another runtime or process wrote)
+                if attempt == _CONFLICT_ATTEMPTS - 1:
+                    raise
+                stored = await self._retrying(cid, self._load, cid)
+                if attempt:
+                    await asyncio.sleep(random.uniform(0, _STORE_BACKOFF * attempt))  # noqa: S311
+        raise AssertionError  # unreachable
 
     async def _commit(
-        self, stored: StoredConversation, event: Event, completes: tuple[int, ...]
+        self,
+        stored: StoredConversation,
+        event: Event,
+        completes: tuple[int, ...],
+        key: str | None = None,
     ) -> tuple[StoredConversation, tuple[Effect, ...]]:
         event = await self._performer.counted(stored, event)
         before = stored.state
@@ -293,6 +543,8 @@ class Driver:
         phase = after.phase
         fields = phase.__dict__  # a missing attribute costs pydantic's slow __getattr__
         reason = fields.get("message") or fields.get("trigger") or ""
+        if key is not None and _refused(effects):
+            key = None  # a refused message is not stored: sending it again is not a repeat
         commit = Commit(
             conversation_id=before.id,
             expected_version=stored.version,
@@ -304,6 +556,9 @@ class Driver:
             effects=effects,
             completes=completes,
             at=self._clock(),
+            owner=self.owner,
+            lease_until=time.time() + self.lease,
+            idempotency_key=key,
         )
         committed = await self.store.commit(commit)
         entry = self._entry(before.id)
@@ -366,7 +621,9 @@ class Driver:
             effects=[effect.kind for effect in effects],
         )
 
-    async def _perform(self, stored: StoredConversation, pending: PendingEffect) -> Any:
+    async def _perform(
+        self, stored: StoredConversation, pending: PendingEffect
+    ) -> StoredConversation:
         effect = pending.effect
         cid = stored.state.id
         for listener in self._listeners:
@@ -377,6 +634,8 @@ class Driver:
                 self._bus.emit(cid, update)
         task = asyncio.ensure_future(self._performer.outcome(stored, effect))
         self._inflight[cid] = (task, effect)
+        self._claims[cid] = pending.id
+        renewal = self._renew_later(cid, pending.id)
         try:
             outcome = await task
         except asyncio.CancelledError:
@@ -387,15 +646,74 @@ class Driver:
                 raise
             return stored
         finally:
+            renewal.cancel()
             self._inflight.pop(cid, None)
+            self._claims.pop(cid, None)
+        try:
+            return await self._settle(stored, pending, outcome)
+        except (StoreLockedError, StoreUnavailableError) as error:
+            # The store stayed down: let go of the work, so that the next drive (here or in
+            # another process) asks again instead of waiting out the lease.
+            with contextlib.suppress(SegueError):
+                await self.store.release(cid, (pending.id,), owner=self.owner)
+            self._entry(cid).stored = None
+            msg = (
+                f"the outcome of {effect.kind} could not be stored ({error}); it was let go, "
+                "and the next message or recover() performs it again"
+            )
+            raise SegueError(msg) from error
+
+    async def _settle(
+        self, stored: StoredConversation, pending: PendingEffect, outcome: list[Event]
+    ) -> StoredConversation:
+        """Commit what performing ``pending`` gave (or only complete it). When another writer
+        moved the conversation on meanwhile, the outcome is committed on the conversation as it
+        now is, if ``pending`` is still pending there; if it is not (cancelled, or answered by
+        a runtime that took it over), the outcome is stale and changes nothing."""
+        cid = stored.state.id
         if not outcome:
-            await self.store.complete(cid, (pending.id,))
+            await self._retrying(cid, self.store.complete, cid, (pending.id,))
             # Completing changes nothing but the outbox (not even the version): no need to load.
             rest = tuple(p for p in stored.pending if p.id != pending.id)
             stored = dataclasses.replace(stored, pending=rest)
             self._entry(cid).stored = stored
             return stored
         for index, event in enumerate(outcome):
-            last = index == len(outcome) - 1
-            stored, _ = await self._commit(stored, event, (pending.id,) if last else ())
+            done = (pending.id,) if index == len(outcome) - 1 else ()
+            for _ in range(_CONFLICT_ATTEMPTS):
+                try:
+                    stored, _ = await self._retrying(cid, self._commit, stored, event, done)
+                    break
+                except ConcurrentUpdateError:
+                    stored = await self._retrying(cid, self._load, cid)
+                    if all(p.id != pending.id for p in stored.pending):
+                        _log.info(
+                            "stale_outcome", conversation_id=cid, effect_kind=pending.effect.kind
+                        )
+                        return stored
+            else:
+                msg = (
+                    f"conversation {cid!r} kept changing under the outcome of {pending.effect.kind}"
+                )
+                raise ConcurrentUpdateError(msg)
         return stored
+
+    def _renew_later(self, conversation_id: str, effect_id: int) -> _Renewal:
+        """Renew the claim on ``effect_id`` every third of the lease while it is performed."""
+        return _Renewal(
+            period=self.lease / 3, renew=lambda: self._renew(conversation_id, effect_id)
+        )
+
+    async def _renew(self, conversation_id: str, effect_id: int) -> None:
+        try:
+            kept = await self.store.renew(
+                conversation_id,
+                (effect_id,),
+                owner=self.owner,
+                lease_until=time.time() + self.lease,
+            )
+        except SegueError as error:
+            _log.warning("lease_not_renewed", conversation_id=conversation_id, error=str(error))
+            return
+        if not kept:
+            _log.warning("claim_lost", conversation_id=conversation_id, effect_id=effect_id)

@@ -9,6 +9,7 @@ means (asking the model, running tools, compacting, archiving) is ``perform``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -20,7 +21,7 @@ from pydantic import ValidationError
 from segue.executor._log import get_logger
 from segue.executor.bus import Committed, Sink, Watch
 from segue.executor.chains import Link, UsageReport, lineage, usage_report
-from segue.executor.drive import ANSWERED_BY_EVENTS, Driver, Listener
+from segue.executor.drive import ANSWERED_BY_EVENTS, DEFAULT_LEASE, Driver, Listener
 from segue.executor.perform import (
     COMPACTION_INSTRUCTION,
     CONTINUATION_INSTRUCTION,
@@ -90,6 +91,8 @@ _FAILED_FOR_CONTEXT = frozenset(
     {ErrorKind.CONTEXT_EXHAUSTED, ErrorKind.CHECKPOINT_OVERFLOW, ErrorKind.COMPACTION_INEFFECTIVE}
 )
 """Failures of a conversation whose context ran out: it may be continued in a new one."""
+_MAX_KEY = 256
+"""Longest idempotency key taken (a UUID or a client's request id fits many times over)."""
 _REPLY_SCAN = 64
 """Messages read per step when ``last_reply`` looks back for the latest assistant message."""
 
@@ -109,10 +112,19 @@ class Runtime(Driver):
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Any] = asyncio.sleep,
         snapshot_context: SnapshotContext | None = None,
+        owner: str | None = None,
+        lease: float = DEFAULT_LEASE,
     ) -> None:
         """``snapshot_context``: called with a conversation id when it pauses and when it
         resumes; what it returns (JSON data: task, test or git state; ``git_context(dir)`` is a
-        built-in one) is stored with the snapshot and compiled into the resume context."""
+        built-in one) is stored with the snapshot and compiled into the resume context.
+
+        Several runtimes (processes, machines) may share one store. Each model request or tool
+        run is claimed in the store by the runtime that performs it, as ``owner`` (default: host,
+        process id and a random part), for ``lease`` seconds, renewed while it runs: no other
+        runtime performs it meanwhile, and one that needs its outcome waits for it. Work whose
+        runtime died is taken over once the lease ends (at once when it was a process on this
+        host)."""
         super().__init__(
             store=store,
             llm=llm,
@@ -123,6 +135,8 @@ class Runtime(Driver):
             clock=clock,
             sleep=sleep,
             snapshot_context=snapshot_context,
+            owner=owner,
+            lease=lease,
         )
 
     async def __aenter__(self) -> Runtime:
@@ -137,10 +151,16 @@ class Runtime(Driver):
         performed again by the next ``recover()``)."""
         for task, _effect in list(self._inflight.values()):
             task.cancel()
+        claims = dict(self._claims)
         for turn in list(self._turns):
             turn.cancel()
         if self._turns:
             await asyncio.gather(*self._turns, return_exceptions=True)
+        # Let go of the work cancelled here, so another runtime takes it at once rather than
+        # when its lease ends.
+        for cid, effect_id in claims.items():
+            with contextlib.suppress(SegueError):
+                await self.store.release(cid, (effect_id,), owner=self.owner)
         await self.store.close()
 
     def subscribe(self, listener: Listener) -> None:
@@ -240,6 +260,7 @@ class Runtime(Driver):
         text: str | Sequence[ContentBlock | dict[str, Any]],
         *,
         wait: bool = True,
+        idempotency_key: str | None = None,
     ) -> ConversationState:
         """Record a user message and run until the conversation waits for input.
 
@@ -252,13 +273,19 @@ class Runtime(Driver):
         ``ConversationExhaustedError`` when the conversation does not take it: in each case
         nothing is stored and nothing is sent.
 
-        A message sent while this runtime runs a turn of the conversation waits for that turn
-        and is then taken; with ``wait=False`` it raises ``MessageRejectedError`` (cause
-        ``busy``) at once instead, as a server answering a second browser tab wants.
+        A message sent while a turn of the conversation runs (in this runtime or another one
+        sharing the store) waits for that turn and is then taken; with ``wait=False`` it raises
+        ``MessageRejectedError`` (cause ``busy``, naming the runtime) at once instead, as a
+        server answering a second browser tab wants.
+
+        ``idempotency_key``: a message sent again with the key of one already stored in the
+        conversation (a client retrying after a lost reply) is not stored again; the call
+        returns once that message's turn is over, as the first call would have.
         """
         event = user_message(text)
+        _check_key(idempotency_key)
         self._refuse_if_busy(conversation_id, wait=wait)
-        state, effects = await self._drive(conversation_id, event)
+        state, effects = await self._drive(conversation_id, event, wait=wait, key=idempotency_key)
         _raise_if_rejected(conversation_id, state, effects)
         return state
 
@@ -268,18 +295,23 @@ class Runtime(Driver):
         text: str | Sequence[ContentBlock | dict[str, Any]],
         *,
         wait: bool = True,
+        idempotency_key: str | None = None,
     ) -> AsyncIterator[Update]:
         """The same turn as ``send()``, yielding ``Update`` values as they happen; ``done`` last.
 
         Refusals raise before the first update, as ``send()`` raises them. The turn runs in its
         own task: a consumer that stops iterating (a web client that disconnects) does not stop
-        it, the turn finishes and is stored; ``cancel()`` stops it. ``wait`` is as for ``send()``.
+        it, the turn finishes and is stored; ``cancel()`` stops it. ``wait`` and
+        ``idempotency_key`` are as for ``send()``.
         """
         event = user_message(text)
+        _check_key(idempotency_key)
         self._refuse_if_busy(conversation_id, wait=wait)
         sink = Sink(conversation_id)
         self._streaming[conversation_id] = self._streaming.get(conversation_id, 0) + 1
-        turn = asyncio.ensure_future(self._streamed_turn(sink, event))
+        turn = asyncio.ensure_future(
+            self._streamed_turn(sink, event, wait=wait, key=idempotency_key)
+        )
         self._turns.add(turn)
         turn.add_done_callback(self._turns.discard)
         try:
@@ -505,6 +537,7 @@ class Runtime(Driver):
 
     # ------------------------------------------------------------------ the loop
 
+
 def user_message(text: object) -> UserMessage:
     """The ``UserMessage`` for ``text`` (a string, or content blocks: text, images, documents,
     as values or as the Messages API's dicts), or the caller's mistake as an exception: nothing
@@ -530,6 +563,16 @@ def user_message(text: object) -> UserMessage:
         msg = "the message is empty (or only whitespace); nothing was sent"
         raise InvalidMessageError(msg)
     return message
+
+
+def _check_key(key: object) -> None:
+    if key is None:
+        return
+    if not isinstance(key, str) or not key or len(key) > _MAX_KEY or "\x00" in key:
+        msg = (
+            f"an idempotency key is a non-empty string of at most {_MAX_KEY} characters without NUL"
+        )
+        raise InvalidMessageError(msg)
 
 
 def _check_text(text: str) -> None:

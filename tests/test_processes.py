@@ -1,0 +1,152 @@
+"""Several processes on one store: real worker processes (``process_worker.py``) sharing a
+SQLite file (here) or a PostgreSQL database (``test_postgres_store`` runs the same scenarios).
+
+What must hold, whatever the interleaving: every message sent is stored once and answered
+once, the model is asked exactly once per stored reply (a request in flight in one process is
+never asked again by another), a process that starts meanwhile leaves live work alone, and the
+work of a process killed with SIGKILL is taken over and finished by the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from segue import Runtime
+from segue.executor.models.scripted import ScriptedModel
+from segue.executor.ports import Store
+from segue.executor.stores.postgres import PostgresStore
+from segue.executor.stores.sqlite import SqliteStore
+
+pytestmark = pytest.mark.slow
+T = TypeVar("T")
+WORKER = Path(__file__).with_name("process_worker.py")
+MODEL = "claude-sonnet-4-5"
+TIMEOUT = 120
+
+
+def run(coroutine: Awaitable[T]) -> T:
+    async def main() -> T:
+        return await coroutine
+
+    return asyncio.run(main())
+
+
+def open_store(where: str) -> Store:
+    return PostgresStore(where) if where.startswith("host=") else SqliteStore(where)
+
+
+def start(where: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(  # noqa: S603  # our own worker, no shell
+        [sys.executable, str(WORKER), where, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(worker: subprocess.Popen[str]) -> dict[str, Any]:
+    out, err = worker.communicate(timeout=TIMEOUT)
+    assert worker.returncode == 0, err
+    result: dict[str, Any] = json.loads(out.splitlines()[-1])
+    return result
+
+
+async def create(where: str, count: int) -> list[str]:
+    async with Runtime(store=open_store(where), llm=ScriptedModel()) as rt:
+        return [(await rt.create_conversation(model=MODEL)).id for _ in range(count)]
+
+
+async def transcript_kinds(where: str, cid: str) -> tuple[list[str], str, int]:
+    """The kinds of the stored messages, the phase and how much is pending."""
+    store = open_store(where)
+    try:
+        stored = await store.load(cid)
+        kinds = [m.kind for m in await store.messages(cid)]
+        return kinds, stored.state.phase.kind, len(stored.pending)
+    finally:
+        await store.close()
+
+
+def wait_for_claim(where: str, cid: str) -> str:
+    """Poll until the conversation's pending request is claimed; its owner."""
+
+    async def poll() -> str:
+        store = open_store(where)
+        try:
+            for _ in range(TIMEOUT * 20):
+                pending = (await store.load(cid)).pending
+                if pending and pending[0].owner is not None:
+                    return pending[0].owner
+                await asyncio.sleep(0.05)
+        finally:
+            await store.close()
+        raise AssertionError
+
+    return run(poll())
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+def concurrent_senders(where: str) -> None:
+    """Four processes send four messages each, round-robin over two conversations."""
+    ids = run(create(where, 2))
+    workers = [start(where, "send", ",".join(ids), "4", "0.05") for _ in range(4)]
+    results = [finish(worker) for worker in workers]
+    assert all(r == "idle" for result in results for r in result["results"]), results
+    calls = sum(result["calls"] for result in results)
+    replies = 0
+    for cid in ids:
+        kinds, phase, pending = run(transcript_kinds(where, cid))
+        assert (phase, pending) == ("idle", 0)
+        # One turn at a time: every message was answered before the next one was taken.
+        assert kinds == ["user", "assistant"] * (len(kinds) // 2)
+        replies += kinds.count("assistant")
+    assert replies == 16
+    assert calls == replies  # exactly one model call per stored reply
+
+
+def a_process_starting_meanwhile(where: str) -> None:
+    """A second process starts (and recovers) while the first has a request in flight."""
+    (cid,) = run(create(where, 1))
+    first = start(where, "send", cid, "1", "1.5")
+    owner = wait_for_claim(where, cid)
+    second = finish(start(where, "recover"))
+    assert second["calls"] == 0  # the live process's request was left to it
+    assert first.poll() is None  # ... which was still at it
+    done = finish(first)
+    assert done["owner"] == owner
+    assert (done["calls"], done["results"]) == (1, ["idle"])
+    assert run(transcript_kinds(where, cid)) == (["user", "assistant"], "idle", 0)
+
+
+def a_killed_claimer(where: str) -> None:
+    """kill -9 of the process performing a request: the next process asks once more."""
+    (cid,) = run(create(where, 1))
+    hanging = start(where, "hang", cid)
+    assert hanging.stdout is not None
+    assert json.loads(hanging.stdout.readline())["asked"]
+    os.kill(hanging.pid, signal.SIGKILL)
+    hanging.communicate(timeout=TIMEOUT)  # reaps it and closes its pipes
+    assert wait_for_claim(where, cid).split("/")[1] == str(hanging.pid)
+    recovered = finish(start(where, "recover"))
+    assert recovered["calls"] == 1  # the request asked once more, by one process
+    assert run(transcript_kinds(where, cid)) == (["user", "assistant"], "idle", 0)
+
+
+SCENARIOS = [concurrent_senders, a_process_starting_meanwhile, a_killed_claimer]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)
+def test_processes_on_one_sqlite_file(tmp_path: Path, scenario: Any) -> None:
+    scenario(str(tmp_path / "shared.db"))
