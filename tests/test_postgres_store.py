@@ -12,6 +12,7 @@ when the PostgreSQL binaries are not installed.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 import itertools
@@ -31,7 +32,7 @@ import pytest
 import test_processes
 import test_stores
 from segue.executor.models.scripted import ScriptedModel
-from segue.executor.ports import Store
+from segue.executor.ports import Store, StoreUnavailableError
 from segue.executor.runtime import Runtime
 from segue.executor.stores.postgres import SCHEMA_VERSION, PostgresStore
 from test_stores import Backend, run
@@ -111,6 +112,7 @@ def cluster() -> Iterator[str]:
     _pg("initdb", "-D", str(data), "-U", "postgres", "--auth=trust", "-N")
     options = f"-p {port} -c listen_addresses=127.0.0.1 -k {base} -c fsync=off"
     _pg("pg_ctl", "-D", str(data), "-l", str(log), "-o", options, "-w", "start")
+    _DATA[:] = [data]
     try:
         yield f"host=127.0.0.1 port={port} user=postgres dbname=postgres"
     finally:
@@ -119,6 +121,8 @@ def cluster() -> Iterator[str]:
 
 
 _numbers = itertools.count()
+_DATA: list[Path] = []
+"""The running cluster's data directory (for the test that restarts the server)."""
 
 
 @pytest.fixture
@@ -198,3 +202,47 @@ def test_postgres_two_runtimes_take_turns_on_one_conversation(database: str) -> 
 def test_processes_on_one_postgres_database(database: str, scenario: Any) -> None:
     """The multi-process scenarios of ``test_processes``, with real worker processes."""
     scenario(database)
+
+
+def test_a_server_restart_mid_turn_loses_nothing_and_asks_once(database: str) -> None:
+    """The server restarts while a request is in flight: the answer's commit fails on the dead
+    session, is retried on a new connection, and lands; the caller sees no driver error."""
+
+    async def scenario() -> None:
+        model = ScriptedModel(delay=0.5)
+        async with Runtime(store=PostgresStore(database), llm=model) as rt:
+            conv = await rt.create_conversation(model="claude-sonnet-4-5")
+            await rt.send(conv.id, "before")
+            sending = asyncio.create_task(rt.send(conv.id, "during"))
+            await asyncio.sleep(0.2)
+            data = _DATA[0]
+            # -l: a server started without a log file writes to pg_ctl's output, which never
+            # closes (capture_output would wait for it forever).
+            log = str(data.parent / "server.log")
+            await asyncio.to_thread(
+                _pg, "pg_ctl", "-D", str(data), "-l", log, "-m", "fast", "-w", "restart"
+            )
+            assert (await sending).phase.kind == "idle"
+            assert len(model.requests) == 2
+            await rt.send(conv.id, "after")
+            messages = await rt.messages(conv.id)
+            assert [m.text for m in messages if m.kind == "user"] == ["before", "during", "after"]
+            assert [m.kind for m in messages].count("assistant") == 3
+
+    run(scenario())
+
+
+def test_a_server_that_is_gone_is_a_segue_error(database: str) -> None:
+    """No reachable server: segue's error, with the driver's as its cause."""
+    gone = database.replace("host=127.0.0.1", "host=127.0.0.1 connect_timeout=2").replace(
+        "port=", "port=1"
+    )
+
+    async def scenario() -> None:
+        store = PostgresStore(gone)
+        with pytest.raises(StoreUnavailableError) as caught:
+            await store.load("c1")
+        assert isinstance(caught.value.__cause__, psycopg.OperationalError)
+        await store.close()
+
+    run(scenario())
