@@ -16,14 +16,11 @@ import asyncio
 import contextlib
 import inspect
 import itertools
-import os
-import pwd
-import shutil
-import socket
 import subprocess
-import tempfile
+import sys
+import textwrap
+import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -31,16 +28,16 @@ import pytest
 
 import test_processes
 import test_stores
+from segue import UserMessage, new_conversation
 from segue.executor.models.scripted import ScriptedModel
-from segue.executor.ports import Store, StoreUnavailableError
+from segue.executor.ports import SegueError, Store, StoreUnavailableError
 from segue.executor.runtime import Runtime
 from segue.executor.stores.postgres import SCHEMA_VERSION, PostgresStore
-from test_stores import Backend, run
+from segue.testing.postgres import ThrowawayCluster, find_server_binaries
+from test_stores import MODEL, Backend, run
+from test_stores import step as store_step
 
 pytestmark = pytest.mark.slow
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
-_PREFIX = "segue-pg-"
-_OWNER = "owner.pid"
 
 # The contract: every test of test_stores that takes the ``store`` or the ``backend`` fixture
 # runs here too, with the fixtures below (a PostgresStore on a fresh database) in place of the
@@ -55,83 +52,22 @@ globals().update(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def _pg(tool: str, *args: str, check: bool = True) -> None:
-    """Run one of the server's tools; as ``postgres`` when we are root (the server refuses
-    root)."""
-    command = [str(PG_BIN / tool), *args]
-    if os.geteuid() == 0:
-        command = ["runuser", "-u", "postgres", "--", *command]
-    subprocess.run(command, check=check, capture_output=True)  # noqa: S603  # fixed binary, no shell
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, owned by someone else
-    return True
-
-
-def _reap_orphans() -> None:
-    """Stop clusters of earlier runs killed before their teardown could (``timeout`` sends
-    SIGTERM, which skips ``finally``). Only directories naming a dead owner are touched: a
-    cluster serving a run still going on is left alone."""
-    for base in Path(tempfile.gettempdir()).glob(f"{_PREFIX}*"):
-        try:
-            owner = int((base / _OWNER).read_text())
-        except (OSError, ValueError):
-            continue
-        if not _alive(owner):
-            _pg("pg_ctl", "-D", str(base / "data"), "-m", "immediate", "stop", check=False)
-            shutil.rmtree(base, ignore_errors=True)
-
-
 @pytest.fixture(scope="session")
-def cluster() -> Iterator[str]:
-    """A running throwaway cluster; yields the conninfo of its maintenance database."""
-    if not (PG_BIN / "initdb").exists() or not (PG_BIN / "pg_ctl").exists():
-        pytest.skip(f"PostgreSQL 15 binaries not found in {PG_BIN}")
-    # Not pytest's tmp_path: its parents are private to root and the server user must reach it.
-    _reap_orphans()
-    base = Path(tempfile.mkdtemp(prefix=_PREFIX))
-    (base / _OWNER).write_text(str(os.getpid()))
-    if os.geteuid() == 0:
-        server = pwd.getpwnam("postgres")
-        os.chown(base, server.pw_uid, server.pw_gid)
-    data, log = base / "data", base / "server.log"
-    port = _free_port()
-    _pg("initdb", "-D", str(data), "-U", "postgres", "--auth=trust", "-N")
-    options = f"-p {port} -c listen_addresses=127.0.0.1 -k {base} -c fsync=off"
-    _pg("pg_ctl", "-D", str(data), "-l", str(log), "-o", options, "-w", "start")
-    _DATA[:] = [data]
-    try:
-        yield f"host=127.0.0.1 port={port} user=postgres dbname=postgres"
-    finally:
-        _pg("pg_ctl", "-D", str(data), "-m", "fast", "stop", check=False)
-        shutil.rmtree(base, ignore_errors=True)
+def cluster() -> Iterator[ThrowawayCluster]:
+    """A running throwaway cluster for the whole session."""
+    if find_server_binaries() is None:
+        pytest.skip("PostgreSQL server binaries not found in /usr/lib/postgresql")
+    with ThrowawayCluster() as running:
+        yield running
 
 
 _numbers = itertools.count()
-_DATA: list[Path] = []
-"""The running cluster's data directory (for the test that restarts the server)."""
 
 
 @pytest.fixture
-def database(cluster: str) -> str:
-    """A fresh, empty database on the cluster; yields its conninfo."""
-    name = f"segue_test_{next(_numbers)}"
-    with psycopg.connect(cluster, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
-    return cluster.replace("dbname=postgres", f"dbname={name}")
+def database(cluster: ThrowawayCluster) -> str:
+    """A fresh, empty database on the cluster; its conninfo."""
+    return cluster.create_database(f"segue_test_{next(_numbers)}")
 
 
 @pytest.fixture
@@ -204,7 +140,9 @@ def test_processes_on_one_postgres_database(database: str, scenario: Any) -> Non
     scenario(database)
 
 
-def test_a_server_restart_mid_turn_loses_nothing_and_asks_once(database: str) -> None:
+def test_a_server_restart_mid_turn_loses_nothing_and_asks_once(
+    cluster: ThrowawayCluster, database: str
+) -> None:
     """The server restarts while a request is in flight: the answer's commit fails on the dead
     session, is retried on a new connection, and lands; the caller sees no driver error."""
 
@@ -215,13 +153,7 @@ def test_a_server_restart_mid_turn_loses_nothing_and_asks_once(database: str) ->
             await rt.send(conv.id, "before")
             sending = asyncio.create_task(rt.send(conv.id, "during"))
             await asyncio.sleep(0.2)
-            data = _DATA[0]
-            # -l: a server started without a log file writes to pg_ctl's output, which never
-            # closes (capture_output would wait for it forever).
-            log = str(data.parent / "server.log")
-            await asyncio.to_thread(
-                _pg, "pg_ctl", "-D", str(data), "-l", log, "-m", "fast", "-w", "restart"
-            )
+            await asyncio.to_thread(cluster.restart)
             assert (await sending).phase.kind == "idle"
             assert len(model.requests) == 2
             await rt.send(conv.id, "after")
@@ -246,3 +178,108 @@ def test_a_server_that_is_gone_is_a_segue_error(database: str) -> None:
         await store.close()
 
     run(scenario())
+
+
+def test_a_conversation_waiting_for_a_lock_does_not_hold_up_the_others(database: str) -> None:
+    """Each call has a connection of its own: while one conversation's commit waits for a row
+    lock another session holds, other conversations are read and written at once."""
+
+    async def scenario() -> None:
+        store = PostgresStore(database, lock_timeout=3.0)
+        try:
+            blocked = await store.create(
+                new_conversation(model=MODEL, conversation_id="c1"), system=None
+            )
+            free = await store.create(
+                new_conversation(model=MODEL, conversation_id="c2"), system=None
+            )
+            async with await psycopg.AsyncConnection.connect(database) as holder:
+                await holder.execute("SELECT * FROM conversations WHERE id = 'c1' FOR UPDATE")
+                waiting = asyncio.create_task(
+                    store_step(store, blocked, UserMessage(text="behind the lock"))
+                )
+                await asyncio.sleep(0.2)
+                assert not waiting.done()
+                started = time.monotonic()
+                await store_step(store, free, UserMessage(text="not held up"))
+                assert (await store.load("c2")).version == 2
+                assert time.monotonic() - started < 1.0
+                await holder.rollback()
+            assert (await waiting).version == 2
+        finally:
+            await store.close()
+
+    run(scenario())
+
+
+def test_a_store_left_open_does_not_hold_up_the_end_of_its_loop(database: str) -> None:
+    """A program that never closes its store still ends: ``asyncio.run`` cancels the pool's
+    work, which psycopg_pool's workers survive unless the pool is closed, and the store closes
+    it then. (Concurrent calls make the pool open connections as the loop ends.)"""
+    script = textwrap.dedent(
+        """
+        import asyncio, sys
+        from segue import PostgresStore
+
+        async def main(number):
+            store = PostgresStore(sys.argv[1], max_size=4)
+            await asyncio.gather(*(store.list_conversations() for _ in range(8)))
+
+        for number in range(15):
+            asyncio.run(main(number))
+        print("ended")
+        """
+    )
+    done = subprocess.run(  # noqa: S603  # our own script, no shell
+        [sys.executable, "-c", script, database],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert done.stdout.strip() == "ended"
+    assert done.stderr == ""  # and quietly
+
+
+def test_one_store_serves_one_loop_then_the_next(database: str) -> None:
+    """Used again once its first loop has ended, a store opens a new pool; used from a second
+    loop while the first still runs, it refuses (a pool's connections belong to one loop)."""
+    store = PostgresStore(database)
+    run(store.create(new_conversation(model=MODEL, conversation_id="c1"), system=None))
+    assert run(store.load("c1")).version == 1
+
+    async def from_another_loop() -> None:
+        await store.load("c1")
+        elsewhere: list[BaseException] = []
+
+        def other() -> None:
+            try:
+                asyncio.run(store.load("c1"))
+            except SegueError as error:
+                elsewhere.append(error)
+
+        await asyncio.to_thread(other)
+        assert len(elsewhere) == 1
+        assert "another event loop" in str(elsewhere[0])
+        await store.close()
+
+    run(from_another_loop())
+
+
+def test_from_url_takes_a_database_url(database: str) -> None:
+    params = dict(item.split("=", 1) for item in database.split())
+    url = f"postgresql://{params['user']}@{params['host']}:{params['port']}/{params['dbname']}"
+
+    async def scenario() -> None:
+        store = PostgresStore.from_url(url, max_size=2)
+        try:
+            await store.create(new_conversation(model=MODEL, conversation_id="c1"), system=None)
+            assert (await store.load("c1")).version == 1
+        finally:
+            await store.close()
+
+    run(scenario())
+    with pytest.raises(ValueError, match="postgresql://"):
+        PostgresStore.from_url("mysql://db/chat")
+    with pytest.raises(ValueError, match="min_size"):
+        PostgresStore(database, min_size=3, max_size=2)

@@ -158,7 +158,8 @@ WITH upd AS (
 ), appended AS (
     INSERT INTO messages (conversation_id, seq, kind, message)
     SELECT %(cid)s, upd.message_count - %(appended)s + m.n, m.kind, m.message
-    FROM upd, unnest(%(kinds)s::text[], %(messages)s::json[]) WITH ORDINALITY AS m (kind, message, n)
+    FROM upd,
+        unnest(%(kinds)s::text[], %(messages)s::json[]) WITH ORDINALITY AS m (kind, message, n)
 ), queued AS (
     INSERT INTO outbox (conversation_id, id, effect, owner, lease_until)
     SELECT %(cid)s, upd.effect_count - %(queued)s + e.n, e.effect, %(owner)s, %(lease)s
@@ -203,6 +204,20 @@ def _exists_then(rows: Sequence[tuple[Any, ...]], conversation_id: str) -> list[
     return [row[1:] for row in rows if row[1] is not None]
 
 
+async def _close_with_loop(pool: AsyncConnectionPool[Connection]) -> None:
+    """Close ``pool`` when its event loop shuts down with the store still open.
+
+    ``asyncio.run`` ends by cancelling every task and waiting for them. A pool's worker that is
+    cancelled in the middle of its work (opening a connection) catches the cancellation and
+    waits for more work, so the loop would wait for it forever; only ``close()`` stops it. This
+    task waits for that moment and closes the pool then (a no-op after ``close()``)."""
+    try:
+        await asyncio.get_running_loop().create_future()
+    finally:
+        with contextlib.suppress(Exception):
+            await pool.close(timeout=1.0)
+
+
 class PostgresStore:
     """A ``Store`` in a PostgreSQL database named by a libpq ``conninfo`` string or URL.
 
@@ -240,6 +255,7 @@ class PostgresStore:
         self._connections: weakref.WeakSet[Connection] = weakref.WeakSet()
         """Every connection the pool opened, to close them if that loop ends before the pool."""
         self._opening: asyncio.Lock | None = None
+        self._guard: asyncio.Task[None] | None = None
         self._closed = False
 
     @classmethod
@@ -309,6 +325,7 @@ class PostgresStore:
                 await pool.close()
                 raise
             self._pool, self._loop = pool, loop
+            self._guard = loop.create_task(_close_with_loop(pool), name="segue-pool-guard")
             return pool
 
     async def _migrate(self, conn: Connection) -> None:
@@ -354,10 +371,10 @@ class PostgresStore:
             # pool's timeout): nothing was committed. The pool throws the broken connection
             # away; after a restart its idle ones are broken too, so they are checked now
             # rather than failing the next calls one by one.
-            pool = self._pool
-            if pool is not None and not self._closed:
+            opened = self._pool
+            if opened is not None and not self._closed:
                 with contextlib.suppress(Exception):  # a check that fails changes nothing
-                    await pool.check()
+                    await opened.check()
             msg = f"PostgreSQL cannot be used: {type(error).__name__}: {error}".strip()
             raise StoreUnavailableError(msg) from error
 
@@ -668,6 +685,11 @@ class PostgresStore:
         if self._loop is asyncio.get_running_loop():
             self._pool = self._loop = None
             await pool.close()
+            guard, self._guard = self._guard, None
+            if guard is not None:
+                guard.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await guard
         elif self._loop is not None and self._loop.is_closed():
             self._abandon()
         else:
