@@ -994,6 +994,7 @@ def test_a_version_1_sqlite_file_is_upgraded_in_place(tmp_path: Path) -> None:
 
     run(write())
     with contextlib.closing(sqlite3.connect(path)) as raw, raw:
+        raw.execute("ALTER TABLE conversations DROP COLUMN pending_count")
         raw.execute("DROP TABLE idempotency")
         raw.execute("ALTER TABLE outbox DROP COLUMN owner")
         raw.execute("ALTER TABLE outbox DROP COLUMN lease_until")
@@ -1026,3 +1027,83 @@ def test_a_version_1_sqlite_file_is_upgraded_in_place(tmp_path: Path) -> None:
 
     run(read_only())
     run(reopen())
+
+
+def test_a_version_2_sqlite_file_counts_what_is_pending(tmp_path: Path) -> None:
+    """A file from before the pending counter: the upgrade counts each conversation's outbox,
+    so a commit that trusts the counter (and does not read the outbox back) sees it whole."""
+    path = tmp_path / "v2.db"
+
+    async def write() -> StoredConversation:
+        store = SqliteStore(path)
+        try:
+            created = await store.create(fresh("w"), system="s")
+            return await step(store, created, UserMessage(text="p"))
+        finally:
+            await store.close()
+
+    waiting = run(write())
+    with contextlib.closing(sqlite3.connect(path)) as raw, raw:
+        raw.execute("ALTER TABLE conversations DROP COLUMN pending_count")
+        raw.execute("PRAGMA user_version = 2")
+
+    async def reopen() -> None:
+        store = SqliteStore(path)
+        try:
+            # A cancel queues nothing new beside the pending request it leaves in place: only a
+            # correct count tells the commit that the outbox holds more than it queued.
+            stored = await step(store, waiting, UserCancel())
+            assert [p.id for p in stored.pending] == [p.id for p in (await store.load("w")).pending]
+            assert pending_kinds(stored) == pending_kinds(await store.load("w"))
+            assert stored.pending
+        finally:
+            await store.close()
+
+    run(reopen())
+
+
+def test_commits_queued_together_share_one_transaction(tmp_path: Path) -> None:
+    """Commits waiting for the store thread are written in one transaction, each in a savepoint:
+    the one that is refused (its version moved) leaves no trace and does not spoil the others,
+    every caller gets its own outcome, and COMMIT runs once for the group."""
+    path = tmp_path / "group.db"
+    answer = LlmResponse(text="reply", usage=Usage(input_tokens=100))
+
+    async def scenario() -> None:
+        store = SqliteStore(path)
+        try:
+            a0 = await store.create(fresh("a"), system=None)
+            a1 = await step(store, a0, UserMessage(text="1"))
+            b1 = await step(
+                store, await store.create(fresh("b"), system=None), UserMessage(text="2")
+            )
+            c0 = await store.create(fresh("c"), system=None)
+            statements: list[str] = []
+            await store._run(lambda conn: conn.set_trace_callback(statements.append))
+            with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as holder:
+                holder.execute("BEGIN IMMEDIATE")  # the store's thread waits behind this lock
+                blocked = asyncio.ensure_future(step(store, c0, UserMessage(text="3")))
+                await asyncio.sleep(0.1)  # ... in this first job; the next ones queue up
+                grouped = asyncio.gather(
+                    step(store, b1, answer, completes=[b1.pending[0].id]),
+                    step(store, a0, UserMessage(text="late"), completes=[a1.pending[0].id]),
+                    return_exceptions=True,
+                )
+                await asyncio.sleep(0.1)
+                holder.execute("COMMIT")
+            await blocked
+            answered, refused = await grouped
+            assert isinstance(refused, ConcurrentUpdateError)
+            assert isinstance(answered, StoredConversation)
+            assert answered.pending == ()
+            assert statements.count("COMMIT") == 2  # the first job alone, then the group
+            assert [m.text for m in await store.messages("b")] == ["2", "reply"]
+            # The refused step's delete of a's pending request went with it.
+            assert [m.text for m in await store.messages("a")] == ["1"]
+            assert pending_kinds(await store.load("a")) == ["request_llm"]
+            done = await step(store, a1, answer, completes=[a1.pending[0].id])
+            assert done.pending == () == (await store.load("a")).pending
+        finally:
+            await store.close()
+
+    run(scenario())

@@ -9,14 +9,22 @@ Why it is built this way:
   statements stay cached. The hand-over is a ``queue.SimpleQueue`` in and
   ``call_soon_threadsafe`` out: measured on the reference VM, a round trip costs ~40 us, against
   ~115 us through ``run_in_executor``/``asyncio.to_thread`` (whose ``concurrent.futures``
-  machinery adds locks and callbacks), and the hop is the largest cost of a commit.
+  machinery adds locks and callbacks), and the hop is the largest cost of a commit. The thread
+  takes every job waiting when it wakes, and hands their outcomes back to each event loop in
+  one call (one wake-up of the loop for the lot).
 - **WAL, ``synchronous=NORMAL``.** Readers never block the writer and a commit does not wait for
   an fsync (the WAL is synced at checkpoints). A committed step survives a crash of the process;
   on power loss the last few steps may roll back, never half of one.
-- **Append-only, one transaction per step.** ``commit()`` is ``BEGIN IMMEDIATE``, an ``UPDATE``
-  guarded by the expected version, inserts keyed by counters kept on the conversation row
-  (``message_count``, ``effect_count``), and a read of the (small) outbox. Nothing scans the
-  transcript, so a step costs the same at the ten-thousandth message as at the tenth.
+- **Append-only steps, committed in groups.** A step is an ``UPDATE`` guarded by the expected
+  version (``RETURNING`` the row's counters), and inserts keyed by counters kept on the
+  conversation row (``message_count``, ``effect_count``): nothing scans the transcript, so a step
+  costs the same at the ten-thousandth message as at the tenth. ``pending_count`` says how many
+  effects are pending, so when the only ones are those the step queued (nearly always), the
+  outbox is known without reading it back. Steps queued for the store thread together (several
+  conversations committing at once) are written in one ``BEGIN IMMEDIATE ... COMMIT``, each
+  inside a savepoint: a step that fails (a version that moved) rolls back alone, and COMMIT, the
+  most expensive statement of a step, is paid once per group. No caller hears of its step
+  before the COMMIT that carries it, so a step that returned is as durable as before.
 - **Private file.** The transcript is private: a missing directory is created 0700 and a new
   database file 0600 (SQLite gives its ``-wal`` and ``-shm`` files the database file's mode).
   The path comes from the caller; conversation ids never become paths here.
@@ -33,7 +41,7 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 from segue.executor.ports import (
     Commit,
@@ -72,7 +80,7 @@ that imported it from here."""
 
 T = TypeVar("T")
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 """What ``PRAGMA user_version`` says once every migration below has run."""
 
 _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
@@ -136,6 +144,13 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             PRIMARY KEY (conversation_id, key)
         ) WITHOUT ROWID""",
     ),
+    # 2 -> 3: how many effects each conversation has pending (a commit knows its outbox).
+    (
+        "ALTER TABLE conversations ADD COLUMN pending_count INTEGER NOT NULL DEFAULT 0"
+        " CHECK (pending_count >= 0)",
+        "UPDATE conversations SET pending_count ="
+        " (SELECT count(*) FROM outbox WHERE outbox.conversation_id = conversations.id)",
+    ),
 )
 
 _SQLITE_BUSY: Final = 5
@@ -150,31 +165,93 @@ def _is_locked(error: sqlite3.OperationalError) -> bool:
     return "locked" in str(error) or "busy" in str(error)
 
 
-_Job = tuple[asyncio.AbstractEventLoop, asyncio.Future[Any], Callable[[], Any]]
+Outcome = tuple[Any, BaseException | None]
+"""What a job gave: its result, or the error it raised."""
+Told = dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any, Any]]]
+"""Finished jobs' futures and outcomes, by the event loop that awaits them."""
+Step = Callable[[sqlite3.Connection], Any]
+"""A write that runs inside a transaction the store thread opens (and may share)."""
 
 
-def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if future.cancelled():
-        return  # the caller gave up waiting; the work itself has run (or failed) regardless
-    if error is None:
-        future.set_result(result)
-    else:
-        future.set_exception(error)
+class _Job(NamedTuple):
+    """Work for the store thread and whom to tell: a read or other work that runs alone
+    (``alone``), or a write ``step`` that ``group`` runs with the steps queued next to it."""
+
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Any]
+    alone: Callable[[], Any] | None = None
+    step: Step | None = None
+    group: Callable[[Sequence[Step]], list[Outcome]] | None = None
+
+
+def _settle(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    """Hand each job's outcome to its caller (in the caller's loop, one call for them all)."""
+    for future, result, error in outcomes:
+        if future.cancelled():
+            continue  # the caller gave up waiting; the work itself has run (or failed) regardless
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)
+
+
+def _attempt(work: Callable[[], Any]) -> Outcome:
+    try:
+        return work(), None
+    except BaseException as caught:  # noqa: BLE001  # delivered to the awaiting caller
+        return None, caught
+
+
+def _take_waiting(jobs: queue.SimpleQueue[_Job | None], first: _Job) -> tuple[list[_Job], bool]:
+    """``first`` and every job queued behind it; True if the store was closed meanwhile."""
+    batch = [first]
+    while True:
+        try:
+            job = jobs.get_nowait()
+        except queue.Empty:
+            return batch, False
+        if job is None:
+            return batch, True
+        batch.append(job)
+
+
+def _run_batch(batch: list[_Job]) -> Told:
+    """Run ``batch`` in order, consecutive write steps of one store together; the outcomes,
+    by the loop to tell them to."""
+    told: Told = {}
+    index = 0
+    while index < len(batch):
+        job = batch[index]
+        group, step = job.group, job.step
+        if group is None or step is None:
+            done = [job]
+            outcomes = [_attempt(job.alone or (lambda: None))]
+        else:
+            end = index + 1
+            while end < len(batch) and batch[end].group == group:
+                end += 1
+            done = batch[index:end]
+            outcomes = group([j.step for j in done if j.step is not None])
+        for finished, (result, error) in zip(done, outcomes, strict=True):
+            told.setdefault(finished.loop, []).append((finished.future, result, error))
+        index += len(done)
+    return told
 
 
 def _serve(jobs: queue.SimpleQueue[_Job | None]) -> None:
-    """The store thread: run jobs in order until ``None``; hand each outcome to its loop."""
-    while (job := jobs.get()) is not None:
-        loop, future, work = job
-        result: Any = None
-        error: BaseException | None = None
-        try:
-            result = work()
-        except BaseException as caught:  # noqa: BLE001  # delivered to the awaiting caller
-            error = caught
+    """The store thread: take every waiting job, run them (``_run_batch``), then tell each
+    loop the outcomes in one call, until ``None`` (the store closed or was dropped)."""
+    closed = False
+    while not closed and (first := jobs.get()) is not None:
+        batch, closed = _take_waiting(jobs, first)
+        _tell(_run_batch(batch))
+        del batch, first  # hold nothing of finished jobs while waiting for the next
+
+
+def _tell(told: Told) -> None:
+    for loop, settled in told.items():
         with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody to tell
-            loop.call_soon_threadsafe(_settle, future, result, error)
-        del job, loop, future, work, result, error  # hold nothing of a finished job
+            loop.call_soon_threadsafe(_settle, settled)
 
 
 def _prepare_file(path: Path) -> None:
@@ -305,36 +382,105 @@ class SqliteStore:
             conn.rollback()
             raise
 
+    def _connection(self) -> sqlite3.Connection:
+        conn = self._conn
+        if conn is None:
+            conn = self._conn = self._connect()
+        return conn
+
+    def _segue_error(self, error: BaseException) -> BaseException:
+        """The error a caller gets for ``error``: the driver's become segue's."""
+        if isinstance(error, sqlite3.OperationalError) and _is_locked(error):
+            msg = (
+                f"database is locked: another process holds it for longer than "
+                f"busy_timeout ({self._busy_timeout:g}s): {self._path}"
+            )
+        elif isinstance(error, sqlite3.DatabaseError) and not isinstance(
+            error, sqlite3.IntegrityError
+        ):
+            # A disk error, a file that went away, a database that went read-only: the
+            # caller learns it as segue's error (the driver's is the cause) and may retry.
+            msg = f"the SQLite store cannot be used: {error}: {self._path}"
+        else:
+            return error
+        mapped: SegueError = (
+            StoreLockedError(msg)
+            if isinstance(error, sqlite3.OperationalError) and _is_locked(error)
+            else StoreUnavailableError(msg)
+        )
+        mapped.__cause__ = error
+        return mapped
+
     def _call(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``work`` on the connection; roll back whatever it left open if it raised."""
         conn = self._conn
         try:
-            if conn is None:
-                conn = self._conn = self._connect()
+            conn = self._connection()
             return work(conn)
         except BaseException as error:
             if conn is not None and conn.in_transaction:
                 conn.rollback()
-            if isinstance(error, sqlite3.OperationalError) and _is_locked(error):
-                msg = (
-                    f"database is locked: another process holds it for longer than "
-                    f"busy_timeout ({self._busy_timeout:g}s): {self._path}"
-                )
-                raise StoreLockedError(msg) from error
-            if isinstance(error, sqlite3.DatabaseError) and not isinstance(
-                error, sqlite3.IntegrityError
-            ):
-                # A disk error, a file that went away, a database that went read-only: the
-                # caller learns it as segue's error (the driver's is the cause) and may retry.
-                msg = f"the SQLite store cannot be used: {error}: {self._path}"
-                raise StoreUnavailableError(msg) from error
-            raise
+            mapped = self._segue_error(error)
+            if mapped is error:
+                raise
+            raise mapped from error
+
+    def _write(self, steps: Sequence[Step]) -> list[Outcome]:
+        """Run write ``steps`` in one ``BEGIN IMMEDIATE ... COMMIT`` (in the store thread).
+
+        Alone, a step is the transaction. Together, each runs in a savepoint: one that raises
+        (a version that moved, a duplicate key) is rolled back alone and its caller gets the
+        error; the others are committed together. If the transaction itself fails (the lock
+        not taken in time, COMMIT refused), every step's caller gets that error.
+        """
+        if len(steps) == 1:
+            step = steps[0]
+
+            def alone(conn: sqlite3.Connection) -> Any:
+                conn.execute("BEGIN IMMEDIATE")
+                result = step(conn)
+                conn.execute("COMMIT")
+                return result
+
+            return [_attempt(lambda: self._call(alone))]
+
+        def together(conn: sqlite3.Connection) -> list[Outcome]:
+            conn.execute("BEGIN IMMEDIATE")
+            outcomes: list[Outcome] = []
+            for step in steps:
+                conn.execute("SAVEPOINT step")
+                try:
+                    outcomes.append((step(conn), None))
+                except Exception as error:  # noqa: BLE001  # this step's caller gets it
+                    conn.execute("ROLLBACK TO step")
+                    outcomes.append((None, self._segue_error(error)))
+                conn.execute("RELEASE step")
+            conn.execute("COMMIT")
+            return outcomes
+
+        try:
+            return self._call(together)
+        except BaseException as error:  # noqa: BLE001  # every step's caller gets it
+            return [(None, error)] * len(steps)
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        return await self._submit(lambda: self._call(work))
+        """Run ``work`` alone in the store thread (reads)."""
+        result: T = await self._submit(alone=lambda: self._call(work))
+        return result
 
-    def _submit(self, work: Callable[[], T]) -> asyncio.Future[T]:
-        """Queue ``work`` for the store thread (started on first use) and return its future."""
+    async def _run_step(self, step: Callable[[sqlite3.Connection], T]) -> T:
+        """Run the write ``step`` in the store thread, in a transaction it may share."""
+        result: T = await self._submit(step=step, group=self._write)
+        return result
+
+    def _submit(
+        self,
+        *,
+        alone: Callable[[], Any] | None = None,
+        step: Step | None = None,
+        group: Callable[[Sequence[Step]], list[Outcome]] | None = None,
+    ) -> asyncio.Future[Any]:
+        """Queue a job for the store thread (started on first use) and return its future."""
         jobs = self._jobs
         if jobs is None:
             msg = f"the store for {self._path} is closed"
@@ -347,8 +493,8 @@ class SqliteStore:
             # A store dropped without close() must not leave its thread waiting forever.
             self._stop = weakref.finalize(self, jobs.put, None)
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        jobs.put((loop, future, work))
+        future: asyncio.Future[Any] = loop.create_future()
+        jobs.put(_Job(loop, future, alone, step, group))
         return future
 
     # ------------------------------------------------------------------ Store
@@ -366,8 +512,7 @@ class SqliteStore:
         row = conversation_row(state, system, len(messages), at)
         seeds = seed_rows(conversation_id, messages)
 
-        def work(conn: sqlite3.Connection) -> None:
-            conn.execute("BEGIN IMMEDIATE")
+        def step(conn: sqlite3.Connection) -> None:
             try:
                 conn.execute(
                     "INSERT INTO conversations (id, parent_id, state, phase, version, system,"
@@ -381,9 +526,8 @@ class SqliteStore:
                 "INSERT INTO messages (conversation_id, seq, kind, message) VALUES (?, ?, ?, ?)",
                 seeds,
             )
-            conn.execute("COMMIT")
 
-        await self._run(work)
+        await self._run_step(step)
         return StoredConversation(
             state=state, version=1, system=system, created_at=at, last_seq=len(messages)
         )
@@ -405,14 +549,15 @@ class SqliteStore:
         return loaded(conversation_id, await self._run(work))
 
     async def commit(self, commit: Commit) -> StoredConversation:
-        """Apply ``commit`` in one ``BEGIN IMMEDIATE`` transaction (see ``Commit``)."""
+        """Apply ``commit`` as one step (see ``Commit``; the module docstring says how steps
+        share transactions). The outbox is read back only when something other than what this
+        step queued is pending."""
         conversation_id = commit.conversation_id
         rows = commit_rows(commit)  # encoded before taking the write lock: it is held for SQL only
-
         key = commit.idempotency_key
+        state, phase, appended, queued, at, _, expected = rows.update
 
-        def work(conn: sqlite3.Connection) -> StoredConversation:
-            conn.execute("BEGIN IMMEDIATE")
+        def step(conn: sqlite3.Connection) -> StoredConversation:
             if (
                 key is not None
                 and conn.execute(
@@ -421,36 +566,36 @@ class SqliteStore:
                 ).fetchone()
             ):
                 raise DuplicateMessageError(conversation_id, key)
-            if (
-                conn.execute(
-                    "UPDATE conversations SET state = ?, phase = ?, version = version + 1,"
-                    " message_count = message_count + ?, effect_count = effect_count + ?,"
-                    " updated_at = ? WHERE id = ? AND version = ?",
-                    rows.update,
+            completed = (
+                conn.executemany(
+                    "DELETE FROM outbox WHERE conversation_id = ? AND id = ?", rows.completes
                 ).rowcount
-                == 0
-            ):
-                raise _version_moved(conn, conversation_id, commit.expected_version)
-            counters = conn.execute(
-                "SELECT message_count, effect_count, system, child_id, created_at"
-                " FROM conversations WHERE id = ?",
-                (conversation_id,),
+                if rows.completes
+                else 0
+            )
+            after = conn.execute(
+                "UPDATE conversations SET state = ?, phase = ?, version = version + 1,"
+                " message_count = message_count + ?, effect_count = effect_count + ?,"
+                " pending_count = pending_count + ?, updated_at = ? WHERE id = ? AND version = ?"
+                " RETURNING message_count, effect_count, system, child_id, created_at,"
+                " pending_count",
+                (state, phase, appended, queued, queued - completed, at, conversation_id, expected),
             ).fetchone()
+            if after is None:
+                raise _version_moved(conn, conversation_id, commit.expected_version)
+            counters, pending_count = after[:5], after[5]
             if rows.appended:
                 conn.executemany(
                     "INSERT INTO messages (conversation_id, seq, kind, message)"
                     " VALUES (?, ?, ?, ?)",
                     rows.messages(counters[0]),
                 )
-            if rows.queued:
+            queued_rows = rows.outbox(counters[1])
+            if queued_rows:
                 conn.executemany(
                     "INSERT INTO outbox (conversation_id, id, effect, owner, lease_until)"
                     " VALUES (?, ?, ?, ?, ?)",
-                    rows.outbox(counters[1]),
-                )
-            if rows.completes:
-                conn.executemany(
-                    "DELETE FROM outbox WHERE conversation_id = ? AND id = ?", rows.completes
+                    queued_rows,
                 )
             conn.execute(
                 "INSERT INTO transitions (conversation_id, seq, event_kind, event, from_phase,"
@@ -463,26 +608,34 @@ class SqliteStore:
                     "INSERT INTO idempotency (conversation_id, key, version) VALUES (?, ?, ?)",
                     (conversation_id, key, commit.expected_version + 1),
                 )
-            pending_rows = conn.execute(
-                "SELECT id, effect, owner, lease_until FROM outbox WHERE conversation_id = ?"
-                " ORDER BY id",
-                (conversation_id,),
-            ).fetchall()
-            conn.execute("COMMIT")
+            if pending_count == len(queued_rows):
+                pending_rows: list[Any] = [row[1:] for row in queued_rows]
+            else:
+                pending_rows = conn.execute(
+                    "SELECT id, effect, owner, lease_until FROM outbox WHERE conversation_id = ?"
+                    " ORDER BY id",
+                    (conversation_id,),
+                ).fetchall()
             return rows.stored(counters, pending_rows)
 
-        return await self._run(work)
+        result: StoredConversation = await self._run_step(step)
+        return result
 
     async def complete(self, conversation_id: str, effect_ids: Sequence[int]) -> None:
         rows = outbox_keys(conversation_id, effect_ids)
 
-        def work(conn: sqlite3.Connection) -> None:
-            conn.execute("BEGIN IMMEDIATE")
+        def step(conn: sqlite3.Connection) -> None:
             _require(conn, conversation_id)
-            conn.executemany("DELETE FROM outbox WHERE conversation_id = ? AND id = ?", rows)
-            conn.execute("COMMIT")
+            completed = conn.executemany(
+                "DELETE FROM outbox WHERE conversation_id = ? AND id = ?", rows
+            ).rowcount
+            if completed:
+                conn.execute(
+                    "UPDATE conversations SET pending_count = pending_count - ? WHERE id = ?",
+                    (completed, conversation_id),
+                )
 
-        await self._run(work)
+        await self._run_step(step)
 
     async def claim(
         self,
@@ -494,11 +647,10 @@ class SqliteStore:
         now: float,
         take_from: str | None = None,
     ) -> PendingEffect | None:
-        """Read and claim under SQLite's write lock (``BEGIN IMMEDIATE``): nobody else can
-        claim the same effect between the two."""
+        """Read and claim under SQLite's write lock (a write step): nobody else can claim the
+        same effect between the two."""
 
-        def work(conn: sqlite3.Connection) -> PendingEffect | None:
-            conn.execute("BEGIN IMMEDIATE")
+        def step(conn: sqlite3.Connection) -> PendingEffect | None:
             row = conn.execute(
                 "SELECT id, effect, owner, lease_until FROM outbox"
                 " WHERE conversation_id = ? AND id = ?",
@@ -506,7 +658,6 @@ class SqliteStore:
             ).fetchone()
             if row is None:
                 _require(conn, conversation_id)
-                conn.execute("COMMIT")
                 return None
             pending = pending_effect(row)
             if claimable(pending, owner=owner, now=now, take_from=take_from):
@@ -518,18 +669,17 @@ class SqliteStore:
                 pending = PendingEffect(
                     id=effect_id, effect=pending.effect, owner=owner, lease_until=lease_until
                 )
-            conn.execute("COMMIT")
             return pending
 
-        return await self._run(work)
+        result: PendingEffect | None = await self._run_step(step)
+        return result
 
     async def renew(
         self, conversation_id: str, effect_ids: Sequence[int], *, owner: str, lease_until: float
     ) -> bool:
         rows = [(lease_until, conversation_id, effect_id, owner) for effect_id in effect_ids]
 
-        def work(conn: sqlite3.Connection) -> bool:
-            conn.execute("BEGIN IMMEDIATE")
+        def step(conn: sqlite3.Connection) -> bool:
             _require(conn, conversation_id)
             renewed = sum(
                 conn.execute(
@@ -539,25 +689,23 @@ class SqliteStore:
                 ).rowcount
                 for row in rows
             )
-            conn.execute("COMMIT")
             return renewed == len(rows)
 
-        return await self._run(work)
+        result: bool = await self._run_step(step)
+        return result
 
     async def release(self, conversation_id: str, effect_ids: Sequence[int], *, owner: str) -> None:
         rows = [(conversation_id, effect_id, owner) for effect_id in effect_ids]
 
-        def work(conn: sqlite3.Connection) -> None:
-            conn.execute("BEGIN IMMEDIATE")
+        def step(conn: sqlite3.Connection) -> None:
             _require(conn, conversation_id)
             conn.executemany(
                 "UPDATE outbox SET owner = NULL, lease_until = NULL"
                 " WHERE conversation_id = ? AND id = ? AND owner = ?",
                 rows,
             )
-            conn.execute("COMMIT")
 
-        await self._run(work)
+        await self._run_step(step)
 
     async def messages(self, conversation_id: str, *, after_seq: int = 0) -> list[StoredMessage]:
         def work(conn: sqlite3.Connection) -> list[tuple[int, str]]:
@@ -607,8 +755,7 @@ class SqliteStore:
         return await self._run(work)
 
     async def link_child(self, parent_id: str, child_id: str) -> str:
-        def work(conn: sqlite3.Connection) -> str:
-            conn.execute("BEGIN IMMEDIATE")
+        def step(conn: sqlite3.Connection) -> str:
             conn.execute(
                 "UPDATE conversations SET child_id = ? WHERE id = ? AND child_id IS NULL",
                 (child_id, parent_id),
@@ -618,17 +765,16 @@ class SqliteStore:
             ).fetchone()
             if row is None:
                 raise not_found(parent_id)
-            conn.execute("COMMIT")
             return str(row[0])
 
-        return await self._run(work)
+        result: str = await self._run_step(step)
+        return result
 
     async def save_snapshot(self, snapshot: SessionSnapshot) -> None:
         conversation_id = snapshot.conversation_id
         text = dump_snapshot(snapshot)
 
-        def work(conn: sqlite3.Connection) -> str | None:
-            conn.execute("BEGIN IMMEDIATE")
+        def step(conn: sqlite3.Connection) -> str | None:
             _require(conn, conversation_id)
             row = conn.execute(
                 "SELECT snapshot FROM snapshots WHERE conversation_id = ? AND version = ?",
@@ -639,10 +785,9 @@ class SqliteStore:
                     "INSERT INTO snapshots (conversation_id, version, snapshot) VALUES (?, ?, ?)",
                     (conversation_id, snapshot.version, text),
                 )
-            conn.execute("COMMIT")
             return None if row is None else str(row[0])
 
-        existing = await self._run(work)
+        existing: str | None = await self._run_step(step)
         if existing is not None:
             check_snapshot_unchanged(load_snapshot(existing), snapshot)
 
@@ -672,7 +817,7 @@ class SqliteStore:
 
         try:
             if self._thread is not None:
-                await self._submit(work)
+                await self._submit(alone=work)
         finally:
             self._jobs = None
             self._stop()  # queued after the close job: the thread finishes it, then ends
