@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import logging
 import os
 import random
@@ -241,6 +242,10 @@ class Driver:
         self.keep_recent = keep_recent
         self.max_tokens = max_tokens
         self._clock = clock
+        self._key_prefix = secrets.token_hex(8)
+        self._key_numbers = itertools.count(1)
+        """Idempotency keys of messages sent without one: unique to this runtime (a random
+        prefix) and within it (a count), without a call to the system's random source each."""
         self._gates: dict[str, _Gate] = {}
         self._inflight: dict[str, tuple[asyncio.Task[Any], Effect]] = {}
         self._claims: dict[str, int] = {}
@@ -335,7 +340,7 @@ class Driver:
                 if key is None and isinstance(event, UserMessage):
                     # Every message carries a key: a commit whose reply was lost (a dropped
                     # database session) and is tried again cannot store the message twice.
-                    key = f"auto:{secrets.token_hex(8)}"
+                    key = f"auto:{self._key_prefix}:{next(self._key_numbers)}"
                 if event is None:
                     stored = await self._load(conversation_id)
                     follow = False

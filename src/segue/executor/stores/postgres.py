@@ -147,6 +147,8 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
 # unless the version-guarded UPDATE did; clauses of one statement all see the snapshot the
 # statement started from, so the outbox read at the end is the outbox before this step, less
 # what it completes, plus what it queued (``queued``'s RETURNING).
+# The arrays go in binary (``%(...)b``): as text, every quote and backslash of the JSON inside
+# them would be escaped one by one on the way out and unescaped on the way in.
 _COMMIT: Final = """
 WITH upd AS (
     UPDATE conversations SET state = %(state)s, phase = %(phase)s, version = version + 1,
@@ -159,15 +161,15 @@ WITH upd AS (
     INSERT INTO messages (conversation_id, seq, kind, message)
     SELECT %(cid)s, upd.message_count - %(appended)s + m.n, m.kind, m.message
     FROM upd,
-        unnest(%(kinds)s::text[], %(messages)s::json[]) WITH ORDINALITY AS m (kind, message, n)
+        unnest(%(kinds)b::text[], %(messages)b::json[]) WITH ORDINALITY AS m (kind, message, n)
 ), queued AS (
     INSERT INTO outbox (conversation_id, id, effect, owner, lease_until)
     SELECT %(cid)s, upd.effect_count - %(queued)s + e.n, e.effect, %(owner)s, %(lease)s
-    FROM upd, unnest(%(effects)s::json[]) WITH ORDINALITY AS e (effect, n)
+    FROM upd, unnest(%(effects)b::json[]) WITH ORDINALITY AS e (effect, n)
     RETURNING id, owner, lease_until
 ), completed AS (
     DELETE FROM outbox
-    WHERE conversation_id = %(cid)s AND id = ANY(%(completes)s::integer[])
+    WHERE conversation_id = %(cid)s AND id = ANY(%(completes)b::integer[])
         AND EXISTS (SELECT FROM upd)
 ), logged AS (
     INSERT INTO transitions (conversation_id, seq, event_kind, event, from_phase, to_phase,
@@ -183,7 +185,7 @@ SELECT upd.message_count, upd.effect_count, upd.system, upd.child_id, upd.create
     p.id, p.effect, p.owner, p.lease_until
 FROM upd LEFT JOIN (
     SELECT id, effect::text AS effect, owner, lease_until FROM outbox
-    WHERE conversation_id = %(cid)s AND id <> ALL(%(completes)s::integer[])
+    WHERE conversation_id = %(cid)s AND id <> ALL(%(completes)b::integer[])
     UNION ALL
     SELECT id, NULL, owner, lease_until FROM queued
 ) AS p ON true
@@ -476,7 +478,7 @@ class PostgresStore:
         }
 
         async def work(conn: Connection) -> list[tuple[Any, ...]]:
-            cur = await conn.execute(_COMMIT, params)
+            cur = await conn.execute(_COMMIT, params, binary=True)
             result = await cur.fetchall()
             if result:
                 return result
