@@ -147,8 +147,9 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
 # unless the version-guarded UPDATE did; clauses of one statement all see the snapshot the
 # statement started from, so the outbox read at the end is the outbox before this step, less
 # what it completes, plus what it queued (``queued``'s RETURNING).
-# The arrays go in binary (``%(...)b``): as text, every quote and backslash of the JSON inside
-# them would be escaped one by one on the way out and unescaped on the way in.
+# The documents a step writes go as one JSON array each, a plain text parameter built by joining
+# the JSON texts (``json_array_elements`` hands each back verbatim): psycopg's list adapters
+# would examine every element and, in text form, escape every quote of the JSON inside.
 _COMMIT: Final = """
 WITH upd AS (
     UPDATE conversations SET state = %(state)s, phase = %(phase)s, version = version + 1,
@@ -161,15 +162,16 @@ WITH upd AS (
     INSERT INTO messages (conversation_id, seq, kind, message)
     SELECT %(cid)s, upd.message_count - %(appended)s + m.n, m.kind, m.message
     FROM upd,
-        unnest(%(kinds)b::text[], %(messages)b::json[]) WITH ORDINALITY AS m (kind, message, n)
+        ROWS FROM (json_array_elements(%(messages)s::json), unnest(%(kinds)s::text[]))
+        WITH ORDINALITY AS m (message, kind, n)
 ), queued AS (
     INSERT INTO outbox (conversation_id, id, effect, owner, lease_until)
     SELECT %(cid)s, upd.effect_count - %(queued)s + e.n, e.effect, %(owner)s, %(lease)s
-    FROM upd, unnest(%(effects)b::json[]) WITH ORDINALITY AS e (effect, n)
+    FROM upd, json_array_elements(%(effects)s::json) WITH ORDINALITY AS e (effect, n)
     RETURNING id, owner, lease_until
 ), completed AS (
     DELETE FROM outbox
-    WHERE conversation_id = %(cid)s AND id = ANY(%(completes)b::integer[])
+    WHERE conversation_id = %(cid)s AND id = ANY(%(completes)s::integer[])
         AND EXISTS (SELECT FROM upd)
 ), logged AS (
     INSERT INTO transitions (conversation_id, seq, event_kind, event, from_phase, to_phase,
@@ -185,7 +187,7 @@ SELECT upd.message_count, upd.effect_count, upd.system, upd.child_id, upd.create
     p.id, p.effect, p.owner, p.lease_until
 FROM upd LEFT JOIN (
     SELECT id, effect::text AS effect, owner, lease_until FROM outbox
-    WHERE conversation_id = %(cid)s AND id <> ALL(%(completes)b::integer[])
+    WHERE conversation_id = %(cid)s AND id <> ALL(%(completes)s::integer[])
     UNION ALL
     SELECT id, NULL, owner, lease_until FROM queued
 ) AS p ON true
@@ -463,12 +465,14 @@ class PostgresStore:
             "queued": queued,
             "at": at,
             "key": key,
-            "kinds": [kind for kind, _ in rows.appended],
-            "messages": [text for _, text in rows.appended],
-            "effects": [text for _, text in rows.queued],
+            # JSON arrays of the documents as they are (each is a JSON object already), and
+            # array literals of kinds and ids: text parameters, which psycopg sends as they are.
+            "messages": f"[{','.join(text for _, text in rows.appended)}]",
+            "kinds": f"{{{','.join(kind for kind, _ in rows.appended)}}}",  # plain words
+            "effects": f"[{','.join(text for _, text in rows.queued)}]",
             "owner": commit.owner,
             "lease": commit.lease_until,
-            "completes": completes,
+            "completes": f"{{{','.join(map(str, completes))}}}",
             "event_kind": event_kind,
             "event": event,
             "from_phase": from_phase,
