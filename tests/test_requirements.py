@@ -44,6 +44,7 @@ from segue import (
     Message,
     Paused,
     PauseRequested,
+    ProviderCompacted,
     ResumeRequested,
     RetryDue,
     SessionSnapshot,
@@ -1482,6 +1483,9 @@ EVENTS: list[Any] = [
     reply(WINDOW + 1),
     reply(10, call(1), stop="max_tokens"),
     reply(10, stop="model_context_window_exceeded"),
+    reply(THRESHOLD, stop="pause_turn"),
+    ProviderCompacted(summary="s"),
+    ProviderCompacted(summary="s", post_tokens=10),
     LlmError(message="e"),
     LlmError(message="e", retryable=True),
     LlmError(message="e", context_overflow=True),
@@ -1973,6 +1977,70 @@ def test_seg031_the_second_ask_of_a_continuation_keeps_its_retries_and_trims() -
     playbook << [continuation("Now it works."), NotifyContextExhausted(summary="Now it works.")]
 
 
+@requirement("REQ-SEG-032")
+def test_seg032_the_provider_session_is_kept_across_generations_and_dropped_by_a_new_session() -> (
+    None
+):
+    session_ref = "sdk-session-1"
+    playbook = asking(B.CHECKPOINT_RESTART)
+    playbook.given(LlmResponse(text="ok", usage=usage(1_000), session_ref=session_ref))
+    assert playbook.state.provider_session == session_ref
+    playbook.given(UserMessage(text="go on"), LlmResponse(text="ok", usage=usage(2_000)))
+    assert playbook.state.provider_session == session_ref  # a response naming none keeps it
+    playbook.given(UserMessage(text="more"), ProviderCompacted(summary="Earlier: setup."))
+    assert (playbook.state.generation, playbook.state.provider_session) == (2, session_ref)
+    playbook.given(LlmResponse(text="x", usage=usage(THRESHOLD), session_ref=session_ref))
+    playbook.given(CheckpointResponse(text="<checkpoint>Goal: ship</checkpoint>"))
+    assert playbook.state.session == 2
+    assert playbook.state.provider_session is None
+
+
+@requirement("REQ-SEG-033")
+def test_seg033_a_provider_compaction_starts_a_generation_and_the_response_measures_it() -> None:
+    playbook = asking(B.COMPACT_IN_PLACE).given(reply(150_000, text="big"))
+    playbook.given(UserMessage(text="continue"))
+    summary = "The user is building a parser; the lexer is done."
+    playbook >> ProviderCompacted(summary=summary, pre_tokens=165_000, post_tokens=12_000)
+    playbook << [
+        StartGeneration(generation=2, summary=summary),
+        AppendMessage(message=Message(kind="summary", text=summary, generation=2)),
+    ]
+    state = playbook.state
+    assert isinstance(state.phase, LlmRequesting)
+    assert (state.generation, state.context_tokens, state.pending_tokens) == (2, None, 12_000)
+    assert state.continuations == 0  # the provider's compaction is not one of segue's
+    playbook >> reply(14_000) << [assistant(14_000, generation=2)]
+    assert (playbook.state.context_tokens, playbook.phase.kind) == (14_000, "idle")
+
+
+@requirement("REQ-SEG-033")
+def test_seg033_a_provider_compaction_without_figures_is_estimated_and_stale_ones_are_ignored() -> (
+    None
+):
+    playbook = asking(B.THRESHOLD_BASED_CONTINUATION, system_tokens=500)
+    playbook >> ProviderCompacted(summary="short") << ["start_generation", "append_message"]
+    assert playbook.state.pending_tokens == 500 + estimate_tokens("short")
+    playbook.given(reply(1_000))
+    idle = playbook.state
+    playbook >> ProviderCompacted(summary="late") << []
+    assert playbook.state == idle
+
+
+@requirement("REQ-SEG-034")
+@pytest.mark.parametrize(
+    ("stop", "resumes"), [("pause_turn", True), ("end_turn", False)], ids=["paused", "ended"]
+)
+def test_seg034_a_turn_stopped_at_the_threshold_resumes_after_the_restart(
+    stop: str, resumes: bool
+) -> None:
+    playbook = asking(B.CHECKPOINT_RESTART) >> reply(THRESHOLD, stop=stop)
+    playbook << ["notify_context_warning", "append_message", RequestCheckpoint(purpose="restart")]
+    assert playbook.phase == AwaitingCheckpoint(purpose="restart", resume_after=resumes)
+    playbook >> CheckpointResponse(text="<checkpoint>Goal: ship</checkpoint>")
+    expected: list[Any] = ["append_message", "start_session", "append_message"]
+    playbook << ([*expected, RequestLlm()] if resumes else expected)
+
+
 # =========================================================================== traceability
 
 
@@ -1987,7 +2055,7 @@ def _tagged_tests() -> dict[str, tuple[str, ...]]:
 def test_every_requirement_in_the_spec_has_a_test() -> None:
     spec = SPEC.read_text(encoding="utf-8")
     declared = re.findall(r"^### (REQ-[A-Z]+-\d{3}):", spec, flags=re.MULTILINE)
-    assert len(declared) == len(set(declared)) == 36, declared
+    assert len(declared) == len(set(declared)) == 39, declared
     mentioned = set(re.findall(r"REQ-[A-Z]+-\d{3}", spec))
     assert mentioned == set(declared), "the spec mentions ids it does not declare"
     tagged = _tagged_tests()

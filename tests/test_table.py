@@ -43,6 +43,7 @@ from segue import (
     ManualContinuation,
     Paused,
     PauseRequested,
+    ProviderCompacted,
     ResumeRequested,
     RetryDue,
     SessionSnapshot,
@@ -406,6 +407,13 @@ class Reference:
         elif row.event == "compaction_response" and row.target != "failed":
             self.continuations += 1
             self.context, self.pending = None, event.retained_tokens
+        elif row.event == "provider_compacted":  # not one of segue's continuations
+            self.context = None
+            self.pending = (
+                self.system + estimate_tokens(event.summary)
+                if event.post_tokens is None
+                else event.post_tokens
+            )
 
     def _measure(self, event: Any) -> None:
         known = self.known(event)
@@ -659,6 +667,7 @@ def default_event(kind: str) -> Event:
         "continuation_response": ContinuationResponse(summary="What happened so far."),
         "checkpoint_response": CheckpointResponse(text=CHECKPOINT),
         "compaction_response": CompactionResponse(summary="Older work.", retained_tokens=1_000),
+        "provider_compacted": ProviderCompacted(summary="What the provider kept.", post_tokens=900),
         "retry_due": RetryDue(attempt=2),
         "user_cancel": UserCancel(),
         "manual_continuation": ManualContinuation(),

@@ -73,6 +73,8 @@ Requesting = LlmRequesting | AwaitingContinuation | AwaitingCheckpoint | Compact
 Summarising = AwaitingContinuation | AwaitingCheckpoint | Compacting
 RECOVERABLE_ERRORS: Final = frozenset({ErrorKind.LLM_ERROR, ErrorKind.RETRIES_EXHAUSTED})
 WINDOW_EXCEEDED: Final = "model_context_window_exceeded"
+PAUSED_TURN: Final = "pause_turn"
+"""The provider (or an adapter stopping a running agent) paused a turn mid-task (REQ-SEG-034)."""
 TRUNCATED: Final = "max_tokens"
 REFUSAL: Final = "refusal"
 
@@ -101,8 +103,9 @@ def not_run(state: ConversationState, calls: tuple[ToolCall, ...], why: str) -> 
     ]
 
 
-FRESH_SESSION: Final[dict[str, Any]] = {"tool_rounds": 0}
-"""What a new session starts from besides its figures: its own turn."""
+FRESH_SESSION: Final[dict[str, Any]] = {"tool_rounds": 0, "provider_session": None}
+"""What a new session starts from besides its figures: its own turn, and no provider session
+(REQ-SEG-032)."""
 
 
 def retry_delay(

@@ -9,6 +9,7 @@ from typing import Any, cast
 from segue.statemachine._paths import (
     CANCEL,
     NOTHING,
+    PAUSED_TURN,
     RECOVERABLE_ERRORS,
     TOOL_NOT_RUN_CANCELLED,
     TOOL_NOT_RUN_CONTEXT,
@@ -44,11 +45,13 @@ from segue.statemachine.effects import (
     RequestContinuation,
     RequestLlm,
     ScheduleRetry,
+    StartGeneration,
 )
 from segue.statemachine.events import (
     LlmError,
     LlmResponse,
     PauseRequested,
+    ProviderCompacted,
     RetryDue,
     ToolResult,
     UserMessage,
@@ -163,6 +166,8 @@ def on_llm_response(state: ConversationState, event: LlmResponse) -> Result:
         return state, NOTHING
     effects: list[Effect] = []
     changes, over = _measure(state, event, effects)
+    if event.session_ref is not None:
+        changes["provider_session"] = event.session_ref  # REQ-SEG-032
     calls = event.tool_calls
     stop_reason = event.stop_reason
     kept = {"content": event.content} if event.content else {}
@@ -177,7 +182,7 @@ def on_llm_response(state: ConversationState, event: LlmResponse) -> Result:
             effects += not_run(state, calls, TOOL_NOT_RUN_CONTEXT)
             changes["message_count"] += len(calls)
         trigger: ExhaustionTrigger = "overflow" if stop_reason == WINDOW_EXCEEDED else "threshold"
-        resume_after = bool(calls) or stop_reason == WINDOW_EXCEEDED
+        resume_after = bool(calls) or stop_reason in (WINDOW_EXCEEDED, PAUSED_TURN)
         return exhaust(
             state._replace(changes), trigger, calls, resume_after, effects, usage=event.usage
         )
@@ -202,6 +207,26 @@ def on_llm_response(state: ConversationState, event: LlmResponse) -> Result:
     effects.append(build_execute(tool_calls=calls))
     changes["phase"] = build_executing(tool_calls=calls, pending=pending)
     return state._replace(changes), tuple(effects)
+
+
+def on_provider_compacted(state: ConversationState, event: ProviderCompacted) -> Result:
+    """REQ-SEG-033: the provider's context now starts from its summary, so segue's record does
+    too: a new generation, whose occupancy the response that follows will measure."""
+    generation = state.generation + 1
+    pending = event.post_tokens
+    if pending is None:
+        pending = state.config.system_tokens + estimate_tokens(event.summary)
+    fresh = state._evolve(
+        generation=generation,
+        context_tokens=None,
+        pending_tokens=pending,
+        message_count=state.message_count + 1,
+    )
+    effects: tuple[Effect, ...] = (
+        StartGeneration._make(generation=generation, summary=event.summary),
+        record(fresh, "summary", event.summary),
+    )
+    return fresh, effects
 
 
 def _round_limit(

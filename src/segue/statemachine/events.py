@@ -64,6 +64,25 @@ class LlmResponse(Frozen):
     content: tuple[ContentBlock, ...] = ()
     """The response's blocks in order, when they hold more than its text and tool calls (its
     thinking, which must be sent back unchanged); empty otherwise."""
+    session_ref: NonEmptyText | None = None
+    """The provider's own session this response belongs to (a Claude Agent SDK session id), for
+    a provider that keeps the conversation's history itself: kept in the state so the next
+    request resumes it (REQ-SEG-032). ``None``: the provider keeps no session."""
+
+
+class ProviderCompacted(Frozen):
+    """The provider compacted its own context while the request was in flight (a Claude Agent
+    SDK session's compaction): from here on it holds ``summary`` instead of the older history.
+    Reported before the response it precedes; outside ``LlmRequesting`` it is stale."""
+
+    kind: Literal["provider_compacted"] = "provider_compacted"
+    summary: str
+    trigger: Literal["auto", "manual"] = "auto"
+    """``auto``: the provider decided; ``manual``: segue asked it to (a compaction request)."""
+    pre_tokens: TokenCount | None = None
+    """What the provider said its context held before compacting, if it said."""
+    post_tokens: TokenCount | None = None
+    """What the provider estimates its context holds after compacting, if it said."""
 
 
 class LlmError(Frozen):
@@ -201,6 +220,7 @@ class ResumeRequested(Frozen):
 Event = Annotated[
     UserMessage
     | LlmResponse
+    | ProviderCompacted
     | LlmError
     | ToolResult
     | ContinuationResponse
@@ -221,6 +241,7 @@ Event = Annotated[
 EVENT_TYPES: tuple[type[Frozen], ...] = (
     UserMessage,
     LlmResponse,
+    ProviderCompacted,
     LlmError,
     ToolResult,
     ContinuationResponse,

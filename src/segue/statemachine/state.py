@@ -127,6 +127,9 @@ class ConversationState(Frozen):
     """Tool rounds run since the turn began (bounded by ``max_tool_rounds``)."""
     resume_context: str | None = None
     """The compiled resume context of a resumed session: part of its system prompt."""
+    provider_session: str | None = None
+    """The provider's own session the current session continues (a Claude Agent SDK session
+    id), from the latest response that named one; ``None`` in a new session (REQ-SEG-032)."""
     pause_requested: bool = False
     pause_reason: str = ""
 

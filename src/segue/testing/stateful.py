@@ -290,6 +290,12 @@ class ConversationMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self._waiting_for("llm"))
     @rule(data=st.data())
+    def provider_compacted(self, data: st.DataObject) -> None:
+        """The provider compacts its own context while the request is in flight."""
+        self._deliver(data, "provider_compacted")
+
+    @precondition(lambda self: self._waiting_for("llm"))
+    @rule(data=st.data())
     def llm_error(self, data: st.DataObject) -> None:
         """The LLM request in flight fails."""
         self._deliver(data, "llm_error")

@@ -37,6 +37,7 @@ from segue.statemachine import (
     LlmResponse,
     ManualContinuation,
     PauseRequested,
+    ProviderCompacted,
     ResumeRequested,
     RetryDue,
     ToolCall,
@@ -83,6 +84,7 @@ name real pending calls often enough to matter."""
 EVENT_KINDS: Final = (
     "user_message",
     "llm_response",
+    "provider_compacted",
     "llm_error",
     "tool_result",
     "continuation_response",
@@ -102,6 +104,7 @@ EVENT_KINDS: Final = (
 _KIND_WEIGHTS: Final[dict[str, int]] = {
     "user_message": 6,
     "llm_response": 8,
+    "provider_compacted": 1,
     "llm_error": 2,
     "tool_result": 6,
     "continuation_response": 2,
@@ -132,8 +135,10 @@ _STOP_REASONS: Final = (
     "model_context_window_exceeded",
     "stop_sequence",
     "refusal",
+    "pause_turn",
 )
-"""Mostly normal ends; truncation and a window-exceeded stop often enough to be exercised."""
+"""Mostly normal ends; truncation, a window-exceeded stop and a paused turn often enough to be
+exercised."""
 _SAMPLE_TEXTS: Final = (
     "Hello",
     "Fix the failing test in parser.py",
@@ -308,6 +313,17 @@ def _llm_response(scale: _Scale, ids: tuple[str, ...]) -> st.SearchStrategy[Even
         tool_calls=calls,
         usage=usage,
         stop_reason=st.sampled_from(_STOP_REASONS),
+        session_ref=st.sampled_from((None, None, "session-a", "session-b")),
+    )
+
+
+def _provider_compacted(scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
+    return st.builds(
+        ProviderCompacted,
+        summary=_texts,
+        trigger=st.sampled_from(("auto", "manual")),
+        pre_tokens=st.one_of(st.none(), scale.tokens(scale.window)),
+        post_tokens=st.one_of(st.none(), st.integers(0, scale.warning)),
     )
 
 
@@ -400,6 +416,7 @@ def _resume_requested(_scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrateg
 _BUILDERS: Final[dict[str, Callable[[_Scale, tuple[str, ...]], st.SearchStrategy[Event]]]] = {
     "user_message": _user_message,
     "llm_response": _llm_response,
+    "provider_compacted": _provider_compacted,
     "llm_error": _llm_error,
     "tool_result": _tool_result,
     "continuation_response": _continuation_response,
@@ -482,6 +499,8 @@ def _events_for(
         else:
             response, failure = _ANSWERS[phase]
             choices += [(8, kind(response)), (2, kind(failure))]
+            if phase == "llm_requesting":  # a provider that compacts its own context
+                choices.append((1, kind("provider_compacted")))
         choices += [(1, kind("user_cancel")), (1, kind("pause_requested"))]
     elif phase == "tool_executing":
         choices += [(9, kind("tool_result", waiting)), (1, kind("user_cancel"))]
