@@ -28,6 +28,13 @@ def safe_slug(conversation_id: str, *, limit: int = 48) -> str:
     return f"{slug}-{digest}"
 
 
+def private_directory(directory: Path) -> Path:
+    """``directory``, created if missing (its missing parents too) and made 0700."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(directory, 0o700)
+    return directory
+
+
 def write_archive(
     directory: Path, conversation_id: str, generation: int, transcript: Sequence[Message]
 ) -> Path:
@@ -36,8 +43,7 @@ def write_archive(
     The file is created with ``O_EXCL`` and mode 0600 and its resolved path is checked to lie in
     the directory; a unique suffix means two compactions never overwrite each other.
     """
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(directory, 0o700)
+    directory = private_directory(directory)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     name = f"{safe_slug(conversation_id)}.gen{generation}.{stamp}.{uuid.uuid4().hex[:8]}.jsonl"
     path = (directory / name).resolve()

@@ -52,6 +52,7 @@ from segue.statemachine import (
     LlmError,
     LlmResponse,
     Message,
+    ProviderCompacted,
     RetryDue,
     ToolCall,
     ToolExecuting,
@@ -151,33 +152,29 @@ class Performer:
     async def outcome(self, stored: StoredConversation, effect: Effect) -> list[Event]:
         """Perform one effect; the events it produced (none for notifications)."""
         if isinstance(effect, RequestLlm):
-            return [
-                await self._ask(
-                    stored,
-                    "turn",
-                    instruction=FINAL_ANSWER_INSTRUCTION if effect.final else None,
-                    rejected=(),
-                    trim_level=0,
-                    to_event=self._turn_event,
-                    final=effect.final,
-                )
-            ]
+            return await self._ask(
+                stored,
+                "turn",
+                instruction=FINAL_ANSWER_INSTRUCTION if effect.final else None,
+                rejected=(),
+                trim_level=0,
+                to_events=self._turn_events,
+                final=effect.final,
+            )
         if isinstance(effect, ExecuteTools):
             return list(await self._run_tools(stored, effect))
         if isinstance(effect, RequestContinuation | RequestCheckpoint):
             purpose, instruction, to_event = _SUMMARY_REQUESTS[type(effect)]
             if isinstance(effect, RequestContinuation) and effect.alternate:
                 instruction = ALTERNATE_CONTINUATION_INSTRUCTION
-            return [
-                await self._ask(
-                    stored,
-                    purpose,
-                    instruction=instruction,
-                    rejected=effect.rejected_tool_calls,
-                    trim_level=effect.trim_level,
-                    to_event=to_event,
-                )
-            ]
+            return await self._ask(
+                stored,
+                purpose,
+                instruction=instruction,
+                rejected=effect.rejected_tool_calls,
+                trim_level=effect.trim_level,
+                to_events=lambda outcome: [to_event(outcome)],
+            )
         if isinstance(effect, RequestCompaction):
             return [await self._compact(stored, effect)]
         if isinstance(effect, ScheduleRetry):
@@ -325,6 +322,10 @@ class Performer:
             else min(cap, state.config.max_output_tokens),
             settings=state.config.settings,
             final=final,
+            behavior=state.behavior,
+            context_window=state.context_window,
+            stop_at_tokens=state.config.continuation_tokens,
+            provider_session=state.provider_session,
         )
 
     async def _ask(
@@ -335,9 +336,9 @@ class Performer:
         instruction: str | None,
         rejected: Sequence[Any],
         trim_level: int,
-        to_event: Callable[[LlmReply | LlmCallError], Event],
+        to_events: Callable[[LlmReply | LlmCallError], list[Event]],
         final: bool = False,
-    ) -> Event:
+    ) -> list[Event]:
         request = await self._request(
             stored,
             purpose,
@@ -362,25 +363,42 @@ class Performer:
                 context_overflow=error.context_overflow,
                 status_code=error.status_code,
             )
-            return to_event(error)
-        return to_event(reply)
+            return to_events(error)
+        return to_events(reply)
 
     @staticmethod
-    def _turn_event(outcome: LlmReply | LlmCallError) -> Event:
+    def _turn_events(outcome: LlmReply | LlmCallError) -> list[Event]:
+        """The answer to a turn's request; first, any compaction the provider made of its own
+        context while answering (REQ-SEG-033), in the order it made them."""
         if isinstance(outcome, LlmCallError):
-            return LlmError(
-                message=outcome.message,
-                retryable=outcome.retryable and not outcome.fatal,
-                context_overflow=outcome.context_overflow,
-                retry_after=outcome.retry_after,
+            return [
+                LlmError(
+                    message=outcome.message,
+                    retryable=outcome.retryable and not outcome.fatal,
+                    context_overflow=outcome.context_overflow,
+                    retry_after=outcome.retry_after,
+                )
+            ]
+        events: list[Event] = [
+            ProviderCompacted(
+                summary=compaction.summary,
+                trigger=compaction.trigger,
+                pre_tokens=compaction.pre_tokens,
+                post_tokens=compaction.post_tokens,
             )
-        return LlmResponse(
-            text=outcome.text,
-            tool_calls=outcome.tool_calls,
-            usage=outcome.usage,
-            stop_reason=outcome.stop_reason,
-            content=outcome.content,
+            for compaction in outcome.compactions
+        ]
+        events.append(
+            LlmResponse(
+                text=outcome.text,
+                tool_calls=outcome.tool_calls,
+                usage=outcome.usage,
+                stop_reason=outcome.stop_reason,
+                content=outcome.content,
+                session_ref=outcome.session_ref,
+            )
         )
+        return events
 
     # ------------------------------------------------------------------ tools, compaction, archive
 
@@ -432,8 +450,12 @@ class Performer:
                 context_overflow=error.context_overflow,
                 retry_after=error.retry_after,
             )
-        retained = estimate_tokens(stored.system or "") + estimate_tokens(reply.text)
-        retained += sum(estimate_tokens(message.text) for message in tail)
+        measured = reply.compactions[-1].post_tokens if reply.compactions else None
+        if measured is not None:  # the provider compacted its own context and says what is left
+            retained = measured
+        else:
+            retained = estimate_tokens(stored.system or "") + estimate_tokens(reply.text)
+            retained += sum(estimate_tokens(message.text) for message in tail)
         return CompactionResponse(
             summary=reply.text,
             retained_tokens=retained,

@@ -15,6 +15,7 @@ from typing import Any, Literal, Protocol
 
 from segue.statemachine import (
     ContentBlock,
+    ContextExhaustionBehavior,
     ConversationState,
     Message,
     ModelSettings,
@@ -136,6 +137,30 @@ class LlmRequest:
     final: bool = False
     """The grace request of a turn that reached its tool-round limit: tools stay declared (the
     history holds tool blocks) but must not be called; ``instruction`` says to answer now."""
+    behavior: ContextExhaustionBehavior = ContextExhaustionBehavior.THRESHOLD_BASED_CONTINUATION
+    """What the conversation does at the limit (an adapter whose provider compacts on its own
+    lets it only for ``COMPACT_IN_PLACE``)."""
+    context_window: int | None = None
+    """The conversation's window in tokens (what its thresholds are fractions of)."""
+    stop_at_tokens: int | None = None
+    """The conversation's continuation threshold in tokens: an adapter whose one request runs
+    several model calls (an agent loop) stops it when a call's occupancy reaches this, and
+    answers with ``stop_reason="pause_turn"`` (REQ-SEG-034)."""
+    provider_session: str | None = None
+    """The provider's own session to resume (``LlmReply.session_ref`` of an earlier answer in
+    this session, REQ-SEG-032); None: start one."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProviderCompaction:
+    """A compaction the provider made of its own context during a request (REQ-SEG-033)."""
+
+    summary: str
+    trigger: Literal["auto", "manual"] = "auto"
+    pre_tokens: int | None = None
+    """What the provider said its context held before, if it said."""
+    post_tokens: int | None = None
+    """What the provider estimates its context holds after, if it said."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -149,6 +174,10 @@ class LlmReply:
     content: tuple[ContentBlock, ...] = ()
     """The reply's blocks in order when it holds more than text and tool calls (thinking, which
     the transcript must keep to send back unchanged); empty otherwise."""
+    session_ref: str | None = None
+    """The provider's own session this answer belongs to, for a provider that keeps one."""
+    compactions: tuple[ProviderCompaction, ...] = ()
+    """Compactions the provider made of its own context while answering, in order."""
 
 
 class LlmCallError(SegueError):

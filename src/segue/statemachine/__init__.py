@@ -16,6 +16,8 @@ from segue.statemachine.checkpoint import (
     extract_decisions,
 )
 from segue.statemachine.content import (
+    AgentToolResultBlock,
+    AgentToolUseBlock,
     Base64Source,
     ContentBlock,
     DocumentBlock,
@@ -92,6 +94,8 @@ __all__ = [
     "FALLBACK_SUMMARY",
     "HANDLED_PAIRS",
     "PHASE_TYPES",
+    "AgentToolResultBlock",
+    "AgentToolUseBlock",
     "AwaitingCheckpoint",
     "AwaitingContinuation",
     "Base64Source",

@@ -132,8 +132,34 @@ class ToolUseBlock(Frozen):
     input: dict[str, Any] = Field(default_factory=dict)
 
 
+class AgentToolUseBlock(Frozen):
+    """A tool the provider's own agent ran while answering (a Claude Agent SDK session's Bash,
+    Read...): kept in the record of the reply, never run by segue nor sent as a ``tool_use``."""
+
+    type: Literal["agent_tool_use"] = "agent_tool_use"
+    id: Annotated[str, Field(min_length=1)]
+    name: Annotated[str, Field(min_length=1)]
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class AgentToolResultBlock(Frozen):
+    """What a tool of the provider's own agent gave back (see ``AgentToolUseBlock``)."""
+
+    type: Literal["agent_tool_result"] = "agent_tool_result"
+    tool_use_id: Annotated[str, Field(min_length=1)]
+    output: str = ""
+    is_error: bool = False
+
+
 ContentBlock = Annotated[
-    TextBlock | ImageBlock | DocumentBlock | ThinkingBlock | RedactedThinkingBlock | ToolUseBlock,
+    TextBlock
+    | ImageBlock
+    | DocumentBlock
+    | ThinkingBlock
+    | RedactedThinkingBlock
+    | ToolUseBlock
+    | AgentToolUseBlock
+    | AgentToolResultBlock,
     Field(discriminator="type"),
 ]
 """Every block a message may carry."""
@@ -163,8 +189,10 @@ def estimate_blocks(blocks: Sequence[Any], text_tokens: Any) -> int:
             total += text_tokens(block.thinking)
         elif kind == "redacted_thinking":
             total += text_tokens(block.data)
-        elif kind == "tool_use":
+        elif kind in ("tool_use", "agent_tool_use"):
             total += text_tokens(block.name + repr(block.input))
+        elif kind == "agent_tool_result":
+            total += text_tokens(block.output)
     return total
 
 

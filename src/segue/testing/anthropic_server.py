@@ -535,8 +535,13 @@ class FakeAnthropicServer:
             return list(self._requests)
 
     def message_requests(self) -> list[RecordedRequest]:
-        """Only the ``POST /v1/messages`` requests (not count_tokens or models)."""
-        return [r for r in self.requests if r.method == "POST" and r.path == "/v1/messages"]
+        """Only the ``POST /v1/messages`` requests (not count_tokens or models), with or without
+        a query string (the Claude Code CLI sends ``/v1/messages?beta=true``)."""
+        return [
+            r
+            for r in self.requests
+            if r.method == "POST" and r.path.split("?", 1)[0] == "/v1/messages"
+        ]
 
     def wait_for_requests(self, count: int, timeout: float = 5.0) -> bool:
         """Block until ``count`` requests have arrived, e.g. before killing a client mid-call."""

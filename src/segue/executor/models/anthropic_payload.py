@@ -212,6 +212,8 @@ def _add_blocks(turns: _Turns, role: Role, message: Message, add_call: Any) -> N
         if block.type == "tool_use":
             placed.add(block.id)
             add_call(block.id, _param(block))
+        elif block.type in _AGENT_BLOCKS:
+            turns.add_text(role, _agent_prose(block))
         elif _sendable(block):
             turns.add(role, _param(block))
     for call in message.tool_calls:
@@ -220,7 +222,21 @@ def _add_blocks(turns: _Turns, role: Role, message: Message, add_call: Any) -> N
 
 
 def _sendable(block: Any) -> bool:
-    return block.type != "text" or bool(block.text.strip())
+    kind = block.type
+    if kind in _AGENT_BLOCKS:
+        return False  # what another provider's agent did: told in prose (``_agent_prose``)
+    return kind != "text" or bool(block.text.strip())
+
+
+_AGENT_BLOCKS = frozenset({"agent_tool_use", "agent_tool_result"})
+
+
+def _agent_prose(block: Any) -> str:
+    """A tool run by another provider's own agent, as a bounded line of the reply's text."""
+    if block.type == "agent_tool_use":
+        return f"[ran tool {block.name} with {_clip(_json(block.input), TOOL_INPUT_CHARS)}]"
+    label = "tool error" if block.is_error else "tool result"
+    return f"[{label}: {_clip(block.output, TOOL_RESULT_CHARS)}]"
 
 
 def _tool_use(call: ToolCall) -> Block:
