@@ -92,3 +92,22 @@ def test_quickstart_commands_are_the_ones_ci_runs() -> None:
     assert first == 'pip install -e ".[dev]" && segue demo'
     ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8")
     assert second in ci
+
+
+def test_agent_sdk_example_runs_the_bundled_cli(tmp_path: Path) -> None:
+    """The Claude Agent SDK example, against the fake server; quiet, as a library must be."""
+    code = _block("AgentSdkModel") + "\nimport asyncio\n\nasyncio.run(migrate())\n"
+    with FakeAnthropicServer(default=MessageReply(text="Migrated.")) as server:
+        env = {
+            "ANTHROPIC_API_KEY": "sk-readme-test",
+            "ANTHROPIC_BASE_URL": server.url,
+            "HOME": str(tmp_path),
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "CLAUDE_CODE_TMPDIR": str(tmp_path / "tmp"),
+        }
+        result = _run(code, tmp_path, env)
+        requests = server.message_requests()
+    assert result.returncode == 0, result.stderr
+    assert (result.stdout, result.stderr) == ("", "")
+    assert "Migrate the test suite to pytest." in str(requests[0].body["messages"])
+    assert (tmp_path / "agents.db").exists()
