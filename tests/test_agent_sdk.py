@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 import stat
+import subprocess
+import sys
 from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -671,3 +673,25 @@ def test_an_archive_of_what_is_not_a_file_is_refused(tmp_path: Path) -> None:
     odd.write_text("x")
     path, _ = run(archive_transcript(tmp_path / "a", odd, conversation_id="c"))
     assert ";" not in path.name  # an extension that is not plain letters and digits is dropped
+
+
+# --------------------------------------------------------------------------- the example
+
+
+@pytest.mark.parametrize(
+    ("behavior", "expected"),
+    [("checkpoint_restart", "stopped: segue measured"), ("compact_in_place", "the SDK compacted")],
+)
+def test_the_autonomous_example_runs_offline(behavior: str, expected: str) -> None:
+    example = Path(__file__).resolve().parents[1] / "examples" / "agent_sdk_autonomous.py"
+    result = subprocess.run(  # noqa: S603  # our interpreter on our example
+        [sys.executable, str(example), "--steps", "16", "--behavior", behavior],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert "All 16 steps are done." in result.stdout
+    assert expected in result.stdout
