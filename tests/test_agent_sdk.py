@@ -629,6 +629,16 @@ def test_a_compaction_is_read_and_the_next_response_measures_the_context_again()
     assert summary_of("no wrapping at all") == "no wrapping at all"
 
 
+def test_a_query_without_per_response_usage_says_nothing_about_occupancy() -> None:
+    """No usage on any response: the reply's usage is None, and the core keeps the last figure
+    (REQ-SEG-002) instead of reading 0 or the aggregate."""
+    reader = QueryReader(stop_at=10)
+    no_usage = AssistantMessage(content=[SdkText("Hi.")], model=MODEL, message_id="msg_1")
+    assert not reader.take(no_usage)
+    reader.take(ResultMessage("success", 1, 1, False, 1, "s", usage={"input_tokens": 99}))
+    assert (reader.usage, reader.occupancy, reader.text) == (None, None, "Hi.")
+
+
 def test_the_clis_own_messages_are_never_the_reply() -> None:
     reader = QueryReader()
     error = AssistantMessage(
