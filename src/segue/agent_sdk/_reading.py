@@ -238,6 +238,15 @@ class QueryReader:
         return Usage(**self._usages[self._latest])
 
     @property
+    def aggregate(self) -> int | None:
+        """What ``ResultMessage.usage`` sums to: every API call of the query (for comparison
+        in logs; never occupancy)."""
+        result = self.result
+        if result is None or not result.usage:
+            return None
+        return sum(_usage(result.usage).values())
+
+    @property
     def responses(self) -> int:
         """How many API responses of the session this query read."""
         return len(self._usages)

@@ -325,24 +325,13 @@ def _log_query(request: LlmRequest, reader: QueryReader) -> None:
     API call of the query and is what a reader of ``ResultMessage.usage`` would misread as the
     context (the seed system's "719% full")."""
     result = reader.result
-    aggregate = None
-    if result is not None and result.usage:
-        aggregate = sum(
-            int(result.usage.get(name) or 0)
-            for name in (
-                "input_tokens",
-                "output_tokens",
-                "cache_creation_input_tokens",
-                "cache_read_input_tokens",
-            )
-        )
     _log.info(
         "sdk_query",
         conversation_id=request.conversation_id,
         purpose=request.purpose,
         session_id=reader.session_id,
         context_tokens=reader.occupancy,
-        sdk_aggregate_tokens=aggregate,
+        sdk_aggregate_tokens=reader.aggregate,
         api_calls=reader.responses,
         stopped_at_threshold=reader.reached,
         compactions=[
