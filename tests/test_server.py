@@ -18,7 +18,12 @@ import pytest
 
 from segue.server.run import ServerConfig, UnsafeBindError, build_app
 from segue.testing import FakeAnthropicServer, live_server
-from segue.testing.anthropic_server import MessageReply, ToolUse, Usage
+from segue.testing.anthropic_server import (
+    MessageReply,
+    ToolUse,
+    Usage,
+    estimate_tokens,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -27,12 +32,36 @@ TOKEN = "t0ken-for-the-test"  # noqa: S105  # a test token, not a secret
 Event = tuple[str, dict[str, Any]]
 
 
+def chat_model(body: dict[str, Any]) -> MessageReply:
+    """The fake server as a chat model: a reply of about 1,200 characters, and the usage of a
+    prompt as large as the request (so the context fills up turn by turn, as a real one does)."""
+    messages = body.get("messages") or []
+    asked = str(messages[-1].get("content", ""))[:60] if messages else ""
+    text = f"About {asked!r}: " + "the tide turns twice a day. " * 42
+    usage = Usage(input_tokens=estimate_tokens(body), output_tokens=len(text) // 4)
+    return MessageReply(text=text, usage=usage, pieces=8)
+
+
+@pytest.fixture(params=["scripted", "anthropic"])
+def backend(request: pytest.FixtureRequest) -> str:
+    """What answers behind the runtime: the offline scripted model, or the real ``anthropic``
+    client pointed at the fake server."""
+    return str(request.param)
+
+
 @pytest.fixture
-def offline(tmp_path: Path) -> Iterator[str]:
-    """The server as a fresh clone runs it: no key, the scripted model (streaming at once)."""
-    app = build_app(ServerConfig(db=tmp_path / "server.db", chunk_delay=0.0))
-    with live_server(app) as url:
-        yield url
+def offline(backend: str, tmp_path: Path) -> Iterator[str]:
+    """The server as a fresh clone runs it (no key: the scripted model, streaming at once), and
+    as it runs with a key (the real client, at the fake server); the URL it serves at."""
+    if backend == "scripted":
+        app = build_app(ServerConfig(db=tmp_path / "server.db", chunk_delay=0.0))
+        with live_server(app) as url:
+            yield url
+        return
+    with FakeAnthropicServer(default=chat_model) as fake:
+        config = ServerConfig(db=tmp_path / "server.db", api_key=KEY, base_url=fake.url)
+        with live_server(build_app(config)) as url:
+            yield url
 
 
 @pytest.fixture
@@ -82,8 +111,10 @@ def error(response: httpx2.Response, status: int, code: str) -> str:
 # --------------------------------------------------------------------------- routes
 
 
-def test_a_conversation_is_created_listed_read_and_streamed(client: httpx2.Client) -> None:
-    assert client.get("/api/info").json()["offline"] is True
+def test_a_conversation_is_created_listed_read_and_streamed(
+    client: httpx2.Client, backend: str
+) -> None:
+    assert client.get("/api/info").json()["offline"] is (backend == "scripted")
     first = create(client)
     second = create(client, behavior="compact_in_place", system="Be brief.", context_window=50_000)
     keys = {"id", "phase", "context_tokens", "context_window", "behavior", "parent_id", "child_id"}
@@ -230,6 +261,69 @@ def test_bad_input_is_422_and_changes_nothing(client: httpx2.Client) -> None:
     error(huge, 413, "too_large")
 
 
+def test_input_the_library_refuses_is_422_and_the_connection_stays_usable(
+    client: httpx2.Client,
+) -> None:
+    """Thresholds in the wrong order pass the schema and are refused by the core (a pydantic
+    error): a 422 like any other bad input, and the same keep-alive connection goes on."""
+    backwards = {"warning_threshold": 0.95, "continuation_threshold": 0.5}
+    for _ in range(3):  # a dropped connection would fail the next request on it
+        message = error(client.post("/api/conversations", json=backwards), 422, "invalid_request")
+        assert "warning_threshold" in message
+    assert client.get("/api/conversations").status_code == 200
+
+
+def test_a_body_sent_in_chunks_is_bounded_too(client: httpx2.Client) -> None:
+    """No Content-Length to refuse it by: the body is counted as it is read, and stopped."""
+    cid = create(client)["id"]
+
+    def chunks() -> Iterator[bytes]:
+        yield b'{"text": "'
+        for _ in range(10):
+            yield b"x" * (1024 * 1024)
+        yield b'"}'
+
+    response = client.post(
+        f"/api/conversations/{cid}/messages",
+        content=chunks(),
+        headers={"content-type": "application/json"},
+    )
+    error(response, 413, "too_large")
+    assert client.get(f"/api/conversations/{cid}/messages").json() == []
+
+
+def test_a_running_turn_is_cancelled_and_a_failed_conversation_says_so(tmp_path: Path) -> None:
+    app = build_app(ServerConfig(db=tmp_path / "cancel.db", chunk_delay=0.05))
+    with live_server(app) as url, httpx2.Client(base_url=url, timeout=60) as http:
+        cid = create(http)["id"]
+        turn: list[Event] = []
+        sending = threading.Thread(target=lambda: turn.extend(send(http, cid, "A long answer.")))
+        sending.start()
+        deadline = time.monotonic() + 10
+        while http.get(f"/api/conversations/{cid}").json()["phase"] == "idle":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        cancelled = http.post(f"/api/conversations/{cid}/cancel")
+        assert cancelled.status_code == 200
+        sending.join(timeout=60)
+        assert turn[-1][0] == "done"
+        assert http.get(f"/api/conversations/{cid}").json()["phase"] == "idle"
+        kinds = [m["kind"] for m in http.get(f"/api/conversations/{cid}/messages").json()]
+        assert kinds == ["user"]  # the answer was stopped, not stored half-written
+    with FakeAnthropicServer(default=chat_model) as fake:
+        config = ServerConfig(db=tmp_path / "failed.db", api_key=KEY, base_url=fake.url)
+        with live_server(build_app(config)) as url, httpx2.Client(base_url=url) as http:
+            # A sub-agent whose first answer fills its small window: it fails for good.
+            body = {"behavior": "intentionally_unhandled", "context_window": 600}
+            sub = create(http, **body)["id"]
+            events = send(http, sub, "Hello. " * 150)  # ~270 tokens, and ~300 answered
+            assert events[-1][1]["state"]["phase"] == "failed"
+            failed = dict(events)["failed"]
+            assert failed["error_kind"] == "context_exhausted"
+            refused = http.post(f"/api/conversations/{sub}/messages", json={"text": "More?"})
+            assert "context_exhausted" in error(refused, 409, "failed")
+
+
 def test_a_message_while_a_turn_runs_is_409_and_performs_nothing(tmp_path: Path) -> None:
     app = build_app(ServerConfig(db=tmp_path / "slow.db", chunk_delay=0.05))
     with live_server(app) as url, httpx2.Client(base_url=url, timeout=60) as http:
@@ -309,6 +403,10 @@ def test_binding_beyond_this_machine_needs_a_token(tmp_path: Path) -> None:
         error(wrong, 401, "unauthorized")
         right = httpx2.get(f"{url}/api/conversations", headers={"Authorization": f"Bearer {TOKEN}"})
         assert right.status_code == 200
+        foreign = httpx2.get(
+            f"{url}/api/conversations", headers={"Authorization": "Bearer t\u00f6ken".encode()}
+        )
+        error(foreign, 401, "unauthorized")  # not a 500: compared as bytes
         assert httpx2.get(f"{url}/").status_code == 200  # the page holds no data
 
 

@@ -132,9 +132,66 @@ def create_app(
     return app
 
 
+class _BodyLimit:
+    """ASGI middleware that counts a request body's bytes as the app reads them: past
+    ``limit`` it answers 413 itself, and the app reads a disconnect (whatever the app then tries
+    to answer is dropped). A body sent in chunks has no ``Content-Length`` to refuse it by."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        seen = 0
+        refused = False
+
+        async def counted() -> Any:
+            nonlocal seen, refused
+            if refused:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    refused = True
+                    await _too_large(send)
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def guarded(message: Any) -> None:
+            if not refused:
+                await send(message)
+
+        await self.app(scope, counted, guarded)
+
+
+async def _too_large(send: Any) -> None:
+    body = ErrorBody(
+        error="too_large", message=f"a request body may hold {MAX_BODY:,} bytes"
+    ).model_dump_json()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [(b"content-type", b"application/json"), (b"connection", b"close")],
+        }
+    )
+    await send({"type": "http.response.body", "body": body.encode()})
+
+
 def _errors(app: FastAPI) -> None:
+    # Every error a client can cause has a handler of its own type: Starlette's catch-all for
+    # ``Exception`` answers too, but then re-raises (a traceback in the log, the connection
+    # closed under a client that did nothing worse than send bad input).
     @app.exception_handler(Exception)
     async def any_error(_request: Request, error: Exception) -> JSONResponse:
+        return _mapped(error)
+
+    @app.exception_handler(ValueError)  # pydantic's ValidationError included
+    async def bad_value(_request: Request, error: ValueError) -> JSONResponse:
         return _mapped(error)
 
     @app.exception_handler(ApiError)
@@ -159,6 +216,8 @@ def _errors(app: FastAPI) -> None:
 
 
 def _limits(app: FastAPI) -> None:
+    app.add_middleware(_BodyLimit, limit=MAX_BODY)
+
     @app.middleware("http")
     async def bounded(request: Request, call_next: Callable[..., Any]) -> Response:
         length = request.headers.get("content-length")
@@ -169,12 +228,17 @@ def _limits(app: FastAPI) -> None:
 
 
 def _bearer(token: str | None) -> Callable[[Request], None]:
+    expected = (token or "").encode("utf-8")
+
     def check(request: Request) -> None:
         if token is None:
             return
         given = request.headers.get("authorization", "")
         scheme, _, value = given.partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(value.strip(), token):
+        # As bytes: compare_digest refuses str with characters beyond ASCII (a 500 for a bad
+        # token), and the header's bytes are what the client sent (HTTP decodes them latin-1).
+        sent = value.strip().encode("latin-1", "replace")
+        if scheme.lower() != "bearer" or not secrets.compare_digest(sent, expected):
             raise ApiError(401, "unauthorized", "send Authorization: Bearer <token>")
 
     return check
