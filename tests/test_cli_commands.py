@@ -7,17 +7,21 @@ chat against the real ``anthropic`` client pointed at the local fake API.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
 import re
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -375,8 +379,8 @@ def test_serve_refuses_a_public_bind_without_a_token_and_a_taken_port(tmp_path: 
     assert "the port is in use" in one_error_line(busy)
 
 
-@pytest.mark.slow
-def test_segue_serve_runs_the_page_and_the_api(tmp_path: Path) -> None:
+def _serving(tmp_path: Path) -> tuple[subprocess.Popen[str], str, dict[str, Any]]:
+    """``segue serve`` started offline on a free port; the process, its URL and its info."""
     segue = shutil.which("segue")
     assert segue is not None, "the console script is not installed (pip install -e .)"
     with socket.socket() as probe:
@@ -390,17 +394,56 @@ def test_segue_serve_runs_the_page_and_the_api(tmp_path: Path) -> None:
         text=True,
         env=env,
     )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            info: dict[str, Any] = httpx2.get(f"{base}/api/info", timeout=2).json()
+            return server, base, info
+        except httpx2.TransportError:
+            assert server.poll() is None, server.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_segue_serve_stops_on_ctrl_c_with_a_page_open(tmp_path: Path) -> None:
+    """A shown page holds an event stream open forever; Ctrl-C still stops the server."""
+    server, base, _ = _serving(tmp_path)
     try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                info = httpx2.get(f"{base}/api/info", timeout=2).json()
-                break
-            except httpx2.TransportError:
-                assert server.poll() is None, server.communicate()
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
+        cid = httpx2.post(f"{base}/api/conversations", json={}, timeout=5).json()["id"]
+        opened = threading.Event()
+
+        def page() -> None:
+            with (
+                contextlib.suppress(httpx2.TransportError),
+                httpx2.stream(
+                    "GET", f"{base}/api/conversations/{cid}/events", timeout=60
+                ) as response,
+            ):
+                opened.set()
+                for _ in response.iter_lines():
+                    pass
+
+        watcher = threading.Thread(target=page, daemon=True)
+        watcher.start()
+        assert opened.wait(10)
+        time.sleep(0.3)
+        started = time.monotonic()
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=20)
+        assert time.monotonic() - started < 10
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+
+
+@pytest.mark.slow
+def test_segue_serve_runs_the_page_and_the_api(tmp_path: Path) -> None:
+    server, base, info = _serving(tmp_path)
+    port = base.rsplit(":", 1)[1]
+    try:
         assert info["offline"] is True
         page = httpx2.get(f"{base}/", timeout=5)
         assert page.status_code == 200

@@ -66,7 +66,12 @@ def serve(
 ) -> None:
     """Serve the REST API and the web page (offline scripted model without an API key)."""
     try:
-        from segue.server.run import ServerConfig, UnsafeBindError, build_app  # noqa: PLC0415
+        from segue.server.run import (  # noqa: PLC0415
+            SHUTDOWN_GRACE,
+            ServerConfig,
+            UnsafeBindError,
+            build_app,
+        )
     except ImportError as error:  # the extra is not installed
         fail(f"segue serve needs the server extra: pip install 'segue[server]' ({error})", 2)
     import uvicorn  # noqa: PLC0415
@@ -92,4 +97,10 @@ def serve(
     shown = f"[{host}]" if ":" in host else host
     answered = "Claude" if key else "the offline scripted model (set ANTHROPIC_API_KEY for Claude)"
     typer.echo(f"segue serve: http://{shown}:{port}/ answered by {answered}; Ctrl-C stops it")
-    uvicorn.run(application, host=host, port=port, log_level="warning")
+    uvicorn.run(
+        application,
+        host=host,
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=SHUTDOWN_GRACE,
+    )

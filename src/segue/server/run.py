@@ -118,9 +118,20 @@ def build_app(config: ServerConfig, *, store: Store | None = None) -> FastAPI:
     return create_app(runtime, info=info, token=config.token)
 
 
+SHUTDOWN_GRACE: Final = 3
+"""Seconds a stopping server waits for open connections before closing them: a page holds an
+event stream open for as long as it is shown, so waiting for it would never end."""
+
+
 def serve(config: ServerConfig) -> None:
     """Run the server until interrupted."""
     import uvicorn  # noqa: PLC0415  # the server's own dependency
 
     app = build_app(config)
-    uvicorn.run(app, host=config.host, port=config.port, log_level="warning")
+    uvicorn.run(
+        app,
+        host=config.host,
+        port=config.port,
+        log_level="warning",
+        timeout_graceful_shutdown=SHUTDOWN_GRACE,
+    )
