@@ -100,9 +100,11 @@ def test_list_and_show_never_write_to_what_they_inspect(
     empty = tmp_path / "empty.db"
     empty.touch()
     for path in (other, empty):
-        result = invoke("list", "--db", str(path))
-        assert result.exit_code == 1
-        assert one_error_line(result) == f"error: {path} is not a segue store"
+        # pause and resume write to their store, but never to a file that is not one
+        for command in (["list"], ["pause", "abc", "--offline"], ["resume", "abc", "--offline"]):
+            result = invoke(*command, "--db", str(path))
+            assert result.exit_code == 1, result.output
+            assert one_error_line(result) == f"error: {path} is not a segue store"
     assert digest(other) == foreign
     assert empty.stat().st_size == 0
     with sqlite3.connect(other) as conn:

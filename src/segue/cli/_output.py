@@ -8,9 +8,11 @@ the screen or the window title) and bidirectional overrides, shown here as ``\\x
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -135,11 +137,28 @@ async def last_text(runtime: Runtime, cid: str, kind: str = "assistant") -> str:
 
 
 def existing_store(db: Path, *, read_only: bool) -> SqliteStore:
-    """A store on ``db`` only if the file exists: inspecting never creates a database, and
-    ``read_only`` opens it in SQLite's read-only mode (nothing is ever written to it)."""
+    """A store on ``db`` only if the file exists and is a segue store: inspecting never creates
+    a database, ``read_only`` opens it in SQLite's read-only mode (nothing is ever written to
+    it), and a command that writes (pause, resume) never adds segue's tables to a file that is
+    some other program's."""
     if not db.is_file():
         raise CliError(f"no database at {db} (set --db or $SEGUE_DB; `segue demo` makes one)", 2)
+    if not read_only and not _is_segue_store(db):
+        raise CliError(f"{db} is not a segue store", 1)
     return SqliteStore(db, read_only=read_only)
+
+
+def _is_segue_store(db: Path) -> bool:
+    """Whether ``db`` holds segue's schema (any version: a writer upgrades an older one), read
+    without writing to it."""
+    uri = f"{db.resolve().as_uri()}?mode=ro"
+    try:
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    except sqlite3.DatabaseError:
+        return False
+    return version > 0 and {"conversations", "messages", "outbox"} <= tables
 
 
 async def resolve(store: SqliteStore, given: str) -> str:
