@@ -33,6 +33,7 @@ from segue import (
     Store,
     TextBlock,
     ThinkingBlock,
+    ToolRegistry,
     UserMessage,
     estimate_content,
     estimate_tokens,
@@ -319,6 +320,36 @@ def test_model_settings_reach_the_request_body(server: FakeAnthropicServer) -> N
     assert second["thinking"] == {"type": "enabled", "budget_tokens": 2048}
     assert "temperature" not in second
     assert second["max_tokens"] > 2048
+
+
+def test_a_tool_choice_goes_out_with_the_tools_it_chooses_among(
+    server: FakeAnthropicServer,
+) -> None:
+    """With tools declared the conversation's tool choice is sent as given; the grace request
+    after the tool-round limit overrides it with none."""
+    server.enqueue(
+        MessageReply(text="Looking.", tool_uses=[ToolUse("lookup", {"q": "x"}, id="toolu_1")]),
+        MessageReply(text="Again.", tool_uses=[ToolUse("lookup", {"q": "y"}, id="toolu_2")]),
+        MessageReply(text="Found it."),
+    )
+    tools = ToolRegistry()
+
+    @tools.tool(description="Look something up.")
+    async def lookup(tool_input: dict[str, object]) -> str:
+        return "a fact"
+
+    async def main() -> None:
+        async with connected(server, tools=tools) as rt:
+            chosen = await rt.create_conversation(
+                model=MODEL, tool_choice={"type": "tool", "name": "lookup"}, max_tool_rounds=1
+            )
+            await rt.send(chosen.id, "Look it up.")
+
+    asyncio.run(main())
+    asked, again, grace = bodies(server)
+    assert asked["tool_choice"] == again["tool_choice"] == {"type": "tool", "name": "lookup"}
+    assert [tool["name"] for tool in asked["tools"]] == ["lookup"]
+    assert grace["tool_choice"] == {"type": "none"}
 
 
 def test_settings_the_api_refuses_are_refused_when_the_conversation_is_created() -> None:

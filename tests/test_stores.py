@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import pytest
 
@@ -58,6 +58,20 @@ from segue.executor.stores.codec import dump_effect, dump_event, load_event
 from segue.executor.stores.memory import MemoryStore
 from segue.executor.stores.sqlite import SCHEMA_VERSION, SqliteStore
 from segue.statemachine.checkpoint import SessionSnapshot
+from segue.statemachine.content import (
+    AgentToolResultBlock,
+    AgentToolUseBlock,
+    DocumentBlock,
+    ImageBase64Source,
+    ImageBlock,
+    PdfBase64Source,
+    PlainTextSource,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolUseBlock,
+    UrlSource,
+)
 
 T = TypeVar("T")
 MODEL = "claude-sonnet-4-5"  # 200k window: threshold 180,000
@@ -719,6 +733,52 @@ def test_a_nul_in_message_text_round_trips(store: Store) -> None:
                     make_commit(committed, UserMessage(text="x")), idempotency_key="k\x00"
                 )
             )
+
+    run(scenario())
+
+
+_PNG = (  # a 1x1 PNG
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQ"
+    "DwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
+EVERY_BLOCK: Final = (
+    TextBlock(text="text with a \x00 and \u2603"),
+    ImageBlock(source=ImageBase64Source(media_type="image/png", data=_PNG)),
+    ImageBlock(source=UrlSource(url="https://example.com/a.png")),
+    DocumentBlock(
+        source=PdfBase64Source(media_type="application/pdf", data="JVBERi0="), title="spec"
+    ),
+    DocumentBlock(source=UrlSource(url="https://example.com/a.pdf")),
+    DocumentBlock(source=PlainTextSource(data="plain document"), context="ctx"),
+    ThinkingBlock(thinking="let me think", signature="sig=="),
+    RedactedThinkingBlock(data="opaque"),
+    ToolUseBlock(id="toolu_1", name="lookup", input={"q": ["a", {"b": None}]}),
+    AgentToolUseBlock(id="toolu_2", name="Bash", input={"command": "echo hi"}),
+    AgentToolResultBlock(tool_use_id="toolu_2", output="hi\n", is_error=False),
+)
+"""One block of every kind and source a message can carry, with text that needs escaping."""
+
+
+def test_every_content_block_round_trips(store: Store) -> None:
+    """Seeds (``create``) and committed messages (``commit``) take different paths into the
+    tables: every block comes back equal from both."""
+    seeded = Message(kind="assistant", text="seed", content=EVERY_BLOCK)
+    sent = UserMessage(
+        text="look \x00",
+        content=(
+            TextBlock(text="look \x00"),
+            ImageBlock(source=ImageBase64Source(media_type="image/png", data=_PNG)),
+            DocumentBlock(source=PlainTextSource(data="doc")),
+        ),
+    )
+
+    async def scenario() -> None:
+        stored = await store.create(fresh(), system=None, messages=[seeded])
+        await step(store, stored, sent)
+        first, second = (m.message for m in await store.messages("c1"))
+        assert first == seeded
+        assert second.content == sent.content
+        assert second.text == sent.text
 
     run(scenario())
 
