@@ -11,6 +11,7 @@ import asyncio
 
 import pytest
 
+from scenario import requirement
 from segue import (
     ContextExhaustionBehavior,
     ErrorKind,
@@ -19,6 +20,7 @@ from segue import (
     Runtime,
     ScriptedModel,
     SegueError,
+    Usage,
 )
 from segue.executor.runtime import AUTO_CONTINUE_PROMPT
 
@@ -34,7 +36,8 @@ async def exhaust(rt: Runtime, conversation_id: str) -> None:
     pytest.fail("never exhausted")
 
 
-def test_a_chain_is_read_root_first_with_each_links_place_and_summary() -> None:
+@requirement("REQ-SEG-037")
+def test_seg037_a_chain_is_read_root_first_with_each_links_place_and_summary() -> None:
     async def main() -> None:
         async with Runtime(store=MemoryStore(), llm=ScriptedModel(window=WINDOW)) as rt:
             root = await rt.create_conversation(model=MODEL)
@@ -54,7 +57,8 @@ def test_a_chain_is_read_root_first_with_each_links_place_and_summary() -> None:
     asyncio.run(main())
 
 
-def test_a_sub_agent_is_not_a_link_of_its_parents_chain() -> None:
+@requirement("REQ-SEG-037")
+def test_seg037_a_sub_agent_is_not_a_link_of_its_parents_chain() -> None:
     async def main() -> None:
         async with Runtime(store=MemoryStore(), llm=ScriptedModel()) as rt:
             parent = await rt.create_conversation(model=MODEL)
@@ -69,7 +73,8 @@ def test_a_sub_agent_is_not_a_link_of_its_parents_chain() -> None:
     asyncio.run(main())
 
 
-def test_auto_continue_lands_in_a_conversation_that_already_answered() -> None:
+@requirement("REQ-SEG-036")
+def test_seg036_auto_continue_lands_in_a_conversation_that_already_answered() -> None:
     async def main() -> None:
         model = ScriptedModel(window=WINDOW)
         async with Runtime(store=MemoryStore(), llm=model) as rt:
@@ -90,7 +95,8 @@ def test_auto_continue_lands_in_a_conversation_that_already_answered() -> None:
     asyncio.run(main())
 
 
-def test_a_conversation_that_failed_for_its_context_can_be_continued() -> None:
+@requirement("REQ-SEG-039")
+def test_seg039_a_conversation_that_failed_for_its_context_can_be_continued() -> None:
     async def main() -> None:
         async with Runtime(store=MemoryStore(), llm=ScriptedModel(window=WINDOW)) as rt:
             agent = await rt.create_conversation(
@@ -110,7 +116,8 @@ def test_a_conversation_that_failed_for_its_context_can_be_continued() -> None:
     asyncio.run(main())
 
 
-def test_a_forced_pause_cancels_what_is_in_flight_after_the_timeout() -> None:
+@requirement("REQ-SEG-035")
+def test_seg035_a_forced_pause_cancels_what_is_in_flight_after_the_timeout() -> None:
     async def main() -> None:
         model = ScriptedModel(delay=0.3)
         async with Runtime(store=MemoryStore(), llm=model) as rt:
@@ -132,7 +139,8 @@ def test_a_forced_pause_cancels_what_is_in_flight_after_the_timeout() -> None:
     asyncio.run(main())
 
 
-def test_a_pause_with_time_to_reach_the_boundary_does_not_cancel() -> None:
+@requirement("REQ-SEG-035")
+def test_seg035_a_pause_with_time_to_reach_the_boundary_does_not_cancel() -> None:
     async def main() -> None:
         model = ScriptedModel(delay=0.05)
         async with Runtime(store=MemoryStore(), llm=model) as rt:
@@ -149,7 +157,8 @@ def test_a_pause_with_time_to_reach_the_boundary_does_not_cancel() -> None:
     asyncio.run(main())
 
 
-def test_usage_is_totalled_by_purpose_and_session() -> None:
+@requirement("REQ-SEG-038")
+def test_seg038_usage_is_totalled_by_purpose_and_session() -> None:
     async def main() -> None:
         model = ScriptedModel(window=WINDOW)
         async with Runtime(store=MemoryStore(), llm=model) as rt:
@@ -167,7 +176,8 @@ def test_usage_is_totalled_by_purpose_and_session() -> None:
     asyncio.run(main())
 
 
-def test_usage_of_a_conversation_without_answers_is_zero() -> None:
+@requirement("REQ-SEG-038")
+def test_seg038_usage_of_a_conversation_without_answers_is_zero() -> None:
     async def main() -> None:
         model = ScriptedModel([LlmReply(text="Hi.", usage=None)])
         async with Runtime(store=MemoryStore(), llm=model) as rt:
@@ -175,5 +185,51 @@ def test_usage_of_a_conversation_without_answers_is_zero() -> None:
             report = await rt.usage(conv.id)
             assert report.requests == 0
             assert report.total.context_tokens == 0
+
+    asyncio.run(main())
+
+
+@requirement("REQ-SEG-038")
+def test_seg038_usage_tells_every_purpose_and_session_apart() -> None:
+    """Each answer's usage counts under what it answered and the session it came in: a turn, a
+    checkpoint (in the session it ended), the new session's turn; a continuation summary; and a
+    refused summary that was asked for again, which left no message but was paid for."""
+    turn = Usage(input_tokens=100, output_tokens=1)
+    restart = ScriptedModel(
+        [
+            LlmReply(text="Working.", usage=Usage(input_tokens=2_800)),  # crosses 2,700
+            LlmReply(text="<checkpoint>Goal: tides</checkpoint>", usage=Usage(input_tokens=300)),
+            LlmReply(text="Fresh start.", usage=turn),
+        ]
+    )
+    summarise = ScriptedModel(
+        [
+            LlmReply(text="Working.", usage=Usage(input_tokens=2_800)),
+            LlmReply(text="I can't.", usage=Usage(input_tokens=700), stop_reason="refusal"),
+            LlmReply(text="We talked about tides.", usage=Usage(input_tokens=600)),
+        ]
+    )
+
+    async def main() -> None:
+        async with Runtime(store=MemoryStore(), llm=restart) as rt:
+            conv = await rt.create_conversation(
+                model=MODEL, context_window=WINDOW, behavior="checkpoint_restart"
+            )
+            await rt.send(conv.id, "Go.")
+            await rt.send(conv.id, "Go on.")
+            report = await rt.usage(conv.id)
+            assert report.by_purpose_and_session == {
+                ("turn", 1): Usage(input_tokens=2_800),
+                ("checkpoint", 1): Usage(input_tokens=300),
+                ("turn", 2): turn,
+            }
+            assert report.requests == 3
+        async with Runtime(store=MemoryStore(), llm=summarise) as rt:
+            conv = await rt.create_conversation(model=MODEL, context_window=WINDOW)
+            state = await rt.send(conv.id, "Go.")
+            assert state.phase.kind == "context_exhausted"
+            report = await rt.usage(conv.id)
+            assert report.by_purpose["continuation"] == Usage(input_tokens=700 + 600)
+            assert set(report.by_session) == {1}
 
     asyncio.run(main())

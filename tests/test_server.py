@@ -404,7 +404,7 @@ def test_binding_beyond_this_machine_needs_a_token(tmp_path: Path) -> None:
         right = httpx2.get(f"{url}/api/conversations", headers={"Authorization": f"Bearer {TOKEN}"})
         assert right.status_code == 200
         foreign = httpx2.get(
-            f"{url}/api/conversations", headers={"Authorization": "Bearer t\u00f6ken".encode()}
+            f"{url}/api/conversations", headers={b"Authorization": "Bearer t\u00f6ken".encode()}
         )
         error(foreign, 401, "unauthorized")  # not a 500: compared as bytes
         assert httpx2.get(f"{url}/").status_code == 200  # the page holds no data

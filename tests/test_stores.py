@@ -111,6 +111,7 @@ def make_commit(
         effects=effects,
         completes=tuple(completes),
         at=at,
+        session=stored.state.session,
     )
 
 
@@ -759,6 +760,31 @@ EVERY_BLOCK: Final = (
 """One block of every kind and source a message can carry, with text that needs escaping."""
 
 
+def test_the_log_says_which_session_each_event_happened_in(store: Store) -> None:
+    """A checkpoint restart's answer belongs to the session it ended; what follows, to the new
+    one. (A commit that does not say is logged with no session.)"""
+
+    async def scenario() -> None:
+        created = await store.create(fresh(behavior="checkpoint_restart"), system=None)
+        asked = await step(store, created, UserMessage(text="go"))
+        crossed = await step(store, asked, LlmResponse(text="x", usage=Usage(input_tokens=180_000)))
+        restarted = await step(
+            store, crossed, CheckpointResponse(text="<checkpoint>g</checkpoint>")
+        )
+        assert restarted.state.session == 2
+        unsaid = dataclasses.replace(make_commit(restarted, UserMessage(text="more")), session=None)
+        await store.commit(unsaid)
+        log = await store.transitions("c1")
+        assert [(r.event_kind, r.session) for r in log] == [
+            ("user_message", 1),
+            ("llm_response", 1),
+            ("checkpoint_response", 1),
+            ("user_message", None),
+        ]
+
+    run(scenario())
+
+
 def test_every_content_block_round_trips(store: Store) -> None:
     """Seeds (``create``) and committed messages (``commit``) take different paths into the
     tables: every block comes back equal from both."""
@@ -1054,6 +1080,7 @@ def test_a_version_1_sqlite_file_is_upgraded_in_place(tmp_path: Path) -> None:
 
     run(write())
     with contextlib.closing(sqlite3.connect(path)) as raw, raw:
+        raw.execute("ALTER TABLE transitions DROP COLUMN session")
         raw.execute("ALTER TABLE conversations DROP COLUMN pending_count")
         raw.execute("DROP TABLE idempotency")
         raw.execute("ALTER TABLE outbox DROP COLUMN owner")
@@ -1104,6 +1131,7 @@ def test_a_version_2_sqlite_file_counts_what_is_pending(tmp_path: Path) -> None:
 
     waiting = run(write())
     with contextlib.closing(sqlite3.connect(path)) as raw, raw:
+        raw.execute("ALTER TABLE transitions DROP COLUMN session")
         raw.execute("ALTER TABLE conversations DROP COLUMN pending_count")
         raw.execute("PRAGMA user_version = 2")
 

@@ -7,16 +7,20 @@ follows only links both ends agree on. ``lineage`` returns a chain with each lin
 an application can answer "what happened before" across all of it.
 
 ``usage`` totals what every request cost, by its purpose (a turn, a continuation summary, a
-checkpoint, a compaction) and by session: each answer's per-request usage is kept on the
-message it produced. Summing is right here, for cost; it is never how occupancy is measured.
+checkpoint, a compaction) and by session. It reads the event log, where every answer is logged
+with its per-request usage and the session it came in, whether or not it left a message (an
+empty or refused summary that was asked for again was paid for too). Summing is right here, for
+cost; it is never how occupancy is measured.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from segue.executor.ports import Store, StoredConversation, StoredMessage
+from segue.executor.ports import Store, StoredConversation, StoredMessage, TransitionRecord
 from segue.statemachine import ConversationState, Usage
 
 PURPOSES: Final = {
@@ -26,6 +30,13 @@ PURPOSES: Final = {
     "summary": "compaction",
 }
 """The purpose of the request that produced a message of each kind."""
+ANSWERS: Final = {
+    "llm_response": "turn",
+    "continuation_response": "continuation",
+    "checkpoint_response": "checkpoint",
+    "compaction_response": "compaction",
+}
+"""The purpose of the request each answer event answers."""
 _MAX_CHAIN: Final = 10_000
 """A chain longer than this is a loop in the store (a link the store should never hold)."""
 
@@ -108,8 +119,29 @@ class UsageReport:
         return {key: _sum(usages) for key, usages in groups.items()}
 
 
+def usage_from_log(records: Sequence[TransitionRecord]) -> UsageReport | None:
+    """Total the usage of every answer in the event log by purpose and session; None when the
+    log has answers from before sessions were logged (``usage_report`` reads the messages
+    then)."""
+    grouped: dict[tuple[str, int], list[Usage]] = {}
+    requests = 0
+    for record in records:
+        purpose = ANSWERS.get(record.event_kind)
+        if purpose is None:
+            continue
+        if record.session is None:
+            return None
+        reported = json.loads(record.event_json).get("usage")
+        if not reported:
+            continue
+        requests += 1
+        grouped.setdefault((purpose, record.session), []).append(Usage(**reported))
+    return UsageReport({key: _sum(usages) for key, usages in grouped.items()}, requests)
+
+
 def usage_report(messages: list[StoredMessage]) -> UsageReport:
-    """Total the usage kept on ``messages`` by purpose and session."""
+    """Total the usage kept on ``messages`` by purpose and session (for logs written before
+    sessions were logged: answers that left no message are not in it)."""
     grouped: dict[tuple[str, int], list[Usage]] = {}
     requests = 0
     for stored in messages:

@@ -564,6 +564,7 @@ class Driver:
             owner=self.owner,
             lease_until=time.time() + self.lease,
             idempotency_key=key,
+            session=before.session,
         )
         committed = await self.store.commit(commit)
         entry = self._entry(before.id)

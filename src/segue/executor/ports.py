@@ -302,6 +302,9 @@ class TransitionRecord:
     effect_kinds: tuple[str, ...]
     at: float
     """Unix time of the commit (the executor's clock, never the core's)."""
+    session: int | None = None
+    """The session the event happened in (before any new session it started); None in logs
+    written before segue kept it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -361,6 +364,8 @@ class Commit:
     idempotency_key: str | None = None
     """Recorded with the commit; a second commit with the same key for the conversation writes
     nothing and raises ``DuplicateMessageError``."""
+    session: int | None = None
+    """The session the event happened in (the state's before the event), for the log."""
 
 
 class Store(Protocol):

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from segue.executor._log import get_logger
 from segue.executor.bus import Committed, Sink, Watch
-from segue.executor.chains import Link, UsageReport, lineage, usage_report
+from segue.executor.chains import Link, UsageReport, lineage, usage_from_log, usage_report
 from segue.executor.drive import ANSWERED_BY_EVENTS, DEFAULT_LEASE, Driver, Listener
 from segue.executor.perform import (
     COMPACTION_INSTRUCTION,
@@ -525,7 +525,12 @@ class Runtime(Driver):
 
     async def usage(self, conversation_id: str) -> UsageReport:
         """What the conversation's requests cost, by purpose (turn, continuation, checkpoint,
-        compaction) and by session: sums of the per-request usage kept with each answer."""
+        compaction) and by session: sums of the per-request usage of every answer, read from
+        the event log (an answer that was not kept, such as a refused summary asked for again,
+        was paid for too)."""
+        logged = usage_from_log(await self.store.transitions(conversation_id))
+        if logged is not None:
+            return logged
         return usage_report(await self.store.messages(conversation_id))
 
     async def recover(self) -> None:

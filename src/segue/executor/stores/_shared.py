@@ -104,11 +104,11 @@ def check_snapshot_unchanged(existing: SessionSnapshot, snapshot: SessionSnapsho
 
 # --------------------------------------------------------------------------- the event log
 
-LogLine = tuple[int, str, str, str, str, int | None, str, tuple[str, ...], float]
+LogLine = tuple[int, str, str, str, str, int | None, str, tuple[str, ...], float, int | None]
 """An event log line as written: the fields of a ``TransitionRecord`` in order (seq, event_kind,
-event_json, from_phase, to_phase, context_tokens, reason, effect_kinds, at). A plain tuple of
-strings and numbers holds no containers, so ``MemoryStore`` keeps a long log of them at no cost
-to the cyclic GC and builds the record only for the (rare) reader."""
+event_json, from_phase, to_phase, context_tokens, reason, effect_kinds, at, session). A plain
+tuple of strings and numbers holds no containers, so ``MemoryStore`` keeps a long log of them at
+no cost to the cyclic GC and builds the record only for the (rare) reader."""
 
 
 def log_line(commit: Commit, effect_kinds: tuple[str, ...]) -> LogLine:
@@ -124,11 +124,12 @@ def log_line(commit: Commit, effect_kinds: tuple[str, ...]) -> LogLine:
         commit.reason,
         effect_kinds,
         commit.at,
+        commit.session,
     )
 
 
 def transition_record(line: LogLine) -> TransitionRecord:
-    seq, event_kind, event_json, from_phase, to_phase, tokens, reason, kinds, at = line
+    seq, event_kind, event_json, from_phase, to_phase, tokens, reason, kinds, at, session = line
     return TransitionRecord(
         seq=seq,
         event_kind=event_kind,
@@ -139,13 +140,15 @@ def transition_record(line: LogLine) -> TransitionRecord:
         reason=reason,
         effect_kinds=kinds,
         at=at,
+        session=session,
     )
 
 
 def transition_from_row(row: Sequence[Any]) -> TransitionRecord:
     """A record from ``transitions`` (seq, event_kind, event, from_phase, to_phase,
-    context_tokens, reason, effect_kinds, at); ``effect_kinds`` is stored as a JSON list."""
-    seq, event_kind, event_json, from_phase, to_phase, tokens, reason, kinds, at = row
+    context_tokens, reason, effect_kinds, at, session); ``effect_kinds`` is stored as a JSON
+    list."""
+    seq, event_kind, event_json, from_phase, to_phase, tokens, reason, kinds, at, session = row
     return transition_record(
         (
             seq,
@@ -157,6 +160,7 @@ def transition_from_row(row: Sequence[Any]) -> TransitionRecord:
             reason,
             tuple(json.loads(kinds)),
             at,
+            session,
         )
     )
 
@@ -259,7 +263,8 @@ class CommitRows:
     """Parameters of the version-guarded ``UPDATE conversations``: (state, phase, messages
     added, effects added, updated_at, id, expected version)."""
     transition: tuple[Any, ...]
-    """The ``transitions`` row: (conversation_id, *the log line, effect kinds as JSON)."""
+    """The ``transitions`` row: (conversation_id, *the log line with the effect kinds as
+    JSON)."""
     completes: list[tuple[str, int]]
     """Keys of the outbox rows this step finished."""
 
@@ -316,7 +321,7 @@ def commit_rows(commit: Commit) -> CommitRows:
             appended.append((effect.message.kind, dump_message(effect.message)))
         else:
             queued.append((effect, dump_effect(effect)))
-    *line, kinds, at = log_line(commit, tuple(effect.kind for effect in commit.effects))
+    *line, kinds, at, session = log_line(commit, tuple(effect.kind for effect in commit.effects))
     return CommitRows(
         commit=commit,
         appended=appended,
@@ -330,6 +335,6 @@ def commit_rows(commit: Commit) -> CommitRows:
             conversation_id,
             commit.expected_version,
         ),
-        transition=(conversation_id, *line, json.dumps(kinds), at),
+        transition=(conversation_id, *line, json.dumps(kinds), at, session),
         completes=outbox_keys(conversation_id, commit.completes),
     )

@@ -76,7 +76,7 @@ Connection = psycopg.AsyncConnection[tuple[Any, ...]]
 # last-resort handler (a library is quiet), which a handler of any kind on the logger prevents.
 logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 _MIGRATION_LOCK: Final = 0x5E9E_0001
 """Advisory lock key held while migrating (any constant unlikely to clash with an app's)."""
 
@@ -141,6 +141,8 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             PRIMARY KEY (conversation_id, key)
         )""",
     ),
+    # 2 -> 3: the session each logged event happened in (NULL for events logged before).
+    ("ALTER TABLE transitions ADD COLUMN session integer",),
 )
 
 # One statement per step. Every data-modifying clause reads ``upd``, so none of them writes
@@ -175,9 +177,9 @@ WITH upd AS (
         AND EXISTS (SELECT FROM upd)
 ), logged AS (
     INSERT INTO transitions (conversation_id, seq, event_kind, event, from_phase, to_phase,
-        context_tokens, reason, effect_kinds, at)
+        context_tokens, reason, effect_kinds, at, session)
     SELECT %(cid)s, %(version)s, %(event_kind)s, %(event)s, %(from_phase)s, %(phase)s,
-        %(tokens)s, %(reason)s, %(effect_kinds)s, %(at)s
+        %(tokens)s, %(reason)s, %(effect_kinds)s, %(at)s, %(session)s
     FROM upd
 ), keyed AS (
     INSERT INTO idempotency (conversation_id, key, version)
@@ -455,7 +457,9 @@ class PostgresStore:
             _,
             version,
         ) = rows.update
-        _, _, event_kind, event, from_phase, _, tokens, reason, effect_kinds, _ = rows.transition
+        _, _, event_kind, event, from_phase, _, tokens, reason, effect_kinds, _, session = (
+            rows.transition
+        )
         params = {
             "cid": conversation_id,
             "version": version,
@@ -479,6 +483,7 @@ class PostgresStore:
             "tokens": tokens,
             "reason": reason,
             "effect_kinds": effect_kinds,
+            "session": session,
         }
 
         async def work(conn: Connection) -> list[tuple[Any, ...]]:
@@ -604,7 +609,7 @@ class PostgresStore:
         async def work(conn: Connection) -> list[tuple[Any, ...]]:
             cur = await conn.execute(
                 "SELECT c.id, t.seq, t.event_kind, t.event::text, t.from_phase, t.to_phase,"
-                " t.context_tokens, t.reason, t.effect_kinds::text, t.at"
+                " t.context_tokens, t.reason, t.effect_kinds::text, t.at, t.session"
                 " FROM conversations AS c"
                 " LEFT JOIN transitions AS t ON t.conversation_id = c.id"
                 " WHERE c.id = %s ORDER BY t.seq",

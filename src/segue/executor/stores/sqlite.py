@@ -80,7 +80,7 @@ that imported it from here."""
 
 T = TypeVar("T")
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 """What ``PRAGMA user_version`` says once every migration below has run."""
 
 _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
@@ -151,6 +151,8 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "UPDATE conversations SET pending_count ="
         " (SELECT count(*) FROM outbox WHERE outbox.conversation_id = conversations.id)",
     ),
+    # 3 -> 4: the session each logged event happened in (NULL for events logged before).
+    ("ALTER TABLE transitions ADD COLUMN session INTEGER",),
 )
 
 _SQLITE_BUSY: Final = 5
@@ -599,8 +601,8 @@ class SqliteStore:
                 )
             conn.execute(
                 "INSERT INTO transitions (conversation_id, seq, event_kind, event, from_phase,"
-                " to_phase, context_tokens, reason, effect_kinds, at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " to_phase, context_tokens, reason, effect_kinds, at, session)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 rows.transition,
             )
             if key is not None:
@@ -728,7 +730,8 @@ class SqliteStore:
             _require(conn, conversation_id)
             rows: list[tuple[Any, ...]] = conn.execute(
                 "SELECT seq, event_kind, event, from_phase, to_phase, context_tokens, reason,"
-                " effect_kinds, at FROM transitions WHERE conversation_id = ? ORDER BY seq",
+                " effect_kinds, at, session FROM transitions WHERE conversation_id = ?"
+                " ORDER BY seq",
                 (conversation_id,),
             ).fetchall()
             conn.execute("COMMIT")
