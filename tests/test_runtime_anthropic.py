@@ -506,3 +506,43 @@ def test_a_server_that_always_calls_a_tool_cannot_loop_one_message_forever(
     assert grace["tools"]  # still declared: the history holds tool blocks
     assert "no tool can be called now" in texts(grace["messages"][-1])
     assert all("tool_choice" not in body for body in sent[:4])
+
+
+def test_a_turn_streams_over_the_real_client_as_the_server_sends_it(
+    server: FakeAnthropicServer, make_store: StoreFactory
+) -> None:
+    """Runtime.stream over the SDK's own SSE parsing: the deltas join to the stored replies, the
+    tool is told as it runs, the meter reads the usage the SDK accumulated, done comes last."""
+    server.enqueue(
+        MessageReply(
+            text="Let me look that up for you.",
+            tool_uses=[ToolUse("lookup", {"query": "tides"}, id="toolu_1")],
+            stop_reason="tool_use",
+            usage=Usage(input_tokens=1_000, output_tokens=40),
+            pieces=5,
+        ),
+        MessageReply(
+            text="High tide is at noon.", usage=Usage(input_tokens=1_200, output_tokens=30)
+        ),
+    )
+
+    async def main() -> None:
+        async with connected(server, make_store(), tools=[LOOKUP]) as rt:
+            conv = await rt.create_conversation(model=MODEL, context_window=WINDOW)
+            kinds: list[str] = []
+            text = ""
+            async for update in rt.stream(conv.id, "When is high tide?"):
+                kinds.append(update.kind)
+                if update.kind == "text":
+                    text += update.text
+                elif update.kind == "done":
+                    done = update
+            stored = [m.text for m in await rt.messages(conv.id) if m.kind == "assistant"]
+            assert text == "".join(stored) == "Let me look that up for you.High tide is at noon."
+            assert kinds.count("text") >= 6  # delivered in pieces, as they came
+            assert kinds.index("tool_started") < kinds.index("tool_finished")
+            assert kinds[-1] == "done"
+            assert done.reply == "High tide is at noon."
+            assert done.state.context_tokens == 1_230
+
+    asyncio.run(main())
