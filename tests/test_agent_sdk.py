@@ -208,14 +208,19 @@ def test_a_turn_measures_one_response_once_and_records_the_tools_the_sdk_ran(
     async def scenario() -> None:
         async with Runtime(store=MemoryStore(), llm=sdk_model(server, home)) as rt:
             cid = await create(rt, B.THRESHOLD_BASED_CONTINUATION)
-            streamed, meters, reply = "", [], None
+            streamed, meters, reply, tools = "", [], None, []
             async for update in rt.stream(cid, "Run the two echoes."):
                 if update.kind == "text":
                     streamed += update.text
                 elif update.kind == "occupancy" and update.measured:
                     meters.append(update.tokens)
+                elif update.kind in ("tool_started", "tool_finished"):
+                    tools.append((update.kind, update.name))
                 elif update.kind == "done":
                     reply, state = update.reply, update.state
+            # The SDK's own tools are told as they run, as segue's own are.
+            assert sorted(tools) == [("tool_finished", "Bash")] * 2 + [("tool_started", "Bash")] * 2
+            assert tools[0] == ("tool_started", "Bash")
             assert state.context_tokens == 55_000  # the last response, whole (output included)
             assert meters[-1] == 55_000
             assert reply == streamed == "Working.\n\nDone."

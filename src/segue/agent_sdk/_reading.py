@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, Final, Literal
 
-from segue.executor.ports import ProviderCompaction
+from segue.executor.ports import AgentToolActivity, ProviderCompaction
 from segue.statemachine import (
     ContentBlock,
     TextBlock,
@@ -78,6 +78,7 @@ class QueryReader:
 
     stop_at: int | None = None
     on_text: Callable[[str], None] | None = None
+    on_tool: Callable[[AgentToolActivity], None] | None = None
     session_id: str | None = None
     texts: list[str] = dataclasses.field(default_factory=list)
     content: list[ContentBlock] = dataclasses.field(default_factory=list)
@@ -95,6 +96,7 @@ class QueryReader:
     _streaming: str | None = None
     _streamed_text: bool = False
     _awaiting_summary: dict[str, Any] | None = None
+    _tool_names: dict[str, str] = dataclasses.field(default_factory=dict)
 
     # ------------------------------------------------------------------ taking messages
 
@@ -180,9 +182,11 @@ class QueryReader:
         elif kind == "ThinkingBlock":
             self.content.append(ThinkingBlock(thinking=block.thinking, signature=block.signature))
         elif kind == "ToolUseBlock":
-            self.content.append(
-                AgentToolUseBlock(id=block.id, name=block.name, input=dict(block.input or {}))
-            )
+            tool_input = dict(block.input or {})
+            self.content.append(AgentToolUseBlock(id=block.id, name=block.name, input=tool_input))
+            self._tool_names[block.id] = block.name
+            if self.on_tool is not None:
+                self.on_tool(AgentToolActivity(id=block.id, name=block.name, input=tool_input))
 
     def _user(self, message: Any) -> None:
         if message.parent_tool_use_id is not None:
@@ -196,14 +200,18 @@ class QueryReader:
         if isinstance(content, str):
             return
         for block in content:
-            if type(block).__name__ == "ToolResultBlock":
-                self.content.append(
-                    AgentToolResultBlock(
-                        tool_use_id=block.tool_use_id,
-                        output=_result_text(block.content),
-                        is_error=bool(block.is_error),
-                    )
+            if type(block).__name__ != "ToolResultBlock":
+                continue
+            output, failed = _result_text(block.content), bool(block.is_error)
+            self.content.append(
+                AgentToolResultBlock(tool_use_id=block.tool_use_id, output=output, is_error=failed)
+            )
+            if self.on_tool is not None:
+                name = self._tool_names.get(block.tool_use_id, "tool")
+                done = AgentToolActivity(
+                    id=block.tool_use_id, name=name, finished=True, is_error=failed, output=output
                 )
+                self.on_tool(done)
 
     def _compacted(self, text: str) -> None:
         meta = self._awaiting_summary or {}

@@ -45,7 +45,7 @@ from claude_agent_sdk import (
 from segue.agent_sdk._reading import QueryReader
 from segue.agent_sdk.archive import archive_transcript
 from segue.executor._log import get_logger
-from segue.executor.ports import LlmCallError, LlmReply, LlmRequest, TextSink
+from segue.executor.ports import LlmCallError, LlmReply, LlmRequest, TextSink, ToolSink
 from segue.statemachine import ContextExhaustionBehavior, Message
 
 _log = get_logger("segue.agent_sdk")
@@ -106,26 +106,38 @@ class AgentSdkModel:
     async def count_tokens(self, request: LlmRequest) -> int | None:
         return None
 
-    async def complete(self, request: LlmRequest, *, on_text: TextSink | None = None) -> LlmReply:
+    async def complete(
+        self,
+        request: LlmRequest,
+        *,
+        on_text: TextSink | None = None,
+        on_tool: ToolSink | None = None,
+    ) -> LlmReply:
         """Run one query for ``request`` (see the module docstring).
 
         A session the SDK no longer has (its files were removed, ``HOME`` changed) is not the
         end of the conversation: the query runs again in a new session, sent segue's own view
         of the history instead."""
         try:
-            return await self._query(request, on_text)
+            return await self._query(request, on_text, on_tool)
         except _SessionMissing:
             _log.warning(
                 "sdk_session_missing",
                 conversation_id=request.conversation_id,
                 session_id=request.provider_session,
             )
-            return await self._query(dataclasses.replace(request, provider_session=None), on_text)
+            return await self._query(
+                dataclasses.replace(request, provider_session=None), on_text, on_tool
+            )
 
-    async def _query(self, request: LlmRequest, on_text: TextSink | None) -> LlmReply:
+    async def _query(
+        self, request: LlmRequest, on_text: TextSink | None, on_tool: ToolSink | None
+    ) -> LlmReply:
+        turn = request.purpose == "turn"
         reader = QueryReader(
-            stop_at=request.stop_at_tokens if request.purpose == "turn" else None,
-            on_text=on_text if request.purpose == "turn" else None,
+            stop_at=request.stop_at_tokens if turn else None,
+            on_text=on_text if turn else None,
+            on_tool=on_tool if turn else None,
         )
         options = self._options(request)
         prompt = _prompt(request)

@@ -22,6 +22,7 @@ from segue.executor._log import get_logger
 from segue.executor.archive import write_archive
 from segue.executor.bus import UpdateBus
 from segue.executor.ports import (
+    AgentToolActivity,
     LlmCallError,
     LlmModel,
     LlmReply,
@@ -30,8 +31,9 @@ from segue.executor.ports import (
     SegueError,
     Store,
     StoredConversation,
-    StreamingLlmModel,
+    ToolSink,
     streams,
+    takes,
 )
 from segue.executor.snapshots import SnapshotContext, context_of, stored_snapshot
 from segue.executor.tools import ToolRegistry
@@ -348,10 +350,16 @@ class Performer:
             final=final,
         )
         llm = self._parts.llm
-        on_text = self._bus.text_sink(request.conversation_id) if purpose == "turn" else None
+        cid = request.conversation_id
+        on_text = self._bus.text_sink(cid) if purpose == "turn" else None
+        extra: dict[str, Any] = {}
+        if on_text is not None and streams(llm):
+            extra["on_text"] = on_text
+        if purpose == "turn" and self._bus.listening(cid) and takes(llm, "on_tool"):
+            extra["on_tool"] = self._tool_sink(cid)
         try:
-            if on_text is not None and streams(llm):
-                reply = await cast(StreamingLlmModel, llm).complete(request, on_text=on_text)
+            if extra:
+                reply = await cast(Any, llm).complete(request, **extra)
             else:
                 reply = await llm.complete(request)
         except LlmCallError as error:
@@ -365,6 +373,26 @@ class Performer:
             )
             return to_events(error)
         return to_events(reply)
+
+    def _tool_sink(self, conversation_id: str) -> ToolSink:
+        """Tells listeners of the tools a provider's own agent runs, as segue's own are told."""
+        bus = self._bus
+
+        def told(activity: AgentToolActivity) -> None:
+            if activity.finished:
+                update: Any = ToolFinishedUpdate(
+                    id=activity.id,
+                    name=activity.name,
+                    is_error=activity.is_error,
+                    output=activity.output,
+                )
+            else:
+                update = ToolStartedUpdate(
+                    id=activity.id, name=activity.name, input=dict(activity.input)
+                )
+            bus.emit(conversation_id, update)
+
+        return told
 
     @staticmethod
     def _turn_events(outcome: LlmReply | LlmCallError) -> list[Event]:

@@ -212,6 +212,23 @@ TextSink = Callable[[str], None]
 """Receives the text of a reply as the model writes it, one delta at a time."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentToolActivity:
+    """A tool the provider's own agent started, or finished, while answering (an agent loop
+    such as the Claude Agent SDK runs its tools itself): told as it happens, for a UI."""
+
+    id: str
+    name: str
+    input: dict[str, Any] = field(default_factory=dict)
+    finished: bool = False
+    is_error: bool = False
+    output: str = ""
+
+
+ToolSink = Callable[[AgentToolActivity], None]
+"""Receives the provider's own tool activity as it happens (see ``AgentToolActivity``)."""
+
+
 class LlmModel(Protocol):
     """An LLM adapter.
 
@@ -251,22 +268,28 @@ class StreamingLlmModel(LlmModel, Protocol):
         ...
 
 
-_STREAMS: dict[type[Any], bool] = {}
+_TAKES: dict[tuple[type[Any], str], bool] = {}
 
 
-def streams(model: object) -> bool:
-    """Whether ``model.complete`` takes ``on_text`` (decided once per adapter class)."""
-    kind = type(model)
-    known = _STREAMS.get(kind)
+def takes(model: object, keyword: str) -> bool:
+    """Whether ``model.complete`` takes the keyword argument ``keyword`` (decided once per
+    adapter class and keyword)."""
+    key = (type(model), keyword)
+    known = _TAKES.get(key)
     if known is None:
         try:
             parameters = inspect.signature(model.complete).parameters  # type: ignore[attr-defined]
         except (AttributeError, TypeError, ValueError):
             parameters = {}  # type: ignore[assignment]
-        known = _STREAMS[kind] = "on_text" in parameters or any(
+        known = _TAKES[key] = keyword in parameters or any(
             p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
         )
     return known
+
+
+def streams(model: object) -> bool:
+    """Whether ``model.complete`` takes ``on_text``."""
+    return takes(model, "on_text")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
