@@ -14,7 +14,9 @@ two committed events (the user message, then the response).
   while a streamed turn runs in its own task and wakes its consumer, so this ratio is the most
   streaming can cost; with any real I/O the two come close.
 - Throughput: committed transitions per second through ``Runtime.send`` on ``SqliteStore`` (a
-  real file, WAL); target >= 3,000/s.
+  real file, WAL); target >= 3,000/s. And, for information, the same with 100 conversations
+  sending at once (where commits queued together share a transaction); run this script with
+  ``PYTHONPATH=<an older checkout>/src`` to compare with that code on the same machine.
 - Growth: the cost per event with 10 messages in the conversation and with 10,000 (1,000 with
   ``--quick``), on both stores; target: within 1.5x.
 - Idle conversations: memory held by 10,000 conversations (1,000 with ``--quick``, scaled to
@@ -247,6 +249,33 @@ async def throughput(path: Path, sizes: Sizes) -> float:
     return best
 
 
+CONCURRENT = 100
+
+
+async def concurrent_throughput(path: Path, sizes: Sizes) -> float:
+    """Committed transitions per second with ``CONCURRENT`` conversations sending at once
+    through one ``Runtime`` on ``SqliteStore`` (a chat backend's busy minute)."""
+    store = SqliteStore(path)
+    async with Runtime(store=store, llm=InstantModel()) as rt:
+        ids = [(await rt.create_conversation(model=MODEL)).id for _ in range(CONCURRENT)]
+        await asyncio.gather(*(rt.send(cid, "Warm up.") for cid in ids))
+        rounds = max(2, sizes.throughput_sends // CONCURRENT)
+        best = 0.0
+        for _ in range(sizes.batches):
+            before = await committed_transitions(store, ids)
+            start = time.perf_counter()
+
+            async def talk(cid: str) -> None:
+                for index in range(rounds):
+                    await rt.send(cid, f"Message {index}.")
+
+            await asyncio.gather(*(talk(cid) for cid in ids))
+            elapsed = time.perf_counter() - start
+            committed = await committed_transitions(store, ids) - before
+            best = max(best, committed / elapsed)
+    return best
+
+
 async def growth(make: Callable[[], Store], sizes: Sizes) -> tuple[float, float, int]:
     """Best seconds per event near ``SMALL`` messages and near ``sizes.large``; final count."""
     async with Runtime(store=make(), llm=InstantModel()) as rt:
@@ -346,6 +375,12 @@ async def main(quick: bool) -> int:
         print(
             f"Runtime throughput (SqliteStore): {rate:,.0f} committed transitions/s "
             f"(target >= {THROUGHPUT_TARGET:,.0f}) {verdict(ok)}"
+        )
+
+        rate = await concurrent_throughput(Path(tmp) / "concurrent.db", sizes)
+        print(
+            f"Runtime throughput, {CONCURRENT} conversations at once (SqliteStore, for "
+            f"information): {rate:,.0f} committed transitions/s"
         )
 
         for name, make in (("MemoryStore", MemoryStore), ("SqliteStore", sqlite)):

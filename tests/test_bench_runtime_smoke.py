@@ -46,3 +46,5 @@ def test_quick_run_reports_every_target() -> None:
         assert re.search(pattern, report, re.MULTILINE), f"{pattern!r} not in:\n{report}"
     assert len(re.findall(r"\b(PASS|FAIL)$", report, re.MULTILINE)) == len(REPORT_LINES)
     assert re.search(r"^A streamed turn .*: [\d.]+x$", report, re.MULTILINE), report
+    concurrent = r"^Runtime throughput, 100 conversations at once .*: [\d,]+ committed"
+    assert re.search(concurrent, report, re.MULTILINE), report
