@@ -36,10 +36,12 @@ from segue.statemachine import __all__ as _core_all
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a re-export)
     from segue.executor.bus import UpdatesLostError as UpdatesLostError
+    from segue.executor.bus import Watch as Watch
     from segue.executor.chains import Link as Link
     from segue.executor.chains import UsageReport as UsageReport
     from segue.executor.models.anthropic import AnthropicModel as AnthropicModel
     from segue.executor.models.scripted import ScriptedModel as ScriptedModel
+    from segue.executor.ports import AgentToolActivity as AgentToolActivity
     from segue.executor.ports import ConcurrentUpdateError as ConcurrentUpdateError
     from segue.executor.ports import ConversationExistsError as ConversationExistsError
     from segue.executor.ports import ConversationNotFoundError as ConversationNotFoundError
@@ -50,6 +52,7 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a
     from segue.executor.ports import LlmModel as LlmModel
     from segue.executor.ports import LlmReply as LlmReply
     from segue.executor.ports import LlmRequest as LlmRequest
+    from segue.executor.ports import ProviderCompaction as ProviderCompaction
     from segue.executor.ports import SegueError as SegueError
     from segue.executor.ports import Store as Store
     from segue.executor.ports import StoredConversation as StoredConversation
@@ -58,6 +61,7 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a
     from segue.executor.ports import StoreUnavailableError as StoreUnavailableError
     from segue.executor.ports import StreamingLlmModel as StreamingLlmModel
     from segue.executor.ports import TextSink as TextSink
+    from segue.executor.ports import ToolSink as ToolSink
     from segue.executor.ports import ToolSpec as ToolSpec
     from segue.executor.ports import TransitionRecord as TransitionRecord
     from segue.executor.runtime import ConversationExhaustedError as ConversationExhaustedError
@@ -97,6 +101,7 @@ _LAZY = {
     "MemoryStore": "segue.executor.stores.memory",
     "SqliteStore": "segue.executor.stores.sqlite",
     "PostgresStore": "segue.executor.stores.postgres",
+    "AgentToolActivity": "segue.executor.ports",
     "ConcurrentUpdateError": "segue.executor.ports",
     "ConversationExistsError": "segue.executor.ports",
     "ConversationNotFoundError": "segue.executor.ports",
@@ -107,6 +112,7 @@ _LAZY = {
     "LlmModel": "segue.executor.ports",
     "LlmReply": "segue.executor.ports",
     "LlmRequest": "segue.executor.ports",
+    "ProviderCompaction": "segue.executor.ports",
     "SegueError": "segue.executor.ports",
     "Store": "segue.executor.ports",
     "StoredConversation": "segue.executor.ports",
@@ -115,6 +121,7 @@ _LAZY = {
     "StoreUnavailableError": "segue.executor.ports",
     "StreamingLlmModel": "segue.executor.ports",
     "TextSink": "segue.executor.ports",
+    "ToolSink": "segue.executor.ports",
     "ToolSpec": "segue.executor.ports",
     "TransitionRecord": "segue.executor.ports",
     "ConversationExhaustedError": "segue.executor.runtime",
