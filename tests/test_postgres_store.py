@@ -21,8 +21,10 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx2
 import psycopg
 import pytest
 
@@ -283,3 +285,24 @@ def test_from_url_takes_a_database_url(database: str) -> None:
         PostgresStore.from_url("mysql://db/chat")
     with pytest.raises(ValueError, match="min_size"):
         PostgresStore(database, min_size=3, max_size=2)
+
+
+def test_the_server_on_postgresql(database: str, tmp_path: Path) -> None:
+    """``segue serve --database-url``: the API over a PostgresStore, a turn streamed and read
+    back from the database."""
+    from segue.server.run import ServerConfig, build_app  # the server extra
+    from segue.testing import live_server
+
+    app = build_app(ServerConfig(db=tmp_path / "unused.db", database_url=database))
+    with live_server(app) as url, httpx2.Client(base_url=url, timeout=30) as http:
+        cid = http.post("/api/conversations", json={}).json()["id"]
+        turn = http.post(f"/api/conversations/{cid}/messages", json={"text": "Hello."})
+        assert turn.status_code == 200
+        assert "event: done" in turn.text
+        kinds = [m["kind"] for m in http.get(f"/api/conversations/{cid}/messages").json()]
+        assert kinds[0] == "user"
+        assert "assistant" in kinds
+    assert not (tmp_path / "unused.db").exists()  # the database was PostgreSQL's
+    with psycopg.connect(database) as raw:
+        ((stored,),) = raw.execute("SELECT count(*) FROM messages").fetchall()
+    assert stored == len(kinds)

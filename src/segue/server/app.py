@@ -211,6 +211,8 @@ def _errors(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_request: Request, error: StarletteHTTPException) -> JSONResponse:
+        if error.status_code == 400:  # a body FastAPI could not parse: bad input, like the rest
+            return _error(422, "invalid_request", error.detail)
         code = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized"}
         return _error(error.status_code, code.get(error.status_code, "http_error"), error.detail)
 
