@@ -99,6 +99,19 @@ def send(http: httpx2.Client, conversation_id: str, text: str) -> list[Event]:
     return sse(response)
 
 
+def long_turn(http: httpx2.Client, cid: str) -> tuple[threading.Thread, list[Event]]:
+    """A turn sent from another thread, returned once the server is answering it; the thread
+    and the list its events land in when it ends."""
+    events: list[Event] = []
+    sending = threading.Thread(target=lambda: events.extend(send(http, cid, "A long answer.")))
+    sending.start()
+    deadline = time.monotonic() + 10
+    while http.get(f"/api/conversations/{cid}").json()["phase"] == "idle":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    return sending, events
+
+
 def error(response: httpx2.Response, status: int, code: str) -> str:
     assert response.status_code == status, response.text
     body = response.json()
@@ -300,13 +313,7 @@ def test_a_running_turn_is_cancelled_and_a_failed_conversation_says_so(tmp_path:
     app = build_app(ServerConfig(db=tmp_path / "cancel.db", chunk_delay=0.05))
     with live_server(app) as url, httpx2.Client(base_url=url, timeout=60) as http:
         cid = create(http)["id"]
-        turn: list[Event] = []
-        sending = threading.Thread(target=lambda: turn.extend(send(http, cid, "A long answer.")))
-        sending.start()
-        deadline = time.monotonic() + 10
-        while http.get(f"/api/conversations/{cid}").json()["phase"] == "idle":
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        sending, turn = long_turn(http, cid)
         cancelled = http.post(f"/api/conversations/{cid}/cancel")
         assert cancelled.status_code == 200
         sending.join(timeout=60)
@@ -332,13 +339,7 @@ def test_a_message_while_a_turn_runs_is_409_and_performs_nothing(tmp_path: Path)
     app = build_app(ServerConfig(db=tmp_path / "slow.db", chunk_delay=0.05))
     with live_server(app) as url, httpx2.Client(base_url=url, timeout=60) as http:
         cid = create(http)["id"]
-        first: list[Event] = []
-        sending = threading.Thread(target=lambda: first.extend(send(http, cid, "A long answer.")))
-        sending.start()
-        deadline = time.monotonic() + 10
-        while http.get(f"/api/conversations/{cid}").json()["phase"] == "idle":
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        sending, first = long_turn(http, cid)
         busy = http.post(f"/api/conversations/{cid}/messages", json={"text": "And now?"})
         assert "a turn is running" in error(busy, 409, "busy")
         sending.join(timeout=60)
