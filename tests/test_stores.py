@@ -1171,7 +1171,11 @@ def test_commits_queued_together_share_one_transaction(tmp_path: Path) -> None:
             with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as holder:
                 holder.execute("BEGIN IMMEDIATE")  # the store's thread waits behind this lock
                 blocked = asyncio.ensure_future(step(store, c0, UserMessage(text="3")))
-                await asyncio.sleep(0.1)  # ... in this first job; the next ones queue up
+                for _ in range(500):  # until the thread is in this first job, waiting
+                    if "BEGIN IMMEDIATE" in statements:
+                        break
+                    await asyncio.sleep(0.01)
+                assert statements == ["BEGIN IMMEDIATE"]
                 grouped = asyncio.gather(
                     step(store, b1, answer, completes=[b1.pending[0].id]),
                     step(store, a0, UserMessage(text="late"), completes=[a1.pending[0].id]),
