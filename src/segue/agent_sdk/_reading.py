@@ -87,7 +87,8 @@ class QueryReader:
     notices: list[str] = dataclasses.field(default_factory=list)
     """What the CLI said in messages of its own (errors), not part of the reply."""
     measured_before: list[int | None] = dataclasses.field(default_factory=list)
-    """The occupancy measured just before each compaction (None: not measured this query)."""
+    """The occupancy measured just before each of ``compactions`` (None: not measured this
+    query), in the same order."""
     overflow: bool = False
     """The CLI refused locally because the prompt is too long (a synthetic message)."""
     reached: bool = False
@@ -121,8 +122,11 @@ class QueryReader:
         if message.subtype == "init":
             self.session_id = data.get("session_id") or self.session_id
         elif message.subtype == "compact_boundary":
-            self._awaiting_summary = dict(data.get("compact_metadata") or {})
-            self.measured_before.append(self.occupancy)
+            # What was measured goes with the compaction once its summary arrives.
+            self._awaiting_summary = {
+                **(data.get("compact_metadata") or {}),
+                "measured": self.occupancy,
+            }
             self._latest = None  # the compacted context is measured afresh
 
     def _stream(self, message: Any) -> bool:
@@ -225,6 +229,7 @@ class QueryReader:
                 post_tokens=_count(meta.get("post_tokens")),
             )
         )
+        self.measured_before.append(meta.get("measured"))
 
     def _check(self, message_id: str) -> bool:
         if self._latest is None:

@@ -306,7 +306,8 @@ def _reply(request: LlmRequest, reader: QueryReader) -> LlmReply:
         if request.provider_session and _MISSING_SESSION in (result.result or ""):
             raise _SessionMissing
         status = result.api_error_status
-        detail = (result.result or ", ".join(result.errors or ()) or result.subtype)[:500]
+        said = result.result or "; ".join(reader.notices) or ", ".join(result.errors or ())
+        detail = (said or result.subtype)[:500]
         raise LlmCallError(
             f"the Claude Agent SDK query failed ({reason or result.subtype}): {detail}",
             retryable=status in _RETRYABLE_STATUS,
@@ -318,8 +319,10 @@ def _reply(request: LlmRequest, reader: QueryReader) -> LlmReply:
     text = reader.text
     if request.purpose == "compaction":
         if not reader.compactions:
-            # The SDK said why in its reply ("Error during compaction: ..."): never a summary.
-            msg = f"the Claude Agent SDK did not compact the session: {text[:300]}"
+            # The CLI says why in a message of its own ("Error during compaction: ..."), which
+            # is never taken for a summary.
+            why = "; ".join(reader.notices) or text or "no compaction happened"
+            msg = f"the Claude Agent SDK did not compact the session: {why[:300]}"
             raise LlmCallError(msg, retryable=True)
         text = reader.compactions[-1].summary
     return LlmReply(
@@ -348,7 +351,7 @@ def _log_query(request: LlmRequest, reader: QueryReader) -> None:
         stopped_at_threshold=reader.reached,
         compactions=[
             {"trigger": c.trigger, "measured": measured, "sdk_pre_tokens": c.pre_tokens}
-            for c, measured in zip(reader.compactions, reader.measured_before, strict=False)
+            for c, measured in zip(reader.compactions, reader.measured_before, strict=True)
         ],
         terminal_reason=getattr(result, "terminal_reason", None),
     )

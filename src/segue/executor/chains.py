@@ -16,7 +16,7 @@ cost; it is never how occupancy is measured.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -123,8 +123,7 @@ def usage_from_log(records: Sequence[TransitionRecord]) -> UsageReport | None:
     """Total the usage of every answer in the event log by purpose and session; None when the
     log has answers from before sessions were logged (``usage_report`` reads the messages
     then)."""
-    grouped: dict[tuple[str, int], list[Usage]] = {}
-    requests = 0
+    answers: list[tuple[str, int, Usage]] = []
     for record in records:
         purpose = ANSWERS.get(record.event_kind)
         if purpose is None:
@@ -132,25 +131,27 @@ def usage_from_log(records: Sequence[TransitionRecord]) -> UsageReport | None:
         if record.session is None:
             return None
         reported = json.loads(record.event_json).get("usage")
-        if not reported:
-            continue
-        requests += 1
-        grouped.setdefault((purpose, record.session), []).append(Usage(**reported))
-    return UsageReport({key: _sum(usages) for key, usages in grouped.items()}, requests)
+        if reported:
+            answers.append((purpose, record.session, Usage(**reported)))
+    return _report(answers)
 
 
 def usage_report(messages: list[StoredMessage]) -> UsageReport:
     """Total the usage kept on ``messages`` by purpose and session (for logs written before
     sessions were logged: answers that left no message are not in it)."""
+    return _report(
+        (PURPOSES[m.message.kind], m.message.session, m.message.usage)
+        for m in messages
+        if m.message.kind in PURPOSES and m.message.usage is not None
+    )
+
+
+def _report(answers: Iterable[tuple[str, int, Usage]]) -> UsageReport:
     grouped: dict[tuple[str, int], list[Usage]] = {}
     requests = 0
-    for stored in messages:
-        message = stored.message
-        purpose = PURPOSES.get(message.kind)
-        if purpose is None or message.usage is None:
-            continue
+    for purpose, session, usage in answers:
         requests += 1
-        grouped.setdefault((purpose, message.session), []).append(message.usage)
+        grouped.setdefault((purpose, session), []).append(usage)
     return UsageReport({key: _sum(usages) for key, usages in grouped.items()}, requests)
 
 

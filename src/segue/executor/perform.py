@@ -32,7 +32,6 @@ from segue.executor.ports import (
     Store,
     StoredConversation,
     ToolSink,
-    streams,
     takes,
 )
 from segue.executor.snapshots import SnapshotContext, context_of, stored_snapshot
@@ -353,7 +352,7 @@ class Performer:
         cid = request.conversation_id
         on_text = self._bus.text_sink(cid) if purpose == "turn" else None
         extra: dict[str, Any] = {}
-        if on_text is not None and streams(llm):
+        if on_text is not None and takes(llm, "on_text"):
             extra["on_text"] = on_text
         if purpose == "turn" and self._bus.listening(cid) and takes(llm, "on_tool"):
             extra["on_tool"] = self._tool_sink(cid)

@@ -287,11 +287,6 @@ def takes(model: object, keyword: str) -> bool:
     return known
 
 
-def streams(model: object) -> bool:
-    """Whether ``model.complete`` takes ``on_text``."""
-    return takes(model, "on_text")
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StoredMessage:
     """A transcript entry as stored: the core's ``Message`` plus its position."""

@@ -288,7 +288,7 @@ class PostgresStore:
         for conn in list(self._connections):
             conn.pgconn.finish()
         self._connections = weakref.WeakSet()
-        self._pool = self._loop = self._opening = None
+        self._pool = self._loop = self._opening = self._guard = None
 
     async def _ready(self) -> AsyncConnectionPool[Connection]:
         """The pool, opened (and the schema migrated) by the first call that needs it.

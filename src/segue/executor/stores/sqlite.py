@@ -176,13 +176,13 @@ Step = Callable[[sqlite3.Connection], Any]
 
 
 class _Job(NamedTuple):
-    """Work for the store thread and whom to tell: a read or other work that runs alone
-    (``alone``), or a write ``step`` that ``group`` runs with the steps queued next to it."""
+    """Work for the store thread and whom to tell. Without ``group``, ``work`` runs alone
+    (``work()``: a read); with it, ``work`` is a write ``Step`` that ``group`` runs with the
+    steps of the same group queued next to it."""
 
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Any]
-    alone: Callable[[], Any] | None = None
-    step: Step | None = None
+    work: Callable[..., Any]
     group: Callable[[Sequence[Step]], list[Outcome]] | None = None
 
 
@@ -224,16 +224,16 @@ def _run_batch(batch: list[_Job]) -> Told:
     index = 0
     while index < len(batch):
         job = batch[index]
-        group, step = job.group, job.step
-        if group is None or step is None:
+        group = job.group
+        if group is None:
             done = [job]
-            outcomes = [_attempt(job.alone or (lambda: None))]
+            outcomes = [_attempt(job.work)]
         else:
             end = index + 1
             while end < len(batch) and batch[end].group == group:
                 end += 1
             done = batch[index:end]
-            outcomes = group([j.step for j in done if j.step is not None])
+            outcomes = group([j.work for j in done])
         for finished, (result, error) in zip(done, outcomes, strict=True):
             told.setdefault(finished.loop, []).append((finished.future, result, error))
         index += len(done)
@@ -392,8 +392,9 @@ class SqliteStore:
 
     def _segue_error(self, error: BaseException) -> BaseException:
         """The error a caller gets for ``error``: the driver's become segue's."""
+        mapped: SegueError
         if isinstance(error, sqlite3.OperationalError) and _is_locked(error):
-            msg = (
+            mapped = StoreLockedError(
                 f"database is locked: another process holds it for longer than "
                 f"busy_timeout ({self._busy_timeout:g}s): {self._path}"
             )
@@ -402,14 +403,11 @@ class SqliteStore:
         ):
             # A disk error, a file that went away, a database that went read-only: the
             # caller learns it as segue's error (the driver's is the cause) and may retry.
-            msg = f"the SQLite store cannot be used: {error}: {self._path}"
+            mapped = StoreUnavailableError(
+                f"the SQLite store cannot be used: {error}: {self._path}"
+            )
         else:
             return error
-        mapped: SegueError = (
-            StoreLockedError(msg)
-            if isinstance(error, sqlite3.OperationalError) and _is_locked(error)
-            else StoreUnavailableError(msg)
-        )
         mapped.__cause__ = error
         return mapped
 
@@ -467,19 +465,18 @@ class SqliteStore:
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``work`` alone in the store thread (reads)."""
-        result: T = await self._submit(alone=lambda: self._call(work))
+        result: T = await self._submit(lambda: self._call(work))
         return result
 
     async def _run_step(self, step: Callable[[sqlite3.Connection], T]) -> T:
         """Run the write ``step`` in the store thread, in a transaction it may share."""
-        result: T = await self._submit(step=step, group=self._write)
+        result: T = await self._submit(step, group=self._write)
         return result
 
     def _submit(
         self,
+        work: Callable[..., Any],
         *,
-        alone: Callable[[], Any] | None = None,
-        step: Step | None = None,
         group: Callable[[Sequence[Step]], list[Outcome]] | None = None,
     ) -> asyncio.Future[Any]:
         """Queue a job for the store thread (started on first use) and return its future."""
@@ -496,7 +493,7 @@ class SqliteStore:
             self._stop = weakref.finalize(self, jobs.put, None)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        jobs.put(_Job(loop, future, alone, step, group))
+        jobs.put(_Job(loop, future, work, group))
         return future
 
     # ------------------------------------------------------------------ Store
@@ -820,7 +817,7 @@ class SqliteStore:
 
         try:
             if self._thread is not None:
-                await self._submit(alone=work)
+                await self._submit(work)
         finally:
             self._jobs = None
             self._stop()  # queued after the close job: the thread finishes it, then ends
