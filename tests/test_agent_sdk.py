@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import stat
-import subprocess
-import sys
 from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +30,7 @@ from claude_agent_sdk import ToolResultBlock as SdkToolResult
 from claude_agent_sdk import ToolUseBlock as SdkToolUse
 from claude_agent_sdk import UserMessage as SdkUser
 
+from scripts import run_script
 from segue import (
     ContextExhaustionBehavior,
     ErrorKind,
@@ -698,14 +697,7 @@ def test_an_archive_of_what_is_not_a_file_is_refused(tmp_path: Path) -> None:
     [("checkpoint_restart", "stopped: segue measured"), ("compact_in_place", "the SDK compacted")],
 )
 def test_the_autonomous_example_runs_offline(behavior: str, expected: str) -> None:
-    example = Path(__file__).resolve().parents[1] / "examples" / "agent_sdk_autonomous.py"
-    result = subprocess.run(  # noqa: S603  # our interpreter on our example
-        [sys.executable, str(example), "--steps", "16", "--behavior", behavior],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    result = run_script("examples/agent_sdk_autonomous.py", "--steps", "16", "--behavior", behavior)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert "All 16 steps are done." in result.stdout

@@ -7,11 +7,9 @@ verdict to print (and the full run's exit status); ``--quick`` exits 0 whenever 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_runtime.py"
+from scripts import run_script
+
 REPORT_LINES = (
     r"^Runtime overhead \(MemoryStore, instant model\): [\d,.]+ us/event \(target <= 100\) "
     r"(PASS|FAIL)$",
@@ -32,13 +30,7 @@ REPORT_LINES = (
 
 
 def test_quick_run_reports_every_target() -> None:
-    result = subprocess.run(  # noqa: S603  # our own interpreter on our own script
-        [sys.executable, str(BENCH), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    result = run_script("bench/bench_runtime.py", "--quick")
     report = result.stdout
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""

@@ -7,13 +7,11 @@ print (and the closing note's to quote).
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_server.py"
+from scripts import run_script
+
 REPORT_LINES = (
     r"^10 concurrent SSE clients, one turn each \(scripted model, SQLite\)$",
     r"^Over HTTP \(segue serve\): first text p50 [\d,.]+ ms, p99 [\d,.]+ ms; done p50 [\d,.]+ ms",
@@ -25,13 +23,7 @@ REPORT_LINES = (
 
 @pytest.mark.slow
 def test_quick_run_reports_every_figure() -> None:
-    result = subprocess.run(  # noqa: S603  # our own interpreter on our own script
-        [sys.executable, str(BENCH), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    result = run_script("bench/bench_server.py", "--quick")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     for pattern in REPORT_LINES:

@@ -8,26 +8,18 @@ the deep size of a state is deterministic, and it must not grow with the number 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_transition.py"
+from scripts import run_script
+
 NUMBER = r"\d[\d,]*(?:\.\d+)?"
 VERDICT = r"(?:PASS|FAIL)"
 
 
 @pytest.fixture(scope="module")
 def report() -> str:
-    result = subprocess.run(  # noqa: S603  # our own interpreter on our own script
-        [sys.executable, "-W", "error", str(BENCH), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    result = run_script("bench/bench_transition.py", "--quick", flags=("-W", "error"))
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     return result.stdout

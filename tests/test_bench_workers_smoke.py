@@ -9,28 +9,19 @@ nothing twice and left nothing busy.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from scripts import run_script
 from segue.testing.postgres import find_server_binaries
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_workers.py"
 FIGURES = r"[\d,]+ transitions/s, CPU [\d.]+ ms/transition, turn p50 [\d.]+ ms p99 [\d.]+ ms"
 HONEST = r"1\.00 calls/reply, 0 lost, 0 stored twice, 0 errors, 0 left busy PASS$"
 
 
 @pytest.mark.slow
 def test_quick_run_reports_every_figure() -> None:
-    result = subprocess.run(  # noqa: S603  # our own interpreter on our own script
-        [sys.executable, str(BENCH), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    result = run_script("bench/bench_workers.py", "--quick", timeout=600)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     kinds = ["sqlite"] + (["postgres"] if find_server_binaries() is not None else [])
