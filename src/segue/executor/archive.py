@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import time
 import uuid
 from collections.abc import Sequence
@@ -29,10 +30,42 @@ def safe_slug(conversation_id: str, *, limit: int = 48) -> str:
 
 
 def private_directory(directory: Path) -> Path:
-    """``directory``, created if missing (its missing parents too) and made 0700."""
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(directory, 0o700)
+    """``directory``, with every missing part of its path created 0700.
+
+    A directory that exists is the application's: it keeps the mode its owner gave it (a
+    0755 archive directory stays 0755; the files in it are 0600 either way), but one that
+    someone else owns, or that group or others may write to, is refused with ``PermissionError``:
+    another user could replace or read what is written there.
+    """
+    missing: list[Path] = []
+    probe = directory
+    while not probe.exists():
+        missing.append(probe)
+        probe = probe.parent
+    for part in reversed(missing):
+        try:
+            part.mkdir(mode=0o700)
+        except FileExistsError:
+            continue  # made meanwhile by someone else: checked below like any existing one
+        os.chmod(part, 0o700)  # the umask may have taken bits mkdir was given
+    _check_private(directory)
     return directory
+
+
+def _check_private(directory: Path) -> None:
+    info = directory.stat()
+    if not stat.S_ISDIR(info.st_mode):
+        msg = f"the archive directory is not a directory: {directory}"
+        raise NotADirectoryError(msg)
+    if info.st_uid != os.geteuid():
+        msg = f"the archive directory belongs to another user (uid {info.st_uid}): {directory}"
+        raise PermissionError(msg)
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        msg = (
+            f"the archive directory is writable by others (mode {stat.S_IMODE(info.st_mode):o}); "
+            f"segue writes transcripts only where nobody else can: {directory}"
+        )
+        raise PermissionError(msg)
 
 
 def write_archive(
