@@ -108,15 +108,23 @@ def test_recover_leaves_live_work_alone_and_takes_it_once_the_lease_ends(
     """A runtime on another host (its death cannot be seen) stops renewing: only when its
     lease ends does another runtime ask the model again."""
 
+    class Unreachable(SqliteStore):
+        """The store as seen from a host that went away: nothing it asks arrives any more."""
+
+        async def release(self, *_args: object, **_kwargs: object) -> None:
+            return None
+
     async def scenario() -> None:
         store = SqliteStore(tmp_path / "s.db")
         stuck = Hanging()
-        gone = Runtime(store=store, llm=stuck, owner="elsewhere/1/a", lease=0.5)
+        cut_off = Unreachable(tmp_path / "s.db")
+        gone = Runtime(store=cut_off, llm=stuck, owner="elsewhere/1/a", lease=0.5)
         cid = (await gone.create_conversation(model=MODEL)).id
         sending = asyncio.create_task(gone.send(cid, "hello"))
         await stuck.asked.wait()
-        sending.cancel()  # it stops renewing, but its claim stays: as if its host went away
+        sending.cancel()  # it stops renewing and cannot let go: as if its host went away
         await asyncio.gather(sending, return_exceptions=True)
+        await cut_off.close()
         model = ScriptedModel()
         other = Runtime(store=store, llm=model)
         await other.recover()

@@ -536,10 +536,31 @@ class Driver:
         event: Event,
         completes: tuple[int, ...],
         key: str | None = None,
+        *,
+        fresh: bool = False,
     ) -> tuple[StoredConversation, tuple[Effect, ...]]:
+        """Commit ``transition(stored.state, event)``; a refused message is not committed.
+
+        A refusal (``RejectUserMessage``) is the caller's answer, not a step of the
+        conversation: nothing is written, so nothing is left in the outbox for anyone to
+        perform, and the version does not move under the turn that made the conversation busy
+        (in this runtime or another one). Since no version check stands behind it, a refusal
+        decided on a copy that may be stale (``fresh`` False) is decided again on the
+        conversation as the store holds it now."""
         event = await self._performer.counted(stored, event)
         before = stored.state
         after, effects = transition(before, event)
+        if _refused(effects):
+            if not fresh:
+                stored = await self._load(before.id)
+                return await self._commit(stored, event, completes, key, fresh=True)
+            _log.info(
+                "message_refused",
+                conversation_id=before.id,
+                phase=before.phase.kind,
+                cause=next(e.cause for e in effects if isinstance(e, RejectUserMessage)),
+            )
+            return stored, effects
         if any(isinstance(effect, CancelRequest) for effect in effects):
             # The core cancelled the pending request: its answer would be stale, so the request
             # leaves the outbox with this commit instead of being performed after it.
@@ -548,8 +569,6 @@ class Driver:
         phase = after.phase
         fields = phase.__dict__  # a missing attribute costs pydantic's slow __getattr__
         reason = fields.get("message") or fields.get("trigger") or ""
-        if key is not None and _refused(effects):
-            key = None  # a refused message is not stored: sending it again is not a repeat
         commit = Commit(
             conversation_id=before.id,
             expected_version=stored.version,
@@ -645,12 +664,28 @@ class Driver:
         try:
             outcome = await task
         except asyncio.CancelledError:
+            renewal.cancel()
             # Only the user's cancel of a request becomes an event (committed at the top of the
             # drive loop, which clears the flag); a caller's timeout or a shutdown leaves the
-            # effect pending in the outbox, to be performed again on the next start.
+            # effect pending in the outbox, let go, to be performed by the next drive here or
+            # in any runtime sharing the store.
             if cid not in self._cancel_requests or not isinstance(effect, ANSWERED_BY_EVENTS):
+                await self._let_go(cid, pending)
                 raise
             return stored
+        except Exception as error:
+            renewal.cancel()
+            # An adapter or tool runner that raised instead of reporting (a bug, an unmapped
+            # error): the effect stays pending, and is let go at once, so the next drive (here or
+            # in another runtime) performs it instead of waiting for the lease to end.
+            _log.error(
+                "perform_raised",
+                conversation_id=cid,
+                effect_kind=effect.kind,
+                error_type=type(error).__name__,
+            )
+            await self._let_go(cid, pending)
+            raise
         finally:
             renewal.cancel()
             self._inflight.pop(cid, None)
@@ -660,14 +695,19 @@ class Driver:
         except (StoreLockedError, StoreUnavailableError) as error:
             # The store stayed down: let go of the work, so that the next drive (here or in
             # another process) asks again instead of waiting out the lease.
-            with contextlib.suppress(SegueError):
-                await self.store.release(cid, (pending.id,), owner=self.owner)
+            await self._let_go(cid, pending)
             self._entry(cid).stored = None
             msg = (
                 f"the outcome of {effect.kind} could not be stored ({error}); it was let go, "
                 "and the next message or recover() performs it again"
             )
             raise SegueError(msg) from error
+
+    async def _let_go(self, conversation_id: str, pending: PendingEffect) -> None:
+        """Release this runtime's claim on ``pending``; a store that cannot be reached keeps it
+        until its lease ends (nothing else can be done about it here)."""
+        with contextlib.suppress(SegueError):
+            await self.store.release(conversation_id, (pending.id,), owner=self.owner)
 
     async def _settle(
         self, stored: StoredConversation, pending: PendingEffect, outcome: list[Event]
