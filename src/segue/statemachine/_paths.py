@@ -150,14 +150,16 @@ def exhaust(
     effects: list[Effect],
     *,
     usage: Usage | None = None,
+    focus: str | None = None,
 ) -> Result:
     """Take the conversation's behaviour at the limit (``docs/design.md`` section 2);
-    ``usage`` is the triggering response's, kept for the record."""
+    ``usage`` is the triggering response's, kept for the record; ``focus`` is a manual
+    trigger's, sent with every request of this path (REQ-SEG-041)."""
     behavior = state.config.behavior
     if behavior is ContextExhaustionBehavior.THRESHOLD_BASED_CONTINUATION:
-        effects.append(RequestContinuation._make(rejected_tool_calls=rejected))
+        effects.append(RequestContinuation._make(rejected_tool_calls=rejected, focus=focus))
         waiting = AwaitingContinuation._make(
-            rejected_tool_calls=rejected, trigger=trigger, trigger_usage=usage
+            rejected_tool_calls=rejected, trigger=trigger, trigger_usage=usage, focus=focus
         )
         return state._evolve(phase=waiting), tuple(effects)
     if behavior is ContextExhaustionBehavior.INTENTIONALLY_UNHANDLED:
@@ -169,25 +171,28 @@ def exhaust(
         )
         return fail(state, ErrorKind.CONTINUATION_LIMIT, message, effects)
     if behavior is ContextExhaustionBehavior.CHECKPOINT_RESTART:
-        effects.append(RequestCheckpoint._make(rejected_tool_calls=rejected))
+        effects.append(RequestCheckpoint._make(rejected_tool_calls=rejected, focus=focus))
         checkpointing = AwaitingCheckpoint._make(
-            rejected_tool_calls=rejected, trigger=trigger, resume_after=resume_after
+            rejected_tool_calls=rejected, trigger=trigger, resume_after=resume_after, focus=focus
         )
         return state._evolve(phase=checkpointing), tuple(effects)
     if behavior is ContextExhaustionBehavior.CHECKPOINT_PAUSE:
-        effects.append(RequestCheckpoint._make(purpose="pause", rejected_tool_calls=rejected))
+        effects.append(
+            RequestCheckpoint._make(purpose="pause", rejected_tool_calls=rejected, focus=focus)
+        )
         pausing = AwaitingCheckpoint._make(
             purpose="pause",
             exhausted=True,
             rejected_tool_calls=rejected,
             trigger=trigger,
             resume_after=resume_after,
+            focus=focus,
         )
         return state._evolve(phase=pausing), tuple(effects)
     effects.append(ArchiveTranscript._make(generation=state.generation))
-    effects.append(RequestCompaction._make(rejected_tool_calls=rejected))
+    effects.append(RequestCompaction._make(rejected_tool_calls=rejected, focus=focus))
     phase = Compacting._make(
-        rejected_tool_calls=rejected, trigger=trigger, resume_after=resume_after
+        rejected_tool_calls=rejected, trigger=trigger, resume_after=resume_after, focus=focus
     )
     return state._evolve(phase=phase), tuple(effects)
 

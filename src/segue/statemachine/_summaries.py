@@ -97,6 +97,7 @@ def _retry_or_give_up(
                 attempt=attempt + 1,
                 trim_level=trimmed.trim_level,
                 alternate=phase.alternate,
+                focus=phase.focus,
             )
         elif isinstance(phase, AwaitingCheckpoint):
             effect = RequestCheckpoint._make(
@@ -104,6 +105,7 @@ def _retry_or_give_up(
                 rejected_tool_calls=phase.rejected_tool_calls,
                 attempt=attempt + 1,
                 trim_level=trimmed.trim_level,
+                focus=phase.focus,
             )
         else:
             effect = RequestCompaction._make(
@@ -111,6 +113,7 @@ def _retry_or_give_up(
                 attempt=attempt + 1,
                 trim_level=trimmed.trim_level,
                 alternate=phase.alternate,
+                focus=phase.focus,
             )
         return state._evolve(phase=trimmed), (effect,)
     delay = retry_delay(state, attempt + 1, event.retry_after)
@@ -171,6 +174,7 @@ def on_continuation_response(state: ConversationState, event: ContinuationRespon
                     rejected_tool_calls=phase.rejected_tool_calls,
                     trim_level=phase.trim_level,
                     alternate=True,
+                    focus=phase.focus,
                 )
             )
             return measured._evolve(phase=again), tuple(effects)
@@ -195,10 +199,13 @@ def _checkpoint_taken(
     state: ConversationState,
     text: str,
     effects: list[Effect],
+    *,
     resume: bool | None = None,
     usage: Usage | None = None,
+    elapsed: float | None = None,
 ) -> Result:
-    """Use an agent's checkpoint answer (``""`` when none could be had)."""
+    """Use an agent's checkpoint answer (``""`` when none could be had); ``elapsed`` is how
+    long the run has gone on, when the runtime measured it."""
     phase = cast(AwaitingCheckpoint, state.phase)
     checkpoint = extract_checkpoint(text)
     if text.strip():
@@ -208,11 +215,20 @@ def _checkpoint_taken(
     resume_after = phase.resume_after if resume is None else resume
     if phase.purpose == "pause":
         return _pause_with(state, checkpoint, effects)
+    bound = state.config.max_run_seconds
+    if bound is not None and elapsed is not None and elapsed >= bound:  # REQ-SEG-044
+        message = (
+            f"The run has gone on for {elapsed:,.0f} s, and its bound is {bound:,.0f} s "
+            "(max_run_seconds): it stops at this limit instead of restarting. Its checkpoint "
+            "is recorded; a new conversation can start from it."
+        )
+        return fail(state, ErrorKind.RUN_TIME_LIMIT, message, effects)
     seed = continuation_prompt(checkpoint)
-    seed_tokens = state.config.system_tokens + estimate_tokens(seed)
+    seed_tokens = state.config.system_tokens + state.pinned_tokens + estimate_tokens(seed)
     if seed_tokens >= state.config.continuation_tokens:
         message = (
-            f"The checkpoint (about {seed_tokens:,} tokens with the system prompt) does not fit "
+            f"The checkpoint (about {seed_tokens:,} tokens with the system prompt and the "
+            "pinned messages) does not fit "
             "a fresh session "
             f"(threshold {state.config.continuation_tokens:,}); restarting again would loop."
         )
@@ -266,12 +282,15 @@ def _pause_with(state: ConversationState, checkpoint: str, effects: list[Effect]
 def on_checkpoint_response(state: ConversationState, event: CheckpointResponse) -> Result:
     if cast(AwaitingCheckpoint, state.phase).retry_pending:
         return state, NOTHING
-    return _checkpoint_taken(state, event.text, [], usage=event.usage)
+    return _checkpoint_taken(
+        state, event.text, [], usage=event.usage, elapsed=event.elapsed_seconds
+    )
 
 
 def on_checkpoint_failed(state: ConversationState, event: CheckpointFailed) -> Result:
+    elapsed = event.elapsed_seconds
     return _retry_or_give_up(
-        state, event, "checkpoint", lambda s, _error: _checkpoint_taken(s, "", [])
+        state, event, "checkpoint", lambda s, _error: _checkpoint_taken(s, "", [], elapsed=elapsed)
     )
 
 
@@ -314,6 +333,7 @@ def on_resume(state: ConversationState, event: ResumeRequested) -> Result:
         continuations=state.continuations + (snapshot.trigger == "exhaustion"),
         context_tokens=None,
         pending_tokens=state.config.system_tokens
+        + state.pinned_tokens
         + estimate_tokens(context)
         + estimate_tokens(prompt),
         warned=False,
@@ -338,6 +358,7 @@ def on_compaction_response(state: ConversationState, event: CompactionResponse) 
             rejected_tool_calls=phase.rejected_tool_calls,
             trim_level=phase.trim_level,
             alternate=True,
+            focus=phase.focus,
         )
         return state._evolve(phase=phase._evolve(alternate=True, attempt=1)), (request,)
     config = state.config

@@ -28,6 +28,7 @@ from segue.statemachine._paths import (
     turn_boundary,
 )
 from segue.statemachine.accounting import (
+    cap_text,
     estimate_content,
     estimate_tokens,
     estimate_tool_calls,
@@ -50,6 +51,7 @@ from segue.statemachine.effects import (
 from segue.statemachine.events import (
     LlmError,
     LlmResponse,
+    ManualContinuation,
     PauseRequested,
     ProviderCompacted,
     RetryDue,
@@ -79,28 +81,44 @@ def on_user_message(state: ConversationState, event: UserMessage) -> Result:
     if tokens is None:
         content = event.content
         tokens = estimate_content(event.text, content) if content else estimate_tokens(event.text)
-    if tokens >= state.config.continuation_tokens:
+    config = state.config
+    if tokens >= config.continuation_tokens:
         reason = (
             f"The message is too large for this conversation: about {tokens:,} tokens, while "
-            f"{state.config.continuation_tokens:,} is the most a whole prompt may hold here. "
-            "Shorten it or attach it as a file."
+            f"{config.continuation_tokens:,} is the most a whole prompt may hold here. "
+            "Shorten it, or split it over several messages."
         )
         return state, (RejectUserMessage._make(reason=reason, cause="too_large"),)
-    effects: list[Effect] = [
-        record(state, "user", event.text, content=event.content)
-        if event.content
-        else record(state, "user", event.text)
-    ]
-    changes = {
+    changes: dict[str, Any] = {
         "pending_tokens": state.pending_tokens + tokens,
         "message_count": state.message_count + 1,
         "tool_rounds": 0,
     }
+    kept: dict[str, Any] = {"content": event.content} if event.content else {}
+    if event.pinned:
+        pinned = state.pinned_tokens + tokens
+        if pinned > config.pinned_budget:
+            reason = (
+                f"The message cannot be pinned: about {tokens:,} tokens, and pinned messages "
+                f"may hold {config.pinned_budget:,} together in this conversation (a quarter of "
+                f"its window; {state.pinned_tokens:,} are pinned already). Send it unpinned, "
+                "or pin something shorter."
+            )
+            return state, (RejectUserMessage._make(reason=reason, cause="too_large"),)
+        changes["pinned_tokens"] = pinned
+        kept["pinned"] = True
+    effects: list[Effect] = [record(state, "user", event.text, **kept)]
     return turn_boundary(state, effects, True, changes)
 
 
-def on_manual_continuation(state: ConversationState, _event: object) -> Result:
-    return exhaust(state, "manual", (), False, [])
+def on_manual_continuation(state: ConversationState, event: ManualContinuation) -> Result:
+    return exhaust(state, "manual", (), False, [], focus=event.focus)
+
+
+def on_cancel_pause(state: ConversationState, _event: object) -> Result:
+    """REQ-SEG-046: a cancel ends a pause; the conversation waits for the user in the session
+    it paused in (its snapshot stays stored)."""
+    return state._evolve(phase=IDLE), NOTHING
 
 
 def on_pause_when_idle(state: ConversationState, event: PauseRequested) -> Result:
@@ -288,6 +306,7 @@ def on_retry_due(state: ConversationState, event: RetryDue) -> Result:
             attempt=event.attempt,
             trim_level=phase.trim_level,
             alternate=phase.alternate,
+            focus=phase.focus,
         )
     elif isinstance(phase, AwaitingCheckpoint):
         request = RequestCheckpoint._make(
@@ -295,6 +314,7 @@ def on_retry_due(state: ConversationState, event: RetryDue) -> Result:
             rejected_tool_calls=phase.rejected_tool_calls,
             attempt=event.attempt,
             trim_level=phase.trim_level,
+            focus=phase.focus,
         )
     else:
         request = RequestCompaction._make(
@@ -302,6 +322,7 @@ def on_retry_due(state: ConversationState, event: RetryDue) -> Result:
             attempt=event.attempt,
             trim_level=phase.trim_level,
             alternate=phase.alternate,
+            focus=phase.focus,
         )
     return state._evolve(phase=next_phase), (request,)
 
@@ -318,18 +339,20 @@ def on_tool_result(state: ConversationState, event: ToolResult) -> Result:
     phase = cast(ToolExecuting, state.phase)
     if event.tool_call_id not in phase.pending:
         return state, NOTHING  # unknown or duplicate: a stale report
+    output, content = event.output, event.content
     tokens = event.token_count
     if tokens is None:
-        content = event.content
-        tokens = (
-            estimate_content(event.output, content) if content else estimate_tokens(event.output)
-        )
-    kept = {"content": event.content} if event.content else {}
+        tokens = estimate_content(output, content) if content else estimate_tokens(output)
+    cap = state.config.tool_output_cap
+    if tokens > cap:  # REQ-SEG-043: the head and the tail, and a note of what was cut
+        output, content = _capped(output, content, cap)
+        tokens = estimate_content(output, content) if content else estimate_tokens(output)
+    kept = {"content": content} if content else {}
     effects: list[Effect] = [
         record(
             state,
             "tool_result",
-            event.output,
+            output,
             tool_call_id=event.tool_call_id,
             is_error=event.is_error,
             **kept,
@@ -344,6 +367,18 @@ def on_tool_result(state: ConversationState, event: ToolResult) -> Result:
         changes["phase"] = phase._evolve(pending=pending)
         return state._replace(changes), tuple(effects)
     return turn_boundary(state, effects, True, changes)
+
+
+def _capped(output: str, content: tuple[Any, ...], cap: int) -> tuple[str, tuple[Any, ...]]:
+    """A tool result within ``cap``: its text capped, and each text block of its content (a
+    result with images keeps them; pre-flight still counts them)."""
+    if not content:
+        return cap_text(output, cap), content
+    blocks = tuple(
+        block._evolve(text=cap_text(block.text, cap)) if block.type == "text" else block
+        for block in content
+    )
+    return cap_text(output, cap), blocks
 
 
 def on_cancel_tools(state: ConversationState, _event: object) -> Result:

@@ -51,3 +51,48 @@ def reported_occupancy(usage: Usage | None) -> int | None:
         return None
     prompt = usage.prompt_tokens  # read once: this runs on every response
     return prompt + usage.output_tokens if prompt > 0 else None
+
+
+def cap_text(text: str, max_tokens: int, *, saved_as: str | None = None) -> str:
+    """``text`` if its estimate fits ``max_tokens``; else its head and tail with a note between
+    them saying how much was cut (and, with ``saved_as``, where the whole text is kept).
+
+    The result's estimate (``estimate_tokens``) is at most ``max_tokens``. The head and the tail
+    get half of the room each (a tool's output tends to say what it is at the start and how it
+    ended at the end), and each is cut at a line break when one is near.
+    """
+    data = text.encode("utf-8")
+    room = (max_tokens - MESSAGE_OVERHEAD_TOKENS) * BYTES_PER_TOKEN
+    if len(data) <= room:
+        return text
+    # The note's length depends on the figures in it; sized with the largest they can be, the
+    # kept part only grows shorter, so the final note never needs more room than was left.
+    keep = max(0, room - len(_cut_note(len(data), len(data), saved_as).encode("utf-8")))
+    head = _whole_lines(data[: keep // 2].decode("utf-8", "ignore"), from_end=True)
+    tail = _whole_lines(data[len(data) - (keep - keep // 2) :].decode("utf-8", "ignore"))
+    cut = len(data) - len(head.encode("utf-8")) - len(tail.encode("utf-8"))
+    return f"{head}{_cut_note(cut, len(data), saved_as)}{tail}"
+
+
+def _cut_note(cut_bytes: int, total_bytes: int, saved_as: str | None) -> str:
+    where = (
+        f" The whole output is saved in {saved_as}."
+        if saved_as
+        else " Ask for a narrower result if the cut part matters."
+    )
+    return (
+        f"\n\n[... about {ceil(cut_bytes / BYTES_PER_TOKEN):,} tokens ({cut_bytes:,} of "
+        f"{total_bytes:,} bytes) of this output were cut here to fit the context window.{where}]"
+        "\n\n"
+    )
+
+
+def _whole_lines(part: str, *, from_end: bool = False) -> str:
+    """``part`` without the broken line at its cut edge, when a line break is near that edge
+    (within a fifth of it); otherwise as it is (one long line is cut where it must be)."""
+    near = max(1, len(part) // 5)
+    if from_end:
+        index = part.rfind("\n", len(part) - near)
+        return part[: index + 1] if index >= 0 else part
+    index = part.find("\n", 0, near)
+    return part[index + 1 :] if index >= 0 else part

@@ -58,6 +58,9 @@ class RequestContinuation(Frozen):
     trim_level: Annotated[StrictInt, Field(ge=0)] = 0
     alternate: bool = False
     """Ask with the other instruction: the first answer was empty or a refusal."""
+    focus: str | None = None
+    """The user's focus for this exhaustion path (a manual trigger's), added to the
+    instruction (REQ-SEG-041)."""
 
 
 class RequestCheckpoint(Frozen):
@@ -68,6 +71,8 @@ class RequestCheckpoint(Frozen):
     rejected_tool_calls: tuple[ToolCall, ...] = ()
     attempt: Attempt = 1
     trim_level: Annotated[StrictInt, Field(ge=0)] = 0
+    focus: str | None = None
+    """The user's focus for this exhaustion path, added to the instruction (REQ-SEG-041)."""
 
 
 class ArchiveTranscript(Frozen):
@@ -88,6 +93,9 @@ class RequestCompaction(Frozen):
     trim_level: Annotated[StrictInt, Field(ge=0)] = 0
     alternate: bool = False
     """Ask with the other instruction: the first answer was empty or a refusal."""
+    focus: str | None = None
+    """The user's focus for this exhaustion path (a manual trigger's), added to the
+    instruction (REQ-SEG-041)."""
 
 
 class StartSession(Frozen):

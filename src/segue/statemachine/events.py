@@ -20,6 +20,9 @@ from segue.statemachine.models import TokenCount, ToolCall, Usage
 NonEmptyText = Annotated[str, Field(min_length=1)]
 RetryAfter = Annotated[float, Field(ge=0, le=3600)]
 AttemptNumber = Annotated[StrictInt, Field(ge=1)]
+Seconds = Annotated[float, Field(ge=0)]
+Focus = Annotated[str, Field(min_length=1, max_length=20_000, pattern=r"\S")]
+"""A focus for the limit's request: some text that is not only whitespace."""
 
 
 class UserMessage(Frozen):
@@ -36,6 +39,8 @@ class UserMessage(Frozen):
     content: tuple[UserBlock, ...] = ()
     token_count: TokenCount | None = None
     """Exact tokens of this message (from ``count_tokens``); an estimate is used when absent."""
+    pinned: bool = False
+    """Keep this message through every fresh start, verbatim (REQ-SEG-042)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -137,6 +142,9 @@ class CheckpointResponse(Frozen):
     kind: Literal["checkpoint_response"] = "checkpoint_response"
     text: str
     usage: Usage | None = None
+    elapsed_seconds: Seconds | None = None
+    """Seconds since the conversation was created, by the runtime's clock when the answer
+    arrived: what ``max_run_seconds`` is compared with (REQ-SEG-044). None: not measured."""
 
 
 class CheckpointFailed(Frozen):
@@ -148,6 +156,8 @@ class CheckpointFailed(Frozen):
     context_overflow: bool = False
     retry_after: RetryAfter | None = None
     """Seconds the provider asked to wait before the next attempt; the retry waits at least that."""
+    elapsed_seconds: Seconds | None = None
+    """As ``CheckpointResponse.elapsed_seconds``: a restart without a checkpoint is still one."""
 
 
 class CompactionResponse(Frozen):
@@ -195,6 +205,9 @@ class ManualContinuation(Frozen):
     """The user asks to continue in a new conversation now (REQ-BED-023); only from Idle."""
 
     kind: Literal["manual_continuation"] = "manual_continuation"
+    focus: Focus | None = None
+    """What the summary (checkpoint, compaction) should keep above all: it goes with every
+    request of this exhaustion path (REQ-SEG-041), as Claude Code's ``/compact <focus>``."""
 
 
 class PauseRequested(Frozen):

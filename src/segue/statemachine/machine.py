@@ -50,6 +50,7 @@ from segue.statemachine._summaries import (
     on_resume,
 )
 from segue.statemachine._turns import (
+    on_cancel_pause,
     on_cancel_request,
     on_cancel_tools,
     on_llm_error,
@@ -115,6 +116,7 @@ _HANDLERS: Final[dict[tuple[str, str], Handler]] = {
     ("failed", "user_message"): on_user_message_failed,
     ("paused", "user_message"): reject_paused,
     ("paused", "resume_requested"): on_resume,
+    ("paused", "user_cancel"): on_cancel_pause,
 }
 for _phase in _BUSY:
     _HANDLERS[(_phase, "user_message")] = reject_busy

@@ -71,6 +71,9 @@ class ErrorKind(_LenientStrEnum):
     """After compaction the context is still over the threshold: compacting again would loop."""
     TOOL_ROUNDS_EXHAUSTED = "tool_rounds_exhausted"
     """A sub-agent's turn used its ``max_tool_rounds`` and still asked for tools."""
+    RUN_TIME_LIMIT = "run_time_limit"
+    """A ``CHECKPOINT_RESTART`` run reached the limit after its ``max_run_seconds``: it stopped
+    with its checkpoint recorded instead of restarting (REQ-SEG-044)."""
 
 
 class Usage(Frozen):
@@ -143,6 +146,9 @@ class Message(Frozen):
     images and documents; the thinking, text and tool_use blocks of a reply that thought
     (thinking must go back unchanged); a tool result's text and images. ``text`` stays the plain
     text (what summaries, estimates and people read)."""
+    pinned: bool = False
+    """A user message the user pinned: never summarised away. Every fresh start (a new session,
+    a new generation, a seeded child) still sends it, verbatim (REQ-SEG-042)."""
 
 
 class ModelSettings(Frozen):

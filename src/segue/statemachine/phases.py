@@ -59,6 +59,8 @@ class AwaitingContinuation(Frozen):
     provider overflow, none of which reports one)."""
     alternate: bool = False
     """The first answer was empty or a refusal: this asks again with another instruction."""
+    focus: str | None = None
+    """The user's focus for this exhaustion path (a manual trigger's), sent with each ask."""
 
 
 class AwaitingCheckpoint(Frozen):
@@ -76,6 +78,8 @@ class AwaitingCheckpoint(Frozen):
     attempt: Attempt = 1
     trim_level: TrimLevel = 0
     retry_pending: bool = False
+    focus: str | None = None
+    """The user's focus for this exhaustion path (a manual trigger's), sent with each ask."""
 
 
 class Compacting(Frozen):
@@ -90,6 +94,8 @@ class Compacting(Frozen):
     retry_pending: bool = False
     alternate: bool = False
     """The first answer was empty or a refusal: this asks again with another instruction."""
+    focus: str | None = None
+    """The user's focus for this exhaustion path (a manual trigger's), sent with each ask."""
 
 
 class ContextExhausted(Frozen):

@@ -21,6 +21,20 @@ Ratio = Annotated[float, Field(gt=0, le=1)]
 Count = Annotated[StrictInt, Field(ge=0)]
 
 
+MAX_PROMPT_CHARS = 20_000
+"""Longest custom instruction or focus taken: an instruction, not a document."""
+MIN_TOOL_OUTPUT_TOKENS = 256
+"""The smallest cap on a tool's output: room for a head, a tail and the note between them."""
+TOOL_OUTPUT_CAP = 25_000
+"""The default cap on one tool result in a large window (what Claude Code allows a tool)."""
+
+
+def default_tool_output_cap(window: int) -> int:
+    """The default cap on one tool result: 25,000 tokens, or an eighth of a smaller window (a
+    1,000,000-character result must not fill a 32k window alone), never below the minimum."""
+    return max(MIN_TOOL_OUTPUT_TOKENS, min(TOOL_OUTPUT_CAP, window // 8))
+
+
 def threshold_tokens(ratio: float, window: int) -> int:
     """The smallest token count at or above ``ratio`` of ``window``, computed exactly.
 
@@ -60,6 +74,29 @@ class ConversationConfig(Frozen):
     settings: ModelSettings = DEFAULT_SETTINGS
     """Temperature, extended thinking and tool choice: how the model is asked (the core does
     not read them; they live here so they are fixed, persisted and validated with the rest)."""
+    summary_prompt: Annotated[str, Field(max_length=MAX_PROMPT_CHARS, pattern=r"\S")] | None = None
+    """The instruction of the request the behaviour sends at the limit (the continuation
+    summary, the checkpoint, the compaction summary) in place of segue's (REQ-SEG-040)."""
+    summary_model: Annotated[str, Field(min_length=1)] | None = None
+    """The model the limit's requests go to; ordinary turns go to ``model`` (REQ-SEG-045)."""
+    max_tool_output_tokens: Annotated[StrictInt, Field(ge=MIN_TOOL_OUTPUT_TOKENS)] | None = None
+    """The most one tool result may hold; a longer one is recorded with its head and tail and a
+    note of what was cut (REQ-SEG-043). None: ``default_tool_output_cap(context_window)``."""
+    max_run_seconds: Annotated[float, Field(gt=0)] | None = None
+    """``CHECKPOINT_RESTART``: past this many seconds since the conversation was created, the
+    limit ends the run instead of restarting it (REQ-SEG-044). None: no bound."""
+
+    @property
+    def tool_output_cap(self) -> int:
+        """The most tokens one tool result may hold in this conversation."""
+        cap = self.max_tool_output_tokens
+        return default_tool_output_cap(self.context_window) if cap is None else cap
+
+    @property
+    def pinned_budget(self) -> int:
+        """The most tokens pinned messages may hold together: a quarter of the window, so that
+        every fresh start still has room for its seed and for work (REQ-SEG-042)."""
+        return self.context_window // 4
 
     @model_validator(mode="before")
     @classmethod
@@ -132,6 +169,8 @@ class ConversationState(Frozen):
     id), from the latest response that named one; ``None`` in a new session (REQ-SEG-032)."""
     pause_requested: bool = False
     pause_reason: str = ""
+    pinned_tokens: Count = 0
+    """Tokens of the pinned messages (REQ-SEG-042): part of every fresh start's projection."""
 
     @property
     def id(self) -> str:
@@ -192,6 +231,10 @@ def new_conversation(
     max_continuations: int = 10,
     max_tool_rounds: int = 50,
     settings: ModelSettings | None = None,
+    summary_prompt: str | None = None,
+    summary_model: str | None = None,
+    max_tool_output_tokens: int | None = None,
+    max_run_seconds: float | None = None,
 ) -> ConversationState:
     """A new, idle conversation.
 
@@ -199,6 +242,8 @@ def new_conversation(
     parent (``<parent>.child``) or is ``"conversation"``; runtimes always pass a fresh one.
     ``context_window`` overrides the static model table (the runtime passes what
     ``models.retrieve`` reported); ``system_tokens`` seeds pre-flight with the system prompt.
+    ``summary_prompt``, ``summary_model``, ``max_tool_output_tokens`` and ``max_run_seconds``
+    are the user's control at the limit (see ``ConversationConfig``).
     Invalid values raise ``pydantic.ValidationError``.
     """
     info = model_info(model)
@@ -220,5 +265,9 @@ def new_conversation(
         max_tool_rounds=max_tool_rounds,
         system_tokens=system_tokens,
         settings=DEFAULT_SETTINGS if settings is None else settings,
+        summary_prompt=summary_prompt,
+        summary_model=summary_model,
+        max_tool_output_tokens=max_tool_output_tokens,
+        max_run_seconds=max_run_seconds,
     )
     return ConversationState(config=config, pending_tokens=config.system_tokens)
