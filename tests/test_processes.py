@@ -30,6 +30,7 @@ from segue.executor.stores.sqlite import SqliteStore
 pytestmark = pytest.mark.slow
 T = TypeVar("T")
 WORKER = Path(__file__).with_name("process_worker.py")
+GATED_WORKER = Path(__file__).with_name("gated_worker.py")
 MODEL = "claude-sonnet-4-5"
 TIMEOUT = 120
 
@@ -117,16 +118,31 @@ def concurrent_senders(where: str) -> None:
 
 
 def a_process_starting_meanwhile(where: str) -> None:
-    """A second process starts (and recovers) while the first has a request in flight."""
+    """A second process starts (and recovers) while the first has a request in flight.
+
+    The first one's model answers only when told (``gated_worker.py``), so its request is in
+    flight for as long as the second process takes to start, however busy the machine is."""
     (cid,) = run(create(where, 1))
-    first = start(where, "send", cid, "1", "1.5")
-    owner = wait_for_claim(where, cid)
-    second = finish(start(where, "recover"))
-    assert second["calls"] == 0  # the live process's request was left to it
-    assert first.poll() is None  # ... which was still at it
-    done = finish(first)
+    first = subprocess.Popen(  # noqa: S603  # our own worker, no shell
+        [sys.executable, str(GATED_WORKER), where, cid],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert first.stdout is not None
+        assert json.loads(first.stdout.readline() or "{}") == {"asked": True}
+        owner = wait_for_claim(where, cid)
+        second = finish(start(where, "recover"))
+        assert second["calls"] == 0  # the live process's request was left to it
+        assert first.poll() is None  # ... which was still at it
+    finally:
+        out, err = first.communicate("answer now\n", timeout=TIMEOUT)
+    assert first.returncode == 0, err
+    done = json.loads(out.splitlines()[-1])
     assert done["owner"] == owner
-    assert (done["calls"], done["results"]) == (1, ["idle"])
+    assert (done["calls"], done["phase"]) == (1, "idle")
     assert run(transcript_kinds(where, cid)) == (["user", "assistant"], "idle", 0)
 
 
