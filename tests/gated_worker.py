@@ -23,17 +23,18 @@ from segue.executor.stores.sqlite import SqliteStore
 
 
 class Gated(ScriptedModel):
-    """Says it was asked, then answers once a line arrives on stdin."""
+    """Says it was asked, then answers once a line arrives on stdin (later requests at once)."""
 
     def __init__(self) -> None:
         super().__init__(reply_chars=30)
         self.opened_at: float | None = None
 
     async def complete(self, request: LlmRequest, *, on_text: TextSink | None = None) -> LlmReply:
-        sys.stdout.write(json.dumps({"asked": True}) + "\n")
-        sys.stdout.flush()
-        await asyncio.to_thread(sys.stdin.readline)
-        self.opened_at = time.monotonic()
+        if self.opened_at is None:  # only the first request waits for the gate
+            sys.stdout.write(json.dumps({"asked": True}) + "\n")
+            sys.stdout.flush()
+            await asyncio.to_thread(sys.stdin.readline)
+            self.opened_at = time.monotonic()
         return await super().complete(request, on_text=on_text)
 
 

@@ -41,7 +41,7 @@ from segue import (
 )
 from segue.agent_sdk import CONTINUE_PROMPT, AgentSdkModel, archive_transcript
 from segue.agent_sdk._reading import QueryReader, summary_of
-from segue.executor.perform import CONTINUATION_INSTRUCTION
+from segue.executor.instructions import CONTINUATION_INSTRUCTION
 from segue.executor.ports import LlmReply
 from segue.executor.subagent import subagent_tool
 from segue.statemachine import ToolCall

@@ -10,7 +10,7 @@ from typing import Any
 import anthropic
 
 from segue import AnthropicModel, ContextExhaustionBehavior, MemoryStore, Runtime
-from segue.executor.perform import (
+from segue.executor.instructions import (
     ALTERNATE_COMPACTION_INSTRUCTION,
     ALTERNATE_CONTINUATION_INSTRUCTION,
     COMPACTION_INSTRUCTION,

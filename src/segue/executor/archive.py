@@ -90,3 +90,22 @@ def write_archive(
         for message in transcript:
             handle.write(message.model_dump_json() + "\n")
     return path
+
+
+def write_tool_output(
+    directory: Path, conversation_id: str, tool_call_id: str, output: str
+) -> Path:
+    """Save a tool's whole output, before it is capped for the model, to a new private file in
+    ``directory``; the file's path, which the cap's note names (REQ-SEG-043)."""
+    directory = private_directory(directory)
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    call = _UNSAFE.sub("_", tool_call_id).strip("_")[:40] or "call"
+    name = f"{safe_slug(conversation_id)}.tool.{call}.{stamp}.{uuid.uuid4().hex[:8]}.txt"
+    path = (directory / name).resolve()
+    if path.parent != directory.resolve():
+        msg = f"tool output path escaped its directory: {name!r}"
+        raise ValueError(msg)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(output)
+    return path

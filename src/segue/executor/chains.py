@@ -37,6 +37,8 @@ ANSWERS: Final = {
     "compaction_response": "compaction",
 }
 """The purpose of the request each answer event answers."""
+LIMIT_PURPOSES: Final = ("continuation", "checkpoint", "compaction")
+"""The purposes of the requests sent at the limit (to ``summary_model`` when there is one)."""
 _MAX_CHAIN: Final = 10_000
 """A chain longer than this is a loop in the store (a link the store should never hold)."""
 
@@ -96,6 +98,25 @@ class UsageReport:
     by_purpose_and_session: dict[tuple[str, int], Usage] = field(default_factory=dict)
     requests: int = 0
     """Answers with a usage report (requests that failed or reported nothing are not here)."""
+    models: dict[str, str] = field(default_factory=dict)
+    """The model each purpose was asked of (the limit's requests go to the conversation's
+    ``summary_model`` when it has one); empty when unknown."""
+
+    @property
+    def by_model(self) -> dict[str, Usage]:
+        """Per model, for a conversation whose limit requests went to another model."""
+        groups: dict[str, list[Usage]] = {}
+        for (purpose, _session), usage in self.by_purpose_and_session.items():
+            groups.setdefault(self.models.get(purpose, "unknown"), []).append(usage)
+        return {model: _sum(usages) for model, usages in groups.items()}
+
+    @property
+    def by_purpose_and_model(self) -> dict[tuple[str, str], Usage]:
+        """Per purpose with the model that answered it: ``("compaction", "claude-haiku-4-5")``."""
+        return {
+            (purpose, self.models.get(purpose, "unknown")): usage
+            for purpose, usage in self.by_purpose.items()
+        }
 
     @property
     def total(self) -> Usage:

@@ -19,8 +19,18 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 from segue.executor._log import get_logger
-from segue.executor.archive import write_archive
+from segue.executor.archive import write_archive, write_tool_output
 from segue.executor.bus import UpdateBus
+from segue.executor.instructions import (
+    ALTERNATE_COMPACTION_INSTRUCTION,
+    ALTERNATE_CONTINUATION_INSTRUCTION,
+    COMPACTION_INSTRUCTION,
+    CONTINUATION_INSTRUCTION,
+    FINAL_ANSWER_INSTRUCTION,
+    FOCUS_NOTE,
+    at_the_limit,
+    limit_instruction,
+)
 from segue.executor.ports import (
     AgentToolActivity,
     LlmCallError,
@@ -60,8 +70,11 @@ from segue.statemachine import (
     ToolResult,
     UserMessage,
     compile_resume_context,
+    estimate_content,
     estimate_tokens,
+    model_info,
 )
+from segue.statemachine.accounting import cap_text
 from segue.statemachine.checkpoint import SessionSnapshot
 from segue.statemachine.effects import (
     ArchiveTranscript,
@@ -74,35 +87,6 @@ from segue.statemachine.effects import (
     SaveSnapshot,
     ScheduleRetry,
 )
-
-CONTINUATION_INSTRUCTION = (
-    "The conversation context is nearly full, so this conversation will end here. Write a "
-    "concise continuation summary that can seed a new conversation: the user's goal, what was "
-    "done and decided, open questions, and the next steps. Plain text, no tool calls."
-)
-COMPACTION_INSTRUCTION = (
-    "Summarise the conversation so far for your own future reference: the goal, facts learned, "
-    "decisions, work completed and what remains. The most recent messages are kept verbatim "
-    "after your summary, so focus on everything before them. Plain text, no tool calls."
-)
-
-FINAL_ANSWER_INSTRUCTION = (
-    "You have used every tool call this turn allows, so no tool can be called now. Answer the "
-    "user with what you have found so far, and say what is left to do, if anything."
-)
-"""Sent with the grace request of a turn that used its tool rounds (tools declared, none
-callable)."""
-
-ALTERNATE_CONTINUATION_INSTRUCTION = (
-    "Please write a short factual record of this conversation for the user's own notes: what "
-    "they asked for, what was answered or done, and what is still open. Plain text only."
-)
-"""Asked once more when the first continuation answer was empty or a refusal."""
-ALTERNATE_COMPACTION_INSTRUCTION = (
-    "Please write neutral notes on the conversation so far, for continuing it: the topics, the "
-    "facts established, the work done and what remains. Plain text only."
-)
-"""Asked once more when the first compaction answer was empty or a refusal."""
 
 current_conversation_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "segue_current_conversation_id", default=None
@@ -167,14 +151,19 @@ class Performer:
         if isinstance(effect, RequestContinuation | RequestCheckpoint):
             purpose, instruction, to_event = _SUMMARY_REQUESTS[type(effect)]
             if isinstance(effect, RequestContinuation) and effect.alternate:
-                instruction = ALTERNATE_CONTINUATION_INSTRUCTION
+                instruction = ALTERNATE_CONTINUATION_INSTRUCTION  # the user's did not work
+            elif at_the_limit(stored.state, effect):
+                instruction = limit_instruction(instruction, stored.state, None)
+            if effect.focus:
+                instruction += FOCUS_NOTE.format(focus=effect.focus)
+            elapsed = max(0.0, self._clock() - stored.created_at)
             return await self._ask(
                 stored,
                 purpose,
                 instruction=instruction,
                 rejected=effect.rejected_tool_calls,
                 trim_level=effect.trim_level,
-                to_events=lambda outcome: [to_event(outcome)],
+                to_events=lambda outcome: [to_event(outcome, elapsed)],
             )
         if isinstance(effect, RequestCompaction):
             return [await self._compact(stored, effect)]
@@ -308,9 +297,14 @@ class Performer:
     ) -> LlmRequest:
         state = stored.state
         cap = self._parts.max_tokens
+        config = state.config
+        model, output = state.model, config.max_output_tokens
+        if purpose != "turn" and config.summary_model is not None:  # REQ-SEG-045
+            model = config.summary_model
+            output = min(output, model_info(model).max_output_tokens)
         return LlmRequest(
             conversation_id=state.id,
-            model=state.model,
+            model=model,
             purpose=purpose,
             system=await self._system(stored),
             messages=messages if messages is not None else await self._view(stored),
@@ -318,9 +312,7 @@ class Performer:
             instruction=instruction,
             rejected_tool_calls=tuple(rejected),
             trim_level=trim_level,
-            max_tokens=state.config.max_output_tokens
-            if cap is None
-            else min(cap, state.config.max_output_tokens),
+            max_tokens=output if cap is None else min(cap, output),
             settings=state.config.settings,
             final=final,
             behavior=state.behavior,
@@ -437,10 +429,12 @@ class Performer:
         tools = self._parts.tools
         bus = self._bus
 
+        cap = stored.state.config.tool_output_cap
+
         async def run(call: ToolCall) -> ToolResult:
             if bus.listening(cid):
                 bus.emit(cid, ToolStartedUpdate(id=call.id, name=call.name, input=call.input))
-            result = await tools.run(call)
+            result = await self._capped(cid, await tools.run(call), cap)
             if bus.listening(cid):
                 finished = ToolFinishedUpdate(
                     id=call.id, name=call.name, is_error=result.is_error, output=result.output
@@ -454,16 +448,61 @@ class Performer:
         finally:
             current_conversation_id.reset(token)
 
+    async def _capped(self, conversation_id: str, result: ToolResult, cap: int) -> ToolResult:
+        """``result`` within the conversation's cap on tool output (REQ-SEG-043): its head and
+        tail, and a note of what was cut. With an ``archive_dir`` the whole output is first
+        saved as a private file, and the note names it. The core would cap an oversize result
+        itself (without the file); capping here also keeps the event log small."""
+        content = result.content
+        text = result.output
+        if (estimate_content(text, content) if content else estimate_tokens(text)) <= cap:
+            return result
+        saved_as: str | None = None
+        directory = self._parts.archive_dir
+        if directory is not None:
+            try:
+                path = await asyncio.to_thread(
+                    write_tool_output, directory, conversation_id, result.tool_call_id, text
+                )
+                saved_as = str(path)
+            except (OSError, ValueError) as error:
+                _log.error(
+                    "tool_output_not_saved",
+                    conversation_id=conversation_id,
+                    error_type=type(error).__name__,
+                )
+        blocks = tuple(
+            block.model_copy(update={"text": cap_text(block.text, cap, saved_as=saved_as)})
+            if block.type == "text"
+            else block
+            for block in content
+        )
+        _log.info(
+            "tool_output_capped",
+            conversation_id=conversation_id,
+            cap_tokens=cap,
+            output_bytes=len(text.encode("utf-8")),
+            saved=saved_as is not None,
+        )
+        return result.model_copy(
+            update={"output": cap_text(text, cap, saved_as=saved_as), "content": blocks}
+        )
+
     async def _compact(self, stored: StoredConversation, effect: RequestCompaction) -> Event:
         state = stored.state
         view = await self._view(stored)
         head, tail = split_for_compaction(view, state.generation, self._parts.keep_recent)
+        instruction = (
+            ALTERNATE_COMPACTION_INSTRUCTION
+            if effect.alternate
+            else limit_instruction(COMPACTION_INSTRUCTION, state, None)
+        )
+        if effect.focus:
+            instruction += FOCUS_NOTE.format(focus=effect.focus)
         request = await self._request(
             stored,
             "compaction",
-            instruction=ALTERNATE_COMPACTION_INSTRUCTION
-            if effect.alternate
-            else COMPACTION_INSTRUCTION,
+            instruction=instruction,
             rejected=effect.rejected_tool_calls,
             trim_level=effect.trim_level,
             messages=head,
@@ -483,6 +522,8 @@ class Performer:
         else:
             retained = estimate_tokens(stored.system or "") + estimate_tokens(reply.text)
             retained += sum(estimate_tokens(message.text) for message in tail)
+            # Pinned messages outside the tail are sent before the summary (REQ-SEG-042).
+            retained += sum(estimate_tokens(m.text) for m in head if m.pinned and m not in tail)
         return CompactionResponse(
             summary=reply.text,
             retained_tokens=retained,
@@ -509,7 +550,7 @@ class Performer:
         _log.info("archived", conversation_id=stored.state.id, path=str(path))
 
 
-def _continuation_event(outcome: LlmReply | LlmCallError) -> Event:
+def _continuation_event(outcome: LlmReply | LlmCallError, _elapsed: float) -> Event:
     if isinstance(outcome, LlmCallError):
         return ContinuationFailed(
             error=outcome.message,
@@ -522,19 +563,21 @@ def _continuation_event(outcome: LlmReply | LlmCallError) -> Event:
     )
 
 
-def _checkpoint_event(outcome: LlmReply | LlmCallError) -> Event:
+def _checkpoint_event(outcome: LlmReply | LlmCallError, elapsed: float) -> Event:
+    """The checkpoint's answer, with how long the run has gone on (REQ-SEG-044)."""
     if isinstance(outcome, LlmCallError):
         return CheckpointFailed(
             error=outcome.message,
             retryable=outcome.retryable and not outcome.fatal,
             context_overflow=outcome.context_overflow,
             retry_after=outcome.retry_after,
+            elapsed_seconds=elapsed,
         )
-    return CheckpointResponse(text=outcome.text, usage=outcome.usage)
+    return CheckpointResponse(text=outcome.text, usage=outcome.usage, elapsed_seconds=elapsed)
 
 
 _SUMMARY_REQUESTS: dict[
-    type[Effect], tuple[Purpose, str, Callable[[LlmReply | LlmCallError], Event]]
+    type[Effect], tuple[Purpose, str, Callable[[LlmReply | LlmCallError, float], Event]]
 ] = {
     RequestContinuation: ("continuation", CONTINUATION_INSTRUCTION, _continuation_event),
     RequestCheckpoint: ("checkpoint", CHECKPOINT_PROMPT, _checkpoint_event),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -20,13 +21,17 @@ from pydantic import ValidationError
 
 from segue.executor._log import get_logger
 from segue.executor.bus import Committed, Sink, Watch
-from segue.executor.chains import Link, UsageReport, lineage, usage_from_log, usage_report
-from segue.executor.drive import ANSWERED_BY_EVENTS, DEFAULT_LEASE, Driver, Listener
-from segue.executor.perform import (
-    COMPACTION_INSTRUCTION,
-    CONTINUATION_INSTRUCTION,
-    current_conversation_id,
+from segue.executor.chains import (
+    LIMIT_PURPOSES,
+    Link,
+    UsageReport,
+    lineage,
+    usage_from_log,
+    usage_report,
 )
+from segue.executor.drive import ANSWERED_BY_EVENTS, DEFAULT_LEASE, Driver, Listener
+from segue.executor.instructions import COMPACTION_INSTRUCTION, CONTINUATION_INSTRUCTION
+from segue.executor.perform import current_conversation_id
 from segue.executor.ports import (
     ConversationExhaustedError,
     InvalidMessageError,
@@ -66,7 +71,7 @@ from segue.statemachine.effects import (
     RejectUserMessage,
 )
 
-__all__ = [  # the prompts and the tools' context variable live in ``perform``, imported from here
+__all__ = [  # the prompts (``instructions``) and the tools' context variable (``perform``)
     "COMPACTION_INSTRUCTION",
     "CONTINUATION_INSTRUCTION",
     "ConversationExhaustedError",
@@ -88,9 +93,15 @@ AUTO_CONTINUE_PROMPT = (
 )
 """The first message of a child started with ``auto_continue``."""
 _FAILED_FOR_CONTEXT = frozenset(
-    {ErrorKind.CONTEXT_EXHAUSTED, ErrorKind.CHECKPOINT_OVERFLOW, ErrorKind.COMPACTION_INEFFECTIVE}
+    {
+        ErrorKind.CONTEXT_EXHAUSTED,
+        ErrorKind.CHECKPOINT_OVERFLOW,
+        ErrorKind.COMPACTION_INEFFECTIVE,
+        ErrorKind.RUN_TIME_LIMIT,
+    }
 )
-"""Failures of a conversation whose context ran out: it may be continued in a new one."""
+"""Failures of a conversation whose context (or its run's time) ran out: it may be continued in
+a new one, seeded with the last summary or checkpoint it wrote."""
 _MAX_KEY = 256
 """Longest idempotency key taken (a UUID or a client's request id fits many times over)."""
 _REPLY_SCAN = 64
@@ -189,6 +200,10 @@ class Runtime(Driver):
         temperature: float | None = None,
         thinking_budget: int | None = None,
         tool_choice: Mapping[str, Any] | None = None,
+        summary_prompt: str | None = None,
+        summary_model: str | None = None,
+        max_tool_output_tokens: int | None = None,
+        max_run_seconds: float | None = None,
         seed: Sequence[Message] = (),
     ) -> ConversationState:
         """Create and store a new idle conversation.
@@ -202,6 +217,16 @@ class Runtime(Driver):
         ``thinking_budget`` (extended thinking) and ``tool_choice`` (as the Messages API takes
         it) are how the model is asked; combinations the API refuses raise
         ``pydantic.ValidationError`` here.
+
+        What is kept at the limit is the caller's to steer: ``summary_prompt`` replaces segue's
+        instruction of the request the behaviour sends there (the continuation summary, the
+        checkpoint, the compaction summary); ``summary_model`` answers those requests while
+        ``model`` answers the turns; ``max_tool_output_tokens`` caps one tool result (default:
+        25,000 tokens, or an eighth of a smaller window), the rest cut from its middle and,
+        with the runtime's ``archive_dir``, saved whole to a private file the note names;
+        ``max_run_seconds`` bounds a ``CHECKPOINT_RESTART`` run: reaching the limit after it,
+        the run stops (``Failed(RUN_TIME_LIMIT)``, its checkpoint recorded) instead of
+        restarting.
         """
         window = context_window
         if window is None:
@@ -238,10 +263,17 @@ class Runtime(Driver):
             max_continuations=max_continuations,
             max_tool_rounds=max_tool_rounds,
             settings=settings,
+            summary_prompt=summary_prompt,
+            summary_model=summary_model,
+            max_tool_output_tokens=max_tool_output_tokens,
+            max_run_seconds=max_run_seconds,
         )
         if seed:
             seeded = sum(estimate_tokens(message.text) for message in seed)
-            state = state.model_copy(update={"pending_tokens": state.pending_tokens + seeded})
+            pinned = sum(estimate_tokens(m.text) for m in seed if m.pinned)
+            state = state.model_copy(
+                update={"pending_tokens": state.pending_tokens + seeded, "pinned_tokens": pinned}
+            )
         stored = await self.store.create(state, system=system, messages=seed, at=self._clock())
         self._entry(state.id).stored = stored
         _log.info(
@@ -261,6 +293,7 @@ class Runtime(Driver):
         *,
         wait: bool = True,
         idempotency_key: str | None = None,
+        pinned: bool = False,
     ) -> ConversationState:
         """Record a user message and run until the conversation waits for input.
 
@@ -281,8 +314,13 @@ class Runtime(Driver):
         ``idempotency_key``: a message sent again with the key of one already stored in the
         conversation (a client retrying after a lost reply) is not stored again; the call
         returns once that message's turn is over, as the first call would have.
+
+        ``pinned``: the message is never summarised away: every fresh start (a checkpoint
+        restart, a compaction, a resume, a seeded new conversation) still sends it, verbatim.
+        Pinned messages may hold a quarter of the window together; one that would pass that is
+        refused (``MessageRejectedError``, cause ``too_large``), nothing stored.
         """
-        event = user_message(text)
+        event = user_message(text, pinned=pinned)
         _check_key(idempotency_key)
         self._refuse_if_busy(conversation_id, wait=wait)
         state, effects = await self._drive(conversation_id, event, wait=wait, key=idempotency_key)
@@ -296,15 +334,16 @@ class Runtime(Driver):
         *,
         wait: bool = True,
         idempotency_key: str | None = None,
+        pinned: bool = False,
     ) -> AsyncIterator[Update]:
         """The same turn as ``send()``, yielding ``Update`` values as they happen; ``done`` last.
 
         Refusals raise before the first update, as ``send()`` raises them. The turn runs in its
         own task: a consumer that stops iterating (a web client that disconnects) does not stop
-        it, the turn finishes and is stored; ``cancel()`` stops it. ``wait`` and
-        ``idempotency_key`` are as for ``send()``.
+        it, the turn finishes and is stored; ``cancel()`` stops it. ``wait``,
+        ``idempotency_key`` and ``pinned`` are as for ``send()``.
         """
-        event = user_message(text)
+        event = user_message(text, pinned=pinned)
         _check_key(idempotency_key)
         self._refuse_if_busy(conversation_id, wait=wait)
         sink = Sink(conversation_id)
@@ -376,16 +415,21 @@ class Runtime(Driver):
         """The whole transcript (every session and generation), in order."""
         return await self.store.messages(conversation_id)  # ConversationNotFoundError if none
 
-    async def continue_manually(self, conversation_id: str) -> ConversationState:
+    async def continue_manually(
+        self, conversation_id: str, focus: str | None = None
+    ) -> ConversationState:
         """Take the exhaustion path now (REQ-BED-023); a no-op unless the conversation is idle.
 
+        ``focus`` says what the summary (checkpoint, compaction) must keep above all; it goes
+        into that request's instruction (REQ-SEG-041), as Claude Code's ``/compact <focus>``.
         A request or tools in flight in this runtime make it a no-op at once: it never waits
         for the turn to end and then ends the conversation the user was still using.
         """
+        event = ManualContinuation(focus=focus)  # a blank focus is refused here, as a ValueError
         gate = self._gates.get(conversation_id)
         if gate is not None and gate.lock.locked():
             return (await self.store.load(conversation_id)).state
-        state, _ = await self._drive(conversation_id, ManualContinuation())
+        state, _ = await self._drive(conversation_id, event)
         return state
 
     async def cancel(self, conversation_id: str) -> ConversationState:
@@ -480,6 +524,14 @@ class Runtime(Driver):
                 return (await self.store.load(parent.child_id)).state
             summary = await self._summary_to_seed(parent)
             seed = [Message(kind="summary", text=summary)] if seed_with_summary and summary else []
+            if parent.state.pinned_tokens:  # pinned messages go on, whatever the summary says
+                # After the summary: a summary starts the view it is in (what came before it in
+                # its generation is what it summarised).
+                seed += [
+                    Message(kind="user", text=m.text, content=m.message.content, pinned=True)
+                    for m in await self.store.messages(conversation_id)
+                    if m.message.pinned
+                ]
             config = parent.state.config
             child = await self.create_conversation(
                 model=config.model,
@@ -496,10 +548,14 @@ class Runtime(Driver):
                 temperature=config.settings.temperature,
                 thinking_budget=config.settings.thinking_budget,
                 tool_choice=config.settings.tool_choice,
+                summary_prompt=config.summary_prompt,
+                summary_model=config.summary_model,
+                max_tool_output_tokens=config.max_tool_output_tokens,
+                max_run_seconds=config.max_run_seconds,
                 seed=seed,
             )
             winner = await self.store.link_child(conversation_id, child.id)
-        if winner != child.id or not auto_continue or not seed:
+        if winner != child.id or not auto_continue or not seed_with_summary or not summary:
             return (await self.store.load(winner)).state
         return await self.send(winner, AUTO_CONTINUE_PROMPT)
 
@@ -528,10 +584,14 @@ class Runtime(Driver):
         compaction) and by session: sums of the per-request usage of every answer, read from
         the event log (an answer that was not kept, such as a refused summary asked for again,
         was paid for too)."""
+        stored = await self.store.load(conversation_id)
+        config = stored.state.config
+        limit_model = config.summary_model or config.model
+        models = {"turn": config.model, **dict.fromkeys(LIMIT_PURPOSES, limit_model)}
         logged = usage_from_log(await self.store.transitions(conversation_id))
-        if logged is not None:
-            return logged
-        return usage_report(await self.store.messages(conversation_id))
+        if logged is None:
+            logged = usage_report(await self.store.messages(conversation_id))
+        return dataclasses.replace(logged, models=models)
 
     async def recover(self) -> None:
         """Perform what a crash left pending, for every conversation with a non-empty outbox."""
@@ -543,16 +603,19 @@ class Runtime(Driver):
     # ------------------------------------------------------------------ the loop
 
 
-def user_message(text: object) -> UserMessage:
+def user_message(text: object, *, pinned: bool = False) -> UserMessage:
     """The ``UserMessage`` for ``text`` (a string, or content blocks: text, images, documents,
     as values or as the Messages API's dicts), or the caller's mistake as an exception: nothing
     of it reaches the store or the model."""
+    if not isinstance(pinned, bool):
+        msg = f"pinned is True or False, not {type(pinned).__name__}"
+        raise TypeError(msg)
     if isinstance(text, str):
         _check_text(text)
         if not text.strip():
             msg = "the message is empty (or only whitespace); nothing was sent"
             raise InvalidMessageError(msg)
-        return UserMessage(text=text)
+        return UserMessage(text=text, pinned=pinned)
     if not isinstance(text, Sequence) or isinstance(text, bytes | bytearray):
         msg = f"a message is text (str) or a list of content blocks, not {type(text).__name__}"
         raise TypeError(msg)
@@ -560,7 +623,7 @@ def user_message(text: object) -> UserMessage:
         if isinstance(block, dict) and isinstance(block.get("text"), str):
             _check_text(block["text"])
     try:
-        message = UserMessage.model_validate({"content": tuple(text)})
+        message = UserMessage.model_validate({"content": tuple(text), "pinned": pinned})
     except ValidationError as error:
         msg = f"the message's content blocks are not valid: {error}"
         raise InvalidMessageError(msg) from None

@@ -93,9 +93,11 @@ def enriched(
     usages = [m.usage for m in session if m.kind in _COSTED and m.usage is not None]
     errors = tuple(shortened(_error_text(r), ERROR_CHARS) for r in failed)[-MAX_ERRORS:]
     replies = [m.text for m in session if m.kind == "assistant" and m.text]
+    started = _session_started_at(log)
     return snapshot.model_copy(
         update={
             "created_at": saved_at,
+            "session_seconds": None if started is None else max(0.0, saved_at - started),
             "llm_calls": len(answered) + len(failed),
             "tool_calls": len(tools),
             "usage": _total(usages) if usages else None,
@@ -111,6 +113,15 @@ def _since_session_start(log: Sequence[TransitionRecord]) -> Sequence[Transition
         if "start_session" in log[index].effect_kinds:
             return log[index + 1 :]
     return log
+
+
+def _session_started_at(log: Sequence[TransitionRecord]) -> float | None:
+    """When the current session began: the commit that started it, or the conversation's first
+    commit for its first session."""
+    for record in reversed(log):
+        if "start_session" in record.effect_kinds:
+            return record.at
+    return log[0].at if log else None
 
 
 def _acted(record: TransitionRecord) -> bool:

@@ -5,6 +5,10 @@ restart or a resume starts a new *session* (the model sees only that session's m
 compaction starts a new *generation* within a session (the model sees the summary, the verbatim
 tail the summary names, then what came after).
 
+Pinned messages (REQ-SEG-042) are never left behind: a view starts with every pinned message of
+an earlier session or generation that it does not already hold (in a summary's kept tail), in
+transcript order, before the summary.
+
 ``TranscriptView`` keeps one (session, generation)'s view up to date message by message, so a
 request at the ten-thousandth message costs what it costs at the tenth: the runtime feeds it only
 what the store appended since, and hands the model a ``ViewSnapshot`` (a read-only window on the
@@ -80,17 +84,28 @@ class TranscriptView:
     folded in, which is how the runtime knows whether the store holds more.
     """
 
-    __slots__ = ("_after", "_kept", "_previous", "_summary", "generation", "last_seq", "session")
+    __slots__ = (
+        "_after",
+        "_kept",
+        "_pinned",
+        "_previous",
+        "_summary",
+        "generation",
+        "last_seq",
+        "session",
+    )
 
     def __init__(self, session: int, generation: int) -> None:
         self.session = session
         self.generation = generation
         self.last_seq = 0
         self._summary: Message | None = None
-        self._kept: tuple[Message, ...] = ()
+        self._kept: tuple[tuple[int, Message], ...] = ()
         self._after: list[Message] = []
-        self._previous: list[Message] = []
+        self._previous: list[tuple[int, Message]] = []
         """The previous generation's non-summary messages: where a new summary's tail is from."""
+        self._pinned: list[tuple[int, Message]] = []
+        """Pinned messages of earlier sessions and generations, with their seqs."""
 
     def add(self, seq: int, message: Message) -> None:
         """Fold in the transcript message ``seq``; seqs must come one after another."""
@@ -99,6 +114,8 @@ class TranscriptView:
             raise ValueError(msg)
         self.last_seq = seq
         if message.session != self.session:
+            if message.pinned and message.session < self.session:
+                self._pinned.append((seq, message))
             return
         if message.generation == self.generation:
             if message.kind == "summary":
@@ -108,8 +125,11 @@ class TranscriptView:
                 self._after = []  # a new list: snapshots taken so far keep the old one
             else:
                 self._after.append(message)
-        elif message.generation == self.generation - 1 and message.kind != "summary":
-            self._previous.append(message)
+            return
+        if message.pinned and message.generation < self.generation:
+            self._pinned.append((seq, message))
+        if message.generation == self.generation - 1 and message.kind != "summary":
+            self._previous.append((seq, message))
 
     def extend(self, first_seq: int, messages: Iterable[Message]) -> None:
         """Fold in consecutive messages, the first of which is ``first_seq``."""
@@ -118,7 +138,13 @@ class TranscriptView:
 
     def snapshot(self) -> ViewSnapshot:
         """The messages the model must be sent now, in order."""
-        head = () if self._summary is None else (self._summary, *self._kept)
+        kept = self._kept
+        head: tuple[Message, ...] = ()
+        if self._pinned:
+            held = {seq for seq, _ in kept}
+            head = tuple(message for seq, message in self._pinned if seq not in held)
+        if self._summary is not None:
+            head = (*head, self._summary, *(message for _, message in kept))
         return ViewSnapshot(head, self._after, len(self._after))
 
 

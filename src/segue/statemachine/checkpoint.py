@@ -157,6 +157,9 @@ class SessionSnapshot(Frozen):
     """Decisions made: the checkpoint's Key Decisions, then those the transcript states."""
     context: dict[str, Any] | None = None
     """Application context the host supplied when it was saved (task, git or test state...)."""
+    session_seconds: Annotated[float, Field(ge=0)] | None = None
+    """How long the paused session ran: from its start to when the snapshot was saved, by the
+    runtime's clock (None when unknown)."""
 
 
 MAX_ERRORS: Final = 10
