@@ -44,8 +44,14 @@ def subagent_tool(
         "with context_exhausted, retry with a smaller task."
     ),
     timeout: float | None = 600.0,
+    context_window: int | None = None,
+    max_tool_rounds: int = 50,
 ) -> Tool:
-    """A ``Tool`` that runs ``input["task"]`` in a new child conversation of ``runtime``."""
+    """A ``Tool`` that runs ``input["task"]`` in a new child conversation of ``runtime``.
+
+    ``context_window`` gives each child a window of its own (a cheaper model's, or a budget
+    smaller than the model's); ``max_tool_rounds`` bounds each child's turn (past it the child
+    fails with ``TOOL_ROUNDS_EXHAUSTED`` for the parent, as it does at its context limit)."""
     from segue.executor.runtime import current_conversation_id, failure_of  # noqa: PLC0415  # cycle
 
     async def run(tool_input: dict[str, Any]) -> str:
@@ -58,6 +64,8 @@ def subagent_tool(
             behavior=ContextExhaustionBehavior.INTENTIONALLY_UNHANDLED,
             system=system,
             parent_id=current_conversation_id.get(),
+            context_window=context_window,
+            max_tool_rounds=max_tool_rounds,
         )
         state = await runtime.send(child.id, task)
         failure = failure_of(state)
