@@ -22,6 +22,7 @@ from typing import Any
 import anthropic
 import pytest
 
+from scenario import requirement
 from segue import (
     CHECKPOINT_PROMPT,
     ContextExhausted,
@@ -109,9 +110,10 @@ def everything(body: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------- the instruction
 
 
+@requirement("REQ-SEG-040")
 @pytest.mark.parametrize("custom", [CUSTOM, None], ids=["custom", "default"])
 @pytest.mark.parametrize("behavior", LIMIT_BEHAVIORS)
-def test_the_limits_request_asks_in_the_users_words(
+def test_seg040_the_limits_request_asks_in_the_users_words(
     server: FakeAnthropicServer, tmp_path: Path, behavior: Behavior, custom: str | None
 ) -> None:
     server.enqueue(MessageReply(usage=SMALL), CROSSING, MessageReply(text=ANSWERS[behavior]))
@@ -133,8 +135,9 @@ def test_the_limits_request_asks_in_the_users_words(
     asyncio.run(main())
 
 
+@requirement("REQ-SEG-041")
 @pytest.mark.parametrize("behavior", LIMIT_BEHAVIORS)
-def test_a_manual_trigger_sends_its_focus(
+def test_seg041_a_manual_trigger_sends_its_focus(
     server: FakeAnthropicServer, tmp_path: Path, behavior: Behavior
 ) -> None:
     server.enqueue(MessageReply(usage=SMALL), MessageReply(text=ANSWERS[behavior]))
@@ -167,7 +170,8 @@ def test_a_blank_focus_is_refused_before_anything_happens(tmp_path: Path) -> Non
     asyncio.run(main())
 
 
-def test_the_summary_model_answers_the_limits_request_only(
+@requirement("REQ-SEG-045")
+def test_seg045_the_summary_model_answers_the_limits_request_only(
     server: FakeAnthropicServer, tmp_path: Path
 ) -> None:
     server.enqueue(
@@ -201,7 +205,8 @@ PIN = "Always answer in French, and never delete the migrations folder."
     "behavior",
     [Behavior.COMPACT_IN_PLACE, Behavior.CHECKPOINT_RESTART, Behavior.THRESHOLD_BASED_CONTINUATION],
 )
-def test_a_pinned_message_survives_every_fresh_start_verbatim(
+@requirement("REQ-SEG-042")
+def test_seg042_a_pinned_message_survives_every_fresh_start_verbatim(
     server: FakeAnthropicServer, tmp_path: Path, behavior: Behavior
 ) -> None:
     server.enqueue(
@@ -277,8 +282,9 @@ async def small(_tool_input: dict[str, Any]) -> str:
     return "exact output \u00e9\u4e2d\n" * 50
 
 
+@requirement("REQ-SEG-043")
 @pytest.mark.parametrize("archived", [True, False], ids=["archive_dir", "no_archive"])
-def test_a_huge_tool_result_is_cut_on_the_wire_and_kept_whole_in_a_private_file(
+def test_seg043_a_huge_tool_result_is_cut_on_the_wire_and_kept_whole_in_a_private_file(
     server: FakeAnthropicServer, tmp_path: Path, archived: bool
 ) -> None:
     server.enqueue(
@@ -357,8 +363,9 @@ class Clock:
         return self.now
 
 
+@requirement("REQ-SEG-044")
 @pytest.mark.parametrize("ran", [4_000.0, 100.0], ids=["past_the_bound", "within_it"])
-def test_a_run_past_its_time_bound_stops_at_the_limit(
+def test_seg044_a_run_past_its_time_bound_stops_at_the_limit(
     server: FakeAnthropicServer, tmp_path: Path, ran: float
 ) -> None:
     server.enqueue(
@@ -395,7 +402,8 @@ def test_a_run_past_its_time_bound_stops_at_the_limit(
 # --------------------------------------------------------------------------- pauses
 
 
-def test_a_cancel_ends_a_pause(tmp_path: Path) -> None:
+@requirement("REQ-SEG-046")
+def test_seg046_a_cancel_ends_a_pause(tmp_path: Path) -> None:
     from segue import ScriptedModel
 
     async def main() -> None:

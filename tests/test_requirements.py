@@ -15,6 +15,7 @@ import pydantic
 import pytest
 
 import test_chains
+import test_control
 from scenario import Playbook, requirement, requirements_of, unpaired_tool_uses
 from segue import (
     CANCELLED_SUMMARY,
@@ -2042,12 +2043,171 @@ def test_seg034_a_turn_stopped_at_the_threshold_resumes_after_the_restart(
     playbook << ([*expected, RequestLlm()] if resumes else expected)
 
 
+# =========================================================================== control at the limit
+
+
+@requirement("REQ-SEG-041")
+@pytest.mark.parametrize("behavior", [B.THRESHOLD_BASED_CONTINUATION, B.CHECKPOINT_RESTART])
+def test_seg041_a_manual_triggers_focus_goes_with_every_ask(
+    behavior: ContextExhaustionBehavior,
+) -> None:
+    focus = "the parser's error recovery"
+    continuing = behavior is B.THRESHOLD_BASED_CONTINUATION
+    ask: Any = RequestContinuation if continuing else RequestCheckpoint
+    failed: Any = ContinuationFailed if continuing else CheckpointFailed
+    playbook = idle_at(100_000, behavior) >> ManualContinuation(focus=focus) << [ask(focus=focus)]
+    assert playbook.phase.focus == focus
+    # A trim after an overflow, and a retry after a retryable error, ask with the same focus.
+    playbook >> failed(error="too long", context_overflow=True)
+    playbook << [ask(attempt=2, trim_level=1, focus=focus)]
+    playbook >> failed(error="busy", retryable=True) << ["schedule_retry"]
+    playbook >> RetryDue(attempt=3) << [ask(attempt=3, trim_level=1, focus=focus)]
+
+
+@requirement("REQ-SEG-041")
+def test_seg041_compaction_asks_with_the_focus_after_its_archive() -> None:
+    focus = "the schema decisions"
+    playbook = idle_at(100_000, B.COMPACT_IN_PLACE) >> ManualContinuation(focus=focus)
+    playbook << [ArchiveTranscript(generation=1), RequestCompaction(focus=focus)]
+    playbook >> CompactionResponse(summary="", retained_tokens=1_000)
+    playbook << [RequestCompaction(alternate=True, focus=focus)]
+    playbook >> CompactionFailed(error="overloaded", retryable=True) << ["schedule_retry"]
+    playbook >> RetryDue(attempt=2)
+    playbook << [RequestCompaction(attempt=2, alternate=True, focus=focus)]
+
+
+@requirement("REQ-SEG-041")
+def test_seg041_the_second_ask_after_an_empty_summary_keeps_the_focus() -> None:
+    playbook = idle_at(100_000) >> ManualContinuation(focus="open questions")
+    playbook << [RequestContinuation(focus="open questions")]
+    playbook >> ContinuationResponse(summary="  ")
+    playbook << [RequestContinuation(alternate=True, focus="open questions")]
+    # A trigger without a focus asks as before.
+    plain = idle_at(100_000) >> ManualContinuation() << [RequestContinuation()]
+    assert plain.phase.focus is None
+
+
+@requirement("REQ-SEG-042")
+def test_seg042_a_pinned_message_is_recorded_as_such_and_counted() -> None:
+    text = "Always answer in French."
+    playbook = Playbook(conversation()) >> UserMessage(text=text, pinned=True)
+    playbook << [AppendMessage(message=Message(kind="user", text=text, pinned=True)), RequestLlm()]
+    assert playbook.state.pinned_tokens == estimate_tokens(text)
+    playbook.given(reply(1_000)) >> UserMessage(text="hello") << [user("hello"), RequestLlm()]
+    assert playbook.state.pinned_tokens == estimate_tokens(text)  # unpinned adds nothing
+
+
+@requirement("REQ-SEG-042", "REQ-SEG-005")
+def test_seg042_pinned_text_past_a_quarter_of_the_window_is_refused() -> None:
+    budget = WINDOW // 4
+    first = UserMessage(text="pinned", pinned=True, token_count=budget - 100)
+    playbook = Playbook(conversation()).given(first, reply(60_000))
+    assert playbook.state.pinned_tokens == budget - 100
+    before = playbook.state
+    playbook >> UserMessage(text="also", pinned=True, token_count=101) << [RejectUserMessage]
+    rejection = playbook.effects[0]
+    assert isinstance(rejection, RejectUserMessage)
+    assert rejection.cause == "too_large"
+    assert f"{budget:,}" in rejection.reason
+    assert playbook.state is before  # nothing recorded
+    # Exactly at the budget is taken; unpinned, the same message is taken too.
+    (
+        playbook
+        >> UserMessage(text="also", pinned=True, token_count=100)
+        << ["append_message", "request_llm"]
+    )
+    assert playbook.state.pinned_tokens == budget
+
+
+@requirement("REQ-SEG-042", "REQ-SEG-016")
+def test_seg042_a_restarts_seed_counts_the_pinned_messages() -> None:
+    pinned = UserMessage(text="rules", pinned=True, token_count=40_000)
+    fits = Playbook(conversation(B.CHECKPOINT_RESTART)).given(pinned, reply(THRESHOLD))
+    fits >> CheckpointResponse(text="<checkpoint>go</checkpoint>")
+    fits << ["append_message", "start_session", "append_message"]
+    seed = fits.state.pending_tokens
+    assert seed == 40_000 + estimate_tokens(continuation_prompt("go"))
+    # With the system prompt, the same seed reaches the threshold: it fails, it never loops.
+    heavy = conversation(B.CHECKPOINT_RESTART, system_tokens=THRESHOLD - seed)
+    crowded = Playbook(heavy).given(pinned, reply(THRESHOLD))
+    crowded >> CheckpointResponse(text="<checkpoint>go</checkpoint>")
+    crowded << ["append_message", "notify_failed"]
+    assert crowded.phase.error_kind is ErrorKind.CHECKPOINT_OVERFLOW
+
+
+@requirement("REQ-SEG-043")
+def test_seg043_a_tool_result_past_the_cap_is_recorded_cut_with_a_note() -> None:
+    state = conversation(max_tool_output_tokens=1_000)
+    playbook = Playbook(state).given(UserMessage(text="list"), reply(2_000, call(1)))
+    output = "".join(f"row {n}\n" for n in range(100_000))
+    (
+        playbook
+        >> ToolResult(tool_call_id="toolu_1", output=output)
+        << ["append_message", "request_llm"]
+    )
+    (recorded,) = [m for m in playbook.messages if m.kind == "tool_result"]
+    assert estimate_tokens(recorded.text) <= 1_000
+    assert recorded.text.startswith("row 0\nrow 1\n")
+    assert recorded.text.endswith("row 99999\n")
+    assert "of this output were cut here" in recorded.text
+    assert playbook.state.pending_tokens <= 1_000  # what is sent is what is counted
+
+
+@requirement("REQ-SEG-043")
+def test_seg043_a_result_within_the_cap_is_recorded_as_it_is() -> None:
+    state = conversation(max_tool_output_tokens=1_000)
+    playbook = Playbook(state).given(UserMessage(text="list"), reply(2_000, call(1)))
+    output = "x" * 2_900  # an estimate of 975 tokens
+    playbook >> ToolResult(tool_call_id="toolu_1", output=output)
+    playbook << [tool_result("toolu_1", output), RequestLlm()]
+    # The default cap: 25,000 tokens in a large window, an eighth of a small one.
+    assert conversation().config.tool_output_cap == 25_000
+    assert conversation(context_window=32_000).config.tool_output_cap == 4_000
+
+
+@requirement("REQ-SEG-044")
+def test_seg044_past_its_time_bound_a_run_stops_at_the_limit() -> None:
+    playbook = asking(B.CHECKPOINT_RESTART, max_run_seconds=3_600).given(reply(THRESHOLD))
+    text = "<checkpoint>## Goal\nShip it.</checkpoint>"
+    playbook >> CheckpointResponse(text=text, elapsed_seconds=3_600)
+    playbook << ["append_message", NotifyFailed]
+    assert playbook.phase.error_kind is ErrorKind.RUN_TIME_LIMIT
+    assert "3,600 s" in playbook.phase.message
+    assert playbook.messages[-1].kind == "checkpoint"
+    # Within the bound (or without one, or unmeasured), it restarts.
+    for bound, elapsed in ((3_600, 3_599.0), (None, 10**6), (3_600, None)):
+        settings = {} if bound is None else {"max_run_seconds": bound}
+        running = asking(B.CHECKPOINT_RESTART, **settings).given(reply(THRESHOLD))
+        running >> CheckpointResponse(text=text, elapsed_seconds=elapsed)
+        running << ["append_message", "start_session", "append_message"]
+
+
+@requirement("REQ-SEG-044")
+def test_seg044_a_checkpoint_given_up_on_past_the_bound_stops_too() -> None:
+    playbook = asking(B.CHECKPOINT_RESTART, max_run_seconds=60, max_attempts=1)
+    playbook.given(reply(THRESHOLD))
+    playbook >> CheckpointFailed(error="refused", elapsed_seconds=61) << [NotifyFailed]
+    assert playbook.phase.error_kind is ErrorKind.RUN_TIME_LIMIT
+
+
+@requirement("REQ-SEG-046")
+def test_seg046_a_cancel_ends_a_pause_and_keeps_the_session() -> None:
+    playbook = paused()
+    snapshot = playbook.phase.snapshot
+    session = playbook.state.session
+    playbook >> UserCancel() << []
+    playbook.in_phase("idle")
+    assert (playbook.state.session, playbook.state.snapshots) == (session, snapshot.version)
+    playbook >> UserMessage(text="back") << ["append_message", "request_llm"]
+
+
 # =========================================================================== traceability
 
 
 def _tagged_tests() -> dict[str, tuple[str, ...]]:
-    """Tagged tests here, and in ``test_chains`` (the requirements the runtime carries out)."""
-    tests = {**vars(test_chains), **globals()}
+    """Tagged tests here, and in ``test_chains`` and ``test_control`` (the requirements the
+    runtime carries out)."""
+    tests = {**vars(test_chains), **vars(test_control), **globals()}
     return {
         name: requirements_of(test)
         for name, test in tests.items()
@@ -2058,7 +2218,7 @@ def _tagged_tests() -> dict[str, tuple[str, ...]]:
 def test_every_requirement_in_the_spec_has_a_test() -> None:
     spec = SPEC.read_text(encoding="utf-8")
     declared = re.findall(r"^### (REQ-[A-Z]+-\d{3}):", spec, flags=re.MULTILINE)
-    assert len(declared) == len(set(declared)) == 44, declared
+    assert len(declared) == len(set(declared)) == 51, declared
     mentioned = set(re.findall(r"REQ-[A-Z]+-\d{3}", spec))
     assert mentioned == set(declared), "the spec mentions ids it does not declare"
     tagged = _tagged_tests()
