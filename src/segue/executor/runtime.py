@@ -15,9 +15,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
-
-from pydantic import ValidationError
+from typing import Any
 
 from segue.executor._log import get_logger
 from segue.executor.bus import Committed, Sink, Watch
@@ -30,6 +28,7 @@ from segue.executor.chains import (
     usage_report,
 )
 from segue.executor.drive import ANSWERED_BY_EVENTS, DEFAULT_LEASE, Driver, Listener
+from segue.executor.inputs import check_key, failure_of, raise_if_rejected, user_message
 from segue.executor.instructions import COMPACTION_INSTRUCTION, CONTINUATION_INSTRUCTION
 from segue.executor.perform import current_conversation_id
 from segue.executor.ports import (
@@ -61,17 +60,12 @@ from segue.statemachine import (
     ModelSettings,
     PauseRequested,
     ResumeRequested,
-    UserMessage,
     estimate_tokens,
     model_info,
     new_conversation,
 )
-from segue.statemachine.effects import (
-    Effect,
-    RejectUserMessage,
-)
 
-__all__ = [  # the prompts (``instructions``) and the tools' context variable (``perform``)
+__all__ = [  # also what callers found here before it moved (``instructions``, ``inputs``)
     "COMPACTION_INSTRUCTION",
     "CONTINUATION_INSTRUCTION",
     "ConversationExhaustedError",
@@ -102,8 +96,6 @@ _FAILED_FOR_CONTEXT = frozenset(
 )
 """Failures of a conversation whose context (or its run's time) ran out: it may be continued in
 a new one, seeded with the last summary or checkpoint it wrote."""
-_MAX_KEY = 256
-"""Longest idempotency key taken (a UUID or a client's request id fits many times over)."""
 _REPLY_SCAN = 64
 """Messages read per step when ``last_reply`` looks back for the latest assistant message."""
 
@@ -321,10 +313,10 @@ class Runtime(Driver):
         refused (``MessageRejectedError``, cause ``too_large``), nothing stored.
         """
         event = user_message(text, pinned=pinned)
-        _check_key(idempotency_key)
+        check_key(idempotency_key)
         self._refuse_if_busy(conversation_id, wait=wait)
         state, effects = await self._drive(conversation_id, event, wait=wait, key=idempotency_key)
-        _raise_if_rejected(conversation_id, state, effects)
+        raise_if_rejected(conversation_id, state, effects)
         return state
 
     async def stream(
@@ -344,7 +336,7 @@ class Runtime(Driver):
         ``idempotency_key`` and ``pinned`` are as for ``send()``.
         """
         event = user_message(text, pinned=pinned)
-        _check_key(idempotency_key)
+        check_key(idempotency_key)
         self._refuse_if_busy(conversation_id, wait=wait)
         sink = Sink(conversation_id)
         self._streaming[conversation_id] = self._streaming.get(conversation_id, 0) + 1
@@ -359,7 +351,7 @@ class Runtime(Driver):
                 if isinstance(item, BaseException):
                     raise item
                 if isinstance(item, Committed):
-                    _raise_if_rejected(conversation_id, item.state, item.effects)
+                    raise_if_rejected(conversation_id, item.state, item.effects)
                     continue
                 yield item
                 if isinstance(item, DoneUpdate):
@@ -599,76 +591,3 @@ class Runtime(Driver):
         if ids:
             _log.info("recovering", conversations=len(ids))
             await asyncio.gather(*(self._drive(cid, None) for cid in ids))
-
-    # ------------------------------------------------------------------ the loop
-
-
-def user_message(text: object, *, pinned: bool = False) -> UserMessage:
-    """The ``UserMessage`` for ``text`` (a string, or content blocks: text, images, documents,
-    as values or as the Messages API's dicts), or the caller's mistake as an exception: nothing
-    of it reaches the store or the model."""
-    if not isinstance(pinned, bool):
-        msg = f"pinned is True or False, not {type(pinned).__name__}"
-        raise TypeError(msg)
-    if isinstance(text, str):
-        _check_text(text)
-        if not text.strip():
-            msg = "the message is empty (or only whitespace); nothing was sent"
-            raise InvalidMessageError(msg)
-        return UserMessage(text=text, pinned=pinned)
-    if not isinstance(text, Sequence) or isinstance(text, bytes | bytearray):
-        msg = f"a message is text (str) or a list of content blocks, not {type(text).__name__}"
-        raise TypeError(msg)
-    for block in text:
-        if isinstance(block, dict) and isinstance(block.get("text"), str):
-            _check_text(block["text"])
-    try:
-        message = UserMessage.model_validate({"content": tuple(text), "pinned": pinned})
-    except ValidationError as error:
-        msg = f"the message's content blocks are not valid: {error}"
-        raise InvalidMessageError(msg) from None
-    if not message.text.strip():
-        msg = "the message is empty (or only whitespace); nothing was sent"
-        raise InvalidMessageError(msg)
-    return message
-
-
-def _check_key(key: object) -> None:
-    if key is None:
-        return
-    if not isinstance(key, str) or not key or len(key) > _MAX_KEY or "\x00" in key:
-        msg = (
-            f"an idempotency key is a non-empty string of at most {_MAX_KEY} characters without NUL"
-        )
-        raise InvalidMessageError(msg)
-
-
-def _check_text(text: str) -> None:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        msg = (
-            f"the message holds text that cannot be encoded as UTF-8 ({error.reason} at "
-            f"position {error.start}), such as a lone surrogate; nothing was sent"
-        )
-        raise InvalidMessageError(msg) from None
-
-
-def _raise_if_rejected(
-    conversation_id: str, state: ConversationState, effects: Sequence[Effect]
-) -> None:
-    rejection = next((e for e in effects if isinstance(e, RejectUserMessage)), None)
-    if rejection is None:
-        return
-    if state.phase.kind == "context_exhausted":
-        raise ConversationExhaustedError(conversation_id, rejection.reason)
-    raise MessageRejectedError(conversation_id, rejection.reason, rejection.cause)
-
-
-def failure_of(state: ConversationState) -> tuple[ErrorKind, str] | None:
-    """``(error_kind, message)`` of a failed conversation, else None."""
-    phase = state.phase
-    if phase.kind != "failed":
-        return None
-    failed = cast(Any, phase)
-    return failed.error_kind, failed.message
