@@ -95,10 +95,17 @@ class _Streamed:
 class UpdateBus:
     """Fans updates out to the current turn's sink and to the conversation's watchers."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, unwatched: Callable[[str], None] | None = None) -> None:
         self._watchers: dict[str, set[_Watcher]] = {}
         self._streamed: dict[str, _Streamed] = {}
         self._responses = 0
+        self._unwatched = unwatched
+        """Told the id of a conversation whose last watcher left (its store feed can stop)."""
+
+    def next_response(self) -> int:
+        """A new response number, for text that was not streamed here (read from the store)."""
+        self._responses += 1
+        return self._responses
 
     @staticmethod
     def sink_for(conversation_id: str) -> Sink | None:
@@ -116,6 +123,10 @@ class UpdateBus:
     @staticmethod
     def reset(token: contextvars.Token[Sink | None]) -> None:
         _SINK.reset(token)
+
+    def watched(self, conversation_id: str) -> bool:
+        """Whether anyone watches ``conversation_id`` (a streamed turn alone is not watching)."""
+        return conversation_id in self._watchers
 
     def listening(self, conversation_id: str) -> bool:
         """Whether any update of ``conversation_id`` would reach someone now."""
@@ -197,6 +208,8 @@ class UpdateBus:
             watchers.discard(watcher)
             if not watchers:
                 del self._watchers[conversation_id]
+                if self._unwatched is not None:
+                    self._unwatched(conversation_id)
 
 
 class Watch(AsyncIterator[Update]):

@@ -41,6 +41,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from segue.executor._log import get_logger
 from segue.executor.bus import Committed, Sink, UpdateBus
+from segue.executor.feed import Feed
 from segue.executor.perform import Performer
 from segue.executor.ports import (
     Commit,
@@ -256,7 +257,11 @@ class Driver:
         self._known: OrderedDict[str, _Known] = OrderedDict()
         self._listeners: list[Listener] = []
         self._recovery: asyncio.Task[None] | None = None
-        self._bus = UpdateBus()
+        self._bus = UpdateBus(unwatched=self._stop_feed)
+        self._feeds: dict[str, tuple[Feed, asyncio.Task[None]]] = {}
+        """Watched conversations read back from the store (what other runtimes commit)."""
+        self._committing: dict[str, int] = {}
+        """Commits in flight per conversation (a feed sets aside what it reads meanwhile)."""
         self._replies: dict[str, str] = {}
         """The last assistant text each streamed or watched drive recorded (for ``done``)."""
         self._turns: set[asyncio.Task[None]] = set()
@@ -423,6 +428,33 @@ class Driver:
                 head = claimed
             stored = await self._perform(stored, head)
 
+    # ------------------------------------------------------------------ store feeds
+
+    async def _start_feed(self, conversation_id: str) -> None:
+        """Read a watched conversation back from the store while it is watched (the first
+        read raises ``ConversationNotFoundError`` for an unknown id)."""
+        stored = await self.store.load(conversation_id)
+        if conversation_id in self._feeds or not self._bus.watched(conversation_id):
+            return
+        feed = Feed(
+            self.store,
+            stored,
+            emit=lambda update: self._bus.emit(conversation_id, update),
+            next_response=self._bus.next_response,
+            committing=lambda: conversation_id in self._committing,
+        )
+        task = asyncio.ensure_future(feed.run())
+        self._feeds[conversation_id] = (feed, task)
+
+    def _stop_feed(self, conversation_id: str) -> None:
+        running = self._feeds.pop(conversation_id, None)
+        if running is not None:
+            running[1].cancel()
+
+    def _stop_feeds(self) -> None:
+        for conversation_id in list(self._feeds):
+            self._stop_feed(conversation_id)
+
     def _holds(self, pending: PendingEffect) -> bool:
         """Whether this runtime's claim on ``pending`` (as last seen) is still good."""
         return (
@@ -585,7 +617,19 @@ class Driver:
             idempotency_key=key,
             session=before.session,
         )
-        committed = await self.store.commit(commit)
+        cid = before.id
+        self._committing[cid] = self._committing.get(cid, 0) + 1
+        try:
+            committed = await self.store.commit(commit)
+            feed = self._feeds.get(cid)
+            if feed is not None:
+                feed[0].observe(committed)
+        finally:
+            left = self._committing[cid] - 1
+            if left:
+                self._committing[cid] = left
+            else:
+                del self._committing[cid]
         entry = self._entry(before.id)
         entry.stored = committed
         appended = [effect.message for effect in effects if isinstance(effect, AppendMessage)]

@@ -152,6 +152,7 @@ class Runtime(Driver):
     async def close(self) -> None:
         """Cancel what is in flight and close the store (what was pending stays in the outbox,
         performed again by the next ``recover()``)."""
+        self._stop_feeds()
         for task, _effect in list(self._inflight.values()):
             task.cancel()
         claims = dict(self._claims)
@@ -369,12 +370,18 @@ class Runtime(Driver):
             raise MessageRejectedError(conversation_id, reason, "busy")
 
     def watch(self, conversation_id: str) -> Watch:
-        """Every update of the conversation's turns driven by this runtime, from this call on
-        (a second browser tab, a reconnecting client), until the consumer calls ``aclose()``
-        or drops it; ``async with rt.watch(id) as updates:`` closes it for you. A watcher that
-        falls too far behind gets ``UpdatesLostError`` and should read the store before
-        watching again. An unknown id raises ``ConversationNotFoundError`` on the first read."""
-        return self._bus.watch(conversation_id, lambda: self.store.load(conversation_id))
+        """Every update of the conversation from this call on (a second browser tab, a
+        reconnecting client), until the consumer calls ``aclose()`` or drops it; ``async with
+        rt.watch(id) as updates:`` closes it for you.
+
+        Turns this runtime drives are heard as they happen (text deltas included). Turns that
+        another runtime sharing the store drives (another process, another machine) are read
+        back from the store while the watch lasts: their messages, tools, meter, warnings and
+        endings arrive as the same updates, the reply whole rather than in deltas, within a
+        fraction of a second. A watcher that falls too far behind gets ``UpdatesLostError`` and
+        should read the store before watching again. An unknown id raises
+        ``ConversationNotFoundError`` on the first read."""
+        return self._bus.watch(conversation_id, lambda: self._start_feed(conversation_id))
 
     async def last_reply(self, conversation_id: str) -> str | None:
         """The text of the conversation's latest assistant reply, or None if it has none."""

@@ -1,0 +1,214 @@
+"""``Runtime.watch`` hears turns that another runtime drives, read back from the shared store.
+
+A second ``segue serve`` worker on the same database, or a second ``Runtime`` in one process:
+the watcher's runtime never drives the turn, yet its watch yields the user's message, the
+reply, tools started and finished, the meter, the warning, the end of the conversation and
+``done``, in order. What the watcher's own runtime drives comes live and is never read back
+(no update twice). The same holds across processes, on SQLite and on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from segue import LlmReply, Runtime, ScriptedModel, ToolCall, Update, Usage
+from segue.executor.ports import Store
+from segue.executor.stores.memory import MemoryStore
+from segue.executor.stores.postgres import PostgresStore
+from segue.executor.stores.sqlite import SqliteStore
+from segue.executor.tools import Tool
+from test_postgres_store import cluster, database  # noqa: F401  # the shared PostgreSQL fixtures
+
+T = TypeVar("T")
+MODEL = "claude-sonnet-4-5"
+WORKER = Path(__file__).with_name("gated_worker.py")
+TIMEOUT = 60
+
+
+def run(coroutine: Awaitable[T]) -> T:
+    async def main() -> T:
+        return await coroutine
+
+    return asyncio.run(main())
+
+
+async def lookup(tool_input: dict[str, Any]) -> str:
+    return f"found {tool_input.get('q')}"
+
+
+LOOKUP = Tool(name="lookup", description="Look up.", function=lookup)
+SCRIPT = [
+    LlmReply(
+        text="Looking.",
+        tool_calls=(ToolCall(id="toolu_1", name="lookup", input={"q": "tides"}),),
+        usage=Usage(input_tokens=1_000, output_tokens=10),
+        stop_reason="tool_use",
+    ),
+    LlmReply(text="High tide at noon.", usage=Usage(input_tokens=17_000, output_tokens=20)),
+]
+
+
+async def collect(watch: Any, until: str = "done") -> list[Update]:
+    """Updates of ``watch`` up to and including the first of kind ``until``."""
+    seen: list[Update] = []
+    async with asyncio.timeout(TIMEOUT):
+        async for update in watch:
+            seen.append(update)
+            if update.kind == until:
+                return seen
+    raise AssertionError(seen)
+
+
+StoreFactory = Callable[[Path], Store]
+_SHARED: dict[Path, MemoryStore] = {}
+STORES: dict[str, StoreFactory] = {
+    "memory": lambda where: _SHARED.setdefault(where, MemoryStore()),
+    "sqlite": lambda where: SqliteStore(where / "shared.db"),
+}
+
+
+@pytest.mark.parametrize("kind", STORES)
+def test_a_watch_hears_a_turn_another_runtime_drives(tmp_path: Path, kind: str) -> None:
+    make = STORES[kind]
+
+    async def scenario() -> None:
+        driver = Runtime(store=make(tmp_path), llm=ScriptedModel(SCRIPT), tools=[LOOKUP])
+        watcher = Runtime(store=make(tmp_path), llm=ScriptedModel())
+        cid = (await driver.create_conversation(model=MODEL, context_window=20_000)).id
+        watch = watcher.watch(cid)
+        listening = asyncio.create_task(collect(watch))
+        await asyncio.sleep(0.2)  # the watch's first read has its starting point
+        await driver.send(cid, "When is high tide?")
+        updates = await listening
+        kinds = [u.kind for u in updates]
+        assert kinds == [
+            "user_message",
+            "text",
+            "tool_started",
+            "tool_finished",
+            "text",
+            "occupancy",
+            "warning",
+            "done",
+        ]
+        texts = [getattr(u, "text", None) for u in updates]
+        assert texts[:2] == ["When is high tide?", "Looking."]
+        assert texts[4] == "High tide at noon."
+        finished: Any = updates[3]
+        assert (finished.name, finished.output, finished.is_error) == (
+            "lookup",
+            "found tides",
+            False,
+        )
+        meter: Any = updates[5]
+        assert (meter.tokens, meter.level) == (17_020, "warning")
+        done: Any = updates[-1]
+        assert done.reply == "High tide at noon."
+        assert done.state.phase.kind == "idle"
+        await watch.aclose()
+        await driver.close()
+        if kind != "memory":
+            await watcher.close()
+
+    run(scenario())
+
+
+def test_what_the_watchers_own_runtime_drives_is_heard_once(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = SqliteStore(tmp_path / "s.db")
+        rt = Runtime(store=store, llm=ScriptedModel(reply_chars=40))
+        cid = (await rt.create_conversation(model=MODEL)).id
+        async with rt.watch(cid) as watch:
+            listening = asyncio.create_task(collect(watch))
+            await asyncio.sleep(0.2)
+            await rt.send(cid, "hello")
+            first = await listening
+            # Let the feed read the store a few times: it must not tell the turn again.
+            await asyncio.sleep(1.5)
+            other = Runtime(store=SqliteStore(tmp_path / "s.db"), llm=ScriptedModel())
+            second_turn = asyncio.create_task(collect(watch))
+            await other.send(cid, "and you?")
+            second = await second_turn
+            await other.close()
+        assert [u.kind for u in first].count("done") == 1
+        assert [u.kind for u in second if u.kind == "user_message"] == ["user_message"]
+        assert getattr(second[0], "text", None) == "and you?"  # nothing of the first turn again
+        await rt.close()
+
+    run(scenario())
+
+
+def test_a_watch_of_an_unknown_conversation_raises_on_the_first_read(tmp_path: Path) -> None:
+    from segue import ConversationNotFoundError
+
+    async def scenario() -> None:
+        rt = Runtime(store=SqliteStore(tmp_path / "s.db"), llm=ScriptedModel())
+        watch = rt.watch("nobody")
+        with pytest.raises(ConversationNotFoundError):
+            await anext(watch)
+        assert rt._feeds == {}  # nothing keeps reading
+        await rt.close()
+
+    run(scenario())
+
+
+# --------------------------------------------------------------------------- two processes
+
+
+def _across_processes(where: str, open_store: Callable[[], Store]) -> None:
+    async def create() -> str:
+        async with Runtime(store=open_store(), llm=ScriptedModel()) as rt:
+            return (await rt.create_conversation(model=MODEL)).id
+
+    cid = run(create())
+
+    async def watch_the_worker() -> list[Update]:
+        async with Runtime(store=open_store(), llm=ScriptedModel()) as rt:
+            watch = rt.watch(cid)
+            listening = asyncio.create_task(collect(watch))
+            await asyncio.sleep(0.2)
+            worker = await asyncio.create_subprocess_exec(
+                sys.executable,
+                str(WORKER),
+                where,
+                cid,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            try:
+                async with asyncio.timeout(TIMEOUT):
+                    out, err = await worker.communicate(b"answer\n")
+            finally:
+                if worker.returncode is None:
+                    worker.kill()
+                    await worker.wait()
+            assert worker.returncode == 0, err
+            assert json.loads(out.splitlines()[-1])["phase"] == "idle"
+            updates = await listening
+            await watch.aclose()
+            return updates
+
+    updates = run(watch_the_worker())
+    assert [u.kind for u in updates] == ["user_message", "text", "occupancy", "done"]
+    done: Any = updates[-1]
+    assert done.reply is not None
+    assert done.reply == getattr(updates[1], "text", None)
+
+
+@pytest.mark.slow
+def test_a_watch_hears_another_process_on_sqlite(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    _across_processes(str(path), lambda: SqliteStore(path))
+
+
+@pytest.mark.slow
+def test_a_watch_hears_another_process_on_postgres(database: str) -> None:  # noqa: F811
+    _across_processes(database, lambda: PostgresStore(database))
