@@ -180,7 +180,8 @@ def _measure(
 
 
 def on_llm_response(state: ConversationState, event: LlmResponse) -> Result:
-    if cast(LlmRequesting, state.phase).retry_pending:
+    phase: LlmRequesting = state.phase  # type: ignore[assignment]  # the table routes it here
+    if phase.retry_pending:
         return state, NOTHING
     effects: list[Effect] = []
     changes, over = _measure(state, event, effects)
@@ -216,7 +217,6 @@ def on_llm_response(state: ConversationState, event: LlmResponse) -> Result:
     )
     if not calls:
         return turn_boundary(state, effects, False, changes)
-    phase = cast(LlmRequesting, state.phase)
     if phase.final or state.tool_rounds >= state.config.max_tool_rounds:
         return _round_limit(state, calls, effects, changes, grace=not phase.final)
     changes["tool_rounds"] = state.tool_rounds + 1
@@ -336,14 +336,16 @@ def on_cancel_request(state: ConversationState, _event: object) -> Result:
 
 
 def on_tool_result(state: ConversationState, event: ToolResult) -> Result:
-    phase = cast(ToolExecuting, state.phase)
+    phase: ToolExecuting = state.phase  # type: ignore[assignment]  # the table routes it here
     if event.tool_call_id not in phase.pending:
         return state, NOTHING  # unknown or duplicate: a stale report
     output, content = event.output, event.content
     tokens = event.token_count
     if tokens is None:
         tokens = estimate_content(output, content) if content else estimate_tokens(output)
-    cap = state.config.tool_output_cap
+    cap = state.config.max_tool_output_tokens
+    if cap is None:
+        cap = state.config.tool_output_cap
     if tokens > cap:  # REQ-SEG-043: the head and the tail, and a note of what was cut
         output, content = _capped(output, content, cap)
         tokens = estimate_content(output, content) if content else estimate_tokens(output)
@@ -358,7 +360,12 @@ def on_tool_result(state: ConversationState, event: ToolResult) -> Result:
             **kept,
         )
     ]
-    pending = tuple(call_id for call_id in phase.pending if call_id != event.tool_call_id)
+    waiting = phase.pending
+    pending = (
+        ()
+        if len(waiting) == 1  # the common case: it was the one awaited
+        else tuple(call_id for call_id in waiting if call_id != event.tool_call_id)
+    )
     changes: dict[str, Any] = {
         "pending_tokens": state.pending_tokens + tokens,
         "message_count": state.message_count + 1,

@@ -26,7 +26,8 @@ would rather continue a little early than send a prompt the provider refuses."""
 
 def estimate_tokens(text: str) -> int:
     """A conservative token estimate of one message's text, overhead included."""
-    return ceil(len(text.encode("utf-8")) / BYTES_PER_TOKEN) + MESSAGE_OVERHEAD_TOKENS
+    # -(-n // d) is ceil(n / d) in integers (no float, no call): this runs on every message.
+    return MESSAGE_OVERHEAD_TOKENS - (-len(text.encode("utf-8")) // BYTES_PER_TOKEN)
 
 
 def estimate_content(text: str, content: Sequence[Any]) -> int:
@@ -49,7 +50,8 @@ def reported_occupancy(usage: Usage | None) -> int | None:
     """The occupancy a usage report states, or ``None`` when it states nothing."""
     if usage is None:
         return None
-    prompt = usage.prompt_tokens  # read once: this runs on every response
+    # ``Usage.prompt_tokens`` spelled out: a property call costs more than the sum, every response
+    prompt = usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens
     return prompt + usage.output_tokens if prompt > 0 else None
 
 

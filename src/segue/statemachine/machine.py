@@ -67,6 +67,8 @@ from segue.statemachine._turns import (
     reject_exhausted,
     reject_paused,
 )
+from segue.statemachine.events import EVENT_TYPES
+from segue.statemachine.phases import PHASE_TYPES
 from segue.statemachine.state import ConversationState
 
 
@@ -76,9 +78,12 @@ def transition(state: ConversationState, event: Any) -> Result:
     ``event`` is any of ``segue.statemachine.events``; anything that does not fit the current
     phase returns ``(state, ())``.
     """
-    handler = _HANDLERS.get((state.phase.kind, event.kind))
+    handler = _BY_TYPE.get((type(state.phase), type(event)))
     if handler is None:
-        return state, NOTHING
+        # Not a pair of the core's own classes (a subclass of an event, say): read the kinds.
+        handler = _HANDLERS.get((state.phase.kind, event.kind))
+        if handler is None:
+            return state, NOTHING
     return handler(state, event)
 
 
@@ -123,6 +128,20 @@ for _phase in _BUSY:
     _HANDLERS[(_phase, "pause_requested")] = on_pause_when_busy
 for _phase in _REQUESTS:
     _HANDLERS[(_phase, "retry_due")] = on_retry_due
+
+_BY_TYPE: Final[dict[tuple[type[Any], type[Any]], Handler]] = {
+    (phase_type, event_type): _HANDLERS[(phase_kind, event_kind)]
+    for phase_type in PHASE_TYPES
+    for event_type in EVENT_TYPES
+    if (
+        (phase_kind := phase_type.model_fields["kind"].default),
+        (event_kind := event_type.model_fields["kind"].default),
+    )
+    in _HANDLERS
+}
+"""``_HANDLERS`` keyed by the phase's and the event's classes: ``type()`` of each is one fast
+call, where reading their ``kind`` costs two attribute lookups on pydantic models, which are
+slow (pydantic's ``__getattr__`` keeps CPython from specialising them), on every event."""
 
 HANDLED_PAIRS: Final = frozenset(_HANDLERS)
 """The (phase kind, event kind) pairs that can change something; all others change nothing."""
