@@ -43,6 +43,8 @@ SECURITY_HEADERS: Final = (
     (b"cross-origin-resource-policy", b"same-origin"),
 )
 STATE_CHANGING: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+WITH_BODY: Final = frozenset({"POST", "PUT", "PATCH"})
+"""The methods an HTML form (POST) or a no-preflight ``fetch`` can send with a body."""
 LOOPBACK_NAMES: Final = frozenset({"localhost"})
 
 
@@ -147,7 +149,7 @@ class CrossSiteCheck:
             await send_error(send, 403, "forbidden", message)
             return
         media = (header(scope, b"content-type") or "").partition(";")[0].strip().lower()
-        if media != "application/json":
+        if scope["method"] in WITH_BODY and media != "application/json":
             message = "send the request as JSON (Content-Type: application/json), '{}' if empty"
             await send_error(send, 415, "unsupported_media_type", message)
             return
