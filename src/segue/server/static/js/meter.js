@@ -1,6 +1,6 @@
-// The context meter and the words about it. A figure never rounds across a threshold: 79.7%
-// reads 79% (not an "80%" in the ok style), and a threshold that is not a whole percent gets
-// one decimal where a whole number would cross it.
+// The context meter and the words about it. A figure never rounds across a threshold: it is
+// floored (79.7% reads 79%, not an "80%" in the ok style), and where a threshold is not a whole
+// percent, a figure past it that a whole number would show below it gets one decimal.
 
 const $ = (id) => document.getElementById(id);
 
@@ -20,21 +20,22 @@ function floorTo(value, decimals) {
   return Math.floor(value * scale + 1e-9) / scale;
 }
 
-// `tokens` of `window` as the percent a person reads: floored, whole where that cannot mislead.
+// `tokens` of `window` as the percent a person reads.
 export function percentText(tokens, window, state) {
   if (!window) return "0";
   const exact = Math.min(100, (100 * tokens) / window);
   const whole = floorTo(exact, 0);
-  const below = [state?.warning_tokens, state?.continuation_tokens]
-    .filter((limit) => limit && tokens < limit)
+  const passed = [state?.warning_tokens, state?.continuation_tokens]
+    .filter((limit) => limit && tokens >= limit)
     .map((limit) => (100 * limit) / window);
-  // A whole number that reaches a threshold the figure has not: show the decimal that says so.
-  if (below.some((threshold) => whole >= threshold)) return floorTo(exact, 1).toFixed(1);
+  if (passed.some((threshold) => whole < threshold)) return floorTo(exact, 1).toFixed(1);
   return String(whole);
 }
 
+// A threshold as a percent: whole, or with the one decimal it has (80.5).
 export function thresholdText(limit, window) {
-  return percentText(limit, window, null);
+  const shown = floorTo((100 * limit) / (window || 1), 1);
+  return Number.isInteger(shown) ? String(shown) : shown.toFixed(1);
 }
 
 export function setMeter(tokens, window, level, state) {
