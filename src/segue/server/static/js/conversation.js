@@ -7,6 +7,13 @@ import { clearSendProblem, send, watch } from "./stream.js";
 import { $, clearProblem, showProblem } from "./ui.js";
 import { reload, render, showMissing, view } from "./view.js";
 
+// What the page says while the conversation's path at the limit is taken by hand.
+const WORKING_NOW = {
+  threshold_based_continuation: "Writing a summary of this conversation…",
+  compact_in_place: "Summarising older messages to make room…",
+  checkpoint_restart: "Writing a checkpoint to restart from…",
+};
+
 function go(id) {
   view.navigating = true;
   location.assign(conversationAddress(id));
@@ -26,8 +33,7 @@ async function post(path, body) {
 
 // Take the conversation's path at the limit now; "continue in a new conversation" lands in it.
 async function continueNow() {
-  const behavior = view.state.behavior;
-  view.working = behavior === "threshold_based_continuation" ? "Writing a summary of this conversation…" : "Working…";
+  view.working = WORKING_NOW[view.state.behavior] || "Working…";
   render();
   try {
     const after = await json("POST", `${view.path}/continue`, {});
