@@ -10,6 +10,7 @@ import re
 import shutil
 import sqlite3
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,7 +65,8 @@ def test_installed_demo_tells_the_whole_story(tmp_path: Path) -> None:
     out = result.stdout
     assert result.returncode == 0, result.stderr
     warning = out.index("WARNING: context")
-    assert warning < out.index("threshold reached: asking for a continuation summary")
+    assert warning < out.index("asking for a continuation summary")
+    assert re.search(r"^  WARNING: context \d+% full", out, re.MULTILINE)  # a line of its own
     assert max(percentages(out)) >= 90.0
     assert "continuation summary" in out
     parent = re.search(rf"^conversation ({ID}):", out, re.MULTILINE)
@@ -98,7 +100,7 @@ EXPECTED = {
         "generation 1 -> 2",
     ),
     ContextExhaustionBehavior.CHECKPOINT_PAUSE: (
-        "threshold reached: asking for a checkpoint (pause)",
+        "asking for a checkpoint before pausing",
         "paused at the limit: snapshot v1 (trigger exhaustion",
         "an orchestrator resumes it: session 2",
     ),
@@ -186,7 +188,9 @@ def test_inspecting_a_missing_db_does_not_create_it(tmp_path: Path) -> None:
     db = tmp_path / "missing.db"
     result = invoke("list", "--db", str(db))
     assert result.exit_code == 2
-    assert one_error_line(result).startswith(f"error: no database at {db}")
+    line = one_error_line(result)
+    assert line.startswith(f"error: no database at {db}")
+    assert f"segue demo --db {db}" in line  # a demo that keeps what it makes
     assert not db.exists()
 
 
@@ -301,6 +305,52 @@ def test_version_is_printed() -> None:
     assert result.stdout.strip() == f"segue {segue.__version__}"
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        [],
+        ["demo"],
+        ["list"],
+        ["show"],
+        ["status"],
+        ["chat"],
+        ["pause"],
+        ["resume"],
+        ["diagram"],
+        ["serve"],
+    ],
+)
+def test_help_shows_no_type_after_a_plain_flag(command: list[str]) -> None:
+    """``--version <bool>`` and ``--help <bool>`` were typer 0.29's rich help; flags take no
+    value, so their help shows none."""
+    result = invoke(*command, "--help")
+    assert result.exit_code == 0, result.output
+    assert "<bool>" not in result.stdout
+    assert re.search(r"^  --help\s+Show this message and exit\.$", result.stdout, re.MULTILINE)
+
+
+def test_python_dash_m_segue_is_the_command(tmp_path: Path) -> None:
+    result = subprocess.run(  # this interpreter, segue's own module
+        [sys.executable, "-m", "segue", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"segue {segue.__version__}"
+    usage = subprocess.run(
+        [sys.executable, "-m", "segue", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert usage.stdout.startswith("Usage: python -m segue ")
+
+
 def test_verbose_turns_segues_events_on_and_they_stay_off_without_it(tmp_path: Path) -> None:
     quiet = invoke("demo", "--fast", "--db", str(tmp_path / "quiet.db"))
     assert quiet.exit_code == 0, quiet.output
@@ -322,3 +372,5 @@ def test_the_demo_streams_each_reply(tmp_path: Path) -> None:
     first = r'^  assistant: Answer 1 to "Tell me more about topic 1\."'
     assert re.search(first, result.stdout, re.MULTILINE)
     assert re.search(r"^  tool: lookup\(", result.stdout, re.MULTILINE)
+    said = [line for line in result.stdout.splitlines() if "WARNING: context" in line]
+    assert said == [line for line in said if line.startswith("  WARNING: context")]

@@ -179,6 +179,8 @@ def test_pause_status_and_resume_from_the_command_line(
     paused = invoke("pause", child[:8], "--reason", "nightly stop", "--db", str(db))
     assert paused.exit_code == 0, paused.output
     assert f"paused {child}: snapshot v1 saved" in paused.stdout
+    assert "asking for a checkpoint before pausing" in paused.stdout
+    assert "threshold" not in paused.stdout  # an idle conversation far from its limit
     again = invoke("pause", child, "--db", str(db))
     assert again.exit_code == 1
     assert one_error_line(again) == f"error: conversation {child} is already paused"
@@ -381,7 +383,27 @@ def test_serve_refuses_a_public_bind_without_a_token_and_a_taken_port(tmp_path: 
     assert "the port is in use" in one_error_line(busy)
 
 
-def _serving(tmp_path: Path) -> tuple[subprocess.Popen[str], str, dict[str, Any]]:
+def test_serve_refuses_a_store_it_cannot_use_before_it_says_it_serves(tmp_path: Path) -> None:
+    text = tmp_path / "notes.txt"
+    text.write_text("my notes, not a database\n", encoding="utf-8")
+    other = tmp_path / "other.db"
+    with contextlib.closing(sqlite3.connect(other)) as conn:
+        conn.execute("CREATE TABLE invoices (id INTEGER)")
+        conn.commit()
+    before = digest(other)
+    for db, said in [(text, "is not a SQLite database"), (other, "another program's")]:
+        refused = invoke("serve", "--db", str(db), "--port", "1")
+        assert refused.exit_code == 2, refused.output
+        assert said in one_error_line(refused)
+        assert "segue serve:" not in refused.stdout  # never announced
+    assert digest(other) == before  # no segue table added to it
+    assert text.read_text(encoding="utf-8") == "my notes, not a database\n"
+    empty = invoke("serve", "--db", str(tmp_path / "e.db"), "--token", "")
+    assert empty.exit_code == 2
+    assert "the token is empty" in one_error_line(empty)
+
+
+def _serving(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], str, dict[str, Any]]:
     """``segue serve`` started offline on a free port; the process, its URL and its info."""
     segue = shutil.which("segue")
     assert segue is not None, "the console script is not installed (pip install -e .)"
@@ -390,7 +412,7 @@ def _serving(tmp_path: Path) -> tuple[subprocess.Popen[str], str, dict[str, Any]
         port = probe.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
     server = subprocess.Popen(  # noqa: S603  # the installed console script, no shell
-        [segue, "serve", "--db", str(tmp_path / "served.db"), "--port", str(port)],
+        [segue, "serve", "--db", str(tmp_path / "served.db"), "--port", str(port), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -400,7 +422,9 @@ def _serving(tmp_path: Path) -> tuple[subprocess.Popen[str], str, dict[str, Any]
     deadline = time.monotonic() + 30
     while True:
         try:
-            info: dict[str, Any] = httpx2.get(f"{base}/api/info", timeout=2).json()
+            token = args[args.index("--token") + 1] if "--token" in args else None
+            auth = {"authorization": f"Bearer {token}"} if token else {}
+            info: dict[str, Any] = httpx2.get(f"{base}/api/info", headers=auth, timeout=2).json()
             return server, base, info
         except httpx2.TransportError:
             assert server.poll() is None, server.communicate()
@@ -454,4 +478,18 @@ def test_segue_serve_runs_the_page_and_the_api(tmp_path: Path) -> None:
         server.terminate()
         out, err = server.communicate(timeout=20)
     assert f"segue serve: http://127.0.0.1:{port}/ answered by the offline" in out
+    assert "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_segue_serve_with_a_token_and_a_small_window(tmp_path: Path) -> None:
+    """The start line is the address to open (the page takes the token from it), and new
+    conversations get the window asked for, so the limit comes in a few messages."""
+    server, base, info = _serving(tmp_path, "--token", "t/k n", "--context-window", "3000")
+    try:
+        assert info["context_window"] == 3_000
+    finally:
+        server.terminate()
+        out, err = server.communicate(timeout=20)
+    assert f"segue serve: {base}/#token=t%2Fk%20n answered by" in out
     assert "Traceback" not in err

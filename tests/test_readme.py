@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from segue.testing import FakeAnthropicServer
-from segue.testing.anthropic_server import MessageReply
+from segue.testing.anthropic_server import ErrorReply, MessageReply
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -70,6 +70,96 @@ def test_real_api_example_runs_against_a_compatible_server(tmp_path: Path) -> No
     assert result.stderr == ""
     assert (tmp_path / "chat.db").exists()
     assert requests[0].body["system"][0]["text"] == "Answer in one paragraph."
+
+
+def test_real_api_example_without_a_key_says_so_and_stores_nothing(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
+    script = tmp_path / "example.py"
+    script.write_text(_block("ANTHROPIC_API_KEY from the environment"), encoding="utf-8")
+    result = subprocess.run(  # noqa: S603  # our own interpreter on our own file
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        check=False,
+        env=env,
+    )
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr == "set ANTHROPIC_API_KEY first (nothing was stored or sent)\n"
+    assert not (tmp_path / "chat.db").exists()
+
+
+def test_real_api_example_reports_a_failed_conversation(tmp_path: Path) -> None:
+    """A key the API refuses: the example says why and exits 1, not ``None`` and 0."""
+    refused = ErrorReply(401, "authentication_error", "invalid x-api-key")
+    with FakeAnthropicServer(default=refused) as server:
+        env = {"ANTHROPIC_API_KEY": "sk-readme-bad", "ANTHROPIC_BASE_URL": server.url}
+        result = _run(_block("ANTHROPIC_API_KEY from the environment"), tmp_path, env)
+    assert result.returncode == 1, result.stdout
+    assert result.stdout == ""
+    assert result.stderr.startswith("the conversation failed (")
+    assert "None" not in result.stderr
+
+
+def test_error_reporting_example_prints_the_reply(tmp_path: Path) -> None:
+    result = _run(_block("not sent: {error}"), tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert result.stdout.startswith('Answer 1 to "What is a context window?"')
+
+
+def test_fastapi_example_serves_the_api_and_the_page_under_its_prefix(tmp_path: Path) -> None:
+    served = _block("app.mount(") + (
+        "\nimport httpx2\n"
+        "from segue.testing import live_server\n\n"
+        "with live_server(app) as url:\n"
+        '    print(httpx2.get(f"{url}/segue/api/info").json()["offline"])\n'
+        '    print(\'<base href="/segue/">\' in httpx2.get(f"{url}/segue/").text)\n'
+        '    print(httpx2.post(f"{url}/segue/api/conversations", json={}).status_code)\n'
+    )
+    result = _run(served, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "True", "201"]
+    assert (tmp_path / "chat.db").exists()
+
+
+def test_sub_agent_example_fails_typed_and_is_replaced(tmp_path: Path) -> None:
+    result = _run(_block("SUB_AGENT ="), tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    stopped, replaced = result.stdout.splitlines()
+    assert re.fullmatch(r"the sub-agent stopped after \d+ files: context_exhausted", stopped)
+    assert re.fullmatch(r"a replacement took over with an empty window: \w+", replaced)
+
+
+def test_postgres_example_builds_stores_without_connecting(tmp_path: Path) -> None:
+    result = _run(_block("PostgresStore.from_url"), tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (result.stdout, result.stderr) == ("", "")
+
+
+RUN_BY_A_TEST = (
+    "start_new_from",
+    "rt.stream(",
+    "ANTHROPIC_API_KEY from the environment",
+    "logging.basicConfig",
+    "transition(state",
+    "AgentSdkModel",
+    "not sent: {error}",
+    "app.mount(",
+    "SUB_AGENT =",
+    "PostgresStore.from_url",
+)
+"""What names each Python block for the test that runs it."""
+
+
+def test_every_python_block_is_run_by_a_test() -> None:
+    blocks = _python_blocks()
+    named = [[marker for marker in RUN_BY_A_TEST if marker in block] for block in blocks]
+    assert [len(markers) for markers in named] == [1] * len(blocks), named
+    assert sorted(m for markers in named for m in markers) == sorted(RUN_BY_A_TEST)
 
 
 def test_logging_example_is_valid_python(tmp_path: Path) -> None:

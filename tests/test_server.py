@@ -6,7 +6,6 @@ and of a conversation, the bearer token, and what a client can never do to the s
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from typing import Any
 import httpx2
 import pytest
 
+from api import create, error, long_turn, send, sse
 from segue.server.run import ServerConfig, UnsafeBindError, build_app
 from segue.testing import FakeAnthropicServer, live_server
 from segue.testing.anthropic_server import (
@@ -29,7 +29,6 @@ pytestmark = pytest.mark.slow
 
 KEY = "sk-ant-server-test-SECRET-0123456789"
 TOKEN = "t0ken-for-the-test"  # noqa: S105  # a test token, not a secret
-Event = tuple[str, dict[str, Any]]
 
 
 def chat_model(body: dict[str, Any]) -> MessageReply:
@@ -68,57 +67,6 @@ def offline(backend: str, tmp_path: Path) -> Iterator[str]:
 def client(offline: str) -> Iterator[httpx2.Client]:
     with httpx2.Client(base_url=offline, timeout=30) as http:
         yield http
-
-
-def sse(response: httpx2.Response) -> list[Event]:
-    """The events of a text/event-stream body: (event name, data as JSON)."""
-    events: list[Event] = []
-    for block in response.text.replace("\r\n", "\n").split("\n\n"):
-        name, data = "message", []
-        for line in block.split("\n"):
-            if line.startswith("event:"):
-                name = line[6:].strip()
-            elif line.startswith("data:"):
-                data.append(line[5:].removeprefix(" "))
-        if data:
-            events.append((name, json.loads("\n".join(data))))
-    return events
-
-
-def create(http: httpx2.Client, **body: Any) -> dict[str, Any]:
-    response = http.post("/api/conversations", json=body)
-    assert response.status_code == 201, response.text
-    created: dict[str, Any] = response.json()
-    return created
-
-
-def send(http: httpx2.Client, conversation_id: str, text: str) -> list[Event]:
-    response = http.post(f"/api/conversations/{conversation_id}/messages", json={"text": text})
-    assert response.status_code == 200, response.text
-    assert response.headers["content-type"].startswith("text/event-stream")
-    return sse(response)
-
-
-def long_turn(http: httpx2.Client, cid: str) -> tuple[threading.Thread, list[Event]]:
-    """A turn sent from another thread, returned once the server is answering it; the thread
-    and the list its events land in when it ends."""
-    events: list[Event] = []
-    sending = threading.Thread(target=lambda: events.extend(send(http, cid, "A long answer.")))
-    sending.start()
-    deadline = time.monotonic() + 10
-    while http.get(f"/api/conversations/{cid}").json()["phase"] == "idle":
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    return sending, events
-
-
-def error(response: httpx2.Response, status: int, code: str) -> str:
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert set(body) == {"error", "message"}
-    assert body["error"] == code
-    message: str = body["message"]
-    return message
 
 
 # --------------------------------------------------------------------------- routes
@@ -229,9 +177,10 @@ def test_manual_continuation_pause_resume_and_snapshots(client: httpx2.Client) -
 
     manual = create(client)["id"]
     send(client, manual, "Hello.")
-    continued = client.post(f"/api/conversations/{manual}/continue")
+    continued = client.post(f"/api/conversations/{manual}/continue", json={})
     assert continued.json()["phase"] == "context_exhausted"
-    assert client.post(f"/api/conversations/{manual}/cancel").json()["phase"] == "context_exhausted"
+    cancelled = client.post(f"/api/conversations/{manual}/cancel", json={})
+    assert cancelled.json()["phase"] == "context_exhausted"
 
 
 # --------------------------------------------------------------------------- errors
@@ -244,8 +193,8 @@ def test_unknown_ids_are_404_everywhere(client: httpx2.Client) -> None:
         ("GET", f"{missing}/messages", None),
         ("POST", f"{missing}/messages", {"text": "hi"}),
         ("GET", f"{missing}/events", None),
-        ("POST", f"{missing}/continue", None),
-        ("POST", f"{missing}/cancel", None),
+        ("POST", f"{missing}/continue", {}),
+        ("POST", f"{missing}/cancel", {}),
         ("POST", f"{missing}/pause", {"reason": "x"}),
         ("POST", f"{missing}/resume", {}),
         ("GET", f"{missing}/snapshots", None),
@@ -314,7 +263,7 @@ def test_a_running_turn_is_cancelled_and_a_failed_conversation_says_so(tmp_path:
     with live_server(app) as url, httpx2.Client(base_url=url, timeout=60) as http:
         cid = create(http)["id"]
         sending, turn = long_turn(http, cid)
-        cancelled = http.post(f"/api/conversations/{cid}/cancel")
+        cancelled = http.post(f"/api/conversations/{cid}/cancel", json={})
         assert cancelled.status_code == 200
         sending.join(timeout=60)
         assert turn[-1][0] == "done"
@@ -325,9 +274,9 @@ def test_a_running_turn_is_cancelled_and_a_failed_conversation_says_so(tmp_path:
         config = ServerConfig(db=tmp_path / "failed.db", api_key=KEY, base_url=fake.url)
         with live_server(build_app(config)) as url, httpx2.Client(base_url=url) as http:
             # A sub-agent whose first answer fills its small window: it fails for good.
-            body = {"behavior": "intentionally_unhandled", "context_window": 600}
+            body = {"behavior": "intentionally_unhandled", "context_window": 1_000}
             sub = create(http, **body)["id"]
-            events = send(http, sub, "Hello. " * 150)  # ~270 tokens, and ~300 answered
+            events = send(http, sub, "Hello. " * 350)  # ~630 tokens, and ~300 answered
             assert events[-1][1]["state"]["phase"] == "failed"
             failed = dict(events)["failed"]
             assert failed["error_kind"] == "context_exhausted"

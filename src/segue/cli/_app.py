@@ -29,6 +29,9 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,  # a bug report must never print an API key
+    # Plain help: typer's rich panels print a type after every option, flags too (``--version
+    # <bool>`` in typer 0.29), and fold long choices mid-word at 80 columns.
+    rich_markup_mode=None,
 )
 DbOption = Annotated[
     Path, typer.Option("--db", envvar="SEGUE_DB", help="SQLite store file.", show_default=True)
@@ -48,6 +51,9 @@ BaseUrlOption = Annotated[
     str | None,
     typer.Option(help="API base URL (default: $ANTHROPIC_BASE_URL or the real API)."),
 ]
+MIN_WINDOW = 1_000
+"""The smallest context window a command takes (the API's too): below it not even the system
+prompt and one exchange fit before the threshold."""
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 
 

@@ -13,7 +13,8 @@ import json
 import os
 import re
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from math import floor
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,13 @@ def print_json(value: Any) -> None:
     out.print(Text(json.dumps(value, indent=2, ensure_ascii=False)), soft_wrap=True)
 
 
+def percent(tokens: int, window: int, decimals: int = 0) -> float:
+    """``tokens`` of ``window`` in percent, floored: 79.97% is 79.9, never an 80.0 that has not
+    reached the threshold."""
+    scale = 10**decimals
+    return floor(100 * scale * tokens / window) / scale if window else 0.0
+
+
 def meter(out: Console, label: str, state: ConversationState) -> None:
     """Tokens / window, percent, phase; ``~`` marks an estimate (no usage reported yet)."""
     window, config, measured = state.context_window, state.config, state.context_tokens
@@ -71,7 +79,7 @@ def meter(out: Console, label: str, state: ConversationState) -> None:
     filled = min(30, round(30 * tokens / window))
     line = Text(f"{label:<8} ").append(full * filled, style).append(empty * (30 - filled), "dim")
     line.append(f" {'' if measured is not None else '~'}{tokens:>6,} / {window:,}  ")
-    line.append(f"{tokens / window:6.1%}", style).append(f"  {state.phase.kind}")
+    line.append(f"{percent(tokens, window, 1):5.1f}%", style).append(f"  {state.phase.kind}")
     out.print(line, soft_wrap=True)
 
 
@@ -79,14 +87,17 @@ def narration(effect: fx.Effect) -> tuple[str, str] | None:
     """What a person watching should hear before an effect runs, and in which style."""
     match effect:
         case fx.NotifyContextWarning(context_tokens=used, context_window=window):
-            text = f"WARNING: context {used / window:.0%} full ({used:,} / {window:,} tokens)"
+            shown = percent(used, window)
+            text = f"WARNING: context {shown:.0f}% full ({used:,} / {window:,} tokens)"
             return f"{text}, past the warning threshold", "bold yellow"
-        case fx.RequestContinuation():
-            return "threshold reached: asking for a continuation summary", "bold red"
+        case fx.RequestContinuation():  # at the threshold, or asked for by hand
+            return "asking for a continuation summary", "bold red"
         case fx.NotifyContextExhausted():
             return "context exhausted: the conversation is now read-only", "bold red"
-        case fx.RequestCheckpoint(purpose=purpose):
-            return f"threshold reached: asking for a checkpoint ({purpose})", "red"
+        case fx.RequestCheckpoint(purpose="pause"):  # at the threshold, or a pause asked for
+            return "asking for a checkpoint before pausing", "red"
+        case fx.RequestCheckpoint():
+            return "asking for a checkpoint to restart from", "red"
         case fx.SaveSnapshot(snapshot=snapshot):
             return f"paused: snapshot v{snapshot.version} saved ({snapshot.trigger})", "bold cyan"
         case fx.StartSession(session=session, reason=reason):
@@ -94,7 +105,7 @@ def narration(effect: fx.Effect) -> tuple[str, str] | None:
         case fx.ArchiveTranscript(generation=generation):
             return f"archiving the transcript (generation {generation})", "cyan"
         case fx.RequestCompaction():
-            return "threshold reached: compacting older messages", "red"
+            return "compacting older messages", "red"
         case fx.StartGeneration(generation=generation):
             return f"new generation {generation} starts from a summary", "bold cyan"
         case fx.ScheduleRetry(delay_seconds=delay, attempt=attempt):
@@ -104,11 +115,14 @@ def narration(effect: fx.Effect) -> tuple[str, str] | None:
     return None
 
 
-def narrate(runtime: Runtime, out: Console) -> None:
-    """Say what the runtime does as it does it."""
+def narrate(runtime: Runtime, out: Console, *, before: Callable[[], None] | None = None) -> None:
+    """Say what the runtime does as it does it, each on a line of its own (``before`` ends a
+    line the caller left open, a reply streaming in)."""
 
     def listener(_cid: str, effect: fx.Effect) -> None:
         if (said := narration(effect)) is not None:
+            if before is not None:
+                before()
             say(out, f"  {said[0]}", said[1])
 
     runtime.subscribe(listener)
@@ -142,13 +156,17 @@ def existing_store(db: Path, *, read_only: bool) -> SqliteStore:
     it), and a command that writes (pause, resume) never adds segue's tables to a file that is
     some other program's."""
     if not db.is_file():
-        raise CliError(f"no database at {db} (set --db or $SEGUE_DB; `segue demo` makes one)", 2)
-    if not read_only and not _is_segue_store(db):
+        msg = (
+            f"no database at {db} (set --db or $SEGUE_DB): `segue demo --db {db}` makes one to "
+            "keep, and `segue serve` and `segue chat` write one as they run"
+        )
+        raise CliError(msg, 2)
+    if not read_only and not is_segue_store(db):
         raise CliError(f"{db} is not a segue store", 1)
     return SqliteStore(db, read_only=read_only)
 
 
-def _is_segue_store(db: Path) -> bool:
+def is_segue_store(db: Path) -> bool:
     """Whether ``db`` holds segue's schema (any version: a writer upgrades an older one), read
     without writing to it."""
     uri = f"{db.resolve().as_uri()}?mode=ro"

@@ -57,12 +57,32 @@ def demo_tools() -> ToolRegistry:
     return tools
 
 
+class _Line:
+    """Whether a reply's line is still open on the console, so that anything said meanwhile
+    (a warning the turn raised) starts on a line of its own."""
+
+    def __init__(self, out: Console) -> None:
+        self.out = out
+        self.open = False
+
+    def start(self, lead: str) -> None:
+        self.end()
+        self.out.print(lead, end="")
+        self.open = True
+
+    def end(self) -> None:
+        if self.open:
+            self.out.print()
+            self.open = False
+
+
 async def _demo(db: Path, behavior: Behavior, fast: bool, out: Console) -> str:
     model = demo_model(0 if fast else DEMO_CHUNK_PACE)
     archives = db.parent / f"{db.stem}-archives"
     store = SqliteStore(db)
+    line = _Line(out)
     async with Runtime(store=store, llm=model, tools=demo_tools(), archive_dir=archives) as rt:
-        narrate(rt, out)
+        narrate(rt, out, before=line.end)
         state = await rt.create_conversation(model=DEMO_MODEL, behavior=behavior)
         cid, config = state.id, state.config
         say(out, f"segue demo: {behavior.name} with the offline scripted model", "bold")
@@ -75,7 +95,7 @@ async def _demo(db: Path, behavior: Behavior, fast: bool, out: Console) -> str:
         start = (state.session, state.generation)
         for turn in range(1, 100):
             moved = (state.session, state.generation) != start
-            state = await _streamed(rt, cid, f"Tell me more about topic {turn}.", out)
+            state = await _streamed(rt, cid, f"Tell me more about topic {turn}.", line)
             if not moved and (state.session, state.generation) != start:
                 await _crossing(rt, out, state)  # one more turn shows that it goes on
             meter(out, f"turn {turn}", state)
@@ -87,15 +107,15 @@ async def _demo(db: Path, behavior: Behavior, fast: bool, out: Console) -> str:
     return cid
 
 
-async def _streamed(rt: Runtime, cid: str, text: str, out: Console) -> ConversationState:
+async def _streamed(rt: Runtime, cid: str, text: str, line: _Line) -> ConversationState:
     """One turn through ``Runtime.stream``: each reply's first words as the model writes them,
     and the tools as they run."""
+    out = line.out
     response, shown = None, 0
     async for update in rt.stream(cid, text):
         if update.kind == "text":
-            if update.response != response:
-                lead = "\n  assistant: " if response is not None else "  assistant: "
-                out.print(lead, end="")
+            if update.response != response or not line.open:
+                line.start("  assistant: ")
                 response, shown = update.response, 0
             piece = update.text.replace("\n", " ")[: max(0, PREVIEW_CHARS - shown)]
             out.print(Text(printable(piece)), end="")
@@ -103,12 +123,10 @@ async def _streamed(rt: Runtime, cid: str, text: str, out: Console) -> Conversat
             if piece and shown >= PREVIEW_CHARS:
                 out.print("...", end="")
         elif update.kind == "tool_started":
-            called = f"\n  tool: {update.name}({clip(str(update.input), 40)})"
-            out.print(Text(printable(called)), end="")
+            line.start(printable(f"  tool: {update.name}({clip(str(update.input), 40)})"))
             response = response or -1
         elif update.kind == "done":
-            if response is not None:
-                out.print()
+            line.end()
             return update.state
     raise CliError("the turn's updates ended without done", 1)
 

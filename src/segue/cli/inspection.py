@@ -20,6 +20,7 @@ from segue.cli._output import (
     console,
     existing_store,
     meter,
+    percent,
     print_json,
     resolve,
     say,
@@ -43,7 +44,7 @@ def occupancy(state: ConversationState) -> str:
     tokens, window = state.context_tokens, state.context_window
     if tokens is None:
         return f"- / {window:,}"
-    return f"{tokens:,} / {window:,} ({tokens / window:.0%})"
+    return f"{tokens:,} / {window:,} ({percent(tokens, window):.0f}%)"
 
 
 def when(timestamp: float | None) -> str:

@@ -7,15 +7,18 @@ otherwise, and to anything else only with a token.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import socket
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import quote
 
 import typer
 
 from segue.cli._app import (
+    MIN_WINDOW,
     BaseUrlOption,
     BehaviorOption,
     DbOption,
@@ -24,6 +27,7 @@ from segue.cli._app import (
     fail,
     headers_of,
 )
+from segue.cli._output import is_segue_store, printable
 from segue.statemachine import ContextExhaustionBehavior as Behavior
 
 
@@ -41,6 +45,41 @@ def _free(host: str, port: int) -> None:
             fail(f"{where}: {error.strerror}", 1)
 
 
+def _store_usable(db: Path, database_url: str | None) -> None:
+    """Fail with one line, before anything is announced, if the store cannot be used: a file
+    that is not a segue store (some other program's database, a text file), a database that
+    cannot be opened. The store is opened once and closed again (its tables made if new)."""
+    from segue.server.run import ServerConfig, build_store  # noqa: PLC0415
+
+    if database_url is None and db.is_file() and db.stat().st_size > 0:
+        with db.open("rb") as file:
+            is_sqlite = file.read(16) == b"SQLite format 3\x00"
+        if not is_sqlite:
+            fail(f"{db} is not a SQLite database (give a new file, or a segue store)", 2)
+        if not is_segue_store(db):
+            fail(f"{db} is another program's SQLite database, not a segue store", 2)
+    store = build_store(ServerConfig(db=db, database_url=database_url))
+
+    async def probe() -> None:
+        try:
+            await store.with_pending()
+        finally:
+            await store.close()
+
+    try:
+        asyncio.run(probe())
+    except Exception as error:  # noqa: BLE001  # any failure to open it: one line, not a traceback
+        where = "the PostgreSQL database" if database_url else str(db)
+        fail(f"cannot use {where}: {type(error).__name__}: {printable(str(error))}", 2)
+
+
+def _address(host: str, port: int, token: str | None) -> str:
+    """Where to open the page (with the token for the page to take, when there is one)."""
+    shown = f"[{host}]" if ":" in host else host
+    address = f"http://{shown}:{port}/"
+    return f"{address}#token={quote(token, safe='')}" if token else address
+
+
 @app.command()
 def serve(
     db: DbOption = Path("segue.db"),
@@ -54,6 +93,14 @@ def serve(
     port: Annotated[int, typer.Option(min=1, max=65_535, help="Port to listen on.")] = 8000,
     model: Annotated[str, typer.Option(help="Model of new conversations.")] = "claude-sonnet-4-6",
     behavior: BehaviorOption = Behavior.THRESHOLD_BASED_CONTINUATION,
+    context_window: Annotated[
+        int | None,
+        typer.Option(
+            min=MIN_WINDOW,
+            help="Window of new conversations in tokens (a small one reaches the limit in a "
+            "few messages; default: the model's).",
+        ),
+    ] = None,
     base_url: BaseUrlOption = None,
     token: Annotated[
         str | None,
@@ -76,6 +123,8 @@ def serve(
         fail(f"segue serve needs the server extra: pip install 'segue[server]' ({error})", 2)
     import uvicorn  # noqa: PLC0415
 
+    if token is not None and not token.strip():
+        fail("the token is empty (--token or SEGUE_TOKEN): give one, or leave it out", 2)
     key = os.environ.get("ANTHROPIC_API_KEY", "").strip() or None
     config = ServerConfig(
         db=db,
@@ -84,6 +133,7 @@ def serve(
         port=port,
         model=model,
         behavior=behavior,
+        context_window=context_window,
         api_key=key,
         base_url=base_url,
         token=token,
@@ -93,10 +143,11 @@ def serve(
         application = build_app(config)
     except UnsafeBindError as error:
         fail(str(error), 2)
+    _store_usable(db, database_url)
     _free(host, port)
-    shown = f"[{host}]" if ":" in host else host
     answered = "Claude" if key else "the offline scripted model (set ANTHROPIC_API_KEY for Claude)"
-    typer.echo(f"segue serve: http://{shown}:{port}/ answered by {answered}; Ctrl-C stops it")
+    address = _address(host, port, token)
+    typer.echo(f"segue serve: {address} answered by {answered}; Ctrl-C stops it")
     uvicorn.run(
         application,
         host=host,

@@ -1,10 +1,12 @@
 """The reference server: a REST API with Server-Sent Events and a web page, over ``Runtime``.
 
-``create_app(runtime, info=...)`` gives the FastAPI application; ``segue serve`` runs it with
-uvicorn. Requires the ``server`` extra (``pip install "segue[server]"``: FastAPI and uvicorn).
+``create_app(runtime)`` gives the FastAPI application (``info=`` and ``token=`` optional);
+``segue serve`` runs it with uvicorn. Requires the ``server`` extra (``pip install
+"segue[server]"``: FastAPI and uvicorn).
 """
 
-from segue.server.app import ApiError, create_app
+from segue.server.app import create_app, default_info
+from segue.server.errors import ApiError
 from segue.server.schemas import Info
 
-__all__ = ["ApiError", "Info", "create_app"]
+__all__ = ["ApiError", "Info", "create_app", "default_info"]

@@ -2,44 +2,35 @@
 
 A thin adapter (routes translate HTTP to ``Runtime`` calls and ``Runtime.stream`` updates to
 Server-Sent Events, nothing more): every rule about conversations lives in the library. Errors
-are one JSON shape, ``{"error": code, "message": text}``, mapped once from segue's exceptions:
-404 for an unknown id, 409 when the conversation cannot take the request now (busy, read-only,
-paused, failed), 422 for input that can never be taken (an empty message, one too large for the
-window, an unknown field), 401 without the bearer token when one is required.
+are one JSON shape (``errors``); what every request passes first (the host, the origin, the body's
+type and size, the security headers) is ``guard``; the page is ``pages``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
-from importlib import resources
 from typing import Any, Final
 
-from fastapi import Depends, FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi import Depends, FastAPI
 from fastapi.sse import EventSourceResponse, format_sse_event
-from pydantic import ValidationError
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from segue import __version__
 from segue.executor._log import get_logger
 from segue.executor.bus import UpdatesLostError
-from segue.executor.ports import (
-    ConversationExhaustedError,
-    ConversationNotFoundError,
-    InvalidMessageError,
-    MessageRejectedError,
-    SegueError,
-    StoredConversation,
-)
+from segue.executor.models.scripted import ScriptedModel
+from segue.executor.ports import ConversationNotFoundError, StoredConversation
 from segue.executor.runtime import Runtime
 from segue.executor.updates import DoneUpdate, Update
+from segue.server import errors, pages
+from segue.server.auth import bearer
+from segue.server.errors import ApiError
+from segue.server.guard import BodyLimit, CrossSiteCheck, HostCheck, Shield
 from segue.server.schemas import (
     ConversationView,
     CreateConversation,
-    ErrorBody,
     Info,
     LinkView,
     MessageView,
@@ -49,220 +40,125 @@ from segue.server.schemas import (
     SnapshotView,
     StartChild,
 )
+from segue.server.turns import continue_now
+from segue.statemachine import ContextExhaustionBehavior
 
 _log = get_logger("segue.server")
 MAX_BODY: Final = 8 * 1024 * 1024
 """Bytes a request body may hold: far more than any message a window can take."""
-_STATIC: Final = resources.files("segue.server") / "static"
+DEFAULT_MODEL: Final = "claude-sonnet-4-6"
+"""The model of a conversation created without one, unless ``info`` says otherwise."""
 _SSE_RESPONSE: Final[dict[str, Any]] = {
     "description": "Server-Sent Events: each event named by the update's kind, its data the "
     "update as JSON; a turn ends with `done`, carrying the conversation's state.",
     "content": {"text/event-stream": {"schema": {"type": "string"}}},
 }
-_PAGES: Final = {"app.js": "text/javascript", "app.css": "text/css"}
-_ERRORS: Final[dict[str, tuple[int, str]]] = {
-    "too_large": (422, "message_too_large"),
-    "busy": (409, "busy"),
-    "paused": (409, "paused"),
-    "failed": (409, "failed"),
-    "exhausted": (409, "read_only"),
-}
-"""A refused message's cause, as an HTTP status and a stable error code."""
 
 
-class ApiError(Exception):
-    """An error the API answers with its own status and code."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-
-
-def _error(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse(ErrorBody(error=code, message=message).model_dump(), status_code=status)
-
-
-def _mapped(error: Exception) -> JSONResponse:
-    """segue's exceptions as the API's errors (one place, by type, never by message text)."""
-    if isinstance(error, ApiError):
-        return _error(error.status, error.code, error.message)
-    if isinstance(error, ConversationNotFoundError):
-        return _error(404, "not_found", str(error))
-    if isinstance(error, ConversationExhaustedError):
-        return _error(409, "read_only", str(error))
-    if isinstance(error, MessageRejectedError):
-        status, code = _ERRORS.get(error.cause, (409, "rejected"))
-        return _error(status, code, str(error))
-    if isinstance(error, InvalidMessageError | ValidationError | ValueError):
-        return _error(422, "invalid_request", str(error))
-    if isinstance(error, SegueError):
-        return _error(409, "conflict", str(error))
-    _log.error("request_failed", error_type=type(error).__name__)
-    return _error(500, "internal", "the server failed; nothing of the request was lost")
+def default_info(runtime: Runtime) -> Info:
+    """What a server over ``runtime`` says about itself when the application did not say."""
+    return Info(
+        version=__version__,
+        offline=isinstance(runtime.llm, ScriptedModel),
+        model=DEFAULT_MODEL,
+        behavior=ContextExhaustionBehavior.THRESHOLD_BASED_CONTINUATION,
+    )
 
 
 def create_app(
     runtime: Runtime,
     *,
-    info: Info,
+    info: Info | None = None,
     token: str | None = None,
+    allowed_hosts: Iterable[str] = (),
 ) -> FastAPI:
-    """The API and the page over ``runtime``; ``token``: required as ``Authorization: Bearer``
-    on every API route when given. The runtime is entered (``recover()``) when the app starts
-    and closed when it stops."""
+    """The API and the page over ``runtime``.
+
+    ``info``: what ``/api/info`` says and what a new conversation gets when the request leaves
+    it out (default: ``default_info(runtime)``). ``token``: required as ``Authorization:
+    Bearer`` on every API route and on ``/openapi.json`` (an empty one is refused: it would let
+    anyone in). Without a token only requests to a loopback name (``localhost``, 127.0.0.1,
+    ``[::1]``) or one of ``allowed_hosts`` are answered.
+
+    The runtime is entered (``recover()``) when the app starts and closed when it stops. Mounted
+    in another app (``parent.mount("/segue", app)``), whose lifespan does not run this one's,
+    include it in the parent's (``FastAPI(lifespan=app.router.lifespan_context)``); left out,
+    the recovery starts with the first request instead, and the runtime is the application's to
+    close.
+    """
+    if token is not None and not token.strip():
+        msg = "token is empty: give a real one, or None for a server only this machine reaches"
+        raise ValueError(msg)
+    shown = info or default_info(runtime)
+    start = _Startup(runtime)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         async with runtime:
+            start.started = True
             yield
 
     app = FastAPI(
         title="segue",
-        version=info.version,
+        version=shown.version,
         description="Conversations that carry on across the context-window limit.",
         lifespan=lifespan,
+        openapi_url=None,  # served below, behind the token
         docs_url=None,  # FastAPI's docs pages load their scripts from a CDN; this works offline
         redoc_url=None,
     )
-    _errors(app)
-    _limits(app)
-    guard = Depends(_bearer(token))
-    _pages(app)
-    _routes(app, runtime, info, guard)
+    errors.install(app)
+    guard = Depends(bearer(token))
+    pages.install(app)
+    _routes(app, runtime, shown, guard)
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=[guard])
+    async def schema() -> dict[str, Any]:
+        return app.openapi()
+
+    # Outermost last: the headers on everything, then the host, the origin, the body's size.
+    app.add_middleware(BodyLimit, limit=MAX_BODY)
+    app.add_middleware(CrossSiteCheck)
+    app.add_middleware(HostCheck, open_to_any=token is not None, also=allowed_hosts)
+    app.add_middleware(_StartOnFirstRequest, startup=start)
+    app.add_middleware(Shield)
     return app
 
 
-class _BodyLimit:
-    """ASGI middleware that counts a request body's bytes as the app reads them: past
-    ``limit`` it answers 413 itself, and the app reads a disconnect (whatever the app then tries
-    to answer is dropped). A body sent in chunks has no ``Content-Length`` to refuse it by."""
+class _Startup:
+    """Whether the runtime's startup work (``recover()``) ran, and running it once if not."""
 
-    def __init__(self, app: Any, limit: int) -> None:
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.started = False
+        self.task: asyncio.Task[None] | None = None
+
+    def ensure(self) -> None:
+        """Start the recovery in the background (a request never waits for another
+        conversation's recovered work)."""
+        if self.started or self.task is not None:
+            return
+        self.started = True
+        self.task = asyncio.ensure_future(self.runtime.recover())
+        self.task.add_done_callback(_log_failure)
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        _log.error("recovery_failed", error_type=type(exc).__name__)
+
+
+class _StartOnFirstRequest:
+    """Run the startup work with the first request when no lifespan ran it (a mounted app)."""
+
+    def __init__(self, app: Any, *, startup: _Startup) -> None:
         self.app = app
-        self.limit = limit
+        self.startup = startup
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        seen = 0
-        refused = False
-
-        async def counted() -> Any:
-            nonlocal seen, refused
-            if refused:
-                return {"type": "http.disconnect"}
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    refused = True
-                    await _too_large(send)
-                    return {"type": "http.disconnect"}
-            return message
-
-        async def guarded(message: Any) -> None:
-            if not refused:
-                await send(message)
-
-        await self.app(scope, counted, guarded)
-
-
-async def _too_large(send: Any) -> None:
-    body = ErrorBody(
-        error="too_large", message=f"a request body may hold {MAX_BODY:,} bytes"
-    ).model_dump_json()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 413,
-            "headers": [(b"content-type", b"application/json"), (b"connection", b"close")],
-        }
-    )
-    await send({"type": "http.response.body", "body": body.encode()})
-
-
-def _errors(app: FastAPI) -> None:
-    # Every error a client can cause has a handler of its own type: Starlette's catch-all for
-    # ``Exception`` answers too, but then re-raises (a traceback in the log, the connection
-    # closed under a client that did nothing worse than send bad input).
-    @app.exception_handler(Exception)
-    async def any_error(_request: Request, error: Exception) -> JSONResponse:
-        return _mapped(error)
-
-    @app.exception_handler(ValueError)  # pydantic's ValidationError included
-    async def bad_value(_request: Request, error: ValueError) -> JSONResponse:
-        return _mapped(error)
-
-    @app.exception_handler(ApiError)
-    async def api_error(_request: Request, error: ApiError) -> JSONResponse:
-        return _mapped(error)
-
-    @app.exception_handler(SegueError)
-    async def segue_error(_request: Request, error: SegueError) -> JSONResponse:
-        return _mapped(error)
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(_request: Request, error: RequestValidationError) -> JSONResponse:
-        detail = "; ".join(
-            f"{'.'.join(str(part) for part in e['loc'])}: {e['msg']}" for e in error.errors()
-        )
-        return _error(422, "invalid_request", detail or "the request is not valid")
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(_request: Request, error: StarletteHTTPException) -> JSONResponse:
-        if error.status_code == 400:  # a body FastAPI could not parse: bad input, like the rest
-            return _error(422, "invalid_request", error.detail)
-        code = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized"}
-        return _error(error.status_code, code.get(error.status_code, "http_error"), error.detail)
-
-
-def _limits(app: FastAPI) -> None:
-    app.add_middleware(_BodyLimit, limit=MAX_BODY)
-
-    @app.middleware("http")
-    async def bounded(request: Request, call_next: Callable[..., Any]) -> Response:
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > MAX_BODY):
-            return _error(413, "too_large", f"a request body may hold {MAX_BODY:,} bytes")
-        response: Response = await call_next(request)
-        return response
-
-
-def _bearer(token: str | None) -> Callable[[Request], None]:
-    expected = (token or "").encode("utf-8")
-
-    def check(request: Request) -> None:
-        if token is None:
-            return
-        given = request.headers.get("authorization", "")
-        scheme, _, value = given.partition(" ")
-        # As bytes: compare_digest refuses str with characters beyond ASCII (a 500 for a bad
-        # token), and the header's bytes are what the client sent (HTTP decodes them latin-1).
-        sent = value.strip().encode("latin-1", "replace")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(sent, expected):
-            raise ApiError(401, "unauthorized", "send Authorization: Bearer <token>")
-
-    return check
-
-
-def _pages(app: FastAPI) -> None:
-    page = (_STATIC / "index.html").read_text(encoding="utf-8")
-
-    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
-    async def home() -> HTMLResponse:
-        return HTMLResponse(page)
-
-    @app.get("/c/{conversation_id}", response_class=HTMLResponse, include_in_schema=False)
-    async def conversation_page(conversation_id: str) -> HTMLResponse:
-        return HTMLResponse(page)
-
-    @app.get("/static/{name}", include_in_schema=False)
-    async def static(name: str) -> Response:
-        media = _PAGES.get(name)
-        if media is None:  # a fixed set of files: a name from the URL is never a path
-            raise ApiError(404, "not_found", f"no static file {name!r}")
-        return Response((_STATIC / name).read_text(encoding="utf-8"), media_type=media)
+        if scope["type"] == "http" and not self.startup.started:
+            self.startup.ensure()
+        await self.app(scope, receive, send)
 
 
 def _routes(app: FastAPI, runtime: Runtime, info: Info, guard: Any) -> None:
@@ -284,7 +180,7 @@ def _routes(app: FastAPI, runtime: Runtime, info: Info, guard: Any) -> None:
             system=body.system,
             warning_threshold=body.warning_threshold,
             continuation_threshold=body.continuation_threshold,
-            context_window=body.context_window,
+            context_window=body.context_window or info.context_window,
         )
         return await view(state.id)
 
@@ -327,13 +223,14 @@ def _routes(app: FastAPI, runtime: Runtime, info: Info, guard: Any) -> None:
         """Every update of the conversation from now on (a second tab, a client that
         reconnected after reading the state)."""
         await runtime.conversation(conversation_id)
-        watch = runtime.watch(conversation_id)
+        watch = runtime.watch(conversation_id)  # watching from here on, before any byte
         return EventSourceResponse(_watched(runtime, watch))
 
     @app.post("/api/conversations/{conversation_id}/continue", dependencies=[guard])
-    async def continue_now(conversation_id: str) -> ConversationView:
-        """Continue in a new conversation now (from idle; a no-op while a turn runs)."""
-        await runtime.continue_manually(conversation_id)
+    async def continue_manually(conversation_id: str) -> ConversationView:
+        """Take the conversation's path at the limit now (continue in a new conversation,
+        compact, restart from a checkpoint): only from idle, else 409."""
+        await continue_now(runtime, conversation_id)
         return await view(conversation_id)
 
     @app.post("/api/conversations/{conversation_id}/cancel", dependencies=[guard])
@@ -427,10 +324,10 @@ async def _watched(runtime: Runtime, watch: Any) -> AsyncIterator[bytes]:
                 yield _sse(update, await _done_state(runtime, update))
             else:
                 yield _sse(update)
-    except UpdatesLostError as error:
-        yield format_sse_event(event="lost", data_str=json.dumps(str(error)))
+    except UpdatesLostError as exc:
+        yield format_sse_event(event="lost", data_str=json.dumps(str(exc)))
     finally:
         await watch.aclose()
 
 
-__all__ = ["ApiError", "create_app"]
+__all__ = ["DEFAULT_MODEL", "ApiError", "create_app", "default_info"]

@@ -41,6 +41,8 @@ class ServerConfig:
     api_key: str | None = None
     base_url: str | None = None
     token: str | None = None
+    context_window: int | None = None
+    """The window of conversations created without one (a limit reached in a few messages)."""
     chunk_delay: float = 0.02
     """Seconds between the offline model's text pieces, so its replies visibly stream."""
     headers: dict[str, str] = field(default_factory=dict)
@@ -89,6 +91,7 @@ def build_model(config: ServerConfig) -> LlmModel:
 
 
 def build_store(config: ServerConfig) -> Store:
+    """The store ``config`` names: PostgreSQL at ``database_url``, else the SQLite file ``db``."""
     if config.database_url is not None:
         from segue.executor.stores.postgres import PostgresStore  # noqa: PLC0415  # optional
 
@@ -114,7 +117,13 @@ def build_app(config: ServerConfig, *, store: Store | None = None) -> FastAPI:
         llm=build_model(config),
         tools=demo_tools() if offline else None,
     )
-    info = Info(version=__version__, offline=offline, model=config.model, behavior=config.behavior)
+    info = Info(
+        version=__version__,
+        offline=offline,
+        model=config.model,
+        behavior=config.behavior,
+        context_window=config.context_window,
+    )
     return create_app(runtime, info=info, token=config.token)
 
 

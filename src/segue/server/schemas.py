@@ -7,12 +7,16 @@ before it reaches the runtime), so a client's mistake is a 422 with the field na
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from segue.statemachine import ContextExhaustionBehavior
 from segue.views import ConversationView, LinkView, MessageView, SnapshotView, ToolCallView
+
+MIN_WINDOW: Final = 1_000
+"""The smallest context window a conversation may be created with: below it not even the
+system prompt and one exchange fit before the threshold."""
 
 
 class _Request(BaseModel):
@@ -27,7 +31,8 @@ class CreateConversation(_Request):
     system: Annotated[str, Field(max_length=100_000)] | None = None
     warning_threshold: Annotated[float, Field(gt=0, le=1)] = 0.80
     continuation_threshold: Annotated[float, Field(gt=0, le=1)] = 0.90
-    context_window: Annotated[int, Field(gt=0, le=10_000_000)] | None = None
+    context_window: Annotated[int, Field(ge=MIN_WINDOW, le=10_000_000)] | None = None
+    """Tokens (at least 1,000, as the page and the CLI ask); left out: the model's window."""
 
 
 class SendMessage(_Request):
@@ -71,10 +76,15 @@ class Info(BaseModel):
     offline: bool
     """True when no API key was given: the offline scripted model answers."""
     model: str
+    """The model of a conversation created without one."""
     behavior: ContextExhaustionBehavior
+    """The behaviour of a conversation created without one."""
+    context_window: Annotated[int, Field(ge=MIN_WINDOW)] | None = None
+    """The window of a conversation created without one (None: the model's)."""
 
 
 __all__ = [
+    "MIN_WINDOW",
     "ConversationView",
     "CreateConversation",
     "ErrorBody",

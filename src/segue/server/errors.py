@@ -1,0 +1,126 @@
+"""The API's errors: one JSON shape, ``{"error": code, "message": text}``, mapped once from
+segue's exceptions by type (never by message text), and handlers that answer every error a
+client can cause without closing its connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from segue.executor._log import get_logger
+from segue.executor.ports import (
+    ConversationExhaustedError,
+    ConversationNotFoundError,
+    InvalidMessageError,
+    MessageRejectedError,
+    SegueError,
+)
+from segue.server.schemas import ErrorBody
+
+_log = get_logger("segue.server")
+_REFUSALS: Final[dict[str, tuple[int, str]]] = {
+    "too_large": (422, "message_too_large"),
+    "busy": (409, "busy"),
+    "paused": (409, "paused"),
+    "failed": (409, "failed"),
+    "exhausted": (409, "read_only"),
+}
+"""A refused message's cause, as an HTTP status and a stable error code."""
+_HTTP_CODES: Final = {
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    415: "unsupported_media_type",
+}
+
+
+class ApiError(Exception):
+    """An error the API answers with its own status and code."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def error(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse(ErrorBody(error=code, message=message).model_dump(), status_code=status)
+
+
+def mapped(exc: Exception) -> JSONResponse:
+    """segue's exceptions as the API's errors."""
+    if isinstance(exc, ApiError):
+        return error(exc.status, exc.code, exc.message)
+    if isinstance(exc, ConversationNotFoundError):
+        return error(404, "not_found", str(exc))
+    if isinstance(exc, ConversationExhaustedError):
+        return error(409, "read_only", str(exc))
+    if isinstance(exc, MessageRejectedError):
+        status, code = _REFUSALS.get(exc.cause, (409, "rejected"))
+        return error(status, code, str(exc))
+    if isinstance(exc, ValidationError):
+        return error(422, "invalid_request", readable(exc.errors()))
+    if isinstance(exc, InvalidMessageError | ValueError):
+        return error(422, "invalid_request", str(exc))
+    if isinstance(exc, SegueError):
+        return error(409, "conflict", str(exc))
+    _log.error("request_failed", error_type=type(exc).__name__)
+    return error(500, "internal", "the server failed; nothing of the request was lost")
+
+
+def readable(errors: Sequence[Any]) -> str:
+    """Validation errors as a person reads them: ``text: Field required``, and a body that is
+    not JSON said so (not ``body.1: JSON decode error``)."""
+    said: list[str] = []
+    for item in errors:
+        if item.get("type") == "json_invalid":
+            reason = (item.get("ctx") or {}).get("error")
+            said.append(f"the body is not valid JSON{f' ({reason})' if reason else ''}")
+            continue
+        where = [str(part) for part in item.get("loc", ()) if part != "body"]
+        message = str(item.get("msg", "is not valid"))
+        said.append(f"{'.'.join(where)}: {message}" if where else message)
+    return "; ".join(dict.fromkeys(said)) or "the request is not valid"
+
+
+def install(app: FastAPI) -> None:
+    """Handlers for every error a client can cause, each of its own type: Starlette's catch-all
+    for ``Exception`` answers too, but then re-raises (a traceback in the log, the connection
+    closed under a client that did nothing worse than send bad input)."""
+
+    @app.exception_handler(Exception)
+    async def any_error(_request: Request, exc: Exception) -> JSONResponse:
+        return mapped(exc)
+
+    @app.exception_handler(ValueError)  # pydantic's ValidationError included
+    async def bad_value(_request: Request, exc: ValueError) -> JSONResponse:
+        return mapped(exc)
+
+    @app.exception_handler(ApiError)
+    async def api_error(_request: Request, exc: ApiError) -> JSONResponse:
+        return mapped(exc)
+
+    @app.exception_handler(SegueError)
+    async def segue_error(_request: Request, exc: SegueError) -> JSONResponse:
+        return mapped(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error(422, "invalid_request", readable(exc.errors()))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:  # a body FastAPI could not parse: bad input, like the rest
+            return error(422, "invalid_request", f"the body is not valid JSON ({exc.detail})")
+        code = _HTTP_CODES.get(exc.status_code, "http_error")
+        return error(exc.status_code, code, str(exc.detail))
+
+
+__all__ = ["ApiError", "error", "install", "mapped", "readable"]

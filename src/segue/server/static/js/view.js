@@ -1,0 +1,203 @@
+// One conversation on the page: what the page knows of it (`view`), and drawing it. The state
+// read from the server is the truth; updates move the meter and the phase as they come, and
+// each turn's "done" reads the conversation back.
+
+import { conversationAddress, json } from "./api.js";
+import { clearMessages, LiveReplies, renderMessage } from "./messages.js";
+import { levelOf, limitPlan, setMeter, shownTokens, warningText } from "./meter.js";
+import { $ } from "./ui.js";
+
+export const BUSY = new Set([
+  "llm_requesting",
+  "tool_executing",
+  "awaiting_continuation",
+  "awaiting_checkpoint",
+  "compacting",
+]);
+const RECOVERABLE = new Set(["llm_error", "retries_exhausted"]);
+const CONTEXT_FAILURES = new Set(["context_exhausted", "checkpoint_overflow", "compaction_ineffective"]);
+const WORKING = {
+  awaiting_continuation: "Writing a summary of this conversation…",
+  compacting: "Summarising older messages to make room…",
+  awaiting_checkpoint: "Writing a checkpoint…",
+};
+
+export const view = {
+  id: null, // the conversation's id
+  path: null, // its API address, relative to the root
+  state: null, // the state last read from the server (null until then)
+  tokens: 0, // the meter's figure: the state's, or the latest occupancy update's
+  streaming: false, // this tab's own turn is streaming
+  mine: 0, // own turns whose copy on the watch stream has not begun yet
+  skipping: false, // the watch stream is repeating one of this tab's own turns
+  working: null, // what the page waits for, said while it waits (a summary being written)
+  missing: false, // no such conversation
+  navigating: false, // leaving for another conversation
+  live: new LiveReplies(),
+  tools: new Map(), // tool call id -> its note
+  reloads: 0,
+};
+
+export function busy() {
+  return view.streaming || Boolean(view.working) || (view.state !== null && BUSY.has(view.state.phase));
+}
+
+function failedForGood(state) {
+  return state.phase === "failed" && !RECOVERABLE.has(state.error_kind);
+}
+
+// Whether the conversation can be continued in a child (the runtime's start_new_from).
+export function continuable(state) {
+  return state.phase === "context_exhausted" || (state.phase === "failed" && CONTEXT_FAILURES.has(state.error_kind));
+}
+
+function inputReason(state) {
+  if (view.missing) return "There is no such conversation.";
+  if (state === null) return "Loading the conversation…";
+  const next = state.child_id ? " It continues in a new conversation." : " Start a new conversation to go on.";
+  switch (state.phase) {
+    case "context_exhausted":
+      return `This conversation is read-only: its context window is full.${next}`;
+    case "paused":
+      return "This conversation is paused. Resume it to send a message.";
+    case "failed":
+      return failedForGood(state) ? `This conversation failed (${state.error_kind}).${next}` : null;
+    default:
+      return BUSY.has(state.phase) && !view.streaming ? "The assistant is busy with this conversation." : null;
+  }
+}
+
+// Draw the state and the meter; the controls follow from them.
+export function setState(state) {
+  view.state = state;
+  view.tokens = shownTokens(state);
+  render();
+}
+
+// The phase an update shows the conversation is in (another tab's turn began, a tool runs).
+export function markPhase(phase) {
+  if (view.state && view.state.phase !== phase && !view.missing) {
+    view.state = { ...view.state, phase };
+    render();
+  }
+}
+
+export function render() {
+  const state = view.state;
+  renderControls(state);
+  if (state === null) return;
+  const phase = state.phase;
+  $("title").textContent = `Conversation ${state.id.slice(0, 8)}`;
+  $("title").title = state.id;
+  $("phase").textContent = `${phase.replaceAll("_", " ")} · ${state.behavior.replaceAll("_", " ")} · ${state.model}`;
+  setMeter(view.tokens, state.context_window, levelOf(view.tokens, state), state);
+  renderBanners(state);
+  const child = $("child-link");
+  child.hidden = !state.child_id;
+  if (state.child_id) child.href = conversationAddress(state.child_id);
+  const parent = $("parent-link");
+  parent.hidden = !state.parent_id;
+  if (state.parent_id) parent.href = conversationAddress(state.parent_id);
+}
+
+function renderBanners(state) {
+  const phase = state.phase;
+  const still = phase !== "context_exhausted" && phase !== "failed" && phase !== "paused";
+  const warning = still ? warningText(view.tokens, state) : null;
+  const plan = limitPlan(state.behavior);
+  $("warning").hidden = warning === null;
+  $("warning-text").textContent = warning || "";
+  $("continue").hidden = warning === null || !plan.action;
+  $("continue").textContent = plan.action || "";
+  $("continue").disabled = phase !== "idle" || busy();
+
+  const working = view.working || WORKING[phase] || null;
+  $("working").hidden = working === null;
+  $("working-text").textContent = working || "";
+
+  $("exhausted").hidden = phase !== "context_exhausted";
+  $("summary").textContent = state.summary || "";
+  $("failed").hidden = phase !== "failed";
+  $("failure").textContent = phase === "failed" ? `${state.error_kind}: ${state.error_message}` : "";
+  $("paused").hidden = phase !== "paused";
+  $("paused-text").textContent =
+    phase === "paused" ? `This conversation is paused${state.paused_reason ? `: ${state.paused_reason}` : ""}.` : "";
+}
+
+function renderControls(state) {
+  const reason = inputReason(state);
+  const known = state !== null && !view.missing;
+  const phase = known ? state.phase : null;
+  $("text").disabled = reason !== null;
+  $("send").disabled = reason !== null || busy();
+  $("messages").setAttribute("aria-busy", String(busy()));
+  $("input-reason").hidden = reason === null;
+  $("input-reason").textContent = reason || "";
+  const ended = phase === "paused" || phase === "context_exhausted" || phase === "failed";
+  $("pause").disabled = !known || ended;
+  $("resume").disabled = phase !== "paused" || Boolean(view.working);
+  $("cancel").disabled = !known || !(BUSY.has(phase) || view.streaming);
+
+  const readOnly = known && (phase === "context_exhausted" || failedForGood(state));
+  $("next").hidden = !readOnly;
+  if (!readOnly) return;
+  const child = state.child_id;
+  $("go-child").hidden = !child;
+  if (child) $("go-child").href = conversationAddress(child);
+  const startable = !child && continuable(state);
+  $("start-child").hidden = !startable;
+  $("start-new").disabled = !startable || Boolean(view.working);
+  $("start-afresh").hidden = Boolean(child) || startable;
+}
+
+export function showMissing() {
+  view.missing = true;
+  $("title").textContent = "No such conversation";
+  $("missing").hidden = false;
+  $("missing-id").textContent = view.id;
+  for (const id of ["warning", "working", "exhausted", "failed", "paused", "next"]) $(id).hidden = true;
+  renderControls(null);
+}
+
+function renderSnapshots(snapshots) {
+  const body = $("snapshots").querySelector("tbody");
+  body.replaceChildren();
+  $("no-snapshots").hidden = snapshots.length > 0;
+  for (const snapshot of snapshots) {
+    const row = document.createElement("tr");
+    const when = snapshot.created_at ? new Date(snapshot.created_at * 1000).toLocaleString() : "";
+    const why = snapshot.trigger === "exhaustion" ? "context limit" : snapshot.reason || "paused";
+    const tokens =
+      snapshot.context_tokens === null
+        ? "unknown"
+        : `${snapshot.context_tokens.toLocaleString("en")} / ${snapshot.context_window.toLocaleString("en")}`;
+    const calls = `${snapshot.llm_calls} LLM, ${snapshot.tool_calls} tools`;
+    for (const cell of [`v${snapshot.version}`, when, why, String(snapshot.session), tokens, calls]) {
+      const td = document.createElement("td");
+      td.textContent = cell;
+      row.append(td);
+    }
+    body.append(row);
+  }
+}
+
+// Read the conversation back from the server and draw it all; an older read that ends after a
+// newer one draws nothing.
+export async function reload() {
+  const mine = ++view.reloads;
+  const [state, messages, snapshots, chain] = await Promise.all([
+    json("GET", view.path),
+    json("GET", `${view.path}/messages`),
+    json("GET", `${view.path}/snapshots`),
+    json("GET", `${view.path}/lineage`),
+  ]);
+  if (mine !== view.reloads || view.navigating) return;
+  view.live.clear();
+  view.tools.clear();
+  clearMessages();
+  for (const message of messages) renderMessage(message);
+  setState(state);
+  renderSnapshots(snapshots);
+  const place = chain.findIndex((link) => link.id === view.id);
+  $("chain-place").textContent = chain.length > 1 && place >= 0 ? `Part ${place + 1} of ${chain.length}` : "";
+}

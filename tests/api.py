@@ -1,0 +1,64 @@
+"""Talking to segue's server in tests as a client does: JSON in, the API's errors and the
+Server-Sent Events of a turn out."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+import httpx2
+
+Event = tuple[str, dict[str, Any]]
+
+
+def sse(response: httpx2.Response) -> list[Event]:
+    """The events of a text/event-stream body: (event name, data as JSON)."""
+    events: list[Event] = []
+    for block in response.text.replace("\r\n", "\n").split("\n\n"):
+        name, data = "message", []
+        for line in block.split("\n"):
+            if line.startswith("event:"):
+                name = line[6:].strip()
+            elif line.startswith("data:"):
+                data.append(line[5:].removeprefix(" "))
+        if data:
+            events.append((name, json.loads("\n".join(data))))
+    return events
+
+
+def create(http: httpx2.Client, **body: Any) -> dict[str, Any]:
+    response = http.post("/api/conversations", json=body)
+    assert response.status_code == 201, response.text
+    created: dict[str, Any] = response.json()
+    return created
+
+
+def send(http: httpx2.Client, conversation_id: str, text: str) -> list[Event]:
+    response = http.post(f"/api/conversations/{conversation_id}/messages", json={"text": text})
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/event-stream")
+    return sse(response)
+
+
+def long_turn(http: httpx2.Client, cid: str) -> tuple[threading.Thread, list[Event]]:
+    """A turn sent from another thread, returned once the server is answering it; the thread
+    and the list its events land in when it ends."""
+    events: list[Event] = []
+    sending = threading.Thread(target=lambda: events.extend(send(http, cid, "A long answer.")))
+    sending.start()
+    deadline = time.monotonic() + 10
+    while http.get(f"/api/conversations/{cid}").json()["phase"] == "idle":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    return sending, events
+
+
+def error(response: httpx2.Response, status: int, code: str) -> str:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error", "message"}
+    assert body["error"] == code
+    message: str = body["message"]
+    return message

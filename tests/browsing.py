@@ -1,0 +1,192 @@
+"""Driving segue's page in real headless Chromium with Playwright: the browser, a server as
+``segue serve`` runs it, a page that fails its test on any uncaught script error, and the
+steps a person takes (create a conversation, send, wait for the turn to end, read the meter).
+
+Every wait is for a condition the page shows (Playwright's ``expect``), never a fixed time, so
+the tests hold on a loaded machine. The browser is Debian's ``chromium`` (Playwright's own
+download cannot work offline); when it is missing and this runs as root on a Debian-like
+system, it is installed with apt-get, else the test fails saying how to install it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, Route, expect, sync_playwright
+
+from segue.server.run import ServerConfig, build_app
+from segue.testing import live_server
+
+ARGS = [
+    "--no-sandbox",  # root in a container has no user namespaces for the sandbox
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-background-timer-throttling",  # a second tab in the background keeps up
+    "--disable-renderer-backgrounding",
+]
+TIMEOUT = 30_000  # ms for anything the page waits on (a loaded 2-core machine)
+DESKTOP = {"width": 1100, "height": 900}
+
+
+def chromium() -> str:
+    """The path of a Chromium to drive: Debian's package, installed here if it can be."""
+    for candidate in (
+        "/usr/bin/chromium",
+        shutil.which("chromium"),
+        shutil.which("chromium-browser"),
+    ):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    apt = shutil.which("apt-get")
+    if apt and os.geteuid() == 0:
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        for step in ([apt, "update", "-qq"], [apt, "install", "-y", "-qq", "chromium"]):
+            subprocess.run(step, check=False, env=env, capture_output=True, timeout=900)  # noqa: S603
+        if Path("/usr/bin/chromium").is_file():
+            return "/usr/bin/chromium"
+    pytest.fail("the browser tests need Chromium: apt-get install -y chromium (see the README)")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        expect.set_options(timeout=TIMEOUT)
+        launched = playwright.chromium.launch(executable_path=chromium(), args=ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The server as ``segue serve`` runs it without a key, its replies streaming quickly."""
+    db = tmp_path_factory.mktemp("browser") / "page.db"
+    with live_server(build_app(ServerConfig(db=db, chunk_delay=0.002))) as url:
+        yield url
+
+
+class Tabs:
+    """Browser contexts opened by a test, each page failing the test on an uncaught error."""
+
+    def __init__(self, browser: Browser) -> None:
+        self.browser = browser
+        self.contexts: list[BrowserContext] = []
+        self.errors: list[str] = []
+
+    def open(self, **options: Any) -> Page:
+        context = self.browser.new_context(**{"viewport": DESKTOP, **options})
+        context.set_default_timeout(TIMEOUT)
+        self.contexts.append(context)
+        return self.tab(context)
+
+    def tab(self, context: BrowserContext) -> Page:
+        """Another page in ``context`` (the same browser profile: a second tab)."""
+        opened = context.new_page()
+        opened.on("pageerror", lambda error: self.errors.append(str(error)))
+        return opened
+
+    def close(self) -> None:
+        for context in self.contexts:
+            context.close()
+
+
+@pytest.fixture
+def tabs(browser: Browser) -> Iterator[Tabs]:
+    opened = Tabs(browser)
+    yield opened
+    opened.close()
+    assert opened.errors == []  # no uncaught error in the page's script
+
+
+@pytest.fixture
+def page(tabs: Tabs) -> Page:
+    return tabs.open()
+
+
+def new_conversation(page: Page, url: str, *, behavior: str | None = None, window: int) -> str:
+    """Create a conversation with the home page's form; its id (the page opens it)."""
+    page.goto(f"{url}/")
+    expect(page.locator("#offline")).to_be_visible()  # no key: the page says so
+    if behavior is not None:
+        page.get_by_label("Behaviour at the limit").select_option(behavior)
+    page.get_by_label("Context window (tokens, optional)").fill(str(window))
+    page.get_by_role("button", name="New conversation").click()
+    page.wait_for_url(re.compile(r"/c/[0-9a-f]{32}$"))
+    turn_over(page)
+    return page.url.rsplit("/", 1)[1]
+
+
+def send(page: Page, text: str) -> None:
+    """Type and send a message, then wait until the turn is over."""
+    page.get_by_label("Your message").fill(text)
+    page.get_by_role("button", name="Send").click()
+    turn_over(page)
+
+
+def turn_over(page: Page) -> None:
+    """Wait until no turn runs and the page has read the state (not ``aria-busy``)."""
+    expect(page.get_by_role("list", name="Messages")).to_have_attribute("aria-busy", "false")
+
+
+def meter(page: Page) -> tuple[float, str]:
+    """The meter's value and level class."""
+    element = page.get_by_role("meter", name="Context window used")
+    value = float(element.get_attribute("aria-valuenow") or "0")
+    classes = element.get_attribute("class") or ""
+    found = re.search(r"level-(ok|warning|critical)", classes)
+    assert found is not None
+    return value, found[1]
+
+
+def stored(url: str, cid: str) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = httpx2.get(f"{url}/api/conversations/{cid}/messages").json()
+    return messages
+
+
+def state(url: str, cid: str) -> dict[str, Any]:
+    found: dict[str, Any] = httpx2.get(f"{url}/api/conversations/{cid}").json()
+    return found
+
+
+def in_view(page: Page, selector: str) -> bool:
+    """Whether the element is wholly inside the window as it is scrolled now."""
+    box = page.locator(selector).bounding_box()
+    size = page.viewport_size
+    assert size is not None
+    return (
+        box is not None
+        and box["y"] >= 0
+        and box["x"] >= 0
+        and box["y"] + box["height"] <= size["height"]
+        and box["x"] + box["width"] <= size["width"]
+    )
+
+
+def hold(page: Page, pattern: re.Pattern[str]) -> list[Route]:
+    """Hold the page's requests to ``pattern`` (they wait, unanswered) until ``release``."""
+    held: list[Route] = []
+
+    def keep(route: Route) -> None:
+        held.append(route)
+
+    page.route(pattern, keep)
+    return held
+
+
+def release(page: Page, pattern: re.Pattern[str], held: list[Route]) -> None:
+    """Let the held requests (and any later ones) through to the server."""
+    for route in held:
+        route.continue_()
+    page.unroute(pattern)
