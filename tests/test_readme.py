@@ -134,6 +134,13 @@ def test_sub_agent_example_fails_typed_and_is_replaced(tmp_path: Path) -> None:
     assert re.fullmatch(r"a replacement took over with an empty window: \w+", replaced)
 
 
+def test_control_example_compacts_with_the_pinned_message(tmp_path: Path) -> None:
+    result = _run(_block("summary_prompt="), tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert re.fullmatch(r"generation 2; pinned: \d+ tokens\n", result.stdout)
+
+
 def test_postgres_example_builds_stores_without_connecting(tmp_path: Path) -> None:
     result = _run(_block("PostgresStore.from_url"), tmp_path)
     assert result.returncode == 0, result.stderr
@@ -151,6 +158,7 @@ RUN_BY_A_TEST = (
     "app.mount(",
     "SUB_AGENT =",
     "PostgresStore.from_url",
+    "summary_prompt=",
 )
 """What names each Python block for the test that runs it."""
 
