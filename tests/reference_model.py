@@ -76,8 +76,36 @@ class Reference:
     """
 
     def __init__(self, state: ConversationState, rows: Sequence[Row]) -> None:
+        self.behavior = state.config.behavior.value
+        self.rows = tuple(row for row in rows if not row.is_noop and row.applies_to(self.behavior))
+        self.model = _PhaseModel()
+        self.machine = Machine(
+            model=self.model,
+            states=list(PHASE_KINDS),
+            initial=state.phase.kind,
+            auto_transitions=False,
+            ignore_invalid_triggers=True,
+            send_event=True,
+        )
+        for row in self.rows:
+            self.machine.add_transition(
+                row.event,
+                row.phase,
+                row.target,
+                conditions=[self._condition(row)],
+                before=[self._action(row)],
+            )
+        self.load(state)
+
+    def load(self, state: ConversationState) -> Reference:
+        """Take the phase and every counter from ``state`` (a conversation of the same
+        behaviour): the model as it stands had it followed that conversation from its start.
+
+        Building the machine costs far more than stepping it, so the exploration keeps one per
+        behaviour and loads each state it steps from.
+        """
         config = state.config
-        self.behavior = config.behavior.value
+        assert config.behavior.value == self.behavior, "one reference model per behaviour"
         self.conversation_id = config.id
         self.window = config.context_window
         self.warning = config.warning_tokens
@@ -112,24 +140,8 @@ class Reference:
         self.snapshot: SessionSnapshot | None = (
             phase.snapshot if isinstance(phase, Paused) else None
         )
-        self.rows = tuple(row for row in rows if not row.is_noop and row.applies_to(self.behavior))
-        self.model = _PhaseModel()
-        self.machine = Machine(
-            model=self.model,
-            states=list(PHASE_KINDS),
-            initial=phase.kind,
-            auto_transitions=False,
-            ignore_invalid_triggers=True,
-            send_event=True,
-        )
-        for row in self.rows:
-            self.machine.add_transition(
-                row.event,
-                row.phase,
-                row.target,
-                conditions=[self._condition(row)],
-                before=[self._action(row)],
-            )
+        self.machine.set_state(phase.kind)
+        return self
 
     # ------------------------------------------------------------------ driving
 
@@ -364,12 +376,13 @@ class Reference:
             self.purpose = "restart"
             if row.behavior == "checkpoint_pause":  # or a pause at the limit
                 self.purpose, self.exhausted = "pause", True
-            # Mid-task (resume at once): tools were asked for, the provider overflowed, or
-            # pre-flight stopped a request; not after a finished turn or a manual trigger.
+            # Mid-task (resume at once): tools were asked for, the turn stopped mid-task
+            # (pause_turn, REQ-SEG-034), the provider overflowed, or pre-flight stopped a
+            # request; not after a finished turn or a manual trigger.
             base = row.guard.removesuffix("_at_bound")
-            overflowed = getattr(event, "stop_reason", "") == "model_context_window_exceeded"
+            mid_task = getattr(event, "stop_reason", "") in _MID_TASK_STOPS
             self.resume_after = (
-                bool(event.tool_calls) or overflowed
+                bool(event.tool_calls) or mid_task
                 if base == "crosses_continuation"
                 else base
                 in (
@@ -390,6 +403,9 @@ class Reference:
                 self.resume_after = False
 
 
+_MID_TASK_STOPS: Final = frozenset({"model_context_window_exceeded", "pause_turn"})
+"""Stop reasons of a response that ended in the middle of the agent's work: the window ran out
+(REQ-SEG-007), or the provider or an adapter paused the turn (REQ-SEG-034)."""
 _TAKES_MESSAGE: Final = frozenset({"preflight_over", "preflight_over_at_bound", "fits"})
 """The user_message guards under which the message is recorded (the rest reject it)."""
 _RESTARTS: Final = frozenset(
