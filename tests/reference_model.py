@@ -78,6 +78,9 @@ class Reference:
     def __init__(self, state: ConversationState, rows: Sequence[Row]) -> None:
         self.behavior = state.config.behavior.value
         self.rows = tuple(row for row in rows if not row.is_noop and row.applies_to(self.behavior))
+        self.by_pair: dict[tuple[str, str], list[Row]] = {}
+        for row in self.rows:
+            self.by_pair.setdefault(row.pair, []).append(row)
         self.model = _PhaseModel()
         self.machine = Machine(
             model=self.model,
@@ -124,15 +127,16 @@ class Reference:
         self.rounds = state.tool_rounds
         self.max_rounds = config.max_tool_rounds
         phase: Any = state.phase
-        self.final: bool = getattr(phase, "final", False)
-        self.alternate: bool = getattr(phase, "alternate", False)
-        self.exhausted: bool = getattr(phase, "exhausted", False)
-        self.attempt: int = getattr(phase, "attempt", 1)
-        self.trim: int = getattr(phase, "trim_level", 0)
-        self.retry: bool = getattr(phase, "retry_pending", False)
-        self.purpose: str = getattr(phase, "purpose", "restart")
-        self.resume_after: bool = getattr(phase, "resume_after", False)
-        self.waiting: list[str] = list(getattr(phase, "pending", ()))
+        fields = _fields(phase)
+        self.final: bool = fields.get("final", False)
+        self.alternate: bool = fields.get("alternate", False)
+        self.exhausted: bool = fields.get("exhausted", False)
+        self.attempt: int = fields.get("attempt", 1)
+        self.trim: int = fields.get("trim_level", 0)
+        self.retry: bool = fields.get("retry_pending", False)
+        self.purpose: str = fields.get("purpose", "restart")
+        self.resume_after: bool = fields.get("resume_after", False)
+        self.waiting: list[str] = list(fields.get("pending", ()))
         self.recoverable = isinstance(phase, Failed) and phase.error_kind in (
             ErrorKind.LLM_ERROR,
             ErrorKind.RETRIES_EXHAUSTED,
@@ -152,14 +156,14 @@ class Reference:
 
     def step(self, event: Any) -> bool:
         """Feed ``event``; whether a row fired (``False``: nothing changed)."""
-        if event.kind not in self.machine.get_triggers(self.phase):
+        if (self.phase, event.kind) not in self.by_pair:
             return False  # no row for the pair: nothing changes (and transitions logs nothing)
         return bool(cast(Any, self.model).trigger(event.kind, event=event))
 
     def select(self, event: Any) -> Row | None:
         """The row ``event`` would take now, without taking it."""
-        for row in self.rows:
-            if row.pair == (self.phase, event.kind) and GUARDS[row.guard](self, event):
+        for row in self.by_pair.get((self.phase, event.kind), ()):
+            if GUARDS[row.guard](self, event):
                 return row
         return None
 
@@ -204,6 +208,16 @@ class Reference:
     @property
     def at_bound(self) -> bool:
         return self.continuations >= self.max_continuations
+
+    def at_bound_after(self, event: Any) -> bool:
+        """At the bound once ``event`` is taken: resuming a pause taken at the limit is itself a
+        continuation (REQ-SEG-027), counted before the new session's pre-flight."""
+        resumed = (
+            event.kind == "resume_requested"
+            and self.snapshot is not None
+            and self.snapshot.trigger == "exhaustion"
+        )
+        return self.continuations + resumed >= self.max_continuations
 
     def projected_after(self, event: Any) -> int:
         """The projected prompt once ``event``'s part is appended (a new session's, on resume)."""
@@ -431,7 +445,9 @@ GUARDS: Final[dict[str, Guard]] = {
     "unhandled": lambda r, e: True,
     "message_too_large": lambda r, e: _tokens(e.text, e.token_count) >= r.threshold,
     "preflight_over": lambda r, e: r.projected_after(e) >= r.threshold,
-    "preflight_over_at_bound": lambda r, e: r.projected_after(e) >= r.threshold and r.at_bound,
+    "preflight_over_at_bound": lambda r, e: (
+        r.projected_after(e) >= r.threshold and r.at_bound_after(e)
+    ),
     "fits": lambda r, e: r.projected_after(e) < r.threshold,
     "at_bound": lambda r, e: r.at_bound,
     "pause_pending": lambda r, e: r.pause,
@@ -501,15 +517,16 @@ def observed(state: ConversationState) -> tuple[object, ...]:
     """The figures of a state the reference keeps too: the phase and its request data, then
     occupancy, the warning, continuations, the pause flag, the session and the snapshots."""
     phase: Any = state.phase
+    fields = _fields(phase)
     return (
         phase.kind,
-        getattr(phase, "attempt", None),
-        getattr(phase, "retry_pending", None),
-        getattr(phase, "trim_level", None),
-        getattr(phase, "purpose", None),
-        getattr(phase, "exhausted", None),
-        getattr(phase, "resume_after", None),
-        getattr(phase, "pending", None),
+        fields.get("attempt"),
+        fields.get("retry_pending"),
+        fields.get("trim_level"),
+        fields.get("purpose"),
+        fields.get("exhausted"),
+        fields.get("resume_after"),
+        fields.get("pending"),
         state.context_tokens,
         state.pending_tokens,
         state.warned,
@@ -518,6 +535,12 @@ def observed(state: ConversationState) -> tuple[object, ...]:
         state.session,
         state.snapshots,
         state.tool_rounds,
-        getattr(phase, "final", None),
-        getattr(phase, "alternate", None),
+        fields.get("final"),
+        fields.get("alternate"),
     )
+
+
+def _fields(value: Any) -> dict[str, Any]:
+    """A model's fields by name: ``getattr`` with a default goes through pydantic's slow
+    ``__getattr__`` for every field a phase does not have, and the exploration asks often."""
+    return cast(dict[str, Any], value.__dict__)

@@ -707,3 +707,29 @@ def test_the_reference_model_follows_every_kind_of_response(
 
 def _canonical_parent_of(behavior: ContextExhaustionBehavior) -> bool:
     return behavior is B.INTENTIONALLY_UNHANDLED
+
+
+def test_resuming_a_pause_at_the_limit_counts_before_pre_flight() -> None:
+    """Found by the exploration: resuming a pause taken at the limit is a continuation
+    (REQ-SEG-027) counted before the new session's pre-flight, so a resume context that is
+    itself over the threshold at the bound fails (T161) instead of asking for a checkpoint."""
+    start = new_conversation(
+        model="claude-sonnet-4-5",
+        behavior=B.CHECKPOINT_PAUSE,
+        context_window=WINDOW,
+        max_continuations=1,
+    )
+    huge = "<checkpoint>\n## Goal\n" + "x" * (3 * THRESHOLD) + "\n</checkpoint>"
+    paused = drive(start, ManualContinuation(), CheckpointResponse(text=huge))
+    assert isinstance(paused.phase, Paused)
+    assert paused.phase.snapshot.trigger == "exhaustion"
+    resume = ResumeRequested()
+    reference = Reference(paused, ROWS)
+    chosen = reference.select(resume)
+    after, _ = transition(paused, resume)
+    assert reference.step(resume)
+    assert chosen is not None
+    assert chosen.id == "T161"
+    assert isinstance(after.phase, Failed)
+    assert after.phase.error_kind is ErrorKind.CONTINUATION_LIMIT
+    assert reference.observed() == observed(after)
