@@ -82,6 +82,7 @@ class Reference:
         for row in self.rows:
             self.by_pair.setdefault(row.pair, []).append(row)
         self.model = _PhaseModel()
+        self.taken: Row | None = None
         self.machine = Machine(
             model=self.model,
             states=list(PHASE_KINDS),
@@ -137,10 +138,7 @@ class Reference:
         self.purpose: str = fields.get("purpose", "restart")
         self.resume_after: bool = fields.get("resume_after", False)
         self.waiting: list[str] = list(fields.get("pending", ()))
-        self.recoverable = isinstance(phase, Failed) and phase.error_kind in (
-            ErrorKind.LLM_ERROR,
-            ErrorKind.RETRIES_EXHAUSTED,
-        )
+        self.recoverable: bool = isinstance(phase, Failed) and phase.error_kind in _RECOVERABLE
         self.snapshot: SessionSnapshot | None = (
             phase.snapshot if isinstance(phase, Paused) else None
         )
@@ -155,7 +153,9 @@ class Reference:
         return str(self.model.state)
 
     def step(self, event: Any) -> bool:
-        """Feed ``event``; whether a row fired (``False``: nothing changed)."""
+        """Feed ``event``; whether a row fired (``False``: nothing changed). The row that fired
+        is ``taken`` afterwards."""
+        self.taken = None
         if (self.phase, event.kind) not in self.by_pair:
             return False  # no row for the pair: nothing changes (and transitions logs nothing)
         return bool(cast(Any, self.model).trigger(event.kind, event=event))
@@ -192,12 +192,27 @@ class Reference:
             self.alternate if phase in ("awaiting_continuation", "compacting") else None,
         )
 
+    def books(self) -> tuple[object, ...]:
+        """What the model keeps beyond ``observed()`` that a later guard may read, masked by
+        phase: the pause's reason, whether a failure is recoverable, the snapshot a resume
+        compiles. ``books(state)`` reads the same from a state, as ``load`` would."""
+        phase = self.phase
+        return _books(
+            self.reason if self.pause else None,
+            self.recoverable if phase == "failed" else None,
+            self.snapshot if phase == "paused" else None,
+        )
+
     def _condition(self, row: Row) -> Callable[[Any], bool]:
         guard = GUARDS[row.guard]
         return lambda event_data: guard(self, event_data.kwargs["event"])
 
     def _action(self, row: Row) -> Callable[[Any], None]:
-        return lambda event_data: self._apply(row, event_data.kwargs["event"])
+        def act(event_data: Any) -> None:
+            self.taken = row
+            self._apply(row, event_data.kwargs["event"])
+
+        return act
 
     # ------------------------------------------------------------------ figures guards read
 
@@ -538,6 +553,29 @@ def observed(state: ConversationState) -> tuple[object, ...]:
         fields.get("final"),
         fields.get("alternate"),
     )
+
+
+def books(state: ConversationState) -> tuple[object, ...]:
+    """What ``Reference.books()`` holds for a model loaded from ``state``."""
+    phase: Any = state.phase
+    kind = phase.kind
+    return _books(
+        state.pause_reason if state.pause_requested else None,
+        phase.error_kind in _RECOVERABLE if kind == "failed" else None,
+        phase.snapshot if kind == "paused" else None,
+    )
+
+
+def _books(
+    reason: str | None, recoverable: bool | None, snapshot: SessionSnapshot | None
+) -> tuple[object, ...]:
+    if snapshot is None:
+        return (reason, recoverable, None)
+    resume = (snapshot.trigger, snapshot.context_tokens, compile_resume_context(snapshot))
+    return (reason, recoverable, resume)
+
+
+_RECOVERABLE: Final = frozenset({ErrorKind.LLM_ERROR, ErrorKind.RETRIES_EXHAUSTED})
 
 
 def _fields(value: Any) -> dict[str, Any]:
