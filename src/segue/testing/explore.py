@@ -23,7 +23,20 @@ performed again and its outcome arrives once, so the world's books are unchanged
 ``explore(start, depth=...)`` returns an ``Exploration``: how many abstract states and edges it
 saw, whether the space closed before the depth, and the first ``Violation`` (with its shortest
 path) when a check failed. ``INVARIANTS`` are the promises of ``specs/requirements.md``; extra
-checks (a reference model, coverage counters) can be passed in ``checks``.
+checks (a reference model, coverage counters) can be passed in ``checks``. A backend that wraps
+or reimplements ``transition`` checks it keeps them so::
+
+    from segue import new_conversation
+    from segue.testing.explore import explore
+
+    start = new_conversation(
+        model="claude-sonnet-4-5", behavior="checkpoint_restart", context_window=1_000,
+        max_attempts=2, max_continuations=1, max_tool_rounds=1,
+    )
+    result = explore(start, depth=6, transition_function=my_backend.transition)
+    assert result.violation is None, str(result.violation)  # the shortest path, as events
+
+Keep the window and the bounds small: the space grows about twofold with each level of depth.
 """
 
 from __future__ import annotations
