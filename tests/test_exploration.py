@@ -28,6 +28,7 @@ from segue import (
     ConversationState,
     Idle,
     LlmResponse,
+    RequestLlm,
     UserMessage,
     continuation_prompt,
     estimate_tokens,
@@ -286,3 +287,65 @@ def test_an_exception_is_a_totality_violation_at_the_first_move() -> None:
     assert "KeyError" in violation.message
     assert len(violation.moves) == 1
     assert violation.path[0].startswith("tool_result")
+
+
+def forgetting_cancelled_tools(state: ConversationState, event: Any) -> Result:
+    """Cancels running tools without recording their error results."""
+    after, effects = transition(state, event)
+    if state.phase.kind == "tool_executing" and event.kind == "user_cancel":
+        effects = tuple(effect for effect in effects if effect.kind != "append_message")
+    return after, effects
+
+
+def double_request(state: ConversationState, event: Any) -> Result:
+    """Sends the first request of a turn twice."""
+    after, effects = transition(state, event)
+    if state.phase.kind == "idle" and after.phase.kind == "llm_requesting":
+        effects = (*effects, RequestLlm())
+    return after, effects
+
+
+def unbounded_retries(state: ConversationState, event: Any) -> Result:
+    """Retries LLM errors past the configured bound."""
+    if event.kind == "llm_error":
+        loose = state.config.model_copy(update={"max_attempts": 20})
+        after, effects = transition(state.model_copy(update={"config": loose}), event)
+        return after.model_copy(update={"config": state.config}), effects
+    return transition(state, event)
+
+
+def tools_despite_threshold(state: ConversationState, event: Any) -> Result:
+    """Reads the threshold only on responses without tool calls."""
+    if isinstance(event, LlmResponse) and event.tool_calls:
+        return transition(state, event.model_copy(update={"usage": None}))
+    return transition(state, event)
+
+
+def acting_on_late_answers(state: ConversationState, event: Any) -> Result:
+    """Records a late answer that arrives when nothing waits for it."""
+    after, effects = transition(state, event)
+    if event.kind == "llm_response" and state.phase.kind == "idle":
+        return after.model_copy(update={"message_count": after.message_count + 1}), effects
+    return after, effects
+
+
+@pytest.mark.parametrize(
+    ("broken", "rule"),
+    [
+        (forgetting_cancelled_tools, "tool_pairing"),
+        (double_request, "one_request"),
+        (unbounded_retries, "bounded"),
+        (tools_despite_threshold, "threshold"),
+        (acting_on_late_answers, "inert_pairs"),
+    ],
+    ids=lambda value: getattr(value, "__name__", value),
+)
+def test_each_invariant_finds_its_broken_rule(broken: Any, rule: str) -> None:
+    """With only that invariant checked, so the finding is its own (the reference model, or
+    another invariant, might otherwise find the same bug first)."""
+    first = start(B.CHECKPOINT_RESTART)
+    result = explore(
+        first, depth=DEPTH, checks={rule: INVARIANTS[rule]}, transition_function=broken
+    )
+    assert result.violation is not None, result.summary()
+    assert result.violation.check == rule, str(result.violation)
