@@ -41,7 +41,14 @@ from segue.effects import AppendMessage, Effect
 from segue.testing import ConversationMachine, InvariantError, TransitionFunction, conversations
 
 TestConversationMachine = ConversationMachine.TestCase
-TestConversationMachine.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+TestConversationMachine.settings = settings(
+    max_examples=150,
+    stateful_step_count=40,
+    deadline=None,
+    # Each step draws and runs events; on a busy machine that may pass hypothesis'
+    # generation-speed check, which measures the machine, not the invariants.
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 Result = tuple[ConversationState, tuple[Effect, ...]]
 THRESHOLD = ContextExhaustionBehavior.THRESHOLD_BASED_CONTINUATION
@@ -233,7 +240,13 @@ def test_the_real_transition_passes_each_isolated_invariant() -> None:
     invariant on (so the failures above come from the broken cores)."""
     machine = machine_checking_only("occupancy_never_summed", transition)
     run_state_machine_as_test(  # type: ignore[no-untyped-call,unused-ignore]  # see above
-        machine, settings=settings(max_examples=20, stateful_step_count=20, deadline=None)
+        machine,
+        settings=settings(
+            max_examples=20,
+            stateful_step_count=20,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
     )
 
 
