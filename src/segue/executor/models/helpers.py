@@ -120,6 +120,54 @@ def tool_call_prose(call: ToolCall) -> str:
     return f"[called tool {call.name} with {clip(to_json(call.input), TOOL_INPUT_CHARS)}]"
 
 
+# --------------------------------------------------------------------------- a normal turn
+
+NOT_RECORDED: Final = "Not run: no result was recorded for this tool call."
+
+
+def paired(messages: Sequence[Message]) -> list[Message]:
+    """The history of a normal turn with every tool call answered once, right after the reply
+    that made it, as every provider requires.
+
+    The core pairs every call outside ``ToolExecuting``; this still holds the line the APIs
+    enforce, so one bad transcript entry costs a sentence, not a failed conversation: a result
+    whose call is not open becomes a user's line of text, a call left without a result gets an
+    error result before the next message, and a call id seen twice is answered once.
+    """
+    out: list[Message] = []
+    open_calls: dict[str, str] = {}
+    seen: set[str] = set()
+    stray: list[Message] = []  # results without their call, said once the open calls are answered
+
+    def close_open_calls() -> None:
+        for call_id in open_calls:
+            out.append(
+                Message(kind="tool_result", text=NOT_RECORDED, tool_call_id=call_id, is_error=True)
+            )
+        open_calls.clear()
+        out.extend(stray)
+        stray.clear()
+
+    for message in messages:
+        if message.kind == "tool_result":
+            if open_calls.pop(message.tool_call_id or "", None) is None:
+                text = tool_result_prose(message.text, is_error=message.is_error)
+                stray.append(Message(kind="user", text=text, session=message.session))
+                continue
+            out.append(message)
+            continue
+        close_open_calls()
+        calls = tuple(c for c in message.tool_calls if c.id not in seen)
+        seen.update(c.id for c in calls)
+        open_calls.update((c.id, c.name) for c in calls)
+        if len(calls) != len(message.tool_calls):
+            out.append(message.model_copy(update={"tool_calls": calls}))
+        else:
+            out.append(message)
+    close_open_calls()
+    return out
+
+
 # --------------------------------------------------------------------------- tool-less requests
 
 
@@ -440,6 +488,7 @@ __all__ = [
     "CONTINUE",
     "MAX_RETRY_AFTER",
     "MIN_KEPT_MESSAGES",
+    "NOT_RECORDED",
     "REJECTED_INPUT_CHARS",
     "START_PLACEHOLDER",
     "TOOL_INPUT_CHARS",
@@ -452,6 +501,7 @@ __all__ = [
     "clip",
     "http_error",
     "offers_tools",
+    "paired",
     "redact",
     "rejected_prose",
     "retry_after",
