@@ -94,6 +94,8 @@ class SentTurn:
     calls: tuple[tuple[str, str, Any], ...] = ()
     result_for: str | None = None
     images: int = 0
+    parts: tuple[str, ...] = ()
+    """The text as its pieces were sent (text blocks or parts), in order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +108,13 @@ class Sent:
     system: str | None
     turns: tuple[SentTurn, ...]
     raw: Any = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    """The request's HTTP headers, names lower-cased (empty without a wire)."""
+
+    @property
+    def texts(self) -> list[str]:
+        """The text pieces of the user and assistant turns, in order (tool results apart)."""
+        return [part for turn in self.turns if turn.role != "tool" for part in turn.parts]
 
     @property
     def text(self) -> str:
@@ -641,7 +650,7 @@ class AnthropicHarness(_Base):
         return reply
 
     def sent(self) -> list[Sent]:
-        return [_anthropic_sent(r.body) for r in self.server.message_requests()]
+        return [_anthropic_sent(r.body, r.headers) for r in self.server.message_requests()]
 
 
 def _id(call: Call) -> dict[str, str]:
@@ -703,7 +712,7 @@ def _anthropic_raw_arguments(reply: Any, broken: list[Call]) -> Any:
     return fake.RawReply(status=200, body=body.encode(), content_type="text/event-stream")
 
 
-def _anthropic_sent(body: dict[str, Any]) -> Sent:
+def _anthropic_sent(body: dict[str, Any], headers: Mapping[str, str]) -> Sent:
     turns: list[SentTurn] = []
     for message in body["messages"]:
         content = message["content"]
@@ -718,7 +727,13 @@ def _anthropic_sent(body: dict[str, Any]) -> Sent:
             turns.append(SentTurn(role="tool", text=text, result_for=result["tool_use_id"]))
         if texts or calls or images or not results:
             turns.append(
-                SentTurn(role=message["role"], text="\n".join(texts), calls=calls, images=images)
+                SentTurn(
+                    role=message["role"],
+                    text="\n".join(texts),
+                    calls=calls,
+                    images=images,
+                    parts=tuple(texts),
+                )
             )
     system = body.get("system")
     if isinstance(system, list):
@@ -730,6 +745,7 @@ def _anthropic_sent(body: dict[str, Any]) -> Sent:
         system=system,
         turns=tuple(turns),
         raw=body,
+        headers=headers,
     )
 
 
@@ -786,7 +802,7 @@ class OpenAIHarness(_Base):
         )
 
     def sent(self) -> list[Sent]:
-        return [_openai_sent(r.body) for r in self.server.model_requests()]
+        return [_openai_sent(r.body, r.headers) for r in self.server.model_requests()]
 
 
 def _openai_failure(failure: Failure) -> Any:
@@ -807,7 +823,7 @@ def _openai_failure(failure: Failure) -> Any:
     return fake.invalid_api_key(failure.echo)
 
 
-def _openai_sent(body: dict[str, Any]) -> Sent:
+def _openai_sent(body: dict[str, Any], headers: Mapping[str, str]) -> Sent:
     turns: list[SentTurn] = []
     system = body.get("instructions")
     for item in body.get("messages") or body.get("input") or ():
@@ -831,8 +847,10 @@ def _openai_sent(body: dict[str, Any]) -> Sent:
             continue
         content = item.get("content")
         parts = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
-        text = "\n".join(
-            p["text"] for p in parts if p.get("type") in ("text", "input_text", "output_text")
+        pieces = tuple(
+            p["text"]
+            for p in parts
+            if p.get("type") in ("text", "input_text", "output_text") and p["text"]
         )
         images = sum(p.get("type") in ("image_url", "input_image") for p in parts)
         calls = tuple(
@@ -842,10 +860,11 @@ def _openai_sent(body: dict[str, Any]) -> Sent:
         turns.append(
             SentTurn(
                 role=role,
-                text=text,
+                text="\n".join(pieces),
                 calls=calls,
                 result_for=item.get("tool_call_id"),
                 images=images,
+                parts=pieces,
             )
         )
     tools = tuple(
@@ -857,6 +876,7 @@ def _openai_sent(body: dict[str, Any]) -> Sent:
         system=system,
         turns=tuple(turns),
         raw=body,
+        headers=headers,
     )
 
 
