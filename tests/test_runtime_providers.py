@@ -94,7 +94,7 @@ class Provider:
             yield rt
 
 
-def start(name: str) -> tuple[Harness, str]:
+def start(name: str) -> tuple[Any, str]:
     if name == "anthropic":
         return AnthropicHarness().__enter__(), "claude-sonnet-4-6"  # the fake says 200k
     harness = OpenAIHarness("chat" if name == "openai-chat" else "responses").__enter__()
