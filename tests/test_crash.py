@@ -112,7 +112,9 @@ def output(tmp_path: Path) -> str:
 def provider(request: pytest.FixtureRequest) -> Iterator[Any]:
     """A started harness of each provider: its fake server and its adapter."""
     name: str = request.param
-    harness: Any = AnthropicHarness() if name == "anthropic" else OpenAIHarness(name[7:])  # type: ignore[arg-type]
+    harness: Any = AnthropicHarness()
+    if name != "anthropic":
+        harness = OpenAIHarness("chat" if name == "openai-chat" else "responses")
     with harness:
         if name != "anthropic":
             harness.server.models[SERVED] = {"owned_by": "vllm", "max_model_len": 200_000}
