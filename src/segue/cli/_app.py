@@ -46,7 +46,9 @@ HeaderOption = Annotated[
 ]
 BaseUrlOption = Annotated[
     str | None,
-    typer.Option(help="API base URL (default: $ANTHROPIC_BASE_URL or the real API)."),
+    typer.Option(
+        help="API base URL (default: $ANTHROPIC_BASE_URL or $OPENAI_BASE_URL, or the real API)."
+    ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 
