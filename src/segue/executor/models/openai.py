@@ -23,9 +23,11 @@ segue's own conservative estimate is used.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final, Literal, Protocol
 
 import openai
@@ -59,6 +61,7 @@ _OVERFLOW: Final = re.compile(
 )
 _RETRYABLE_CODES: Final = frozenset({"rate_limit_exceeded", "server_error", "server_is_overloaded"})
 _AUTH_CODES: Final = frozenset({"invalid_api_key", "invalid_authentication"})
+_TRANSPORTS: Final = frozenset({"httpx", "httpx2", "httpcore", "httpcore2", "h11", "anyio"})
 _WINDOW_FIELDS: Final = (
     "context_window",
     "max_model_len",
@@ -97,7 +100,9 @@ def call_error(exc: BaseException, *, model: str, secrets: Sequence[str] = ()) -
     if isinstance(exc, openai.APIError):  # an error chunk in a stream that had started
         code, detail = _error_fields(exc.body, exc.message)
         return failure(code, redact(detail, secrets), where="stream error")
-    if isinstance(exc, OSError):
+    if isinstance(exc, OSError) or type(exc).__module__.split(".")[0] in _TRANSPORTS:
+        # The stream's lines come from the client's HTTP library (httpx, httpx2 in newer
+        # clients): a connection dropped mid-stream is its error, not the client's.
         detail = redact(str(exc) or type(exc).__name__, secrets)
         return LlmCallError(f"cannot reach the OpenAI API: {detail}", retryable=True)
     detail = redact(str(exc) or type(exc).__name__, secrets)
@@ -134,6 +139,30 @@ def _status_error(
         not_found_kind=code == "model_not_found",
         wait=retry_after(exc.response.headers),
     )
+
+
+async def _events(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:
+    """The JSON of each server-sent event (``data:`` lines joined; ``[DONE]`` ends it)."""
+    data: list[str] = []
+    async for line in lines:
+        if line.startswith("data:"):
+            data.append(line[5:].lstrip(" "))
+        elif not line and data:
+            joined = "\n".join(data)
+            data.clear()
+            if joined.startswith("[DONE]"):
+                return
+            try:
+                event = json.loads(joined)
+            except ValueError:
+                continue  # a comment or keep-alive a proxy added: not an event
+            if isinstance(event, dict):
+                yield event
+    if data and not data[0].startswith("[DONE]"):
+        with contextlib.suppress(ValueError):
+            event = json.loads("\n".join(data))
+            if isinstance(event, dict):
+                yield event
 
 
 def _not_a_stream(response: Any) -> LlmCallError:
@@ -219,10 +248,15 @@ class OpenAIModel:
     async def _stream(
         self, request: LlmRequest, payload: Payload, on_text: TextSink | None
     ) -> LlmReply:
+        """One streamed call read into a reply, its text passed to ``on_text`` as it comes.
+
+        The client makes the request (auth, headers, status errors as its exceptions); the
+        event stream's lines are read here (``openai_stream``). A 200 that is not an event
+        stream at all is named for what it is."""
         arguments = payload.arguments()
         reader: ChatReader | ResponsesReader
         if self._api == "chat":
-            stream: Any = await self._client.chat.completions.create(
+            call: Any = self._client.chat.completions.with_streaming_response.create(
                 model=request.model,
                 stream=True,
                 stream_options={"include_usage": True},
@@ -230,19 +264,15 @@ class OpenAIModel:
             )
             reader = ChatReader(on_text=on_text)
         else:
-            stream = await self._client.responses.create(
+            call = self._client.responses.with_streaming_response.create(
                 model=request.model, stream=True, **arguments
             )
             reader = ResponsesReader(on_text=on_text)
-        try:
-            async for event in stream:
-                reader.feed(event)
-        finally:
-            await stream.close()
-        if not reader.started and "event-stream" not in stream.response.headers.get(
-            "content-type", ""
-        ):
-            raise _not_a_stream(stream.response)
+        async with call as response:
+            if "event-stream" not in response.headers.get("content-type", ""):
+                raise _not_a_stream(response.http_response)
+            async for data in _events(response.iter_lines()):
+                reader.feed(data)
         return reader.reply()
 
     async def complete(self, request: LlmRequest, *, on_text: TextSink | None = None) -> LlmReply:
@@ -368,8 +398,6 @@ def _tokens(encoding: Encoding, text: str) -> int:
 def _count(payload: Payload, encoding: Encoding) -> int:
     """The payload's prompt tokens: each message's text, images by segue's image formula, the
     tools' definitions, and what each message and the reply's start cost."""
-    import json  # noqa: PLC0415
-
     total = _REPLY_PRIMING
     instructions = payload.options.get("instructions")
     if isinstance(instructions, str):

@@ -1,5 +1,10 @@
-"""Reading one streamed OpenAI answer into segue's ``LlmReply``: Chat Completions chunks or
-Responses API events, as the ``openai`` client parsed them.
+"""Reading one streamed OpenAI answer into segue's ``LlmReply``: the server-sent events of Chat
+Completions (chunks) or of the Responses API (typed events), read as JSON.
+
+``OpenAIModel`` takes the raw lines from the client (``with_streaming_response``: the client's
+own HTTP, headers, retries policy and status errors) and reads each event's JSON here rather
+than letting the client build a typed object per chunk, which cost about four times what
+reading the Anthropic stream costs per text delta (``bench/bench_runtime.py``).
 
 * **Complete or not.** A Chat Completions stream is a reply only once its ``finish_reason``
   came; a Responses stream only with ``response.completed`` (``response.incomplete`` is a reply
@@ -39,27 +44,31 @@ _RETRYABLE_CODES: Final = frozenset(
 )
 
 
+def _field(value: Any, name: str) -> Any:
+    if isinstance(value, dict):
+        return value.get(name)
+    return getattr(value, name, None)
+
+
 def read_usage(usage: Any) -> Usage | None:
-    """segue's ``Usage`` from a Chat Completions or Responses usage object (None: not said)."""
+    """segue's ``Usage`` from a Chat Completions or Responses usage object, as JSON or as the
+    client's parsed model (None: not said)."""
     if usage is None:
         return None
-    prompt = getattr(usage, "prompt_tokens", None)
+    prompt = _field(usage, "prompt_tokens")
     if prompt is not None:  # Chat Completions
-        details = getattr(usage, "prompt_tokens_details", None)
-        output = getattr(usage, "completion_tokens", None)
+        details = _field(usage, "prompt_tokens_details")
+        output = _field(usage, "completion_tokens")
     else:  # Responses
-        prompt = getattr(usage, "input_tokens", None)
-        details = getattr(usage, "input_tokens_details", None)
-        output = getattr(usage, "output_tokens", None)
-    extra = getattr(usage, "model_extra", None) or {}
-    written = getattr(details, "cache_write_tokens", None)
+        prompt = _field(usage, "input_tokens")
+        details = _field(usage, "input_tokens_details")
+        output = _field(usage, "output_tokens")
+    written = _field(details, "cache_write_tokens")
     if written is None:  # a proxy in front of Anthropic says it as Anthropic does
+        extra = usage if isinstance(usage, dict) else (getattr(usage, "model_extra", None) or {})
         written = extra.get("cache_creation_input_tokens")
     return usage_from_prompt(
-        prompt,
-        output,
-        cache_read=getattr(details, "cached_tokens", None),
-        cache_write=written,
+        prompt, output, cache_read=_field(details, "cached_tokens"), cache_write=written
     )
 
 
@@ -118,36 +127,45 @@ class ChatReader(_Reader):
     """Accumulates the chunks of one Chat Completions stream (choice 0)."""
 
     finished: bool = False
+    error: LlmCallError | None = None
 
-    def feed(self, chunk: Any) -> None:
-        """Take one ``ChatCompletionChunk``."""
+    def feed(self, chunk: dict[str, Any]) -> None:
+        """Take one chunk (its JSON)."""
         self.started = True
-        usage = getattr(chunk, "usage", None)
+        error = chunk.get("error")
+        if error is not None:
+            self.error = failure(
+                _field(error, "code"), str(_field(error, "message")), where="stream error"
+            )
+            return
+        usage = chunk.get("usage")
         if usage is not None:
             self.usage = read_usage(usage) or self.usage
-        for choice in getattr(chunk, "choices", None) or ():
-            if getattr(choice, "index", 0) != 0:
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
                 continue
-            delta = choice.delta
-            if delta is not None:
-                self._text(getattr(delta, "content", None))
-                self._text(getattr(delta, "refusal", None))
-                for call in getattr(delta, "tool_calls", None) or ():
-                    function = call.function
+            delta = choice.get("delta")
+            if delta:
+                self._text(delta.get("content"))
+                self._text(delta.get("refusal"))
+                for call in delta.get("tool_calls") or ():
+                    function = call.get("function") or {}
                     self.calls.add(
-                        call.index,
-                        id=call.id,
-                        name=getattr(function, "name", None),
-                        arguments=getattr(function, "arguments", None) or "",
+                        call.get("index", 0),
+                        id=call.get("id"),
+                        name=function.get("name"),
+                        arguments=function.get("arguments") or "",
                     )
-            if choice.finish_reason is not None:
+            reason = choice.get("finish_reason")
+            if reason is not None:
                 self.finished = True
-                reason = str(choice.finish_reason)
-                self.stop_reason = FINISH_REASONS.get(reason, reason)
+                self.stop_reason = FINISH_REASONS.get(reason, str(reason))
 
     def reply(self) -> LlmReply:
-        """The reply; ``LlmCallError`` (retryable) when the stream ended before its
-        ``finish_reason`` (a dropped connection, a proxy's timeout)."""
+        """The reply; ``LlmCallError`` when the stream carried an error, or (retryable) ended
+        before its ``finish_reason`` (a dropped connection, a proxy's timeout)."""
+        if self.error is not None:
+            raise self.error
         if not self.finished:
             msg = "the response stream ended before its finish_reason (the reply is incomplete)"
             raise LlmCallError(msg, retryable=True)
@@ -162,51 +180,54 @@ class ResponsesReader(_Reader):
     """``completed`` or ``incomplete`` once the response ended."""
     error: LlmCallError | None = None
 
-    def feed(self, event: Any) -> None:
-        """Take one Responses stream event."""
-        kind = getattr(event, "type", None)
-        if kind == "response.created":
-            self.started = True
-        elif kind in ("response.output_text.delta", "response.refusal.delta"):
-            self._text(event.delta)
-        elif kind == "response.output_item.added":
-            item = event.item
-            if getattr(item, "type", None) == "function_call":
-                self.calls.add(event.output_index, id=item.call_id, name=item.name)
+    def feed(self, event: dict[str, Any]) -> None:
+        """Take one Responses stream event (its JSON)."""
+        kind = event.get("type")
+        if kind in ("response.output_text.delta", "response.refusal.delta"):
+            self._text(event.get("delta"))
         elif kind == "response.function_call_arguments.delta":
-            self.calls.add(event.output_index, arguments=event.delta)
+            self.calls.add(event.get("output_index", 0), arguments=event.get("delta") or "")
+        elif kind == "response.created":
+            self.started = True
+        elif kind == "response.output_item.added":
+            item = event.get("item") or {}
+            if item.get("type") == "function_call":
+                self.calls.add(
+                    event.get("output_index", 0), id=item.get("call_id"), name=item.get("name")
+                )
         elif kind == "response.output_item.done":
             self._item_done(event)
         elif kind in ("response.completed", "response.incomplete"):
-            self._ended(event.response, kind.removeprefix("response."))
+            self._ended(event.get("response") or {}, kind.removeprefix("response."))
         elif kind == "response.failed":
-            error = getattr(event.response, "error", None)
-            message = getattr(error, "message", None) or "the response failed"
-            self.error = failure(getattr(error, "code", None), message, where="response.failed")
+            error = (event.get("response") or {}).get("error") or {}
+            message = error.get("message") or "the response failed"
+            self.error = failure(error.get("code"), message, where="response.failed")
         elif kind == "error":
-            message = getattr(event, "message", None) or "error event"
-            self.error = failure(getattr(event, "code", None), message, where="error event")
+            message = event.get("message") or "error event"
+            self.error = failure(event.get("code"), message, where="error event")
 
-    def _item_done(self, event: Any) -> None:
-        item = event.item
-        if getattr(item, "type", None) != "function_call":
+    def _item_done(self, event: dict[str, Any]) -> None:
+        item = event.get("item") or {}
+        if item.get("type") != "function_call":
             return
-        parts = self.calls.calls.get(event.output_index)
-        if parts is not None and isinstance(item.arguments, str):
-            parts.arguments[:] = [item.arguments]  # the whole arguments, as the server has them
+        index = event.get("output_index", 0)
+        arguments = item.get("arguments")
+        parts = self.calls.calls.get(index)
+        if parts is not None and isinstance(arguments, str):
+            parts.arguments[:] = [arguments]  # the whole arguments, as the server has them
         else:
             self.calls.add(
-                event.output_index, id=item.call_id, name=item.name, arguments=item.arguments
+                index, id=item.get("call_id"), name=item.get("name"), arguments=arguments or ""
             )
 
-    def _ended(self, response: Any, how: str) -> None:
+    def _ended(self, response: dict[str, Any], how: str) -> None:
         self.ended = how
-        self.usage = read_usage(getattr(response, "usage", None))
+        self.usage = read_usage(response.get("usage"))
         if how == "completed":
             self.stop_reason = "end_turn"
             return
-        details = getattr(response, "incomplete_details", None)
-        reason = getattr(details, "reason", None)
+        reason = (response.get("incomplete_details") or {}).get("reason")
         self.stop_reason = "refusal" if reason == "content_filter" else "max_tokens"
 
     def reply(self) -> LlmReply:
