@@ -90,3 +90,15 @@ def test_the_report_names_what_an_adapter_gets_wrong() -> None:
     assert failed == ["usage_counts_each_token_once"]
     assert not report.ok
     assert "is not prompt + output" in report.explain()
+
+
+def test_the_adapter_guides_examples_are_python() -> None:
+    """docs/adapters.md shows code; it must at least be valid Python."""
+    import re
+    from pathlib import Path
+
+    guide = Path(__file__).resolve().parents[1] / "docs" / "adapters.md"
+    blocks = re.findall(r"```python\n(.*?)```", guide.read_text(encoding="utf-8"), re.DOTALL)
+    assert len(blocks) == 3
+    for block in blocks:
+        compile(block, str(guide), "exec")
