@@ -664,3 +664,38 @@ def test_options_are_checked() -> None:
         OpenAIModel(client, api="completions")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_tokens"):
         OpenAIModel(client, max_tokens=0)
+
+
+def test_a_tools_images_reach_the_model_in_each_apis_shape(
+    server: FakeOpenAIServer, api: Api
+) -> None:
+    """Chat Completions' tool messages hold text only: a tool's images follow the results in a
+    user message. The Responses API takes them in the function_call_output itself."""
+    image = ImageBlock(source=ImageBase64Source(media_type="image/png", data=PIXEL))
+    call = ToolCall(id="call_img", name="lookup", input={})
+    history = [
+        Message(kind="user", text="Show me."),
+        Message(kind="assistant", text="", tool_calls=(call,)),
+        Message(
+            kind="tool_result",
+            text="a chart",
+            tool_call_id="call_img",
+            content=(TextBlock(text="a chart"), image),
+        ),
+    ]
+    ask(server, api, request(history, tools=(LOOKUP,)))
+    sent = items(body(server))
+    url = f"data:image/png;base64,{PIXEL}"
+    if api == "chat":
+        assert sent[-2]["role"] == "tool"
+        assert sent[-2]["content"].startswith("a chart")
+        assert sent[-1] == {
+            "role": "user",
+            "content": [{"type": "image_url", "image_url": {"url": url}}],
+        }
+    else:
+        assert sent[-1]["type"] == "function_call_output"
+        assert sent[-1]["output"] == [
+            {"type": "input_text", "text": "a chart"},
+            {"type": "input_image", "image_url": url},
+        ]
