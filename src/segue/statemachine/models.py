@@ -77,6 +77,8 @@ class Usage(Frozen):
     """Token usage of ONE request, as the Anthropic Messages API reports it.
 
     ``input_tokens`` is only the uncached tail of the prompt; the two cache fields hold the rest.
+    A report that counts the whole prompt with its cached part inside (OpenAI's) is mapped to
+    these fields by its adapter, each token once.
     """
 
     input_tokens: TokenCount = 0

@@ -213,6 +213,8 @@ class AnthropicModel:
                 error=error.message,
                 duration_s=round(time.monotonic() - started, 3),
             )
+            if error is exc:  # already ours (a cut stream): never its own cause
+                raise
             raise error from exc
         log.debug(
             "llm.reply",
