@@ -11,15 +11,8 @@ import pytest
 
 from segue.executor.ports import LlmReply, LlmRequest
 from segue.statemachine import Usage
-from segue.testing.conformance import (
-    CHECKS,
-    HARNESSES,
-    Check,
-    Harness,
-    OpenAIHarness,
-    run,
-    run_check,
-)
+from segue.testing.conformance import CHECKS, Check, Harness, run, run_check
+from segue.testing.harnesses import HARNESSES, OpenAIHarness
 
 WIRE_CHECKS = {
     "tools_and_results_go_back_paired",

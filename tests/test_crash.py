@@ -25,7 +25,8 @@ from segue import ContextExhausted, ContextExhaustionBehavior
 from segue.executor.models.scripted import ScriptedModel
 from segue.executor.runtime import ConversationExhaustedError, Runtime
 from segue.executor.stores.sqlite import SqliteStore
-from segue.testing.conformance import AnthropicHarness, OpenAIHarness, Said
+from segue.testing.conformance import Said
+from segue.testing.harnesses import AnthropicHarness, OpenAIHarness
 
 pytestmark = pytest.mark.slow
 

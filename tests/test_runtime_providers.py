@@ -5,7 +5,8 @@
 runtime acts on is what the SDK parsed from a real SSE stream, the errors are the SDK's own, and
 what the runtime asked for is what the server recorded. The provider's answers are scripted and
 what was sent is read back in neutral terms (``segue.testing.conformance``: ``Said``,
-``Failure``, ``Sent``), so one test states one behaviour for every provider.
+``Failure``, ``Sent``; the harnesses of ``segue.testing.harnesses``), so one test states one
+behaviour for every provider.
 """
 
 from __future__ import annotations
@@ -32,15 +33,8 @@ from segue.executor.runtime import COMPACTION_INSTRUCTION, CONTINUATION_INSTRUCT
 from segue.executor.stores.memory import MemoryStore
 from segue.executor.stores.sqlite import SqliteStore
 from segue.executor.tools import Tool
-from segue.testing.conformance import (
-    AnthropicHarness,
-    Call,
-    Failure,
-    Harness,
-    OpenAIHarness,
-    Said,
-    Sent,
-)
+from segue.testing.conformance import Call, Failure, Harness, Said, Sent
+from segue.testing.harnesses import AnthropicHarness, OpenAIHarness
 from segue.testing.logs import capture_logs
 
 WINDOW = 200_000  # thresholds: warning 160,000, continuation 180,000
