@@ -151,6 +151,7 @@ RUN_BY_A_TEST = (
     "app.mount(",
     "SUB_AGENT =",
     "PostgresStore.from_url",
+    "OpenAIModel(AsyncOpenAI()",  # run by test_openai_readme
 )
 """What names each Python block for the test that runs it."""
 
