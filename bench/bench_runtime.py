@@ -13,6 +13,11 @@ two committed events (the user message, then the response).
   turn sent: with an instant model and an in-memory store ``send`` never yields to the event loop,
   while a streamed turn runs in its own task and wakes its consumer, so this ratio is the most
   streaming can cost; with any real I/O the two come close.
+- Adapter streaming: what reading one streamed reply costs ``OpenAIModel`` (Chat Completions
+  and Responses) per text delta, against ``AnthropicModel``'s, in the same run, interleaved:
+  each adapter over its real client, a local fake server sending the same reply as one prepared
+  body of server-sent events (so the server costs the same and nothing), ``on_text`` called per
+  delta; target: OpenAI within 1.10x of Anthropic.
 - Throughput: committed transitions per second through ``Runtime.send`` on ``SqliteStore`` (a
   real file, WAL); target >= 3,000/s. And, for information, the same with 100 conversations
   sending at once (where commits queued together share a transaction); run this script with
@@ -47,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from segue import Usage
+from segue import Message, Usage
 from segue.executor.bus import UpdateBus
 from segue.executor.ports import LlmReply, LlmRequest, Store, TextSink
 from segue.executor.runtime import Runtime
@@ -61,6 +66,8 @@ FIRST_TEXT_TARGET_MS = 2.0
 THROUGHPUT_TARGET = 3_000.0
 GROWTH_TARGET = 1.5
 MEMORY_TARGET_MB = 100.0
+ADAPTER_TARGET = 1.10
+ADAPTER_DELTAS = 400
 SMALL = 10
 IDLE_TARGET_COUNT = 10_000
 EVENTS_PER_SEND = 2
@@ -101,6 +108,7 @@ class Sizes:
     large: int
     growth_sends: int
     idle: int
+    adapter_rounds: int
 
 
 FULL = Sizes(
@@ -110,9 +118,16 @@ FULL = Sizes(
     large=10_000,
     growth_sends=200,
     idle=IDLE_TARGET_COUNT,
+    adapter_rounds=15,
 )
 QUICK = Sizes(
-    overhead_sends=200, batches=3, throughput_sends=100, large=1_000, growth_sends=50, idle=1_000
+    overhead_sends=200,
+    batches=3,
+    throughput_sends=100,
+    large=1_000,
+    growth_sends=50,
+    idle=1_000,
+    adapter_rounds=3,
 )
 
 
@@ -293,6 +308,71 @@ async def growth(make: Callable[[], Store], sizes: Sizes) -> tuple[float, float,
     return small, large, messages
 
 
+async def adapter_streaming(sizes: Sizes) -> dict[str, float]:
+    """Best seconds per text delta of one streamed reply read by each adapter (see the module
+    docstring): the reply is recorded once from each fake server, then served as those bytes."""
+    import anthropic  # noqa: PLC0415  # only this measurement needs the clients
+    import httpx2  # noqa: PLC0415
+    import openai  # noqa: PLC0415
+
+    from segue.executor.models.anthropic import AnthropicModel  # noqa: PLC0415
+    from segue.executor.models.openai import OpenAIModel  # noqa: PLC0415
+    from segue.testing import anthropic_server, openai_server  # noqa: PLC0415
+
+    text = "word " * ADAPTER_DELTAS
+    request = LlmRequest(
+        conversation_id="bench",
+        model="gpt-4o",
+        purpose="turn",
+        system=None,
+        messages=(Message(kind="user", text="Go on."),),
+    )
+    fake_a = anthropic_server.FakeAnthropicServer(
+        default=anthropic_server.MessageReply(text=text, pieces=ADAPTER_DELTAS)
+    )
+    fake_o = openai_server.FakeOpenAIServer(
+        default=openai_server.Reply(text=text, pieces=ADAPTER_DELTAS)
+    )
+    with fake_a, fake_o:
+        bodies: dict[str, tuple[Any, str, dict[str, Any]]] = {
+            "anthropic": (fake_a, f"{fake_a.url}/v1/messages", {"max_tokens": 10}),
+            "openai-chat": (fake_o, f"{fake_o.url}/chat/completions", {"messages": []}),
+            "openai-responses": (fake_o, f"{fake_o.url}/responses", {"input": []}),
+        }
+        recorded: dict[str, bytes] = {}
+        for name, (_fake, url, extra) in bodies.items():
+            payload = {"model": "m", "messages": [], "stream": True, **extra}
+            payload["stream_options"] = {"include_usage": True}
+            recorded[name] = httpx2.post(url, json=payload, timeout=30).content
+        async with (
+            anthropic.AsyncAnthropic(api_key="k", base_url=fake_a.url, max_retries=0) as a,
+            openai.AsyncOpenAI(api_key="k", base_url=fake_o.url, max_retries=0) as o,
+        ):
+            models: dict[str, Any] = {
+                "anthropic": AnthropicModel(a, prompt_caching=False),
+                "openai-chat": OpenAIModel(o, api="chat"),
+                "openai-responses": OpenAIModel(o, api="responses"),
+            }
+            best = dict.fromkeys(models, float("inf"))
+            for _ in range(sizes.adapter_rounds):
+                for name, model in models.items():
+                    fake = bodies[name][0]
+                    fake.default = _raw(fake, recorded[name])
+                    deltas: list[str] = []
+                    started = time.perf_counter()
+                    reply = await model.complete(request, on_text=deltas.append)
+                    elapsed = time.perf_counter() - started
+                    assert reply.text == text, name
+                    best[name] = min(best[name], elapsed / len(deltas))
+    return best
+
+
+def _raw(fake: Any, body: bytes) -> Any:
+    """The fake's own ``RawReply`` holding a recorded event stream."""
+    module = sys.modules[type(fake).__module__]
+    return module.RawReply(status=200, body=body, content_type="text/event-stream")
+
+
 def rss_bytes() -> int:
     """The process's resident set size now (Linux ``/proc``; 0 where unavailable)."""
     try:
@@ -368,6 +448,18 @@ async def main(quick: bool) -> int:
             f"{streamed * 1e6:,.1f} us/event through stream(), {sent * 1e6:,.1f} through "
             f"send(): {streamed / sent:.2f}x"
         )
+
+        costs = await adapter_streaming(sizes)
+        reference = costs["anthropic"]
+        for name in ("openai-chat", "openai-responses"):
+            ratio = costs[name] / reference
+            ok = ratio <= ADAPTER_TARGET
+            failures += not ok
+            print(
+                f"Adapter streaming ({name} against anthropic): {costs[name] * 1e6:,.1f} "
+                f"us/delta, {reference * 1e6:,.1f} us/delta: {ratio:.2f}x "
+                f"(target <= {ADAPTER_TARGET:.2f}x) {verdict(ok)}"
+            )
 
         rate = await throughput(Path(tmp) / "throughput.db", sizes)
         ok = rate >= THROUGHPUT_TARGET

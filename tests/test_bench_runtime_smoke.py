@@ -17,6 +17,10 @@ REPORT_LINES = (
     r"[\d.]+x \(target <= 1.10x\) (PASS|FAIL)$",
     r"^Time to first text delta \(MemoryStore, instant model\): [\d,.]+ ms \(target < 2 ms\) "
     r"(PASS|FAIL)$",
+    r"^Adapter streaming \(openai-chat against anthropic\): [\d,.]+ us/delta, [\d,.]+ "
+    r"us/delta: [\d.]+x \(target <= 1.10x\) (PASS|FAIL)$",
+    r"^Adapter streaming \(openai-responses against anthropic\): [\d,.]+ us/delta, [\d,.]+ "
+    r"us/delta: [\d.]+x \(target <= 1.10x\) (PASS|FAIL)$",
     r"^Runtime throughput \(SqliteStore\): [\d,]+ committed transitions/s "
     r"\(target >= 3,000\) (PASS|FAIL)$",
     r"^Runtime growth \(MemoryStore\): [\d,.]+ us/event at ~10 messages, [\d,.]+ us/event at "

@@ -1,9 +1,10 @@
 """Persistence and crash recovery across real processes, on a real SQLite file.
 
 A child process (a helper script written to ``tmp_path``) runs a conversation; the test process
-then opens the same file with a new ``Runtime``. For the crash tests the child talks to a
-``FakeAnthropicServer`` running in the test process, whose scripted reply is held back until
-the child is killed with SIGKILL mid-request: whatever the child committed is all there is.
+then opens the same file with a new ``Runtime``. For the crash tests the child talks, through
+each provider's real client (``AnthropicModel``, ``OpenAIModel`` on both APIs), to that
+provider's fake server running in the test process, whose scripted reply is held back until the
+child is killed with SIGKILL mid-request: whatever the child committed is all there is.
 ``async with Runtime(...)`` must then perform what was pending, exactly once.
 """
 
@@ -14,21 +15,23 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-import anthropic
 import pytest
 
 from segue import ContextExhausted, ContextExhaustionBehavior
-from segue.executor.models.anthropic import AnthropicModel
 from segue.executor.models.scripted import ScriptedModel
 from segue.executor.runtime import ConversationExhaustedError, Runtime
 from segue.executor.stores.sqlite import SqliteStore
-from segue.testing.anthropic_server import FakeAnthropicServer, MessageReply, Usage
+from segue.testing.conformance import Said
+from segue.testing.harnesses import AnthropicHarness, OpenAIHarness
 
 pytestmark = pytest.mark.slow
 
-MODEL = "claude-sonnet-4-6"
+MODEL = "claude-sonnet-4-6"  # the fake Anthropic server says 200k
+SERVED = "served-model"  # the fake OpenAI server says 200k (as vLLM's max_model_len)
 SCRIPTED_WINDOW = 3_000
 MARK = "RESULT "
 
@@ -55,21 +58,33 @@ async def main(path: str) -> None:
 asyncio.run(main(sys.argv[1]))
 """
 
-ANTHROPIC_CHILD = f"""
+PROVIDER_CHILD = f"""
 import asyncio
 import sys
 
-import anthropic
-
-from segue.executor.models.anthropic import AnthropicModel
 from segue.executor.runtime import Runtime
 from segue.executor.stores.sqlite import SqliteStore
 
 
-async def main(path: str, url: str, conversation_id: str) -> None:
-    async with anthropic.AsyncAnthropic(api_key="test", base_url=url, max_retries=0) as client:
-        async with Runtime(store=SqliteStore(path), llm=AnthropicModel(client)) as rt:
-            await rt.create_conversation(model="{MODEL}", conversation_id=conversation_id)
+def connect(provider: str, url: str):
+    if provider == "anthropic":
+        import anthropic
+        from segue.executor.models.anthropic import AnthropicModel
+
+        client = anthropic.AsyncAnthropic(api_key="test", base_url=url, max_retries=0)
+        return client, AnthropicModel(client), "{MODEL}"
+    import openai
+    from segue.executor.models.openai import OpenAIModel
+
+    client = openai.AsyncOpenAI(api_key="test", base_url=url, max_retries=0)
+    return client, OpenAIModel(client, api=provider.removeprefix("openai-")), "{SERVED}"
+
+
+async def main(path: str, url: str, conversation_id: str, provider: str) -> None:
+    client, llm, model = connect(provider, url)
+    async with client:
+        async with Runtime(store=SqliteStore(path), llm=llm) as rt:
+            await rt.create_conversation(model=model, conversation_id=conversation_id)
             await rt.send(conversation_id, "Hello from a process about to die.")
             print("{MARK}finished", flush=True)
 
@@ -94,9 +109,21 @@ def output(tmp_path: Path) -> str:
     ).read_text(encoding="utf-8")
 
 
-def kill_when(
-    server: FakeAnthropicServer, child: subprocess.Popen[bytes], requests: int, tmp_path: Path
-) -> None:
+@pytest.fixture(params=["anthropic", "openai-chat", "openai-responses"])
+def provider(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A started harness of each provider: its fake server and its adapter."""
+    name: str = request.param
+    harness: Any = AnthropicHarness()
+    if name != "anthropic":
+        harness = OpenAIHarness("chat" if name == "openai-chat" else "responses")
+    with harness:
+        if name != "anthropic":
+            harness.server.models[SERVED] = {"owned_by": "vllm", "max_model_len": 200_000}
+        harness.provider = name
+        yield harness
+
+
+def kill_when(server: Any, child: subprocess.Popen[bytes], requests: int, tmp_path: Path) -> None:
     """SIGKILL ``child`` once the server has received ``requests`` requests (it holds the last)."""
     try:
         arrived = server.wait_for_requests(requests, timeout=60)
@@ -151,74 +178,65 @@ def test_an_exhausted_conversation_reads_the_same_in_another_process(tmp_path: P
     asyncio.run(main())
 
 
-def test_a_crash_during_an_llm_call_is_recovered_exactly_once(tmp_path: Path) -> None:
+def test_a_crash_during_an_llm_call_is_recovered_exactly_once(
+    provider: Any, tmp_path: Path
+) -> None:
     db = tmp_path / "segue.db"
     conversation_id = "crash-1"
-    with FakeAnthropicServer(default=MessageReply(text="Answer after the crash.")) as server:
-        server.enqueue(MessageReply(text="This reply never arrives.", delay=60))
-        child = spawn(tmp_path, ANTHROPIC_CHILD, str(db), server.url, conversation_id)
-        kill_when(server, child, 2, tmp_path)  # models.retrieve, then the held message request
-        assert len(server.message_requests()) == 1
+    provider.default(Said(text="Answer after the crash."))
+    provider.script(Said(text="This reply never arrives.", delay=60))
+    server = provider.server
+    child = spawn(tmp_path, PROVIDER_CHILD, str(db), server.url, conversation_id, provider.provider)
+    kill_when(server, child, 2, tmp_path)  # the model's window, then the held request
+    assert len(provider.sent()) == 1
 
-        async def main() -> None:
-            inspect = SqliteStore(db)
-            try:
-                before = await inspect.load(conversation_id)
-                assert before.state.phase.kind == "llm_requesting"
-                assert [p.effect.kind for p in before.pending] == ["request_llm"]
-            finally:
-                await inspect.close()
-            async with (
-                anthropic.AsyncAnthropic(
-                    api_key="test", base_url=server.url, max_retries=0
-                ) as client,
-                Runtime(store=SqliteStore(db), llm=AnthropicModel(client)) as rt,
-            ):
-                state = await rt.state(conversation_id)
-                assert state.phase.kind == "idle"
-                transcript = await rt.messages(conversation_id)
-                assert [(m.kind, m.text) for m in transcript] == [
-                    ("user", "Hello from a process about to die."),
-                    ("assistant", "Answer after the crash."),
-                ]
-                assert await rt.store.with_pending() == []
+    async def main() -> None:
+        inspect = SqliteStore(db)
+        try:
+            before = await inspect.load(conversation_id)
+            assert before.state.phase.kind == "llm_requesting"
+            assert [p.effect.kind for p in before.pending] == ["request_llm"]
+        finally:
+            await inspect.close()
+        async with provider.model() as llm, Runtime(store=SqliteStore(db), llm=llm) as rt:
+            state = await rt.state(conversation_id)
+            assert state.phase.kind == "idle"
+            transcript = await rt.messages(conversation_id)
+            assert [(m.kind, m.text) for m in transcript] == [
+                ("user", "Hello from a process about to die."),
+                ("assistant", "Answer after the crash."),
+            ]
+            assert await rt.store.with_pending() == []
 
-        asyncio.run(main())
-        retried = server.message_requests()
-        assert len(retried) == 2
-        assert retried[1].body["messages"] == retried[0].body["messages"]
+    asyncio.run(main())
+    retried = provider.sent()
+    assert len(retried) == 2
+    assert retried[1].turns == retried[0].turns
 
 
-def test_a_crash_while_summarising_asks_for_the_summary_again(tmp_path: Path) -> None:
+def test_a_crash_while_summarising_asks_for_the_summary_again(
+    provider: Any, tmp_path: Path
+) -> None:
     db = tmp_path / "segue.db"
     conversation_id = "crash-2"
-    crossing = MessageReply(
-        text="A very long answer.",
-        usage=Usage(input_tokens=1_000, output_tokens=200, cache_read_input_tokens=185_000),
-    )
-    with FakeAnthropicServer(default=MessageReply(text="Summary written after the crash.")) as (
-        server
-    ):
-        server.enqueue(crossing, MessageReply(text="This summary never arrives.", delay=60))
-        child = spawn(tmp_path, ANTHROPIC_CHILD, str(db), server.url, conversation_id)
-        kill_when(server, child, 3, tmp_path)  # models, the crossing turn, the held summary
-        assert "tools" not in server.message_requests()[-1].body
+    crossing = Said(text="A very long answer.", prompt=186_000, cached=185_000, output=200)
+    provider.default(Said(text="Summary written after the crash."))
+    provider.script(crossing, Said(text="This summary never arrives.", delay=60))
+    server = provider.server
+    child = spawn(tmp_path, PROVIDER_CHILD, str(db), server.url, conversation_id, provider.provider)
+    kill_when(server, child, 3, tmp_path)  # the window, the crossing turn, the held summary
+    assert not provider.sent()[-1].tools
 
-        async def main() -> None:
-            async with (
-                anthropic.AsyncAnthropic(
-                    api_key="test", base_url=server.url, max_retries=0
-                ) as client,
-                Runtime(store=SqliteStore(db), llm=AnthropicModel(client)) as rt,
-            ):
-                state = await rt.state(conversation_id)
-                assert isinstance(state.phase, ContextExhausted)
-                assert state.phase.summary == "Summary written after the crash."
-                transcript = await rt.messages(conversation_id)
-                assert [m.kind for m in transcript] == ["user", "assistant", "continuation"]
-                assert state.behavior is ContextExhaustionBehavior.THRESHOLD_BASED_CONTINUATION
+    async def main() -> None:
+        async with provider.model() as llm, Runtime(store=SqliteStore(db), llm=llm) as rt:
+            state = await rt.state(conversation_id)
+            assert isinstance(state.phase, ContextExhausted)
+            assert state.phase.summary == "Summary written after the crash."
+            transcript = await rt.messages(conversation_id)
+            assert [m.kind for m in transcript] == ["user", "assistant", "continuation"]
+            assert state.behavior is ContextExhaustionBehavior.THRESHOLD_BASED_CONTINUATION
 
-        asyncio.run(main())
-        summaries = server.message_requests()[1:]
-        assert len(summaries) == 2  # the held one, then exactly one more
-        assert summaries[0].body["messages"] == summaries[1].body["messages"]
+    asyncio.run(main())
+    summaries = provider.sent()[1:]
+    assert len(summaries) == 2  # the held one, then exactly one more
+    assert summaries[0].turns == summaries[1].turns

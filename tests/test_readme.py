@@ -159,6 +159,7 @@ RUN_BY_A_TEST = (
     "SUB_AGENT =",
     "PostgresStore.from_url",
     "summary_prompt=",
+    "OpenAIModel(AsyncOpenAI()",  # run by test_openai_readme
 )
 """What names each Python block for the test that runs it."""
 

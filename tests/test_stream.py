@@ -4,8 +4,8 @@ The model is the offline ``ScriptedModel`` (it streams its text in pieces), the 
 What is checked is what a chat UI relies on: the text deltas of a response join to exactly what
 was stored, the meter follows the thresholds, ``done`` comes last with the final state and reply,
 a consumer that leaves does not stop the turn, ``cancel()`` does, and refusals raise before the
-first update. A turn streamed over the real ``anthropic`` client is in
-``test_runtime_anthropic`` (``test_a_turn_streams_over_the_real_client_as_the_server_sends_it``).
+first update. A turn streamed over each provider's real client (``anthropic``, ``openai``) is in
+``test_runtime_providers`` (``test_a_turn_streams_over_the_real_client_as_the_server_sends_it``).
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a
     from segue.executor.chains import Link as Link
     from segue.executor.chains import UsageReport as UsageReport
     from segue.executor.models.anthropic import AnthropicModel as AnthropicModel
+    from segue.executor.models.openai import OpenAIModel as OpenAIModel
     from segue.executor.models.scripted import ScriptedModel as ScriptedModel
     from segue.executor.ports import AgentToolActivity as AgentToolActivity
     from segue.executor.ports import ConcurrentUpdateError as ConcurrentUpdateError
@@ -98,6 +99,7 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a
 # pay for that on import, so the runtime's names load on first use.
 _LAZY = {
     "AnthropicModel": "segue.executor.models.anthropic",
+    "OpenAIModel": "segue.executor.models.openai",
     "MemoryStore": "segue.executor.stores.memory",
     "SqliteStore": "segue.executor.stores.sqlite",
     "PostgresStore": "segue.executor.stores.postgres",

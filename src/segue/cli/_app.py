@@ -49,7 +49,9 @@ HeaderOption = Annotated[
 ]
 BaseUrlOption = Annotated[
     str | None,
-    typer.Option(help="API base URL (default: $ANTHROPIC_BASE_URL or the real API)."),
+    typer.Option(
+        help="API base URL (default: $ANTHROPIC_BASE_URL or $OPENAI_BASE_URL, or the real API)."
+    ),
 ]
 MIN_WINDOW = 1_000
 """The smallest context window a command takes (the API's too): below it not even the system

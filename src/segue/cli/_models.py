@@ -1,30 +1,72 @@
-"""Which model answers a CLI command: real Claude through the official client, or the offline
-scripted model for the demo's conversations (and ``--offline``)."""
+"""Which model answers a CLI command: a provider's model through its official client (Claude with
+``ANTHROPIC_API_KEY``, OpenAI or any OpenAI-compatible server with ``OPENAI_API_KEY``), or the
+offline scripted model for the demo's conversations (and ``--offline``).
+
+``connect`` is the one place the provider is chosen: the key from its environment variable,
+``base_url`` (else the client's own ``ANTHROPIC_BASE_URL`` / ``OPENAI_BASE_URL``) and extra
+headers, and the adapter over the client.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import Any, Final, Literal
 
 from segue.cli._app import CliError
 from segue.cli.demo import DEMO_MODEL, demo_model
 from segue.executor.ports import LlmModel
 from segue.statemachine import ConversationState
+from segue.statemachine.models import provider_of
 
-if TYPE_CHECKING:
-    import anthropic
-
+Provider = Literal["anthropic", "openai"]
+PROVIDERS: Final[tuple[Provider, ...]] = ("anthropic", "openai")
+KEY_VARIABLES: Final[dict[Provider, str]] = {
+    "anthropic": "ANTHROPIC_API_KEY",
+    "openai": "OPENAI_API_KEY",
+}
+DEFAULT_MODELS: Final[dict[Provider, str]] = {"anthropic": "claude-sonnet-4-6", "openai": "gpt-4o"}
 NO_KEY = "ANTHROPIC_API_KEY is not set: export your Anthropic API key, or try `segue demo`"
+_NO_KEY: Final[dict[Provider, str]] = {
+    "anthropic": NO_KEY,
+    "openai": "OPENAI_API_KEY is not set: export your OpenAI API key (any value for a local "
+    "server that needs none), or try `segue demo`",
+}
 
 
-def api_key() -> str:
-    """The API key from the environment (a setup error without one)."""
-    key = os.environ.get("ANTHROPIC_API_KEY", "").strip()
+def provider_for(provider: str | None, model: str | None) -> Provider:
+    """The provider asked for, else the one the model's name tells, else Anthropic."""
+    if provider is not None:
+        wanted = provider.strip().lower()
+        if wanted not in PROVIDERS:
+            raise CliError(f"unknown provider {provider!r}: choose anthropic or openai", 2)
+        return "openai" if wanted == "openai" else "anthropic"
+    return provider_of(model or "") or "anthropic"
+
+
+def api_key(provider: Provider = "anthropic") -> str:
+    """The provider's API key from the environment (a setup error without one)."""
+    key = os.environ.get(KEY_VARIABLES[provider], "").strip()
     if not key:
-        raise CliError(NO_KEY, 2)
+        raise CliError(_NO_KEY[provider], 2)
     return key
+
+
+async def connect(
+    provider: Provider,
+    key: str,
+    *,
+    base_url: str | None,
+    headers: dict[str, str],
+    check_model: str | None = None,
+) -> tuple[Any, LlmModel]:
+    """A client and its adapter. With ``check_model`` the API is asked about that model first,
+    so a bad key (or, from Anthropic, an unknown model) is one line (exit 2) before anything is
+    stored. The key never appears in the error, nor in any exception chained below it."""
+    if provider == "openai":
+        return await _openai(key, base_url=base_url, headers=headers, check_model=check_model)
+    return await claude(key, base_url=base_url, headers=headers, check_model=check_model)
 
 
 async def claude(
@@ -33,12 +75,12 @@ async def claude(
     base_url: str | None,
     headers: dict[str, str],
     check_model: str | None = None,
-) -> tuple[anthropic.AsyncAnthropic, LlmModel]:
-    """A client and its adapter. With ``check_model`` the API is asked about that model first,
-    so an unknown model or a bad key is one line (exit 2) before anything is stored."""
+) -> tuple[Any, LlmModel]:
+    """The Anthropic client and ``AnthropicModel`` (see ``connect``)."""
     import anthropic  # noqa: PLC0415  # ~2 s to import: only commands that call Claude pay
 
     from segue.executor.models.anthropic import AnthropicModel, call_error  # noqa: PLC0415
+    from segue.executor.models.helpers import scrub_secrets  # noqa: PLC0415
 
     client = anthropic.AsyncAnthropic(
         api_key=key, base_url=base_url, default_headers=headers or None
@@ -47,13 +89,74 @@ async def claude(
         try:
             await client.models.retrieve(check_model)
         except anthropic.APIStatusError as exc:
-            error = call_error(exc, model=check_model, secrets=(key, *headers.values()))
+            secrets = (key, *headers.values())
+            error = call_error(exc, model=check_model, secrets=secrets)
             if error.fatal:  # unknown model, bad key: no message can succeed
                 await client.close()
+                scrub_secrets(exc, secrets)
                 raise CliError(error.message, 2) from exc
         except anthropic.APIError:
             pass  # unreachable for now: the first message says so, after the runtime's retries
     return client, AnthropicModel(client=client)
+
+
+async def _openai(
+    key: str,
+    *,
+    base_url: str | None,
+    headers: dict[str, str],
+    check_model: str | None,
+) -> tuple[Any, LlmModel]:
+    """The OpenAI client and ``OpenAIModel``. Only a refused key fails the check: many
+    compatible servers have no ``/models/{id}``, so an unknown model is left to the first
+    message."""
+    try:
+        import openai  # noqa: PLC0415  # the segue[openai] extra
+    except ImportError as missing:
+        msg = f"--provider openai needs the openai extra: pip install 'segue[openai]' ({missing})"
+        raise CliError(msg, 2) from None
+
+    from segue.executor.models.helpers import scrub_secrets  # noqa: PLC0415
+    from segue.executor.models.openai import OpenAIModel, call_error  # noqa: PLC0415
+
+    client = openai.AsyncOpenAI(api_key=key, base_url=base_url, default_headers=headers or None)
+    if check_model is not None:
+        try:
+            await client.models.retrieve(check_model)
+        except openai.APIStatusError as exc:
+            secrets = (key, *headers.values())
+            error = call_error(exc, model=check_model, secrets=secrets)
+            if exc.status_code in (401, 403):
+                await client.close()
+                scrub_secrets(exc, secrets)
+                raise CliError(error.message, 2) from exc
+        except openai.APIError:
+            pass  # unreachable for now: the first message says so, after the runtime's retries
+    return client, OpenAIModel(client)
+
+
+def build_llm(
+    provider: Provider, key: str, *, base_url: str | None, headers: dict[str, str]
+) -> LlmModel:
+    """The provider's adapter over a new client, without asking the API anything (for a
+    server, which must start even while the API is unreachable)."""
+    if provider == "openai":
+        import openai  # noqa: PLC0415  # the segue[openai] extra
+
+        from segue.executor.models.openai import OpenAIModel  # noqa: PLC0415
+
+        client: Any = openai.AsyncOpenAI(
+            api_key=key, base_url=base_url, default_headers=headers or None
+        )
+        return OpenAIModel(client)
+    import anthropic  # noqa: PLC0415
+
+    from segue.executor.models.anthropic import AnthropicModel  # noqa: PLC0415
+
+    client = anthropic.AsyncAnthropic(
+        api_key=key, base_url=base_url, default_headers=headers or None
+    )
+    return AnthropicModel(client)
 
 
 @contextlib.asynccontextmanager
@@ -65,11 +168,12 @@ async def model_for(
     headers: dict[str, str],
 ) -> AsyncIterator[LlmModel]:
     """The model that answers ``state``'s requests: offline for the demo's conversations or
-    when asked, else Claude (which needs the API key)."""
+    when asked, else its provider's (told by the model's name; it needs that provider's key)."""
     if offline or state.model == DEMO_MODEL:
         yield demo_model()
         return
-    client, model = await claude(api_key(), base_url=base_url, headers=headers)
+    provider = provider_for(None, state.model)
+    client, model = await connect(provider, api_key(provider), base_url=base_url, headers=headers)
     try:
         yield model
     finally:

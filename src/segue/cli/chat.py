@@ -36,7 +36,7 @@ from segue.cli._app import (
     headers_of,
     run,
 )
-from segue.cli._models import api_key, claude
+from segue.cli._models import DEFAULT_MODELS, Provider, api_key, connect, provider_for
 from segue.cli._output import (
     console,
     existing_store,
@@ -316,6 +316,7 @@ async def _converse(chat: _Chat) -> int:
 
 async def _chat(
     *,
+    provider: Provider,
     key: str,
     model: str,
     behavior: Behavior,
@@ -327,6 +328,7 @@ async def _chat(
 ) -> int:
     with _interruptible():  # around the closing too: a second Ctrl-C ends a close that hangs
         return await _chatting(
+            provider=provider,
             key=key,
             model=model,
             behavior=behavior,
@@ -340,6 +342,7 @@ async def _chat(
 
 async def _chatting(
     *,
+    provider: Provider,
     key: str,
     model: str,
     behavior: Behavior,
@@ -360,7 +363,9 @@ async def _chatting(
             store = SqliteStore(db)  # created with the first message's conversation
             stack.push_async_callback(store.close)
         check = None if context_window is not None else model  # no models endpoint needed
-        client, llm = await claude(key, base_url=base_url, headers=headers, check_model=check)
+        client, llm = await connect(
+            provider, key, base_url=base_url, headers=headers, check_model=check
+        )
         stack.push_async_callback(client.close)
         runtime = await stack.enter_async_context(Runtime(store=store, llm=llm))
         chat = _Chat(
@@ -377,7 +382,13 @@ async def _chatting(
 
 @app.command()
 def chat(
-    model: Annotated[str, typer.Option(help="Claude model id.")] = "claude-sonnet-4-6",
+    model: Annotated[
+        str | None, typer.Option(help="Model id (default: claude-sonnet-4-6, or gpt-4o).")
+    ] = None,
+    provider: Annotated[
+        str | None,
+        typer.Option(help="anthropic or openai (default: told by --model, else anthropic)."),
+    ] = None,
     behavior: BehaviorOption = Behavior.THRESHOLD_BASED_CONTINUATION,
     base_url: BaseUrlOption = None,
     db: DbOption = Path("segue.db"),
@@ -394,15 +405,18 @@ def chat(
     ] = None,
     header: HeaderOption = None,
 ) -> None:
-    """Chat with Claude (ANTHROPIC_API_KEY), one stdin line per message; /help for commands."""
+    """Chat with Claude (ANTHROPIC_API_KEY) or an OpenAI model (OPENAI_API_KEY), one stdin line
+    per message; /help for commands."""
     headers = headers_of(header)
     try:
-        key = api_key()
+        chosen = provider_for(provider, model)
+        key = api_key(chosen)
     except CliError as error:
         fail(error.message, error.code)
     chatting = _chat(
+        provider=chosen,
         key=key,
-        model=model,
+        model=model or DEFAULT_MODELS[chosen],
         behavior=behavior,
         base_url=base_url,
         headers=headers,

@@ -1,7 +1,8 @@
 """``segue serve``: the REST API and the web page (``segue.server``) on uvicorn.
 
-Without ``ANTHROPIC_API_KEY`` the offline scripted model answers (the page says so), so a
-fresh clone shows everything working; with it, Claude. It binds to 127.0.0.1 unless told
+Without the provider's key (``ANTHROPIC_API_KEY``, or ``OPENAI_API_KEY`` with ``--provider
+openai``) the offline scripted model answers (the page says so), so a fresh clone shows
+everything working; with it, the provider's model. It binds to 127.0.0.1 unless told
 otherwise, and to anything else only with a token.
 """
 
@@ -12,7 +13,7 @@ import errno
 import os
 import socket
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import quote
 
 import typer
@@ -21,12 +22,14 @@ from segue.cli._app import (
     MIN_WINDOW,
     BaseUrlOption,
     BehaviorOption,
+    CliError,
     DbOption,
     HeaderOption,
     app,
     fail,
     headers_of,
 )
+from segue.cli._models import DEFAULT_MODELS, KEY_VARIABLES, build_llm, provider_for
 from segue.cli._output import is_segue_store, printable
 from segue.statemachine import ContextExhaustionBehavior as Behavior
 
@@ -80,6 +83,22 @@ def _address(host: str, port: int, token: str | None) -> str:
     return f"{address}#token={quote(token, safe='')}" if token else address
 
 
+def _openai_app(config: Any, key: str) -> Any:
+    """The server over ``OpenAIModel``: ``segue.server.build_app`` builds Claude's, so until
+    ``ServerConfig`` knows providers this is its application with the OpenAI adapter, from the
+    server's public parts (``build_app`` has already checked the bind)."""
+    from segue import __version__  # noqa: PLC0415
+    from segue.executor.runtime import Runtime  # noqa: PLC0415
+    from segue.server.app import create_app  # noqa: PLC0415
+    from segue.server.run import build_store  # noqa: PLC0415
+    from segue.server.schemas import Info  # noqa: PLC0415
+
+    llm = build_llm("openai", key, base_url=config.base_url, headers=config.headers)
+    runtime = Runtime(store=build_store(config), llm=llm)
+    info = Info(version=__version__, offline=False, model=config.model, behavior=config.behavior)
+    return create_app(runtime, info=info, token=config.token)
+
+
 @app.command()
 def serve(
     db: DbOption = Path("segue.db"),
@@ -91,7 +110,14 @@ def serve(
     ] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65_535, help="Port to listen on.")] = 8000,
-    model: Annotated[str, typer.Option(help="Model of new conversations.")] = "claude-sonnet-4-6",
+    model: Annotated[
+        str | None,
+        typer.Option(help="Model of new conversations (default: claude-sonnet-4-6, or gpt-4o)."),
+    ] = None,
+    provider: Annotated[
+        str | None,
+        typer.Option(help="anthropic or openai (default: told by --model, else anthropic)."),
+    ] = None,
     behavior: BehaviorOption = Behavior.THRESHOLD_BASED_CONTINUATION,
     context_window: Annotated[
         int | None,
@@ -125,7 +151,12 @@ def serve(
 
     if token is not None and not token.strip():
         fail("the token is empty (--token or SEGUE_TOKEN): give one, or leave it out", 2)
-    key = os.environ.get("ANTHROPIC_API_KEY", "").strip() or None
+    try:
+        chosen = provider_for(provider, model)
+    except CliError as error:
+        fail(error.message, error.code)
+    model = model or DEFAULT_MODELS[chosen]
+    key = os.environ.get(KEY_VARIABLES[chosen], "").strip() or None
     config = ServerConfig(
         db=db,
         database_url=database_url,
@@ -141,11 +172,17 @@ def serve(
     )
     try:
         application = build_app(config)
+        if chosen == "openai" and key is not None:
+            application = _openai_app(config, key)
     except UnsafeBindError as error:
         fail(str(error), 2)
     _store_usable(db, database_url)
     _free(host, port)
-    answered = "Claude" if key else "the offline scripted model (set ANTHROPIC_API_KEY for Claude)"
+    answered = (
+        ("Claude" if chosen == "anthropic" else f"{model} (OpenAI API)")
+        if key
+        else f"the offline scripted model (set {KEY_VARIABLES[chosen]} for {chosen})"
+    )
     address = _address(host, port, token)
     typer.echo(f"segue serve: {address} answered by {answered}; Ctrl-C stops it")
     uvicorn.run(

@@ -1,7 +1,8 @@
 """The runtime's ports: what an LLM adapter and a store must do, as protocols and plain data.
 
 The executor talks to the world only through these. Adapters translate to and from a provider
-(``AnthropicModel``, the offline ``ScriptedModel``); stores persist (``MemoryStore``,
+(``AnthropicModel``, ``OpenAIModel``, the offline ``ScriptedModel``; ``docs/adapters.md`` for
+writing another); stores persist (``MemoryStore``,
 ``SqliteStore``, ``PostgresStore``). Keeping them small keeps every implementation testable
 against the same contract tests.
 """
@@ -230,7 +231,26 @@ ToolSink = Callable[[AgentToolActivity], None]
 
 
 class LlmModel(Protocol):
-    """An LLM adapter.
+    """An LLM adapter: one provider behind four members (``docs/adapters.md`` walks through
+    writing one; ``segue.testing.conformance`` checks one against a fake of its provider).
+
+    What ``complete`` must do depends on ``request.purpose``:
+
+    - ``turn``: send the history with its tool calls and results (each call answered once,
+      ``helpers.paired``) and ``request.tools`` as callable tools; with ``request.final`` (the
+      grace request at ``max_tool_rounds``) keep the tools declared but not callable (the
+      provider's "none" tool choice) and send ``request.instruction`` last.
+    - ``continuation``, ``checkpoint``, ``compaction`` (the requests at the limit): offer no
+      callable tool; send the history as text (``helpers.text_turns``: tool blocks as prose,
+      ``rejected_tool_calls`` named, ``trim_level`` honoured, ``instruction`` last).
+
+    The reply's ``usage`` is this one call's, in the four fields whose sum is the occupancy
+    after it (``helpers.usage_from_prompt`` maps a report whose prompt holds its cached part),
+    or None when the provider said nothing. Failures are ``LlmCallError`` and nothing else:
+    ``context_overflow`` when the prompt does not fit, ``retryable`` (with ``retry_after``)
+    when another attempt may succeed, ``fatal`` when nothing will; never with the API key in
+    the message or in any exception chained below it. A stream that did not end properly is an
+    error, never a reply. Cancellation is let through as ``asyncio.CancelledError``.
 
     ``complete`` may also take a keyword ``on_text`` (see ``StreamingLlmModel``): the runtime
     passes it when someone watches the turn, and the adapter calls it with each piece of reply

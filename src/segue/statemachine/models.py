@@ -80,6 +80,8 @@ class Usage(Frozen):
     """Token usage of ONE request, as the Anthropic Messages API reports it.
 
     ``input_tokens`` is only the uncached tail of the prompt; the two cache fields hold the rest.
+    A report that counts the whole prompt with its cached part inside (OpenAI's) is mapped to
+    these fields by its adapter, each token once.
     """
 
     input_tokens: TokenCount = 0
@@ -200,56 +202,115 @@ class ModelInfo(Frozen):
     """False when the name matched no entry and the smallest known window was assumed."""
 
 
-# Longest prefix wins. Figures from Anthropic's model overview; the runtime prefers
-# `client.models.retrieve(id).max_input_tokens` when the API is reachable.
-_MODEL_TABLE: tuple[tuple[str, int, int], ...] = (
-    ("claude-3-haiku", 200_000, 4_096),
-    ("claude-3-opus", 200_000, 4_096),
-    ("claude-3-5-haiku", 200_000, 8_192),
-    ("claude-3-5-sonnet", 200_000, 8_192),
-    ("claude-3-7-sonnet", 200_000, 64_000),
-    ("claude-sonnet-4", 200_000, 64_000),
-    ("claude-opus-4", 200_000, 32_000),
-    ("claude-opus-4-1", 200_000, 32_000),
-    ("claude-haiku-4-5", 200_000, 64_000),
-    ("claude-sonnet-4-5", 200_000, 64_000),
-    ("claude-opus-4-5", 200_000, 64_000),
-    ("claude-sonnet-4-6", 1_000_000, 64_000),
-    ("claude-opus-4-6", 1_000_000, 128_000),
-    ("claude-opus-4-7", 1_000_000, 128_000),
+Provider = Literal["anthropic", "openai"]
+
+# Longest prefix wins. Figures from each provider's model pages (the input window: for the gpt-5
+# family, 400,000 tokens in all of which 128,000 are reserved for output, so 272,000 of input);
+# the runtime prefers what the provider's API reports when it answers
+# (`client.models.retrieve(id)`).
+_MODEL_TABLE: tuple[tuple[Provider, str, int, int], ...] = (
+    ("anthropic", "claude-3-haiku", 200_000, 4_096),
+    ("anthropic", "claude-3-opus", 200_000, 4_096),
+    ("anthropic", "claude-3-5-haiku", 200_000, 8_192),
+    ("anthropic", "claude-3-5-sonnet", 200_000, 8_192),
+    ("anthropic", "claude-3-7-sonnet", 200_000, 64_000),
+    ("anthropic", "claude-sonnet-4", 200_000, 64_000),
+    ("anthropic", "claude-opus-4", 200_000, 32_000),
+    ("anthropic", "claude-opus-4-1", 200_000, 32_000),
+    ("anthropic", "claude-haiku-4-5", 200_000, 64_000),
+    ("anthropic", "claude-sonnet-4-5", 200_000, 64_000),
+    ("anthropic", "claude-opus-4-5", 200_000, 64_000),
+    ("anthropic", "claude-sonnet-4-6", 1_000_000, 64_000),
+    ("anthropic", "claude-opus-4-6", 1_000_000, 128_000),
+    ("anthropic", "claude-opus-4-7", 1_000_000, 128_000),
+    ("openai", "gpt-4o", 128_000, 16_384),
+    ("openai", "gpt-4o-mini", 128_000, 16_384),
+    ("openai", "chatgpt-4o", 128_000, 16_384),
+    ("openai", "gpt-4-turbo", 128_000, 4_096),
+    ("openai", "gpt-4.5-preview", 128_000, 16_384),
+    ("openai", "gpt-4.1", 1_047_576, 32_768),
+    ("openai", "gpt-4.1-mini", 1_047_576, 32_768),
+    ("openai", "gpt-4.1-nano", 1_047_576, 32_768),
+    ("openai", "o1", 200_000, 100_000),
+    ("openai", "o1-pro", 200_000, 100_000),
+    ("openai", "o1-mini", 128_000, 65_536),
+    ("openai", "o3", 200_000, 100_000),
+    ("openai", "o3-pro", 200_000, 100_000),
+    ("openai", "o3-mini", 200_000, 100_000),
+    ("openai", "o4-mini", 200_000, 100_000),
+    ("openai", "codex-mini", 200_000, 100_000),
+    ("openai", "gpt-5", 272_000, 128_000),
+    ("openai", "gpt-5-mini", 272_000, 128_000),
+    ("openai", "gpt-5-nano", 272_000, 128_000),
+    ("openai", "gpt-5-chat", 128_000, 16_384),
+    ("openai", "gpt-5.1", 272_000, 128_000),
+    ("openai", "gpt-5.2", 272_000, 128_000),
 )
-_SMALLEST_WINDOW = min(window for _, window, _ in _MODEL_TABLE)
+_LEGACY_TABLE: tuple[tuple[Provider, str, int, int], ...] = (
+    ("openai", "gpt-4", 8_192, 8_192),
+    ("openai", "gpt-4-32k", 32_768, 8_192),
+    ("openai", "gpt-3.5-turbo", 16_385, 4_096),
+)
+"""Retired models, known by name but left out of each provider's smallest window: an unknown
+OpenAI model today is far likelier to be a new one than an old one."""
+_SMALLEST_OF: Final[dict[Provider, int]] = {
+    provider: min(w for p, _, w, _ in _MODEL_TABLE if p == provider)
+    for provider in ("anthropic", "openai")
+}
+_SMALLEST_WINDOW = _SMALLEST_OF["anthropic"]
+"""A name of no known provider: the smallest window segue has always assumed (REQ-BED-022)."""
 _UNKNOWN_MAX_OUTPUT = 8_192
 # claude-opus-5, claude-sonnet-5-1, claude-haiku-6 ...: generation 5 and later have 1M windows.
 _LATER_GENERATION = re.compile(r"^claude-(?:opus|sonnet|haiku)-(\d+)(?:-\d+)?$")
-_DATE_SUFFIX = re.compile(r"(?:-\d{8}|-latest|@\d{8})$")
+_DATE_SUFFIX = re.compile(r"(?:-\d{8}|-\d{4}-\d{2}-\d{2}|-latest|@\d{8})$")
+_OPENAI_NAME = re.compile(r"^(?:gpt-|chatgpt-|o\d+(?:-|$)|codex-)")
+
+
+def provider_of(model: str) -> Provider | None:
+    """Whose model ``model`` is by its name (``claude-...``: Anthropic; ``gpt-...``, ``o3``,
+    ``chatgpt-...``: OpenAI), None when the name says nothing (a local or proxied model)."""
+    name = _base_name(model)
+    if name.startswith("claude-"):
+        return "anthropic"
+    if _OPENAI_NAME.match(name):
+        return "openai"
+    return None
+
+
+def _base_name(model: str) -> str:
+    name = model.strip().lower()
+    if name.startswith("ft:"):  # a fine-tune: ft:gpt-4o-mini-2024-07-18:org::id
+        name = name[3:].split(":", 1)[0]
+    return _DATE_SUFFIX.sub("", name)
 
 
 def model_info(model: str) -> ModelInfo:
     """Context window and output limit of ``model``, from the static table.
 
-    Date suffixes (``-20250929``) and ``-latest`` are ignored. An unknown model gets the smallest
-    known window (REQ-BED-022): guessing too small costs an early continuation, guessing too large
-    costs a crash at the provider.
+    Date suffixes (``-20250929``, ``-2024-08-06``), ``-latest`` and a fine-tune's ``ft:`` wrapping
+    are ignored. An unknown model gets the smallest known window of its provider (REQ-BED-022):
+    guessing too small costs an early continuation, guessing too large costs a crash at the
+    provider. A name of no known provider gets 200,000 tokens.
     """
-    name = _DATE_SUFFIX.sub("", model.strip().lower())
-    best: tuple[str, int, int] | None = None
-    for entry in _MODEL_TABLE:
-        prefix = entry[0]
+    name = _base_name(model)
+    best: tuple[Provider, str, int, int] | None = None
+    for entry in (*_MODEL_TABLE, *_LEGACY_TABLE):
+        prefix = entry[1]
         if (name == prefix or name.startswith(prefix + "-")) and (
-            best is None or len(prefix) > len(best[0])
+            best is None or len(prefix) > len(best[1])
         ):
             best = entry
-    if best is not None and name == best[0]:
-        return ModelInfo(name=model, context_window=best[1], max_output_tokens=best[2])
+    if best is not None and name == best[1]:
+        return ModelInfo(name=model, context_window=best[2], max_output_tokens=best[3])
     later = _LATER_GENERATION.match(name)
     if later is not None and int(later.group(1)) >= 5:
         return ModelInfo(name=model, context_window=1_000_000, max_output_tokens=128_000)
     if best is not None:
-        return ModelInfo(name=model, context_window=best[1], max_output_tokens=best[2])
+        return ModelInfo(name=model, context_window=best[2], max_output_tokens=best[3])
+    provider = provider_of(model)
     return ModelInfo(
         name=model,
-        context_window=_SMALLEST_WINDOW,
+        context_window=_SMALLEST_OF[provider] if provider is not None else _SMALLEST_WINDOW,
         max_output_tokens=_UNKNOWN_MAX_OUTPUT,
         known=False,
     )

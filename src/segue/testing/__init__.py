@@ -13,7 +13,9 @@ checks the invariants after every step::
     TestConversationMachine.settings = settings(max_examples=150, deadline=None)
 
 ``FakeAnthropicServer`` is a local Anthropic Messages API for tests of code that uses the real
-``anthropic`` client, and ``capture_logs`` collects segue's log events as an application's
+``anthropic`` client, ``FakeOpenAIServer`` the same for the ``openai`` client (Chat Completions
+and Responses), ``conformance`` checks any ``LlmModel`` adapter against such a fake, and
+``capture_logs`` collects segue's log events as an application's
 logging would receive them.
 
 The strategies and the machine require ``hypothesis``, a dev dependency of segue (``pip install
@@ -33,6 +35,7 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a
     from segue.testing.anthropic_server import FakeAnthropicServer as FakeAnthropicServer
     from segue.testing.live import live_server as live_server
     from segue.testing.logs import capture_logs as capture_logs
+    from segue.testing.openai_server import FakeOpenAIServer as FakeOpenAIServer
     from segue.testing.stateful import ConversationMachine as ConversationMachine
     from segue.testing.stateful import InvariantError as InvariantError
     from segue.testing.stateful import Step as Step
@@ -51,6 +54,7 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a
 
 _LAZY = {
     "FakeAnthropicServer": "segue.testing.anthropic_server",
+    "FakeOpenAIServer": "segue.testing.openai_server",
     "capture_logs": "segue.testing.logs",
     "live_server": "segue.testing.live",
     "ConversationMachine": "segue.testing.stateful",

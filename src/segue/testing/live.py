@@ -22,7 +22,17 @@ def live_server(app: Any, *, startup_timeout: float = 30.0) -> Iterator[str]:
     """Serve ``app`` on 127.0.0.1 at a free port until the block ends; yields its base URL."""
     import uvicorn  # noqa: PLC0415  # the server extra's dependency, only when used
 
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+    # The standard asyncio loop and h11 whatever else is installed: uvicorn[standard] brings
+    # uvloop, whose loop run in a thread other than the main one fails to close cleanly.
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=0,
+        log_level="warning",
+        lifespan="on",
+        loop="asyncio",
+        http="h11",
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="segue-live-server", daemon=True)
     thread.start()

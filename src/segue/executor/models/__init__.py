@@ -1,2 +1,29 @@
-"""Model adapters: segue's ``LlmModel`` port over a provider (``AnthropicModel``) or a script
-(``ScriptedModel``, offline and deterministic, for the demo and tests)."""
+"""Model adapters: segue's ``LlmModel`` port over a provider (``AnthropicModel``,
+``OpenAIModel`` for OpenAI and compatible servers) or a script (``ScriptedModel``, offline and
+deterministic, for the demo and tests); ``helpers`` holds what an adapter for another provider
+needs (``docs/adapters.md``).
+
+The adapters load on first use: each pulls in its provider's client, which an application
+using another provider need not have installed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from segue._lazy import lazy_getattr
+
+if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a re-export)
+    from segue.executor.models.anthropic import AnthropicModel as AnthropicModel
+    from segue.executor.models.openai import OpenAIModel as OpenAIModel
+    from segue.executor.models.scripted import ScriptedModel as ScriptedModel
+
+_LAZY = {
+    "AnthropicModel": "segue.executor.models.anthropic",
+    "OpenAIModel": "segue.executor.models.openai",
+    "ScriptedModel": "segue.executor.models.scripted",
+}
+
+__getattr__ = lazy_getattr("segue.executor.models", _LAZY, globals())
+
+__all__ = list(_LAZY)

@@ -20,8 +20,6 @@ a log entry or an error message.
 
 from __future__ import annotations
 
-import email.utils
-import math
 import time
 from collections.abc import Sequence
 from typing import Final
@@ -32,18 +30,21 @@ import httpx2
 from segue.executor._log import get_logger
 from segue.executor.models.anthropic_payload import Payload, build_payload
 from segue.executor.models.anthropic_stream import read_stream
+from segue.executor.models.helpers import (
+    http_error,
+    redact,
+    retry_after,
+    scrub_secrets,
+    secrets_of,
+)
 from segue.executor.ports import LlmCallError, LlmReply, LlmRequest, TextSink
 
 log = get_logger(__name__)
 
-_MIN_SECRET: Final = 8
 _COUNTED_OPTIONS: Final = frozenset({"thinking", "tool_choice"})
 """Request options ``count_tokens`` takes (it refuses ``temperature``)."""
-MAX_RETRY_AFTER: Final = 3600.0
-"""A server's retry-after is honoured up to an hour; longer is taken as an hour."""
 
 _OVERFLOW_MARKERS: Final = ("prompt is too long", "exceed context limit", "exceeds context limit")
-_RETRYABLE_STATUS: Final = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 # A stream that already got HTTP 200 carries its failure as an SSE ``error`` event: the SDK raises
 # a plain APIStatusError with status 200, so only the error type says what happened.
 _RETRYABLE_TYPES: Final = frozenset({"rate_limit_error", "overloaded_error", "api_error"})
@@ -53,12 +54,6 @@ _AUTH_TYPES: Final = frozenset({"authentication_error", "permission_error"})
 # --------------------------------------------------------------------------- errors
 
 
-def _redact(text: str, secrets: Sequence[str]) -> str:
-    for secret in secrets:
-        text = text.replace(secret, "[redacted]")
-    return text
-
-
 def call_error(exc: BaseException, *, model: str, secrets: Sequence[str] = ()) -> LlmCallError:
     """Classify any failure of a call as an ``LlmCallError`` (see ``LlmCallError``'s fields)."""
     if isinstance(exc, LlmCallError):
@@ -66,9 +61,9 @@ def call_error(exc: BaseException, *, model: str, secrets: Sequence[str] = ()) -
     if isinstance(exc, anthropic.APIStatusError):
         return _status_error(exc, model=model, secrets=secrets)
     if isinstance(exc, anthropic.APIConnectionError | httpx2.TransportError):
-        detail = _redact(getattr(exc, "message", None) or str(exc) or type(exc).__name__, secrets)
+        detail = redact(getattr(exc, "message", None) or str(exc) or type(exc).__name__, secrets)
         return LlmCallError(f"cannot reach the Anthropic API: {detail}", retryable=True)
-    detail = _redact(str(exc) or type(exc).__name__, secrets)
+    detail = redact(str(exc) or type(exc).__name__, secrets)
     return LlmCallError(f"unexpected {type(exc).__name__} from the Anthropic client: {detail}")
 
 
@@ -81,75 +76,25 @@ def _not_a_stream(response: httpx2.Response) -> LlmCallError:
     )
 
 
-def retry_after(response: httpx2.Response | None) -> float | None:
-    """Seconds the server asked to wait (``retry-after-ms``, or ``retry-after`` in seconds or
-    as an HTTP date), None when it did not say or said something unusable."""
-    if response is None:
-        return None
-    headers = response.headers
-    try:
-        milliseconds = headers.get("retry-after-ms")
-        if milliseconds is not None:
-            return _bounded(float(milliseconds) / 1000)
-        seconds = headers.get("retry-after")
-        if seconds is None:
-            return None
-        try:
-            return _bounded(float(seconds))
-        except ValueError:
-            when = email.utils.parsedate_to_datetime(seconds)
-            return _bounded(when.timestamp() - time.time())
-    except (TypeError, ValueError, OverflowError):
-        return None
-
-
-def _bounded(seconds: float) -> float | None:
-    if not math.isfinite(seconds):
-        return None
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
-
-
 def _status_error(
     exc: anthropic.APIStatusError, *, model: str, secrets: Sequence[str]
 ) -> LlmCallError:
     status = exc.status_code if exc.status_code >= 400 else None
     kind = exc.type or ""
-    detail = _redact(exc.api_message or exc.message, secrets)
-    shown = f"HTTP {status}" if status is not None else "stream error"
-    if kind:
-        shown += f" {kind}"
+    detail = redact(exc.api_message or exc.message, secrets)
     lowered = detail.lower()
-    if (status in (400, None) and any(m in lowered for m in _OVERFLOW_MARKERS)) or status == 413:
-        # 413: the body is over the API's request size limit, far beyond any window; trimming
-        # the history is the only remedy, exactly as for "prompt is too long".
-        return LlmCallError(
-            f"the prompt does not fit the context window ({shown}): {detail}",
-            context_overflow=True,
-            status_code=status,
-        )
-    if status in (401, 403) or kind in _AUTH_TYPES:
-        return LlmCallError(
-            f"authentication failed: check ANTHROPIC_API_KEY ({shown}: {detail})",
-            fatal=True,
-            status_code=status,
-        )
-    if status == 404 or kind == "not_found_error":
-        return LlmCallError(
-            f"unknown model {model!r} ({shown}: {detail})", fatal=True, status_code=status
-        )
-    if (
-        status in _RETRYABLE_STATUS
-        or (status is not None and status >= 500 and status != 501)
-        or (status is None and kind in _RETRYABLE_TYPES)
-    ):
-        return LlmCallError(
-            f"the Anthropic API is unavailable ({shown}): {detail}",
-            retryable=True,
-            status_code=status,
-            retry_after=retry_after(exc.response) if status is not None else None,
-        )
-    return LlmCallError(
-        f"the Anthropic API refused the request ({shown}): {detail}", status_code=status
+    return http_error(
+        status,
+        detail,
+        provider="Anthropic",
+        key_variable="ANTHROPIC_API_KEY",
+        model=model,
+        overflow=status in (400, None) and any(m in lowered for m in _OVERFLOW_MARKERS),
+        kind=kind,
+        retryable_kind=kind in _RETRYABLE_TYPES,
+        auth_kind=kind in _AUTH_TYPES,
+        not_found_kind=kind == "not_found_error",
+        wait=retry_after(exc.response.headers) if status is not None else None,
     )
 
 
@@ -205,9 +150,8 @@ class AnthropicModel:
 
     @property
     def _secrets(self) -> tuple[str, ...]:
-        candidates = (self._client.api_key, getattr(self._client, "auth_token", None))
         # A credential too short to be real (a test's "k") would blank out letters of messages.
-        return tuple(s for s in candidates if isinstance(s, str) and len(s) >= _MIN_SECRET)
+        return secrets_of(self._client.api_key, getattr(self._client, "auth_token", None))
 
     async def _stream(
         self, request: LlmRequest, payload: Payload, on_text: TextSink | None
@@ -254,7 +198,9 @@ class AnthropicModel:
             )
             reply = await self._stream(request, payload, on_text)
         except Exception as exc:  # the port promises LlmCallError and nothing else
-            error = call_error(exc, model=request.model, secrets=self._secrets)
+            secrets = self._secrets
+            error = call_error(exc, model=request.model, secrets=secrets)
+            scrub_secrets(exc, secrets)  # the chain below the error must not hold the key
             log.debug(
                 "llm.error",
                 conversation_id=request.conversation_id,
@@ -267,6 +213,8 @@ class AnthropicModel:
                 error=error.message,
                 duration_s=round(time.monotonic() - started, 3),
             )
+            if error is exc:  # already ours (a cut stream): never its own cause
+                raise
             raise error from exc
         log.debug(
             "llm.reply",

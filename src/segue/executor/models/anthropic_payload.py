@@ -21,9 +21,7 @@ sending it so it can be read, tested and counted (``count_tokens`` uses the same
 
 from __future__ import annotations
 
-import json
-import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, cast
 
@@ -35,27 +33,30 @@ from anthropic.types import (
     UserMessageParam,
 )
 
+from segue.executor.models.helpers import (
+    MIN_KEPT_MESSAGES,
+    REJECTED_INPUT_CHARS,
+    START_PLACEHOLDER,
+    TOOL_INPUT_CHARS,
+    TOOL_RESULT_CHARS,
+    TRIM_FRACTION,
+    agent_prose,
+    clip,
+    rejected_prose,
+    role_text,
+    text_turns,
+    trim,
+)
 from segue.executor.ports import LlmRequest
 from segue.statemachine import Message, ToolCall
 
 Role = Literal["user", "assistant"]
 Block = dict[str, Any]
 
-TRIM_FRACTION: Final = 0.25
-"""Share of the history each ``trim_level`` drops, oldest first."""
-MIN_KEPT_MESSAGES: Final = 4
-"""Trimming never drops the last few messages: they are what the summary must not miss."""
-TOOL_INPUT_CHARS: Final = 500
-"""Bound on a tool call's JSON input when written as prose."""
-TOOL_RESULT_CHARS: Final = 2_000
-"""Bound on a tool result when written as prose: one huge output must not overflow a summary."""
-REJECTED_INPUT_CHARS: Final = 200
 CACHE: Final = {"type": "ephemeral"}
 """A prompt-cache breakpoint (the default five-minute cache)."""
 
-_START_PLACEHOLDER: Final = "(The conversation continues below.)"
 _NOT_RECORDED: Final = "Not run: no result was recorded for this tool call."
-_CONTINUE: Final = "Continue."
 _UNCACHEABLE: Final = frozenset({"thinking", "redacted_thinking"})
 """Blocks the API refuses a ``cache_control`` on."""
 
@@ -110,7 +111,7 @@ class _Turns:
     def params(self) -> list[MessageParam]:
         """The finished messages, a user turn first as the API requires."""
         if not self.turns or self.turns[0].role != "user":
-            self.turns.insert(0, _Turn("user", [{"type": "text", "text": _START_PLACEHOLDER}]))
+            self.turns.insert(0, _Turn("user", [{"type": "text", "text": START_PLACEHOLDER}]))
         messages: list[MessageParam] = []
         for turn in self.turns:
             blocks = cast(Any, turn.blocks)
@@ -119,25 +120,6 @@ class _Turns:
             else:
                 messages.append(AssistantMessageParam(role="assistant", content=blocks))
         return messages
-
-
-def _clip(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... [{len(text) - limit} more characters]"
-
-
-def _json(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
-
-
-def _role_text(message: Message) -> tuple[Role, str]:
-    """The role and text a non-tool message is sent as."""
-    if message.kind == "summary":
-        return "user", f"Summary of the earlier conversation: {message.text}"
-    if message.kind in ("assistant", "continuation", "checkpoint"):
-        return "assistant", message.text  # the model wrote these
-    return "user", message.text
 
 
 def _param(block: Any) -> Block:
@@ -181,7 +163,7 @@ def turn_messages(messages: Sequence[Message]) -> list[MessageParam]:
     for message in messages:
         if message.kind == "tool_result":
             if open_calls.pop(message.tool_call_id or "", None) is None:
-                turns.add_text("user", f"[tool result: {_clip(message.text, TOOL_RESULT_CHARS)}]")
+                turns.add_text("user", f"[tool result: {clip(message.text, TOOL_RESULT_CHARS)}]")
                 continue
             result: Block = {"type": "tool_result", "tool_use_id": message.tool_call_id}
             if message.content:
@@ -192,7 +174,7 @@ def turn_messages(messages: Sequence[Message]) -> list[MessageParam]:
                 result["is_error"] = True
             turns.add_result(result)
             continue
-        role, text = _role_text(message)
+        role, text = role_text(message)
         if role == "assistant":
             close_open_calls()
         if message.content and message.kind in ("user", "assistant"):
@@ -213,7 +195,7 @@ def _add_blocks(turns: _Turns, role: Role, message: Message, add_call: Any) -> N
             placed.add(block.id)
             add_call(block.id, _param(block))
         elif block.type in _AGENT_BLOCKS:
-            turns.add_text(role, _agent_prose(block))
+            turns.add_text(role, agent_prose(block))
         elif _sendable(block):
             turns.add(role, _param(block))
     for call in message.tool_calls:
@@ -231,14 +213,6 @@ def _sendable(block: Any) -> bool:
 _AGENT_BLOCKS = frozenset({"agent_tool_use", "agent_tool_result"})
 
 
-def _agent_prose(block: Any) -> str:
-    """A tool run by another provider's own agent, as a bounded line of the reply's text."""
-    if block.type == "agent_tool_use":
-        return f"[ran tool {block.name} with {_clip(_json(block.input), TOOL_INPUT_CHARS)}]"
-    label = "tool error" if block.is_error else "tool result"
-    return f"[{label}: {_clip(block.output, TOOL_RESULT_CHARS)}]"
-
-
 def _tool_use(call: ToolCall) -> Block:
     return {"type": "tool_use", "id": call.id, "name": call.name, "input": call.input}
 
@@ -246,66 +220,17 @@ def _tool_use(call: ToolCall) -> Block:
 # --------------------------------------------------------------------------- tool-less requests
 
 
-def trim(messages: Sequence[Message], trim_level: int) -> tuple[Sequence[Message], int]:
-    """Drop the oldest ``TRIM_FRACTION * trim_level`` of ``messages``; return (kept, dropped)."""
-    count = len(messages)
-    if trim_level <= 0 or count <= MIN_KEPT_MESSAGES:
-        return messages, 0
-    dropped = min(count - MIN_KEPT_MESSAGES, math.ceil(count * TRIM_FRACTION * trim_level))
-    return messages[dropped:], dropped
-
-
-def rejected_prose(calls: Iterable[ToolCall]) -> str:
-    """One sentence naming tool calls that were asked for but never run."""
-    named = [f"{c.name}({_clip(_json(c.input), REJECTED_INPUT_CHARS)})" for c in calls]
-    if not named:
-        return ""
-    return f"You were about to call: {', '.join(named)}; they were not run."
-
-
-def _attachments(message: Message) -> str:
-    """Images and documents of a message, named in prose (summaries do not send them)."""
-    names: list[str] = []
-    for block in message.content:
-        if block.type == "image":
-            names.append("an image")
-        elif block.type == "document":
-            names.append(f"the document {block.title!r}" if block.title else "a document")
-    return f"[attached: {', '.join(names)}]" if names else ""
-
-
 def text_messages(request: LlmRequest) -> list[MessageParam]:
-    """The history as plain text, for the tool-less requests (see the module docstring).
-
-    With no tools declared the API refuses any tool block, and an overflowing history may have
-    lost the call a result answers, so no tool block can survive: each becomes a bounded line.
-    """
-    kept, dropped = trim(request.messages, request.trim_level)
-    names = {c.id: c.name for m in request.messages for c in m.tool_calls}
-    turns = _Turns()
-    if dropped:
-        omitted = f"[{dropped} earlier messages were omitted to fit the context window.]"
-        turns.add_text("user", omitted)
-    for message in kept:
-        if message.kind == "tool_result":
-            name = names.get(message.tool_call_id or "", "a tool")
-            label = "tool error" if message.is_error else "tool result"
-            text = _clip(message.text, TOOL_RESULT_CHARS)
-            turns.add_text("user", f"[{label} from {name}: {text}]")
-            continue
-        role, text = _role_text(message)
-        turns.add_text(role, text)
-        if message.content:
-            turns.add_text(role, _attachments(message))
-        for call in message.tool_calls:
-            arguments = _clip(_json(call.input), TOOL_INPUT_CHARS)
-            turns.add_text("assistant", f"[called tool {call.name} with {arguments}]")
-    final = [rejected_prose(request.rejected_tool_calls), request.instruction or ""]
-    for text in final:
-        turns.add_text("user", text)
-    if turns.turns and turns.turns[-1].role == "assistant":
-        turns.add_text("user", _CONTINUE)  # never end on an assistant turn (that is a prefill)
-    return turns.params()
+    """The history as plain text, for the tool-less requests (``helpers.text_turns``), each
+    paragraph a text block."""
+    messages: list[MessageParam] = []
+    for turn in text_turns(request):
+        blocks: Any = [{"type": "text", "text": part} for part in turn.parts]
+        if turn.role == "user":
+            messages.append(UserMessageParam(role="user", content=blocks))
+        else:
+            messages.append(AssistantMessageParam(role="assistant", content=blocks))
+    return messages
 
 
 # --------------------------------------------------------------------------- the payload

@@ -48,7 +48,8 @@ class ScriptedModel:
     ``window`` makes prompts larger than it fail with the provider's overflow error.
     ``exact_preflight`` makes ``count_tokens`` answer (as ``AnthropicModel``'s does).
     ``chunk_chars`` and ``chunk_delay`` shape the stream: text goes out in pieces of about that
-    many characters, ``chunk_delay`` seconds apart (0: as fast as the loop allows).
+    many characters, ``chunk_delay`` seconds apart (0: as fast as the loop allows). ``default``
+    answers once the script is used up (None: the built-in deterministic answers).
     """
 
     def __init__(
@@ -62,6 +63,7 @@ class ScriptedModel:
         exact_preflight: bool = False,
         chunk_chars: int = 24,
         chunk_delay: float = 0.0,
+        default: Callable[[LlmRequest], LlmReply] | None = None,
     ) -> None:
         if chunk_chars < 1:
             raise ValueError("chunk_chars must be at least 1")
@@ -73,6 +75,7 @@ class ScriptedModel:
         self._exact_preflight = exact_preflight
         self._chunk_chars = chunk_chars
         self._chunk_delay = chunk_delay
+        self._fallback = default
         self.counted: list[LlmRequest] = []
         """The requests ``count_tokens`` answered, in order."""
         self._turns = 0
@@ -96,7 +99,7 @@ class ScriptedModel:
         if self._window is not None and prompt > self._window:
             msg = f"prompt is too long: {prompt} tokens > {self._window} maximum"
             raise LlmCallError(msg, context_overflow=True, status_code=400)
-        step = self._script.popleft() if self._script else self._default
+        step = self._script.popleft() if self._script else (self._fallback or self._default)
         if isinstance(step, LlmCallError):
             raise step
         reply = step if isinstance(step, LlmReply) else step(request)

@@ -1,0 +1,467 @@
+"""The built-in conformance harnesses: segue's own adapters, each against its provider's fake
+server (``AnthropicModel`` and ``FakeAnthropicServer``, ``OpenAIModel`` and ``FakeOpenAIServer``
+on either API, the offline ``ScriptedModel``), for ``segue.testing.conformance`` and for the
+end-to-end tests that run on every provider. Each is also a complete example of a harness for
+an adapter of one's own (``docs/adapters.md``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import replace
+from typing import Any, Literal, Self
+
+from segue.executor.ports import LlmCallError, LlmModel, LlmReply, LlmRequest
+from segue.statemachine import ToolCall
+from segue.testing.conformance import Answer, Call, Failure, Harness, Said, Sent, SentTurn
+
+
+@contextlib.asynccontextmanager
+async def _closing(client: Any, model: LlmModel) -> AsyncIterator[LlmModel]:
+    try:
+        yield model
+    finally:
+        await client.close()
+
+
+_KEY = "sk-conformance-NEVER-LEAK-0123456789"
+
+
+class _Base:
+    """Script translation shared by the built-in harnesses."""
+
+    name = "base"
+    wire = True
+
+    def __init__(self, *, key: str = _KEY) -> None:
+        self.key = key
+
+    def __enter__(self) -> Self:
+        self._start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop()
+
+    def _start(self) -> None:
+        raise NotImplementedError
+
+    def _stop(self) -> None:
+        raise NotImplementedError
+
+    def _server(self) -> Any:
+        raise NotImplementedError
+
+    def _native(self, answer: Answer) -> Any:
+        raise NotImplementedError
+
+    def script(self, *answers: Answer) -> None:
+        self._server().enqueue(*(self._native(a) for a in answers))
+
+    def default(self, answer: Answer | Callable[[], Answer]) -> None:
+        if callable(answer):
+            make = answer
+            self._server().default = lambda _body: self._native(make())
+        else:
+            self._server().default = self._native(answer)
+
+    @property
+    def pending(self) -> int:
+        return int(self._server().pending)
+
+
+class AnthropicHarness(_Base):
+    """``AnthropicModel`` against ``FakeAnthropicServer``."""
+
+    name = "anthropic"
+
+    def _start(self) -> None:
+        from segue.testing.anthropic_server import FakeAnthropicServer  # noqa: PLC0415
+
+        self.server = FakeAnthropicServer().start()
+
+    def _stop(self) -> None:
+        self.server.stop()
+
+    def _server(self) -> Any:
+        return self.server
+
+    def model(self, **options: Any) -> contextlib.AbstractAsyncContextManager[LlmModel]:
+        import anthropic  # noqa: PLC0415
+
+        from segue.executor.models.anthropic import AnthropicModel  # noqa: PLC0415
+
+        retries = options.pop("max_retries", 0)
+        client = anthropic.AsyncAnthropic(
+            api_key=self.key, base_url=self.server.url, max_retries=retries
+        )
+        return _closing(client, AnthropicModel(client, **options))
+
+    def _native(self, answer: Answer) -> Any:
+        from segue.testing import anthropic_server as fake  # noqa: PLC0415
+
+        if isinstance(answer, Failure):
+            return _anthropic_failure(answer)
+        usage = None
+        if answer.prompt is not None:
+            fresh = answer.prompt - answer.cached - answer.cache_write
+            usage = fake.Usage(fresh, answer.output, answer.cache_write, answer.cached)
+        uses = [
+            fake.ToolUse(c.name, {} if isinstance(c.input, str) else dict(c.input), **_id(c))
+            for c in answer.calls
+        ]
+        reply = fake.MessageReply(
+            text=answer.text,
+            tool_uses=uses,
+            usage=usage,
+            stop_reason="tool_use" if uses else "end_turn",
+            pieces=answer.pieces,
+            chunk_delay=answer.chunk_delay,
+            delay=answer.delay,
+        )
+        broken = [c for c in answer.calls if isinstance(c.input, str)]
+        if broken:
+            return _anthropic_raw_arguments(reply, broken)
+        if answer.cut:
+            return replace(reply, cut_after=4)
+        return reply
+
+    def sent(self) -> list[Sent]:
+        return [_anthropic_sent(r.body, r.headers) for r in self.server.message_requests()]
+
+
+def _id(call: Call) -> dict[str, str]:
+    return {"id": call.id} if call.id else {}
+
+
+def _anthropic_failure(failure: Failure) -> Any:
+    from segue.testing import anthropic_server as fake  # noqa: PLC0415
+
+    if failure.kind == "overflow":
+        return fake.prompt_too_long(210_000, 200_000)
+    if failure.kind == "rate_limit":
+        headers = (
+            {"retry-after": str(failure.retry_after)} if failure.retry_after is not None else {}
+        )
+        return fake.ErrorReply(429, "rate_limit_error", "Rate limited.", headers)
+    if failure.kind == "server":
+        return fake.ErrorReply(500, "api_error", "Internal server error")
+    if failure.kind == "mid_stream":
+        return fake.overloaded(mid_stream=True)
+    return fake.ErrorReply(401, "authentication_error", f"invalid x-api-key: {failure.echo}")
+
+
+def _anthropic_raw_arguments(reply: Any, broken: list[Call]) -> Any:
+    """A whole stream whose tool input is text that is not JSON (the fake server sends only
+    JSON inputs, so this one is written out as raw server-sent events)."""
+    import json  # noqa: PLC0415
+
+    from segue.testing import anthropic_server as fake  # noqa: PLC0415
+
+    call = broken[0]
+    start: dict[str, Any] = {
+        "id": "msg_raw",
+        "type": "message",
+        "role": "assistant",
+        "model": "conformance-model",
+        "content": [],
+        "stop_reason": None,
+        "usage": {"input_tokens": 10, "output_tokens": 1},
+    }
+    block = {"type": "tool_use", "id": call.id or "toolu_bad", "name": call.name, "input": {}}
+    events: list[dict[str, Any]] = [
+        {"type": "message_start", "message": start},
+        {"type": "content_block_start", "index": 0, "content_block": block},
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "input_json_delta", "partial_json": call.input},
+        },
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "tool_use"},
+            "usage": {"output_tokens": 5},
+        },
+        {"type": "message_stop"},
+    ]
+    body = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
+    return fake.RawReply(status=200, body=body.encode(), content_type="text/event-stream")
+
+
+def _anthropic_sent(body: dict[str, Any], headers: Mapping[str, str]) -> Sent:
+    turns: list[SentTurn] = []
+    for message in body["messages"]:
+        content = message["content"]
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        texts = [b["text"] for b in blocks if b["type"] == "text"]
+        calls = tuple((b["id"], b["name"], b["input"]) for b in blocks if b["type"] == "tool_use")
+        images = sum(b["type"] == "image" for b in blocks)
+        results = [b for b in blocks if b["type"] == "tool_result"]
+        for result in results:
+            inner = result.get("content", "")
+            text = inner if isinstance(inner, str) else "".join(b.get("text", "") for b in inner)
+            turns.append(SentTurn(role="tool", text=text, result_for=result["tool_use_id"]))
+        if texts or calls or images or not results:
+            turns.append(
+                SentTurn(
+                    role=message["role"],
+                    text="\n".join(texts),
+                    calls=calls,
+                    images=images,
+                    parts=tuple(texts),
+                )
+            )
+    system = body.get("system")
+    if isinstance(system, list):
+        system = "".join(b["text"] for b in system)
+    choice = body.get("tool_choice") or {}
+    return Sent(
+        tools=tuple(t["name"] for t in body.get("tools", ())),
+        tool_choice_none=choice.get("type") == "none",
+        system=system,
+        turns=tuple(turns),
+        raw=body,
+        headers=headers,
+    )
+
+
+class OpenAIHarness(_Base):
+    """``OpenAIModel`` (``api`` ``chat`` or ``responses``) against ``FakeOpenAIServer``."""
+
+    def __init__(self, api: Literal["chat", "responses"] = "chat", *, key: str = _KEY) -> None:
+        super().__init__(key=key)
+        self.api = api
+        self.name = f"openai-{api}"
+
+    def _start(self) -> None:
+        from segue.testing.openai_server import FakeOpenAIServer  # noqa: PLC0415
+
+        self.server = FakeOpenAIServer().start()
+
+    def _stop(self) -> None:
+        self.server.stop()
+
+    def _server(self) -> Any:
+        return self.server
+
+    def model(self, **options: Any) -> contextlib.AbstractAsyncContextManager[LlmModel]:
+        import openai  # noqa: PLC0415
+
+        from segue.executor.models.openai import OpenAIModel  # noqa: PLC0415
+
+        retries = options.pop("max_retries", 0)
+        client = openai.AsyncOpenAI(api_key=self.key, base_url=self.server.url, max_retries=retries)
+        return _closing(client, OpenAIModel(client, api=self.api, **options))
+
+    def _native(self, answer: Answer) -> Any:
+        from segue.testing import openai_server as fake  # noqa: PLC0415
+
+        if isinstance(answer, Failure):
+            return _openai_failure(answer)
+        usage = None
+        if answer.prompt is not None:
+            usage = fake.Usage(
+                answer.prompt,
+                answer.output,
+                cached_tokens=answer.cached,
+                cache_write_tokens=answer.cache_write or None,
+            )
+        calls = [fake.ToolCall(c.name, c.input, **_id(c)) for c in answer.calls]
+        return fake.Reply(
+            text=answer.text,
+            tool_calls=calls,
+            usage=usage,
+            pieces=answer.pieces,
+            chunk_delay=answer.chunk_delay,
+            delay=answer.delay,
+            cut_after=3 if answer.cut else None,
+        )
+
+    def sent(self) -> list[Sent]:
+        return [_openai_sent(r.body, r.headers) for r in self.server.model_requests()]
+
+
+def _openai_failure(failure: Failure) -> Any:
+    from segue.testing import openai_server as fake  # noqa: PLC0415
+
+    if failure.kind == "overflow":
+        return fake.context_length_exceeded(130_000, 128_000)
+    if failure.kind == "rate_limit":
+        return fake.rate_limited(
+            str(failure.retry_after) if failure.retry_after is not None else "0"
+        )
+    if failure.kind == "server":
+        return fake.server_error()
+    if failure.kind == "mid_stream":
+        return fake.ErrorReply(
+            500, "The server had an error.", "server_error", code="server_error", mid_stream=True
+        )
+    return fake.invalid_api_key(failure.echo)
+
+
+def _openai_sent(body: dict[str, Any], headers: Mapping[str, str]) -> Sent:
+    turns: list[SentTurn] = []
+    system = body.get("instructions")
+    for item in body.get("messages") or body.get("input") or ():
+        kind = item.get("type")
+        if kind == "function_call":
+            turns.append(
+                SentTurn(
+                    role="assistant",
+                    calls=((item["call_id"], item["name"], _loads(item["arguments"])),),
+                )
+            )
+            continue
+        if kind == "function_call_output":
+            output = item["output"]
+            text = output if isinstance(output, str) else "".join(p.get("text", "") for p in output)
+            turns.append(SentTurn(role="tool", text=text, result_for=item["call_id"]))
+            continue
+        role = item["role"]
+        if role == "system":
+            system = item["content"]
+            continue
+        content = item.get("content")
+        parts = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
+        pieces = tuple(
+            p["text"]
+            for p in parts
+            if p.get("type") in ("text", "input_text", "output_text") and p["text"]
+        )
+        images = sum(p.get("type") in ("image_url", "input_image") for p in parts)
+        calls = tuple(
+            (c["id"], c["function"]["name"], _loads(c["function"]["arguments"]))
+            for c in item.get("tool_calls", ())
+        )
+        turns.append(
+            SentTurn(
+                role=role,
+                text="\n".join(pieces),
+                calls=calls,
+                result_for=item.get("tool_call_id"),
+                images=images,
+                parts=pieces,
+            )
+        )
+    tools = tuple(
+        t["function"]["name"] if "function" in t else t["name"] for t in body.get("tools", ())
+    )
+    return Sent(
+        tools=tools,
+        tool_choice_none=body.get("tool_choice") == "none",
+        system=system,
+        turns=tuple(turns),
+        raw=body,
+        headers=headers,
+    )
+
+
+def _loads(text: str) -> Any:
+    import json  # noqa: PLC0415
+
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+class ScriptedHarness(_Base):
+    """The offline ``ScriptedModel``: the script is its script; it has no wire, so the checks
+    that read what was sent are not applicable, and a failure is the ``LlmCallError`` a
+    provider adapter would raise for it."""
+
+    name = "scripted"
+    wire = False
+
+    def _start(self) -> None:
+        self._queue: list[Answer] = []
+        self._default: Answer | Callable[[], Answer] = Said()
+
+    def _stop(self) -> None:
+        self._queue.clear()
+
+    def script(self, *answers: Answer) -> None:
+        self._queue.extend(answers)
+
+    def default(self, answer: Answer | Callable[[], Answer]) -> None:
+        self._default = answer
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue)
+
+    def sent(self) -> list[Sent]:
+        return []
+
+    def model(self, **options: Any) -> contextlib.AbstractAsyncContextManager[LlmModel]:
+        from segue.executor.models.scripted import ScriptedModel  # noqa: PLC0415
+
+        harness = self
+
+        def step(request: LlmRequest) -> LlmReply:
+            answer = harness._queue.pop(0) if harness._queue else harness._default
+            if callable(answer):
+                answer = answer()
+            return _scripted_reply(answer, harness.key)
+
+        options.pop("max_retries", None)
+        # Small pieces a few milliseconds apart: a long reply streams long enough to cancel.
+        options = {"chunk_chars": 8, "chunk_delay": 0.002, **options}
+        return _nothing_to_close(ScriptedModel(default=step, **options))
+
+
+@contextlib.asynccontextmanager
+async def _nothing_to_close(model: LlmModel) -> AsyncIterator[LlmModel]:
+    yield model
+
+
+def _scripted_reply(answer: Answer, key: str) -> LlmReply:
+    from segue.executor.models.helpers import usage_from_prompt  # noqa: PLC0415
+    from segue.statemachine import Usage  # noqa: PLC0415
+
+    if isinstance(answer, Failure):
+        raise {
+            "overflow": LlmCallError("prompt is too long", context_overflow=True, status_code=400),
+            "rate_limit": LlmCallError(
+                "rate limited", retryable=True, status_code=429, retry_after=answer.retry_after
+            ),
+            "server": LlmCallError("server error", retryable=True, status_code=500),
+            "mid_stream": LlmCallError("stream error", retryable=True),
+            "auth": LlmCallError(
+                "authentication failed: check THE_API_KEY", fatal=True, status_code=401
+            ),
+        }[answer.kind]
+    if answer.cut:
+        raise LlmCallError("the stream ended before its end", retryable=True)
+    if any(isinstance(c.input, str) for c in answer.calls):
+        raise LlmCallError("a tool call's arguments are not JSON", retryable=True)
+    calls = tuple(
+        ToolCall(
+            id=c.id or f"call_{i}",
+            name=c.name,
+            input=dict(c.input) if not isinstance(c.input, str) else {},
+        )
+        for i, c in enumerate(answer.calls)
+    )
+    usage = usage_from_prompt(
+        answer.prompt, answer.output, cache_read=answer.cached, cache_write=answer.cache_write
+    )
+    return LlmReply(
+        text=answer.text,
+        tool_calls=calls,
+        usage=usage if usage is not None else Usage(),
+        stop_reason="tool_use" if calls else "end_turn",
+    )
+
+
+HARNESSES: dict[str, Callable[[], Harness]] = {
+    "anthropic": AnthropicHarness,
+    "openai-chat": lambda: OpenAIHarness("chat"),
+    "openai-responses": lambda: OpenAIHarness("responses"),
+    "scripted": ScriptedHarness,
+}
+"""The built-in harnesses by name (what segue's own tests parametrise over)."""
+
+__all__ = ["HARNESSES", "AnthropicHarness", "OpenAIHarness", "ScriptedHarness"]
