@@ -117,6 +117,10 @@ class Reference:
         self.max_attempts = config.max_attempts
         self.max_continuations = config.max_continuations
         self.system = config.system_tokens
+        self.budget = config.context_window // 4  # what pinned messages may hold (REQ-SEG-042)
+        self.cap = config.tool_output_cap  # what one tool result may hold (REQ-SEG-043)
+        self.max_run = config.max_run_seconds  # a restarting run's time (REQ-SEG-044)
+        self.pinned = state.pinned_tokens
         self.context = state.context_tokens
         self.pending = state.pending_tokens
         self.warned = state.warned
@@ -190,6 +194,7 @@ class Reference:
             self.rounds,
             self.final if phase == "llm_requesting" else None,
             self.alternate if phase in ("awaiting_continuation", "compacting") else None,
+            self.pinned,
         )
 
     def books(self) -> tuple[object, ...]:
@@ -240,12 +245,33 @@ class Reference:
             assert self.snapshot is not None
             prompt = event.prompt if event.prompt and event.prompt.strip() else RESUME_PROMPT
             context = compile_resume_context(self.snapshot)
-            return self.system + estimate_tokens(context) + estimate_tokens(prompt)
+            return self.system + self.pinned + estimate_tokens(context) + estimate_tokens(prompt)
         if event.kind == "user_message":
             return self.projected + _tokens(event.text, event.token_count)
         if event.kind == "tool_result":
-            return self.projected + _tokens(event.output, event.token_count)
+            return self.projected + self.result_tokens(event)
         return self.projected
+
+    def result_tokens(self, event: Any) -> int:
+        """What a tool result adds: its tokens, at most the cap (what is past it is cut,
+        REQ-SEG-043)."""
+        return min(_tokens(event.output, event.token_count), self.cap)
+
+    def pinned_over(self, event: Any) -> bool:
+        """A pinned message that would take the pinned messages past their budget."""
+        return bool(event.pinned) and self.pinned + _tokens(event.text, event.token_count) > (
+            self.budget
+        )
+
+    def out_of_time(self, event: Any) -> bool:
+        """A restart's answer after the run's time bound (REQ-SEG-044)."""
+        elapsed = getattr(event, "elapsed_seconds", None)
+        return (
+            self.purpose == "restart"
+            and self.max_run is not None
+            and elapsed is not None
+            and elapsed >= self.max_run
+        )
 
     def over_the_limit(self, event: Any) -> bool:
         """The response asks for tools and the turn has used its tool rounds."""
@@ -266,8 +292,10 @@ class Reference:
         return base + len(event.tool_calls) * estimate_tokens(TOOL_NOT_RUN_LIMIT)
 
     def seed_tokens(self, text: str) -> int:
-        """A restarted session's first prompt: system tokens + the continuation prompt."""
-        return self.system + estimate_tokens(continuation_prompt(extract_checkpoint(text)))
+        """A restarted session's first prompt: system tokens, the pinned messages and the
+        continuation prompt."""
+        seed = continuation_prompt(extract_checkpoint(text))
+        return self.system + self.pinned + estimate_tokens(seed)
 
     def gives_up(self, event: Any) -> bool:
         return self.attempt >= self.max_attempts or not (event.retryable or event.context_overflow)
@@ -297,6 +325,8 @@ class Reference:
         if kind == "user_message" and row.guard in _TAKES_MESSAGE:
             self.pending += _tokens(event.text, event.token_count)
             self.rounds = 0
+            if event.pinned:
+                self.pinned += _tokens(event.text, event.token_count)
         elif kind == "llm_response":
             self._measure(event)
             if row.guard.startswith(("tool_round_limit", "final_tool_calls")):
@@ -304,7 +334,7 @@ class Reference:
             elif row.guard == "has_tool_calls":
                 self.rounds += 1
         elif kind == "tool_result":
-            self.pending += _tokens(event.output, event.token_count)
+            self.pending += self.result_tokens(event)
             self.waiting.remove(event.tool_call_id)
         elif kind == "user_cancel" and row.phase == "tool_executing":
             self.pending += len(self.waiting) * estimate_tokens(TOOL_NOT_RUN_CANCELLED)
@@ -459,6 +489,9 @@ GUARDS: Final[dict[str, Guard]] = {
     "always": lambda r, e: True,
     "unhandled": lambda r, e: True,
     "message_too_large": lambda r, e: _tokens(e.text, e.token_count) >= r.threshold,
+    "pin_over_budget": lambda r, e: r.pinned_over(e),
+    "run_time_spent": lambda r, e: r.out_of_time(e),
+    "gives_up_run_time_spent": lambda r, e: r.gives_up(e) and r.out_of_time(e),
     "preflight_over": lambda r, e: r.projected_after(e) >= r.threshold,
     "preflight_over_at_bound": lambda r, e: (
         r.projected_after(e) >= r.threshold and r.at_bound_after(e)
@@ -552,6 +585,7 @@ def observed(state: ConversationState) -> tuple[object, ...]:
         state.tool_rounds,
         fields.get("final"),
         fields.get("alternate"),
+        state.pinned_tokens,
     )
 
 

@@ -67,13 +67,16 @@ def start(behavior: ContextExhaustionBehavior, **options: Any) -> ConversationSt
 
 NO_ROOM_FOR_A_SEED: Final = THRESHOLD - estimate_tokens(continuation_prompt(""))
 STARTS: Final = {
-    **{behavior.value: start(behavior) for behavior in B},
+    **{behavior.value: start(behavior) for behavior in B if behavior is not B.CHECKPOINT_RESTART},
+    # A run with a time bound (REQ-SEG-044): the restart after it is a failure.
+    B.CHECKPOINT_RESTART.value: start(B.CHECKPOINT_RESTART, max_run_seconds=3_600),
     "checkpoint_restart, no room for a seed": start(
         B.CHECKPOINT_RESTART, system_tokens=NO_ROOM_FOR_A_SEED
     ),
 }
-"""One conversation per behaviour, and a restart whose system prompt leaves no room even for
-the minimal seed (the rows where a restart without a checkpoint cannot fit a fresh session)."""
+"""One conversation per behaviour (the restarting one with a time bound), and a restart whose
+system prompt leaves no room even for the minimal seed (the rows where a restart without a
+checkpoint cannot fit a fresh session)."""
 
 _SEEN = {"idle", "llm_requesting", "tool_executing", "awaiting_checkpoint", "paused", "failed"}
 PHASES: Final = {

@@ -280,6 +280,7 @@ def reach(
     final: bool = False,
     alternate: bool = False,
     exhausted_pause: bool = False,
+    max_run_seconds: float | None = None,
 ) -> ConversationState:
     """A conversation in ``phase``, driven there by real events where its behaviour can get
     there, else put there with ``with_phase`` (the handlers of those phases ignore behaviour).
@@ -298,6 +299,7 @@ def reach(
         max_attempts=max_attempts,
         max_continuations=0 if bound else 2,
         max_tool_rounds=1 if rounds_spent else 50,
+        max_run_seconds=max_run_seconds,
     )
     idle = drive(start, UserMessage(text="hi", token_count=10), reply(8_500)) if high else start
     asking = drive(idle, UserMessage(text="next", token_count=10))
@@ -414,6 +416,15 @@ FIXTURES: Final[dict[str, Fixture]] = {
     "always": case(resume_after=True),
     "unhandled": case(),
     "message_too_large": case(_event(UserMessage(text="a paste", token_count=THRESHOLD))),
+    "pin_over_budget": case(
+        _event(UserMessage(text="rules", pinned=True, token_count=WINDOW // 4 + 1))
+    ),
+    "run_time_spent": case(
+        _event(CheckpointResponse(text=CHECKPOINT, elapsed_seconds=60.0)), max_run_seconds=60.0
+    ),
+    "gives_up_run_time_spent": case(
+        _event(CheckpointFailed(error="refused", elapsed_seconds=61.0)), max_run_seconds=60.0
+    ),
     "preflight_over": case(_projecting(0), high=True),
     "preflight_over_at_bound": case(_projecting(0), high=True, bound=True),
     "fits": case(_projecting(1)),
@@ -712,7 +723,7 @@ def _canonical_parent_of(behavior: ContextExhaustionBehavior) -> bool:
 def test_resuming_a_pause_at_the_limit_counts_before_pre_flight() -> None:
     """Found by the exploration: resuming a pause taken at the limit is a continuation
     (REQ-SEG-027) counted before the new session's pre-flight, so a resume context that is
-    itself over the threshold at the bound fails (T161) instead of asking for a checkpoint."""
+    itself over the threshold at the bound fails (T165) instead of asking for a checkpoint."""
     start = new_conversation(
         model="claude-sonnet-4-5",
         behavior=B.CHECKPOINT_PAUSE,
@@ -729,7 +740,7 @@ def test_resuming_a_pause_at_the_limit_counts_before_pre_flight() -> None:
     after, _ = transition(paused, resume)
     assert reference.step(resume)
     assert chosen is not None
-    assert chosen.id == "T161"
+    assert chosen.id == "T165"
     assert isinstance(after.phase, Failed)
     assert after.phase.error_kind is ErrorKind.CONTINUATION_LIMIT
     assert reference.observed() == observed(after)

@@ -348,7 +348,7 @@ def on_tool_result(state: ConversationState, event: ToolResult) -> Result:
         cap = state.config.tool_output_cap
     if tokens > cap:  # REQ-SEG-043: the head and the tail, and a note of what was cut
         output, content = _capped(output, content, cap)
-        tokens = estimate_content(output, content) if content else estimate_tokens(output)
+        tokens = cap  # what was kept is estimated at most this: counted as all of it
     kept = {"content": content} if content else {}
     effects: list[Effect] = [
         record(

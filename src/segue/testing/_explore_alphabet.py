@@ -179,6 +179,24 @@ _SUMMARIES: Final = (
 )
 
 
+def _past_the_time_bound(bound: float | None) -> tuple[Move, ...]:
+    """For a run with ``max_run_seconds``: a checkpoint answered, and one given up on, once the
+    bound has passed (the answers above carry no time: the runtime did not measure one)."""
+    if bound is None:
+        return ()
+    late = bound + 1
+    return (
+        Move(
+            "checkpoint_response(checkpoint, past the time bound)",
+            CheckpointResponse(text=CHECKPOINT, elapsed_seconds=late),
+        ),
+        Move(
+            "checkpoint_failed(fatal, past the time bound)",
+            CheckpointFailed(error="boom", elapsed_seconds=late),
+        ),
+    )
+
+
 def _summary_answers(figures: _Figures) -> dict[RequestKind, tuple[Move, ...]]:
     """Answers to the three tool-less requests: usable, empty and refused summaries (measured
     or not, or over the window), checkpoints (one, none, one too large to seed a session),
@@ -277,6 +295,11 @@ def _noise(figures: _Figures) -> tuple[Move, ...]:
             f"user_message({threshold} tokens, too large)",
             UserMessage(text="a huge paste", token_count=threshold),
         ),
+        # Pinned: one fits the budget (a quarter of the window), a second one does not.
+        Move(
+            f"user_message({unit} tokens, pinned)",
+            UserMessage(text="rules", token_count=unit, pinned=True),
+        ),
         Move("user_cancel", UserCancel()),
         Move("manual_continuation", ManualContinuation()),
         Move("pause_requested", PauseRequested(reason="nightly stop")),
@@ -313,6 +336,7 @@ class Alphabet:
         """The alphabet for a conversation of ``config`` (its window and thresholds)."""
         figures = _Figures(config.context_window, config.warning_tokens, config.continuation_tokens)
         answers = {"llm": _llm_answers(figures, stop_reasons), **_summary_answers(figures)}
+        answers["checkpoint"] += _past_the_time_bound(config.max_run_seconds)
         return cls(answers, _strays(figures), _noise(figures), _results(figures.unit))
 
     def timer(self, request: RequestKind, attempt: int) -> Move:

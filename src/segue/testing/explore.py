@@ -166,6 +166,7 @@ def abstract_key(state: ConversationState, world: World) -> tuple[object, ...]:
         _phase_key(phase),
         figures,
         state.continuations,
+        state.pinned_tokens,  # read by the pinned budget and by every fresh start
         state.pause_requested,
         state.pause_reason if state.pause_requested else None,  # it goes into the snapshot
         state.provider_session is not None,
