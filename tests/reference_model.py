@@ -449,6 +449,7 @@ class Reference:
                     "context_overflow",
                     "window_exceeded",
                     "tool_round_limit_preflight_over",
+                    "retry_over_threshold",
                 )
             )
         elif target == "awaiting_checkpoint":  # a pause taken at a turn boundary
@@ -500,6 +501,12 @@ GUARDS: Final[dict[str, Guard]] = {
     "at_bound": lambda r, e: r.at_bound,
     "pause_pending": lambda r, e: r.pause,
     "retry_pending": lambda r, e: r.retry,
+    "retry_over_threshold": lambda r, e: (
+        r.retry and e.attempt == r.attempt + 1 and r.projected >= r.threshold
+    ),
+    "retry_over_threshold_at_bound": lambda r, e: (
+        r.retry and e.attempt == r.attempt + 1 and r.projected >= r.threshold and r.at_bound
+    ),
     "retry_due_current": lambda r, e: r.retry and e.attempt == r.attempt + 1,
     "stale_retry": lambda r, e: not (r.retry and e.attempt == r.attempt + 1),
     "context_overflow": lambda r, e: e.context_overflow,

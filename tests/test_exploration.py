@@ -37,7 +37,7 @@ from segue import (
 )
 from segue.statemachine.effects import Effect
 from segue.statemachine.spec import load_table
-from segue.testing.explore import INVARIANTS, Check, Edge, Exploration, explore
+from segue.testing.explore import INVARIANTS, Alphabet, Check, Edge, Exploration, explore
 
 B = ContextExhaustionBehavior
 ROWS: Final = load_table().rows
@@ -77,6 +77,11 @@ STARTS: Final = {
 """One conversation per behaviour (the restarting one with a time bound), and a restart whose
 system prompt leaves no room even for the minimal seed (the rows where a restart without a
 checkpoint cannot fit a fresh session)."""
+
+PINNING: Final = {B.THRESHOLD_BASED_CONTINUATION.value, B.CHECKPOINT_RESTART.value}
+"""The explorations with pinned messages: the budget's rows (idle, and a recoverable failure)
+and what a fresh start counts (a restart's seed, a resume) are all reached in these two; in the
+others a pinned message would only double the space."""
 
 _SEEN = {"idle", "llm_requesting", "tool_executing", "awaiting_checkpoint", "paused", "failed"}
 PHASES: Final = {
@@ -137,9 +142,14 @@ def explored(label: str) -> tuple[Exploration, frozenset[str], float]:
     table rows it took, and how long it ran (once per test session)."""
     first = STARTS[label]
     reference = ReferenceCheck(first)
+    alphabet = Alphabet.for_config(first.config, pinned=label in PINNING)
     began = time.perf_counter()
     result = explore(
-        first, depth=DEPTH, checks={**INVARIANTS, "reference model": reference}, label=label
+        first,
+        depth=DEPTH,
+        checks={**INVARIANTS, "reference model": reference},
+        label=label,
+        alphabet=alphabet,
     )
     return result, frozenset(reference.rows), time.perf_counter() - began
 

@@ -2043,6 +2043,23 @@ def test_seg034_a_turn_stopped_at_the_threshold_resumes_after_the_restart(
     playbook << ([*expected, RequestLlm()] if resumes else expected)
 
 
+@requirement("REQ-SEG-004", "REQ-SEG-033")
+def test_seg004_a_retry_meets_pre_flight_when_a_provider_compaction_filled_the_window() -> None:
+    """Found by the stateful test: the provider compacted its context to more than the
+    threshold while a request ran, the request then failed; its retry must not leave with a
+    projection over the threshold."""
+    playbook = asking(B.CHECKPOINT_RESTART)
+    playbook.given(ProviderCompacted(summary="What the provider kept.", post_tokens=THRESHOLD))
+    playbook >> LlmError(message="overloaded", retryable=True) << ["schedule_retry"]
+    playbook >> RetryDue(attempt=2) << [RequestCheckpoint()]
+    assert playbook.phase.resume_after  # the agent was mid-task: it goes on after the restart
+    # Below the threshold, the retry is the request it always was.
+    fine = asking(B.CHECKPOINT_RESTART)
+    fine.given(ProviderCompacted(summary="What the provider kept.", post_tokens=THRESHOLD - 1))
+    fine.given(LlmError(message="overloaded", retryable=True))
+    fine >> RetryDue(attempt=2) << [RequestLlm(attempt=2)]
+
+
 # =========================================================================== control at the limit
 
 

@@ -411,6 +411,19 @@ def _blank(kind: str) -> Event:
 _AT_THE_LIMIT = reply(THRESHOLD - estimate_tokens(TOOL_NOT_RUN_LIMIT), call("t1"))
 """A response just below the threshold whose one not-run result brings the prompt to it."""
 
+def _compacted_over(bound: bool) -> Fixture:
+    """A retry due after the provider compacted its context to the threshold meanwhile."""
+
+    def build(
+        row: Row, behavior: ContextExhaustionBehavior, parent: bool
+    ) -> tuple[ConversationState, Event]:
+        waiting = reach(row.phase, behavior, parent=parent, retry=True, bound=bound)
+        compacted = drive(waiting, ProviderCompacted(summary="Older work.", post_tokens=THRESHOLD))
+        return compacted, RetryDue(attempt=2)
+
+    return build
+
+
 FIXTURES: Final[dict[str, Fixture]] = {
     # resume_after=True where it matters: cancels and pauses must not take it over.
     "always": case(resume_after=True),
@@ -432,6 +445,8 @@ FIXTURES: Final[dict[str, Fixture]] = {
     "pause_pending": case(pause=True, resume_after=True),
     "retry_pending": case(retry=True),
     "retry_due_current": case(_event(RetryDue(attempt=2)), retry=True),
+    "retry_over_threshold": _compacted_over(bound=False),
+    "retry_over_threshold_at_bound": _compacted_over(bound=True),
     "stale_retry": case(_event(RetryDue(attempt=3)), retry=True),
     "context_overflow": case(_failed(overflow=True)),
     "context_overflow_at_bound": case(_failed(overflow=True), bound=True),
@@ -723,7 +738,7 @@ def _canonical_parent_of(behavior: ContextExhaustionBehavior) -> bool:
 def test_resuming_a_pause_at_the_limit_counts_before_pre_flight() -> None:
     """Found by the exploration: resuming a pause taken at the limit is a continuation
     (REQ-SEG-027) counted before the new session's pre-flight, so a resume context that is
-    itself over the threshold at the bound fails (T165) instead of asking for a checkpoint."""
+    itself over the threshold at the bound fails (T173) instead of asking for a checkpoint."""
     start = new_conversation(
         model="claude-sonnet-4-5",
         behavior=B.CHECKPOINT_PAUSE,
@@ -740,7 +755,7 @@ def test_resuming_a_pause_at_the_limit_counts_before_pre_flight() -> None:
     after, _ = transition(paused, resume)
     assert reference.step(resume)
     assert chosen is not None
-    assert chosen.id == "T165"
+    assert chosen.id == "T173"
     assert isinstance(after.phase, Failed)
     assert after.phase.error_kind is ErrorKind.CONTINUATION_LIMIT
     assert reference.observed() == observed(after)

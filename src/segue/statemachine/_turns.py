@@ -299,6 +299,10 @@ def on_retry_due(state: ConversationState, event: RetryDue) -> Result:
     next_phase = phase._evolve(attempt=event.attempt, retry_pending=False)
     request: Effect
     if isinstance(phase, LlmRequesting):
+        if state.projected_tokens >= state.config.continuation_tokens:
+            # REQ-SEG-004: a retry is a request too. The projection moved while the failed
+            # attempt ran only if the provider compacted its context to more than the threshold.
+            return exhaust(state, "preflight", (), True, [])
         request = RequestLlm._make(attempt=event.attempt, final=phase.final)
     elif isinstance(phase, AwaitingContinuation):
         request = RequestContinuation._make(

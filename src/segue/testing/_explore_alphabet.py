@@ -169,6 +169,12 @@ def _llm_answers(figures: _Figures, stop_reasons: tuple[str, ...]) -> tuple[Move
         )
     )
     moves.append(Move("provider_compacted(no figure)", ProviderCompacted(summary=SUMMARY)))
+    moves.append(
+        Move(
+            "provider_compacted(post_tokens at threshold)",
+            ProviderCompacted(summary=SUMMARY, post_tokens=figures.threshold),
+        )
+    )
     return tuple(moves)
 
 
@@ -280,11 +286,18 @@ def _results(unit: int) -> dict[str, tuple[tuple[Move, ...], Move]]:
     }
 
 
-def _noise(figures: _Figures) -> tuple[Move, ...]:
-    """What may arrive in any phase: user messages (small, large, alone at the threshold), a
-    cancel, a manual trigger, a pause, a resume, timers for no pending retry, a result for a
-    tool call nobody made, and a crash."""
+def _noise(figures: _Figures, *, pinned: bool) -> tuple[Move, ...]:
+    """What may arrive in any phase: user messages (small, large, alone at the threshold, and
+    with ``pinned`` a pinned one), a cancel, a manual trigger, a pause, a resume, timers for no
+    pending retry, a result for a tool call nobody made, and a crash."""
     unit, threshold = figures.unit, figures.threshold
+    pins = (
+        # One fits the budget (a quarter of the window), a second one does not.
+        Move(
+            f"user_message({unit} tokens, pinned)",
+            UserMessage(text="rules", token_count=unit, pinned=True),
+        ),
+    )
     return (
         Move(f"user_message({unit} tokens)", UserMessage(text="next", token_count=unit)),
         Move(
@@ -295,11 +308,7 @@ def _noise(figures: _Figures) -> tuple[Move, ...]:
             f"user_message({threshold} tokens, too large)",
             UserMessage(text="a huge paste", token_count=threshold),
         ),
-        # Pinned: one fits the budget (a quarter of the window), a second one does not.
-        Move(
-            f"user_message({unit} tokens, pinned)",
-            UserMessage(text="rules", token_count=unit, pinned=True),
-        ),
+        *(pins if pinned else ()),
         Move("user_cancel", UserCancel()),
         Move("manual_continuation", ManualContinuation()),
         Move("pause_requested", PauseRequested(reason="nightly stop")),
@@ -331,13 +340,20 @@ class Alphabet:
 
     @classmethod
     def for_config(
-        cls, config: ConversationConfig, *, stop_reasons: tuple[str, ...] = STOP_REASONS
+        cls,
+        config: ConversationConfig,
+        *,
+        stop_reasons: tuple[str, ...] = STOP_REASONS,
+        pinned: bool = True,
     ) -> Alphabet:
-        """The alphabet for a conversation of ``config`` (its window and thresholds)."""
+        """The alphabet for a conversation of ``config`` (its window and thresholds);
+        ``pinned=False`` leaves pinned messages out (they double the space: every state is
+        reached with and without one)."""
         figures = _Figures(config.context_window, config.warning_tokens, config.continuation_tokens)
         answers = {"llm": _llm_answers(figures, stop_reasons), **_summary_answers(figures)}
         answers["checkpoint"] += _past_the_time_bound(config.max_run_seconds)
-        return cls(answers, _strays(figures), _noise(figures), _results(figures.unit))
+        noise = _noise(figures, pinned=pinned)
+        return cls(answers, _strays(figures), noise, _results(figures.unit))
 
     def timer(self, request: RequestKind, attempt: int) -> Move:
         """The move that fires the world's retry timer for ``request``'s ``attempt``."""
