@@ -411,6 +411,7 @@ def _blank(kind: str) -> Event:
 _AT_THE_LIMIT = reply(THRESHOLD - estimate_tokens(TOOL_NOT_RUN_LIMIT), call("t1"))
 """A response just below the threshold whose one not-run result brings the prompt to it."""
 
+
 def _compacted_over(bound: bool) -> Fixture:
     """A retry due after the provider compacted its context to the threshold meanwhile."""
 
