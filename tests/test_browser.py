@@ -230,6 +230,7 @@ def test_a_reload_in_the_middle_of_a_reply_loses_nothing(tabs: Tabs, tmp_path: P
         assert len(str(reply[0])) == 1_200
         expect(page.locator("#messages li.user")).to_have_count(1)
         expect(page.locator("#messages li.assistant .text")).to_have_text(str(reply[0]).strip())
+        tabs.close()
 
 
 def test_pause_asks_why_then_resume_and_the_snapshot_list(page: Page, server: str) -> None:

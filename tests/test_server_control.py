@@ -7,7 +7,6 @@ server whose conversation another server is running.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 from collections.abc import Iterator
@@ -18,8 +17,8 @@ import httpx2
 import pytest
 
 from api import create, error, long_turn, send
+from gated import Gated
 from segue import Runtime, ScriptedModel, SqliteStore
-from segue.executor.ports import LlmReply, LlmRequest, TextSink
 from segue.server import create_app
 from segue.server.run import ServerConfig, build_app
 from segue.testing import FakeAnthropicServer, live_server
@@ -236,21 +235,6 @@ def test_a_pause_during_a_turn_waits_for_its_boundary(tmp_path: Path) -> None:
         assert events[-1][1]["state"]["phase"] == "paused"
         listed = client.get(f"/api/conversations/{cid}/snapshots").json()
         assert [(s["version"], s["reason"]) for s in listed] == [(1, "at the end")]
-
-
-class Gated(ScriptedModel):
-    """Answers its first request only once ``gate`` is set (later ones at once)."""
-
-    def __init__(self) -> None:
-        super().__init__(window=50_000, reply_chars=40)
-        self.gate = threading.Event()
-        self.asked = threading.Event()
-
-    async def complete(self, request: LlmRequest, *, on_text: TextSink | None = None) -> LlmReply:
-        if not self.asked.is_set():
-            self.asked.set()
-            await asyncio.to_thread(self.gate.wait, 120)
-        return await super().complete(request, on_text=on_text)
 
 
 def test_a_pause_asked_of_another_server_is_taken_by_the_one_running_the_turn(

@@ -96,7 +96,9 @@ function stopAsking() {
 async function pauseNow() {
   const reason = $("pause-reason").value.trim();
   const answer = await post("pause", { reason });
-  if (answer !== null) stopAsking();
+  if (answer === null) return;
+  view.pauseAsked = answer.pause_requested && answer.snapshot_version === null;
+  stopAsking();
 }
 
 function wire() {

@@ -33,11 +33,18 @@ export const view = {
   working: null, // what the page waits for, said while it waits (a summary being written)
   missing: false, // no such conversation
   askingPause: false, // the pause's reason is being asked for
+  pauseAsked: false, // this tab asked for a pause the running turn has not reached yet
   navigating: false, // leaving for another conversation
   live: new LiveReplies(),
   tools: new Map(), // tool call id -> its note
   reloads: 0,
 };
+
+// A pause was asked for and waits for the running turn's boundary (said by the stored state,
+// or by this tab's own request, which the runtime running the turn holds until its next step).
+function pauseWaits(state) {
+  return (state.pause_requested || view.pauseAsked) && BUSY.has(state.phase);
+}
 
 export function busy() {
   return view.streaming || Boolean(view.working) || (view.state !== null && BUSY.has(view.state.phase));
@@ -71,6 +78,7 @@ function inputReason(state) {
 // Draw the state and the meter; the controls follow from them.
 export function setState(state) {
   view.state = state;
+  if (!BUSY.has(state.phase)) view.pauseAsked = false;
   view.tokens = shownTokens(state);
   render();
 }
@@ -113,7 +121,7 @@ function renderBanners(state) {
   $("continue").disabled = phase !== "idle" || busy();
   $("focus").disabled = $("continue").disabled;
 
-  const pausing = state.pause_requested && BUSY.has(phase) ? "Pausing when this turn ends…" : null;
+  const pausing = pauseWaits(state) ? "Pausing when this turn ends…" : null;
   const working = view.working || WORKING[phase] || pausing;
   $("working").hidden = working === null;
   $("working-text").textContent = working || "";
@@ -138,7 +146,7 @@ function renderControls(state) {
   $("input-reason").hidden = reason === null;
   $("input-reason").textContent = reason || "";
   const ended = phase === "paused" || phase === "context_exhausted" || phase === "failed";
-  const pausable = known && !ended && !(state.pause_requested && BUSY.has(phase));
+  const pausable = known && !ended && !pauseWaits(state);
   if (!pausable) view.askingPause = false;
   $("pause").disabled = !pausable;
   $("pause").hidden = view.askingPause;
