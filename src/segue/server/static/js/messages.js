@@ -29,15 +29,12 @@ function item(className, who) {
   return [li, text];
 }
 
-// A pinned message says so in words (read out by a screen reader too), the pin only beside them.
+// A pinned message says so in words (read out by a screen reader too); its border only shows it.
 function markPinned(li) {
   li.classList.add("pinned");
   const badge = document.createElement("span");
   badge.className = "badge";
-  const pin = document.createElement("span");
-  pin.setAttribute("aria-hidden", "true");
-  pin.textContent = "📌 ";
-  badge.append(pin, "Pinned: never summarised away");
+  badge.textContent = "Pinned: never summarised away";
   li.querySelector(".who").append(" ", badge);
 }
 
