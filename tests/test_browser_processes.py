@@ -105,3 +105,48 @@ def test_a_tab_on_another_process_over_sqlite(tabs: Tabs, tmp_path: Path) -> Non
 def test_a_tab_on_another_process_over_postgresql(tabs: Tabs, cluster: ThrowawayCluster) -> None:
     database = cluster.create_database("two_servers")
     a_turn_through_a_seen_on_b(tabs, ["--database-url", database])
+
+
+def test_a_pause_asked_on_b_is_taken_by_a_at_its_turns_end(tabs: Tabs, tmp_path: Path) -> None:
+    """The pause button on B while A runs the turn: B answers at once (the page says the pause
+    waits for the turn), A pauses at the turn's boundary and writes the checkpoint, and B's
+    page shows the pause and its snapshot."""
+    held = HeldAnswers()
+    with FakeAnthropicServer(default=held) as fake:
+        args = ["--db", str(tmp_path / "shared.db"), "--base-url", fake.url]
+        args += ["--context-window", str(WINDOW)]
+        env = {"ANTHROPIC_API_KEY": KEY}
+        with (
+            segue_serve(*args, "--header", "X-Server:a", env=env) as a,
+            segue_serve(*args, "--header", "X-Server:b", env=env) as b,
+            httpx2.Client(base_url=a, timeout=HOLD_AT_MOST) as http,
+        ):
+            cid = create(http)["id"]
+            page = tabs.open()
+            page.goto(f"{b}/c/{cid}")
+            turn_over(page)
+            events: list[Any] = []
+            turn = threading.Thread(target=lambda: events.extend(send(http, cid, "Ask A.")))
+            turn.start()
+            try:
+                assert held.asked.wait(60)
+                expect(page.get_by_role("button", name="Send")).to_be_disabled()
+                page.get_by_role("button", name="Pause").click()
+                page.get_by_label("Why pause? (kept in the snapshot)").fill("deploy window")
+                page.get_by_role("button", name="Pause now").click()
+                waiting = page.get_by_role("status").filter(has_text="Pausing when this turn")
+                expect(waiting).to_be_visible()
+                assert http.get(f"/api/conversations/{cid}").json()["pause_requested"] is True
+            finally:
+                held.gate.set()
+                turn.join(timeout=HOLD_AT_MOST)
+            assert events[-1][1]["state"]["phase"] == "paused"  # A took it
+            paused = page.get_by_role("status").filter(has_text="This conversation is paused")
+            expect(paused).to_contain_text("deploy window")
+            rows = page.get_by_role("table").locator("tbody tr")
+            expect(rows).to_have_count(1)
+            expect(rows.first).to_contain_text("deploy window")
+            asked = fake.message_requests()
+            assert [r.headers["x-server"] for r in asked] == ["a", "a"]  # the turn, the checkpoint
+            assert "tools" not in asked[1].body  # the checkpoint's request
+            tabs.close()
