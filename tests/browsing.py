@@ -98,8 +98,11 @@ class Tabs:
         return opened
 
     def close(self) -> None:
+        """Close every page: a test serving its own app calls it before the server stops, as
+        a shown page holds an event stream open, which a stopping server would wait for."""
         for context in self.contexts:
             context.close()
+        self.contexts.clear()
 
 
 @pytest.fixture

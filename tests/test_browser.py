@@ -230,21 +230,42 @@ def test_a_reload_in_the_middle_of_a_reply_loses_nothing(tabs: Tabs, tmp_path: P
         assert len(str(reply[0])) == 1_200
         expect(page.locator("#messages li.user")).to_have_count(1)
         expect(page.locator("#messages li.assistant .text")).to_have_text(str(reply[0]).strip())
+        tabs.close()
 
 
-def test_pause_resume_and_the_snapshot_list(page: Page, server: str) -> None:
+def test_pause_asks_why_then_resume_and_the_snapshot_list(page: Page, server: str) -> None:
     cid = new_conversation(page, server, window=200_000)
     send(page, "Start the job.")
     page.get_by_role("button", name="Pause").click()
+    reason = page.get_by_label("Why pause? (kept in the snapshot)")
+    expect(reason).to_be_focused()
+    page.keyboard.press("Escape")  # changed their mind: nothing paused
+    expect(reason).to_be_hidden()
+    expect(page.get_by_role("button", name="Pause")).to_be_enabled()
+    assert state(server, cid)["phase"] == "idle"
+    page.get_by_role("button", name="Pause").click()
+    reason.fill("waiting for the deploy window")
+    reason.press("Enter")  # pauses; the message box's form never sees it
     expect(page.get_by_role("status").filter(has_text="paused")).to_contain_text(
-        "paused from the page"
+        "waiting for the deploy window"
     )
+    expect(reason).to_be_hidden()
     expect(page.get_by_label("Your message")).to_be_disabled()
     expect(page.locator("#input-reason")).to_contain_text("Resume it")
     rows = page.get_by_role("table").locator("tbody tr")
     expect(rows).to_have_count(1)
-    expect(rows.first).to_contain_text("paused from the page")
-    expect(rows.first.locator("td").nth(3)).to_have_text("1")  # the session
+    cells = rows.first.locator("td")
+    expect(cells.nth(0)).to_have_text("v1")
+    expect(cells.nth(2)).to_have_text("waiting for the deploy window")
+    expect(cells.nth(3)).to_have_text("1")  # the session
+    expect(cells.nth(4)).to_have_text(re.compile(r"^\d+ s$|^\d+ min \d+ s$"))  # how long it ran
+    link = rows.first.get_by_role("link", name="JSON of v1")
+    whole = page.request.get(link.get_attribute("href") or "")
+    assert whole.ok
+    assert (whole.json()["version"], whole.json()["reason"]) == (1, "waiting for the deploy window")
+    assert whole.json()["checkpoint"]
+    kinds = [m["kind"] for m in stored(server, cid)]
+    assert kinds.count("user") == 1  # the Enter in the reason's box sent no message
     page.get_by_role("button", name="Resume").click()
     expect(page.get_by_label("Your message")).to_be_enabled()
     expect(page.locator("#paused")).to_be_hidden()

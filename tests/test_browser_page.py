@@ -90,6 +90,7 @@ def test_a_second_tab_shows_the_running_turn_and_takes_no_message(
         for tab in (first, second):
             expect(tab.locator("#messages li.user")).to_have_count(1)
             expect(tab.locator("#messages li.assistant .text")).to_have_text(replies)
+        tabs.close()
 
 
 # --------------------------------------------------------------------------- Markdown
@@ -119,7 +120,7 @@ def markdown_server(tmp_path: Path) -> Iterator[str]:
             yield url
 
 
-def test_markdown_is_rendered_and_raw_html_stays_text(tabs: Tabs, markdown_server: str) -> None:
+def test_markdown_is_rendered_and_raw_html_stays_text(markdown_server: str, tabs: Tabs) -> None:
     page = tabs.open()
     page.goto(f"{markdown_server}/")
     page.get_by_label("Context window (tokens, optional)").fill("200000")
@@ -247,3 +248,4 @@ def test_the_page_works_mounted_under_a_prefix(tabs: Tabs, tmp_path: Path) -> No
         expect(page.locator("#messages li.assistant")).not_to_have_count(0)
         page.get_by_role("link", name="segue").click()
         expect(page.get_by_role("link", name=cid)).to_have_attribute("href", f"/segue/c/{cid}")
+        tabs.close()

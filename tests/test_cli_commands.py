@@ -190,6 +190,7 @@ def test_pause_status_and_resume_from_the_command_line(
     out = status.stdout
     assert "paused: nightly stop" in out
     assert re.search(r"│ 1\s+│ 20\d\d-\d\d-\d\d .*UTC │ pause: nightly stop\s+│ 1\s+│", out)
+    assert re.search(r"│ 1\s+│ \d+ (s|min \d+ s)\s+│ [\d,]+ / [\d,]+", out)  # how long it ran
     assert f"parent {parent}; child -" in out
     assert f"chain: root {parent[:8]} -> 2 {child[:8]}*" in out
 

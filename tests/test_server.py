@@ -117,6 +117,7 @@ def test_the_openapi_schema_documents_every_route(client: httpx2.Client) -> None
         "/api/conversations/{conversation_id}/pause",
         "/api/conversations/{conversation_id}/resume",
         "/api/conversations/{conversation_id}/snapshots",
+        "/api/conversations/{conversation_id}/snapshots/{version}",
         "/api/conversations/{conversation_id}/children",
         "/api/conversations/{conversation_id}/lineage",
     }
@@ -198,6 +199,7 @@ def test_unknown_ids_are_404_everywhere(client: httpx2.Client) -> None:
         ("POST", f"{missing}/pause", {"reason": "x"}),
         ("POST", f"{missing}/resume", {}),
         ("GET", f"{missing}/snapshots", None),
+        ("GET", f"{missing}/snapshots/1", None),
         ("POST", f"{missing}/children", {}),
         ("GET", f"{missing}/lineage", None),
     ]:

@@ -42,6 +42,19 @@ class ConversationView(BaseModel):
     error_kind: str | None = None
     error_message: str | None = None
     paused_reason: str | None = None
+    pause_requested: bool = False
+    """A pause was asked for while a turn runs: it is taken at the turn's next boundary."""
+    pinned_tokens: int = 0
+    """Tokens the pinned messages hold (never summarised away; at most a quarter of the
+    window)."""
+    summary_prompt: str | None = None
+    """The instruction of the limit's request in place of segue's (None: segue's)."""
+    summary_model: str | None = None
+    """The model the limit's requests go to (None: ``model``)."""
+    max_tool_output_tokens: int
+    """The most one tool result may hold in this conversation (the default when not set)."""
+    max_run_seconds: float | None = None
+    """``checkpoint_restart``: how long a run may go on before the limit ends it."""
 
     @classmethod
     def of(
@@ -69,6 +82,12 @@ class ConversationView(BaseModel):
             error_kind=getattr(getattr(phase, "error_kind", None), "value", None),
             error_message=getattr(phase, "message", None),
             paused_reason=phase.snapshot.reason if phase.kind == "paused" else None,
+            pause_requested=state.pause_requested,
+            pinned_tokens=state.pinned_tokens,
+            summary_prompt=config.summary_prompt,
+            summary_model=config.summary_model,
+            max_tool_output_tokens=config.tool_output_cap,
+            max_run_seconds=config.max_run_seconds,
         )
 
 
@@ -91,6 +110,8 @@ class MessageView(BaseModel):
     is_error: bool = False
     attachments: int = 0
     """Images and documents it carries (sent to the model, not repeated here)."""
+    pinned: bool = False
+    """A user message pinned when sent: every fresh start carries it verbatim."""
 
     @classmethod
     def of(cls, stored: StoredMessage) -> MessageView:
@@ -108,6 +129,7 @@ class MessageView(BaseModel):
             tool_call_id=message.tool_call_id,
             is_error=message.is_error,
             attachments=sum(1 for b in message.content if b.type in ("image", "document")),
+            pinned=message.pinned,
         )
 
 
@@ -126,6 +148,8 @@ class SnapshotView(BaseModel):
     checkpoint: str
     decisions: list[str]
     errors: list[str]
+    session_seconds: float | None = None
+    """How long the paused session ran (None when unknown)."""
 
     @classmethod
     def of(cls, snapshot: SessionSnapshot) -> SnapshotView:
@@ -142,6 +166,7 @@ class SnapshotView(BaseModel):
             checkpoint=snapshot.checkpoint,
             decisions=list(snapshot.decisions),
             errors=list(snapshot.errors),
+            session_seconds=snapshot.session_seconds,
         )
 
 

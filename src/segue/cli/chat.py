@@ -63,7 +63,10 @@ NEW_HINT: Final = "type /new to continue in a new conversation seeded with its s
 HELP: Final = """commands:
   /help              this list
   /status            phase, meter, snapshots, parent and child
-  /continue          continue in a new conversation now (summarise this one)
+  /continue [focus]  take the path at the limit now: continue in a new conversation (or
+                     compact, or restart from a checkpoint); the summary keeps the focus
+                     above all
+  /pin text          send a pinned message: never summarised away
   /pause [reason]    pause: the model writes a checkpoint, kept as a snapshot
   /resume            resume a paused conversation in a new session
   /new [--no-seed]   a new conversation (from an exhausted one: its child, seeded with the
@@ -91,7 +94,7 @@ class _Chat:
             raise CliError("no conversation yet", 1)
         return self.state
 
-    async def message(self, text: str) -> None:
+    async def message(self, text: str, *, pinned: bool = False) -> None:
         if self.state is None:
             self.state = await self.runtime.create_conversation(
                 model=self.model, behavior=self.behavior, context_window=self.context_window
@@ -99,7 +102,7 @@ class _Chat:
             say(self.out, f"conversation {self.state.id} ({self.model}, {self.behavior.name})")
         cid = self.state.id
         try:
-            self.state = await self.runtime.send(cid, text)
+            self.state = await self.runtime.send(cid, text, pinned=pinned)
         except (ConversationExhaustedError, MessageRejectedError) as error:
             exhausted = isinstance(error, ConversationExhaustedError)
             paused = isinstance(error, MessageRejectedError) and error.cause == "paused"
@@ -130,6 +133,11 @@ class _Chat:
             return False
         if name == "/help":
             say(self.out, HELP)
+        elif name == "/pin":
+            if argument:
+                await self.message(argument, pinned=True)
+            else:
+                say(self.out, "/pin takes the message to pin: /pin Never touch the migrations")
         elif name == "/new":
             await self._new(argument)
         elif self.state is None and name in ("/status", "/continue", "/pause", "/resume"):
@@ -137,7 +145,7 @@ class _Chat:
         elif name == "/status":
             await self._status()
         elif name == "/continue":
-            await self._continue()
+            await self._continue(argument or None)
         elif name == "/pause":
             await self._pause(argument)
         elif name == "/resume":
@@ -146,12 +154,22 @@ class _Chat:
             say(self.out, f"unknown command {name} (nothing was sent)\n{HELP}")
         return True
 
-    async def _continue(self) -> None:
-        self.state = await self.runtime.continue_manually(self._current().id)
-        if self.state.phase.kind == "context_exhausted":
+    async def _continue(self, focus: str | None) -> None:
+        before = self._current()
+        self.state = await self.runtime.continue_manually(before.id, focus=focus)
+        after = self.state
+        if after.phase.kind == "context_exhausted":
             await self._after_turn()
+        elif after.generation != before.generation:
+            say(self.out, f"compacted: older messages summarised (generation {after.generation})")
+            meter(self.out, "context", after)
+        elif after.session != before.session:
+            say(self.out, f"restarted from a checkpoint in session {after.session}")
+            meter(self.out, "context", after)
+        elif (failure := failure_of(after)) is not None:
+            say(self.out, f"it failed ({failure[0].value}): {printable(failure[1])}", "bold")
         else:
-            say(self.out, f"not now: the conversation is {self.state.phase.kind}")
+            say(self.out, f"not now: the conversation is {after.phase.kind}")
 
     async def _new(self, argument: str) -> None:
         if argument not in ("", "--no-seed"):

@@ -2,16 +2,20 @@
 
 Both run the model (a pause asks it for a checkpoint; a resume runs the first turn of the new
 session), Claude with ``ANTHROPIC_API_KEY`` or the offline model for the demo's conversations.
-They drive only the conversation they are given and never recover anyone else's pending work;
-a conversation in the middle of a turn belongs to the process running that turn, so it is
-paused there (``POST /api/conversations/{id}/pause``), not from here.
+They drive only the conversation they are given and never recover anyone else's pending work.
+A conversation whose turn another live process is running is paused through the store: that
+process pauses it at the turn's next boundary (writing the checkpoint itself), and ``segue
+pause`` waits for it (``--timeout`` bounds the wait). Work a crashed process left pending is
+left for a ``segue serve`` or ``segue chat`` on the store to finish.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Final
 
 import typer
 
@@ -19,12 +23,33 @@ from segue.cli._app import BaseUrlOption, CliError, DbOption, HeaderOption, app,
 from segue.cli._models import model_for
 from segue.cli._output import clip, console, existing_store, last_text, meter, narrate, resolve, say
 from segue.cli.inspection import IdArgument
+from segue.executor.drive import owner_is_dead
 from segue.executor.ports import StoredConversation
 from segue.executor.runtime import Runtime
+from segue.statemachine import ConversationState
 
 OfflineOption = Annotated[
     bool, typer.Option(help="Answer with the offline scripted model instead of Claude.")
 ]
+NOT_YET_TAKEN: Final = 3
+"""``segue pause``'s exit code when the pause is requested but its turn had not ended yet."""
+_FIRST_LOOK, _LONGEST_LOOK = 0.01, 0.2
+"""Seconds between reads of the store while the request is on its way there."""
+
+
+def _running_elsewhere(stored: StoredConversation) -> str | None:
+    """The live process performing the conversation's work (its owner id), or None: no work,
+    or work whose process died (its claim lapsed, or its process is gone from this host)."""
+    if not stored.pending:
+        return None
+    head = stored.pending[0]
+    alive = (
+        head.owner is not None
+        and head.lease_until is not None
+        and head.lease_until > time.time()
+        and not owner_is_dead(head.owner)
+    )
+    return head.owner if alive else None
 
 
 def _must_be_still(stored: StoredConversation) -> None:
@@ -32,10 +57,41 @@ def _must_be_still(stored: StoredConversation) -> None:
     phase = stored.state.phase.kind
     if stored.pending or phase not in ("idle", "paused", "context_exhausted", "failed"):
         msg = (
-            f"conversation {stored.state.id} is {phase} with work in flight: pause it in "
-            "the process running it (segue serve: POST /api/conversations/ID/pause)"
+            f"conversation {stored.state.id} is {phase} with work in flight that no running "
+            "process holds (left by one that stopped or crashed): segue serve or segue chat "
+            "on this store finishes it"
         )
         raise CliError(msg, 1)
+
+
+async def _paused(
+    runtime: Runtime, cid: str, reason: str, wait_at_most: float | None
+) -> ConversationState:
+    """The state once the pause is taken; or, if another process's turn had not reached its
+    boundary within ``wait_at_most`` seconds, the state with the request in it (the request
+    stays in the store, and that process still pauses). The bound starts once the request is
+    stored (a commit is never cut short), and a checkpoint this process writes itself (the
+    turn ended first) is waited for."""
+    pausing = asyncio.ensure_future(runtime.pause(cid, reason))
+    if wait_at_most is None:
+        return await pausing
+    look = _FIRST_LOOK
+    while not pausing.done():  # until the request is in the store
+        state = (await runtime.store.load(cid)).state
+        if state.pause_requested:
+            break
+        await asyncio.wait({pausing}, timeout=look)
+        look = min(look * 2, _LONGEST_LOOK)
+    done, _ = await asyncio.wait({pausing}, timeout=wait_at_most)
+    if done:
+        return pausing.result()
+    stored = await runtime.store.load(cid)
+    if stored.pending and stored.pending[0].owner == runtime.owner:
+        return await pausing  # our own checkpoint request: leaving it would waste it
+    pausing.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await pausing
+    return (await runtime.store.load(cid)).state
 
 
 async def _pause(
@@ -46,7 +102,8 @@ async def _pause(
     offline: bool,
     base_url: str | None,
     headers: dict[str, str],
-) -> None:
+    wait_at_most: float | None,
+) -> int:
     out = console()
     async with contextlib.AsyncExitStack() as stack:
         store = existing_store(db, read_only=False)
@@ -56,40 +113,69 @@ async def _pause(
         phase = stored.state.phase.kind
         if phase == "paused":
             raise CliError(f"conversation {cid} is already paused", 1)
-        _must_be_still(stored)
-        if phase != "idle":
-            raise CliError(f"conversation {cid} is {phase}: only a live conversation pauses", 1)
+        owner = _running_elsewhere(stored)
+        if owner is None:
+            _must_be_still(stored)
+            if phase != "idle":
+                message = f"conversation {cid} is {phase}: only a live conversation pauses"
+                raise CliError(message, 1)
         llm = await stack.enter_async_context(
             model_for(stored.state, offline=offline, base_url=base_url, headers=headers)
         )
         runtime = Runtime(store=store, llm=llm)  # not entered: recovers no one else's work
         stack.push_async_callback(runtime.close)
         narrate(runtime, out)
-        state = await runtime.pause(cid, reason)
+        if owner is not None:
+            say(out, f"conversation {cid} is {phase} in another process ({owner}):")
+            say(out, "  asking it to pause at its turn's next boundary; waiting for it")
+        state = await _paused(runtime, cid, reason, wait_at_most)
+        if state.pause_requested and state.phase.kind != "paused":
+            said = f"pause requested, not yet taken: conversation {cid} is still in its turn"
+            say(out, said, "bold")
+            say(out, "  the process running it pauses at the turn's next boundary")
+            say(out, f"  (segue status {cid[:8]} shows when it is paused)")
+            return NOT_YET_TAKEN
         if state.phase.kind != "paused":
             raise CliError(f"conversation {cid} did not pause: it is {state.phase.kind}", 1)
         snapshot = (await store.snapshots(cid))[-1]
         say(out, f"paused {cid}: snapshot v{snapshot.version} saved", "bold")
         say(out, f"checkpoint: {clip(snapshot.checkpoint, 200)}")
         meter(out, "context", state)
+        return 0
 
 
 @app.command()
 def pause(
     conversation_id: IdArgument,
     reason: Annotated[str, typer.Option(help="Why (kept in the snapshot).")] = "",
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            metavar="SECONDS",
+            help="Seconds to wait for another process's turn to reach its boundary (default: "
+            f"as long as it takes); exit {NOT_YET_TAKEN} if the pause is requested but not "
+            "yet taken by then.",
+        ),
+    ] = None,
     db: DbOption = Path("segue.db"),
     offline: OfflineOption = False,
     base_url: BaseUrlOption = None,
     header: HeaderOption = None,
 ) -> None:
-    """Pause an idle conversation: the model writes a checkpoint, kept as a snapshot."""
+    """Pause a conversation: the model writes a checkpoint, kept as a snapshot. One whose turn
+    another process runs is paused by that process at the turn's next boundary."""
     headers = headers_of(header)
-    run(
-        _pause(
-            conversation_id, db, reason=reason, offline=offline, base_url=base_url, headers=headers
-        )
+    pausing = _pause(
+        conversation_id,
+        db,
+        reason=reason,
+        offline=offline,
+        base_url=base_url,
+        headers=headers,
+        wait_at_most=timeout,
     )
+    raise typer.Exit(run(pausing))
 
 
 async def _resume(

@@ -152,6 +152,19 @@ def _moves(record: TransitionRecord) -> tuple[object, ...]:
     return phases, record.context_tokens, record.reason, ", ".join(record.effect_kinds)
 
 
+def ran_for(seconds: float | None) -> str:
+    """How long a session ran, as a person reads it (``4 s``, ``2 min 5 s``, ``1 h 3 min``)."""
+    if seconds is None:
+        return "unknown"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    minutes = whole // 60
+    if minutes < 60:
+        return f"{minutes} min {whole % 60} s"
+    return f"{minutes // 60} h {minutes % 60} min"
+
+
 @app.command()
 def show(
     conversation_id: IdArgument,
@@ -233,11 +246,13 @@ def print_status(
                 when(s.created_at),
                 f"{s.trigger}: {s.reason}" if s.reason else s.trigger,
                 s.session,
+                ran_for(s.session_seconds),
                 f"{s.context_tokens or 0:,} / {s.context_window:,}",
             )
             for s in snapshots
         ]
-        out.print(table("snapshots", "version|when|why|session|tokens / window", rows))
+        columns = "version|when|why|session|ran for|tokens / window"
+        out.print(table("snapshots", columns, rows))
     else:
         say(out, "snapshots: none")
 

@@ -3,7 +3,8 @@
 A thin adapter (routes translate HTTP to ``Runtime`` calls and ``Runtime.stream`` updates to
 Server-Sent Events, nothing more): every rule about conversations lives in the library. Errors
 are one JSON shape (``errors``); what every request passes first (the host, the origin, the body's
-type and size, the security headers) is ``guard``; the page is ``pages``.
+type and size, the security headers) is ``guard``; the page is ``pages``; the routes that steer a
+conversation (continue, cancel, pause, resume, snapshots, children) are ``control``.
 """
 
 from __future__ import annotations
@@ -24,23 +25,18 @@ from segue.executor.models.scripted import ScriptedModel
 from segue.executor.ports import ConversationNotFoundError, StoredConversation
 from segue.executor.runtime import Runtime
 from segue.executor.updates import DoneUpdate, Update
-from segue.server import errors, pages
+from segue.server import control, errors, pages
 from segue.server.auth import bearer
 from segue.server.errors import ApiError
 from segue.server.guard import BodyLimit, CrossSiteCheck, HostCheck, Shield
+from segue.server.pausing import Pauses
 from segue.server.schemas import (
     ConversationView,
     CreateConversation,
     Info,
-    LinkView,
     MessageView,
-    Pause,
-    Resume,
     SendMessage,
-    SnapshotView,
-    StartChild,
 )
-from segue.server.turns import continue_now
 from segue.statemachine import ContextExhaustionBehavior
 
 _log = get_logger("segue.server")
@@ -91,12 +87,16 @@ def create_app(
         raise ValueError(msg)
     shown = info or default_info(runtime)
     start = _Startup(runtime)
+    pauses = Pauses(runtime)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         async with runtime:
             start.started = True
-            yield
+            try:
+                yield
+            finally:
+                await pauses.close()
 
     app = FastAPI(
         title="segue",
@@ -111,6 +111,7 @@ def create_app(
     guard = Depends(bearer(token))
     pages.install(app)
     _routes(app, runtime, shown, guard)
+    control.install(app, runtime, guard, pauses)
 
     @app.get("/openapi.json", include_in_schema=False, dependencies=[guard])
     async def schema() -> dict[str, Any]:
@@ -181,6 +182,10 @@ def _routes(app: FastAPI, runtime: Runtime, info: Info, guard: Any) -> None:
             warning_threshold=body.warning_threshold,
             continuation_threshold=body.continuation_threshold,
             context_window=body.context_window or info.context_window,
+            summary_prompt=body.summary_prompt,
+            summary_model=body.summary_model,
+            max_tool_output_tokens=body.max_tool_output_tokens,
+            max_run_seconds=body.max_run_seconds,
         )
         return await view(state.id)
 
@@ -206,10 +211,10 @@ def _routes(app: FastAPI, runtime: Runtime, info: Info, guard: Any) -> None:
         responses={200: _SSE_RESPONSE},
     )
     async def send(conversation_id: str, body: SendMessage) -> EventSourceResponse:
-        """Send a message; the turn's updates stream back as Server-Sent Events, ``done``
-        last with the conversation's state. A client that disconnects loses nothing: the turn
-        finishes and is stored."""
-        updates = runtime.stream(conversation_id, body.text, wait=False)
+        """Send a message (``pinned``: never summarised away); the turn's updates stream back
+        as Server-Sent Events, ``done`` last with the conversation's state. A client that
+        disconnects loses nothing: the turn finishes and is stored."""
+        updates = runtime.stream(conversation_id, body.text, wait=False, pinned=body.pinned)
         first = await anext(updates)  # a refusal raises here, before any byte is sent
         return EventSourceResponse(_events(runtime, first, updates))
 
@@ -225,59 +230,6 @@ def _routes(app: FastAPI, runtime: Runtime, info: Info, guard: Any) -> None:
         await runtime.conversation(conversation_id)
         watch = runtime.watch(conversation_id)  # watching from here on, before any byte
         return EventSourceResponse(_watched(runtime, watch))
-
-    @app.post("/api/conversations/{conversation_id}/continue", dependencies=[guard])
-    async def continue_manually(conversation_id: str) -> ConversationView:
-        """Take the conversation's path at the limit now (continue in a new conversation,
-        compact, restart from a checkpoint): only from idle, else 409."""
-        await continue_now(runtime, conversation_id)
-        return await view(conversation_id)
-
-    @app.post("/api/conversations/{conversation_id}/cancel", dependencies=[guard])
-    async def cancel(conversation_id: str) -> ConversationView:
-        """Stop what is in flight."""
-        await runtime.cancel(conversation_id)
-        return await view(conversation_id)
-
-    @app.post("/api/conversations/{conversation_id}/pause", dependencies=[guard])
-    async def pause(conversation_id: str, body: Pause | None = None) -> ConversationView:
-        """Pause at the next turn boundary (``timeout``: then cancel and pause)."""
-        request = body or Pause()
-        await runtime.pause(conversation_id, request.reason, timeout=request.timeout)
-        return await view(conversation_id)
-
-    @app.post("/api/conversations/{conversation_id}/resume", dependencies=[guard])
-    async def resume(conversation_id: str, body: Resume | None = None) -> ConversationView:
-        """Resume a paused conversation in a new session (its first turn runs before this
-        answers; watch ``/events`` to see it stream)."""
-        stored = await runtime.conversation(conversation_id)
-        if stored.state.phase.kind != "paused":
-            message = f"conversation {conversation_id} is {stored.state.phase.kind}, not paused"
-            raise ApiError(409, "not_paused", message)
-        await runtime.resume(conversation_id, (body or Resume()).prompt)
-        return await view(conversation_id)
-
-    @app.get("/api/conversations/{conversation_id}/snapshots", dependencies=[guard])
-    async def snapshots(conversation_id: str) -> list[SnapshotView]:
-        """The conversation's pause snapshots, oldest first."""
-        await runtime.conversation(conversation_id)
-        return [SnapshotView.of(s) for s in await runtime.store.snapshots(conversation_id)]
-
-    @app.get("/api/conversations/{conversation_id}/lineage", dependencies=[guard])
-    async def lineage(conversation_id: str) -> list[LinkView]:
-        """The continuation chain the conversation belongs to, root first."""
-        return [LinkView.of(link) for link in await runtime.lineage(conversation_id)]
-
-    @app.post("/api/conversations/{conversation_id}/children", dependencies=[guard])
-    async def child(conversation_id: str, body: StartChild | None = None) -> ConversationView:
-        """The one child of an exhausted conversation (asked twice, the same child)."""
-        request = body or StartChild()
-        state = await runtime.start_new_from(
-            conversation_id,
-            seed_with_summary=request.seed_with_summary,
-            auto_continue=request.auto_continue and request.seed_with_summary,
-        )
-        return await view(state.id)
 
 
 def _sse(update: Update, state: dict[str, Any] | None = None) -> bytes:

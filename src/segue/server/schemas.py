@@ -12,11 +12,17 @@ from typing import Annotated, Final
 from pydantic import BaseModel, ConfigDict, Field
 
 from segue.statemachine import ContextExhaustionBehavior
+from segue.statemachine.state import MAX_PROMPT_CHARS, MIN_TOOL_OUTPUT_TOKENS
 from segue.views import ConversationView, LinkView, MessageView, SnapshotView, ToolCallView
 
 MIN_WINDOW: Final = 1_000
 """The smallest context window a conversation may be created with: below it not even the
 system prompt and one exchange fit before the threshold."""
+MAX_RUN_SECONDS: Final = 366 * 24 * 3600
+"""The longest run bound a conversation may be given (a year): anything longer is no bound."""
+
+Instruction = Annotated[str, Field(min_length=1, max_length=MAX_PROMPT_CHARS, pattern=r"\S")]
+"""Text for the limit's request (a summary prompt, a focus): not only whitespace."""
 
 
 class _Request(BaseModel):
@@ -33,12 +39,33 @@ class CreateConversation(_Request):
     continuation_threshold: Annotated[float, Field(gt=0, le=1)] = 0.90
     context_window: Annotated[int, Field(ge=MIN_WINDOW, le=10_000_000)] | None = None
     """Tokens (at least 1,000, as the page and the CLI ask); left out: the model's window."""
+    summary_prompt: Instruction | None = None
+    """The instruction of the request sent at the limit (summary, checkpoint, compaction) in
+    place of segue's."""
+    summary_model: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    """The model that answers the limit's requests (left out: ``model``)."""
+    max_tool_output_tokens: (
+        Annotated[int, Field(ge=MIN_TOOL_OUTPUT_TOKENS, le=10_000_000)] | None
+    ) = None
+    """The most one tool result may hold (left out: 25,000, or an eighth of a small window)."""
+    max_run_seconds: Annotated[float, Field(gt=0, le=MAX_RUN_SECONDS)] | None = None
+    """``checkpoint_restart``: past this many seconds, the limit ends the run."""
 
 
 class SendMessage(_Request):
     """One user message."""
 
     text: Annotated[str, Field(min_length=1)]
+    pinned: bool = False
+    """Never summarised away: every fresh start carries it verbatim (pinned messages may hold a
+    quarter of the window together; more is a 422 ``message_too_large``)."""
+
+
+class Continue(_Request):
+    """Take the conversation's path at the limit now."""
+
+    focus: Instruction | None = None
+    """What the summary (checkpoint, compaction) must keep above all."""
 
 
 class Pause(_Request):
@@ -47,6 +74,14 @@ class Pause(_Request):
     reason: Annotated[str, Field(max_length=2_000)] = ""
     timeout: Annotated[float, Field(gt=0, le=3_600)] | None = None
     """Wait at most this many seconds for the turn to end, then cancel it and pause."""
+
+
+class PauseView(ConversationView):
+    """A conversation after a pause was asked for."""
+
+    snapshot_version: int | None = None
+    """The snapshot's version when the pause was taken at once; None while it waits for the
+    running turn's next boundary (``pause_requested``), then ``GET .../snapshots`` has it."""
 
 
 class Resume(_Request):
@@ -84,7 +119,9 @@ class Info(BaseModel):
 
 
 __all__ = [
+    "MAX_RUN_SECONDS",
     "MIN_WINDOW",
+    "Continue",
     "ConversationView",
     "CreateConversation",
     "ErrorBody",
@@ -92,6 +129,7 @@ __all__ = [
     "LinkView",
     "MessageView",
     "Pause",
+    "PauseView",
     "Resume",
     "SendMessage",
     "SnapshotView",

@@ -21,13 +21,15 @@ BUSY_PHASES: Final = frozenset(
 """Phases in which a turn (or the work at the limit) is running."""
 
 
-async def continue_now(runtime: Runtime, conversation_id: str) -> ConversationState:
-    """Take the conversation's path at the limit now, or say why not: 409 ``busy`` while a turn
-    runs (``continue_manually`` would do nothing), 409 ``conflict`` in any other phase but idle
-    (paused, read-only, failed)."""
+async def continue_now(
+    runtime: Runtime, conversation_id: str, focus: str | None = None
+) -> ConversationState:
+    """Take the conversation's path at the limit now (``focus``: what its request must keep
+    above all), or say why not: 409 ``busy`` while a turn runs (``continue_manually`` would do
+    nothing), 409 ``conflict`` in any other phase but idle (paused, read-only, failed)."""
     before = (await runtime.conversation(conversation_id)).state
     _must_be_idle(before)
-    after = await runtime.continue_manually(conversation_id)
+    after = await runtime.continue_manually(conversation_id, focus=focus)
     if after.phase.kind == "idle" and (after.session, after.generation) == (
         before.session,
         before.generation,

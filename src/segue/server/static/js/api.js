@@ -33,6 +33,11 @@ export function takeToken() {
   return sessionStorage.getItem(TOKEN_KEY);
 }
 
+// The bearer token the page was given, or null (a server only this machine reaches needs none).
+export function token() {
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
 export class ApiError extends Error {
   constructor(status, code, message) {
     super(message);

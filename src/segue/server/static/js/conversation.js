@@ -1,7 +1,7 @@
 // The conversation page: its buttons, and opening it (watch first, then read, so that no
 // update falls between the two).
 
-import { conversationAddress, json } from "./api.js";
+import { conversationAddress, json, token } from "./api.js";
 import { limitPlan } from "./meter.js";
 import { clearSendProblem, send, watch } from "./stream.js";
 import { $, clearProblem, showProblem } from "./ui.js";
@@ -31,12 +31,16 @@ async function post(path, body) {
   }
 }
 
-// Take the conversation's path at the limit now; "continue in a new conversation" lands in it.
+// Take the conversation's path at the limit now, with what the summary (checkpoint,
+// compaction) must keep above all when the user said; "continue in a new conversation" lands
+// in it.
 async function continueNow() {
+  const focus = $("focus").value.trim();
   view.working = WORKING_NOW[view.state.behavior] || "Working…";
   render();
   try {
-    const after = await json("POST", `${view.path}/continue`, {});
+    const after = await json("POST", `${view.path}/continue`, focus ? { focus } : {});
+    $("focus").value = "";
     if (after.phase === "context_exhausted") {
       view.working = "Opening the new conversation…";
       render();
@@ -76,6 +80,27 @@ async function resume() {
   }
 }
 
+// The pause asks for its reason in place (kept in the snapshot), then pauses.
+function askWhyPause() {
+  view.askingPause = true;
+  render();
+  $("pause-reason").focus();
+}
+
+function stopAsking() {
+  view.askingPause = false;
+  $("pause-reason").value = "";
+  render();
+}
+
+async function pauseNow() {
+  const reason = $("pause-reason").value.trim();
+  const answer = await post("pause", { reason });
+  if (answer === null) return;
+  view.pauseAsked = answer.pause_requested && answer.snapshot_version === null;
+  stopAsking();
+}
+
 function wire() {
   $("composer").addEventListener("submit", (event) => {
     event.preventDefault();
@@ -86,13 +111,40 @@ function wire() {
     if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) $("composer").requestSubmit();
   });
   $("text").addEventListener("input", clearSendProblem);
-  $("continue").addEventListener("click", () => {
-    if (limitPlan(view.state?.behavior).action) continueNow();
+  $("pin").addEventListener("change", clearSendProblem);
+  $("continue-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    if (limitPlan(view.state?.behavior).action && !$("continue").disabled) continueNow();
   });
   $("cancel").addEventListener("click", () => post("cancel", {}));
-  $("pause").addEventListener("click", () => post("pause", { reason: "paused from the page" }));
+  $("pause").addEventListener("click", askWhyPause);
+  $("pause-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    if (!$("pause-now").disabled) pauseNow();
+  });
+  $("pause-back").addEventListener("click", stopAsking);
+  $("pause-reason").addEventListener("keydown", (event) => {
+    if (event.key === "Escape") stopAsking();
+  });
+  $("snapshots").addEventListener("click", showSnapshot);
   $("resume").addEventListener("click", resume);
   $("start-new").addEventListener("click", startNew);
+}
+
+// A snapshot's JSON: its link opens the API's answer; with a token (which a plain link cannot
+// send) it is read here and shown below the table instead.
+async function showSnapshot(event) {
+  const link = event.target.closest("a[data-version]");
+  if (!link || !token()) return;
+  event.preventDefault();
+  try {
+    const whole = await json("GET", `${view.path}/snapshots/${link.dataset.version}`);
+    $("snapshot-shown-title").textContent = `Snapshot v${whole.version}`;
+    $("snapshot-json").textContent = JSON.stringify(whole, null, 2);
+    $("snapshot-shown").hidden = false;
+  } catch (error) {
+    showProblem(error);
+  }
 }
 
 export async function openConversation(id) {

@@ -17,6 +17,10 @@ export async function home(info) {
     if (system) body.system = system;
     const window = Number($("context-window").value);
     if (window) body.context_window = window;
+    const summaryPrompt = $("summary-prompt").value.trim();
+    if (summaryPrompt) body.summary_prompt = summaryPrompt;
+    const summaryModel = $("summary-model").value.trim();
+    if (summaryModel) body.summary_model = summaryModel;
     try {
       const created = await json("POST", "api/conversations", body);
       location.assign(conversationAddress(created.id));

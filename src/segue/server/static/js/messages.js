@@ -29,10 +29,20 @@ function item(className, who) {
   return [li, text];
 }
 
+// A pinned message says so in words (read out by a screen reader too); its border only shows it.
+function markPinned(li) {
+  li.classList.add("pinned");
+  const badge = document.createElement("span");
+  badge.className = "badge";
+  badge.textContent = "Pinned: never summarised away";
+  li.querySelector(".who").append(" ", badge);
+}
+
 export function renderMessage(message) {
   const kind = message.kind;
   const className = kind === "tool_result" ? `tool${message.is_error ? " error" : ""}` : kind;
   const [li, text] = item(className, WHO[kind] || kind);
+  if (message.pinned) markPinned(li);
   if (MARKDOWN.has(kind)) renderMarkdown(text, message.text);
   else text.textContent = message.text;
   for (const toolCall of message.tool_calls || []) {

@@ -11,10 +11,11 @@ import { markPhase, reload, render, showMissing, view } from "./view.js";
 const RETRY_WATCH = 1000; // ms before watching again after the stream broke
 
 // What a refused message's error says to the person who wrote it, beside the box it is still in.
-function refusal(error) {
+function refusal(error, pinned) {
   if (!(error instanceof ApiError)) return `The message was not sent: ${error.message ?? error}`;
   switch (error.code) {
     case "message_too_large":
+      if (pinned) return error.message.replace(/^Conversation \S+ rejected the message: /, "");
       return "This message is too long for the conversation's context window: shorten it, or split it into several messages.";
     case "busy":
       return "The assistant is still answering in this conversation: send again when it is done.";
@@ -104,23 +105,25 @@ export async function send() {
     return;
   }
   clearSendProblem();
+  const pinned = $("pin").checked;
   view.streaming = true;
   view.mine += 1; // its copy on the watch stream may come before the POST's answer
-  const shown = renderMessage({ kind: "user", text });
+  const shown = renderMessage({ kind: "user", text, pinned });
   render();
   let response;
   try {
-    response = await call("POST", `${view.path}/messages`, { text });
+    response = await call("POST", `${view.path}/messages`, pinned ? { text, pinned } : { text });
   } catch (error) {
     view.mine = Math.max(0, view.mine - 1);
     view.streaming = false;
     shown.remove();
-    showSendProblem(refusal(error));
+    showSendProblem(refusal(error, pinned));
     await safeReload();
     render();
     return;
   }
   box.value = "";
+  $("pin").checked = false;
   try {
     for await (const { name, data } of events(response)) await apply(name, data, false);
   } catch (error) {

@@ -2,7 +2,7 @@
 // read from the server is the truth; updates move the meter and the phase as they come, and
 // each turn's "done" reads the conversation back.
 
-import { conversationAddress, json } from "./api.js";
+import { address, conversationAddress, json } from "./api.js";
 import { clearMessages, LiveReplies, renderMessage } from "./messages.js";
 import { levelOf, limitPlan, setMeter, shownTokens, warningText } from "./meter.js";
 import { $ } from "./ui.js";
@@ -32,11 +32,19 @@ export const view = {
   skipping: false, // the watch stream is repeating one of this tab's own turns
   working: null, // what the page waits for, said while it waits (a summary being written)
   missing: false, // no such conversation
+  askingPause: false, // the pause's reason is being asked for
+  pauseAsked: false, // this tab asked for a pause the running turn has not reached yet
   navigating: false, // leaving for another conversation
   live: new LiveReplies(),
   tools: new Map(), // tool call id -> its note
   reloads: 0,
 };
+
+// A pause was asked for and waits for the running turn's boundary (said by the stored state,
+// or by this tab's own request, which the runtime running the turn holds until its next step).
+function pauseWaits(state) {
+  return (state.pause_requested || view.pauseAsked) && BUSY.has(state.phase);
+}
 
 export function busy() {
   return view.streaming || Boolean(view.working) || (view.state !== null && BUSY.has(view.state.phase));
@@ -70,6 +78,7 @@ function inputReason(state) {
 // Draw the state and the meter; the controls follow from them.
 export function setState(state) {
   view.state = state;
+  if (!BUSY.has(state.phase)) view.pauseAsked = false;
   view.tokens = shownTokens(state);
   render();
 }
@@ -107,11 +116,13 @@ function renderBanners(state) {
   const plan = limitPlan(state.behavior);
   $("warning").hidden = warning === null;
   $("warning-text").textContent = warning || "";
-  $("continue").hidden = warning === null || !plan.action;
+  $("continue-form").hidden = warning === null || !plan.action;
   $("continue").textContent = plan.action || "";
   $("continue").disabled = phase !== "idle" || busy();
+  $("focus").disabled = $("continue").disabled;
 
-  const working = view.working || WORKING[phase] || null;
+  const pausing = pauseWaits(state) ? "Pausing when this turn ends…" : null;
+  const working = view.working || WORKING[phase] || pausing;
   $("working").hidden = working === null;
   $("working-text").textContent = working || "";
 
@@ -129,12 +140,18 @@ function renderControls(state) {
   const known = state !== null && !view.missing;
   const phase = known ? state.phase : null;
   $("text").disabled = reason !== null;
+  $("pin").disabled = reason !== null;
   $("send").disabled = reason !== null || busy();
   $("messages").setAttribute("aria-busy", String(busy()));
   $("input-reason").hidden = reason === null;
   $("input-reason").textContent = reason || "";
   const ended = phase === "paused" || phase === "context_exhausted" || phase === "failed";
-  $("pause").disabled = !known || ended;
+  const pausable = known && !ended && !pauseWaits(state);
+  if (!pausable) view.askingPause = false;
+  $("pause").disabled = !pausable;
+  $("pause").hidden = view.askingPause;
+  $("pause-ask").hidden = !view.askingPause;
+  $("pause-now").disabled = !pausable;
   $("resume").disabled = phase !== "paused" || Boolean(view.working);
   $("cancel").disabled = !known || !(BUSY.has(phase) || view.streaming);
 
@@ -159,6 +176,16 @@ export function showMissing() {
   renderControls(null);
 }
 
+// How long a session ran, as a person reads it ("4 s", "2 min 5 s", "1 h 3 min").
+export function duration(seconds) {
+  if (seconds === null || seconds === undefined) return "unknown";
+  const whole = Math.floor(seconds);
+  if (whole < 60) return `${whole} s`;
+  const minutes = Math.floor(whole / 60);
+  if (minutes < 60) return `${minutes} min ${whole % 60} s`;
+  return `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
+}
+
 function renderSnapshots(snapshots) {
   const body = $("snapshots").querySelector("tbody");
   body.replaceChildren();
@@ -172,11 +199,19 @@ function renderSnapshots(snapshots) {
         ? "unknown"
         : `${snapshot.context_tokens.toLocaleString("en")} / ${snapshot.context_window.toLocaleString("en")}`;
     const calls = `${snapshot.llm_calls} LLM, ${snapshot.tool_calls} tools`;
-    for (const cell of [`v${snapshot.version}`, when, why, String(snapshot.session), tokens, calls]) {
+    const cells = [`v${snapshot.version}`, when, why, String(snapshot.session), duration(snapshot.session_seconds), tokens, calls];
+    for (const cell of cells) {
       const td = document.createElement("td");
       td.textContent = cell;
       row.append(td);
     }
+    const link = document.createElement("a");
+    link.href = address(`${view.path}/snapshots/${snapshot.version}`);
+    link.dataset.version = String(snapshot.version);
+    link.textContent = `JSON of v${snapshot.version}`;
+    const whole = document.createElement("td");
+    whole.append(link);
+    row.append(whole);
     body.append(row);
   }
 }

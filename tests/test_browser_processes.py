@@ -1,0 +1,152 @@
+"""A tab on another server process: two ``segue serve`` processes on one database (a SQLite file;
+a PostgreSQL database on a throwaway cluster), a page open on B while a message is sent through
+A. Without a reload, B shows the user's message and takes no other while the turn runs, then
+the reply, the meter and the end of the turn, as the store tells it.
+
+Both servers run Claude's client against the fake Anthropic API in this process, whose answer is
+held until the test has seen B show the turn running (no race against a fixed delay).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from playwright.sync_api import expect
+
+import browsing
+from api import create, send
+from browsing import Tabs, meter, turn_over
+from gated import HOLD_AT_MOST
+from segue.testing import FakeAnthropicServer
+from segue.testing.anthropic_server import MessageReply, Usage
+from segue.testing.postgres import ThrowawayCluster, find_server_binaries
+from serving import segue_serve
+
+pytestmark = pytest.mark.slow
+browser, tabs = browsing.browser, browsing.tabs
+
+KEY = "sk-ant-two-processes-0123456789"
+WINDOW = 50_000
+REPLY = "The tide turns twice a day, whichever process you ask."
+
+
+class HeldAnswers:
+    """The fake API's answer, held until ``gate`` opens; ``asked`` says a request arrived."""
+
+    def __init__(self) -> None:
+        self.asked = threading.Event()
+        self.gate = threading.Event()
+
+    def __call__(self, _body: dict[str, Any]) -> MessageReply:
+        self.asked.set()
+        self.gate.wait(HOLD_AT_MOST)
+        return MessageReply(text=REPLY, usage=Usage(input_tokens=20_000, output_tokens=15))
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ThrowawayCluster]:
+    if find_server_binaries() is None:
+        pytest.skip("PostgreSQL server binaries not found in /usr/lib/postgresql")
+    with ThrowawayCluster() as running:
+        yield running
+
+
+def a_turn_through_a_seen_on_b(tabs: Tabs, store_args: list[str]) -> None:
+    held = HeldAnswers()
+    with FakeAnthropicServer(default=held) as fake:
+        args = [*store_args, "--base-url", fake.url, "--context-window", str(WINDOW)]
+        env = {"ANTHROPIC_API_KEY": KEY}
+        with (
+            segue_serve(*args, env=env) as a,
+            segue_serve(*args, env=env) as b,
+            httpx2.Client(base_url=a, timeout=HOLD_AT_MOST) as http,
+        ):
+            cid = create(http)["id"]
+            page = tabs.open()
+            page.goto(f"{b}/c/{cid}")
+            turn_over(page)
+            expect(page.get_by_role("button", name="Send")).to_be_enabled()
+            assert meter(page) == (0.0, "ok")
+            page.evaluate("window.sameDocument = true")  # gone if the page reloads
+
+            events: list[Any] = []
+            turn = threading.Thread(target=lambda: events.extend(send(http, cid, "Ask A.")))
+            turn.start()
+            try:
+                assert held.asked.wait(60)
+                expect(page.locator("#messages li.user .text")).to_have_text("Ask A.")
+                expect(page.get_by_role("button", name="Send")).to_be_disabled()
+                expect(page.locator("#input-reason")).to_contain_text("busy")
+                expect(page.locator("#phase")).not_to_contain_text("idle")
+            finally:
+                held.gate.set()
+                turn.join(timeout=HOLD_AT_MOST)
+            assert events[-1][1]["state"]["phase"] == "idle"
+
+            expect(page.locator("#messages li.assistant .text")).to_have_text(REPLY)
+            expect(page.locator("#meter-label")).to_have_text("40%")  # 20,000 of 50,000
+            turn_over(page)
+            expect(page.get_by_role("button", name="Send")).to_be_enabled()
+            expect(page.locator("#messages li.user")).to_have_count(1)
+            assert page.evaluate("window.sameDocument") is True
+            assert len(fake.message_requests()) == 1  # A answered; B only watched
+            tabs.close()
+
+
+def test_a_tab_on_another_process_over_sqlite(tabs: Tabs, tmp_path: Path) -> None:
+    a_turn_through_a_seen_on_b(tabs, ["--db", str(tmp_path / "shared.db")])
+
+
+def test_a_tab_on_another_process_over_postgresql(tabs: Tabs, cluster: ThrowawayCluster) -> None:
+    database = cluster.create_database("two_servers")
+    a_turn_through_a_seen_on_b(tabs, ["--database-url", database])
+
+
+def test_a_pause_asked_on_b_is_taken_by_a_at_its_turns_end(tabs: Tabs, tmp_path: Path) -> None:
+    """The pause button on B while A runs the turn: B answers at once (the page says the pause
+    waits for the turn), A pauses at the turn's boundary and writes the checkpoint, and B's
+    page shows the pause and its snapshot."""
+    held = HeldAnswers()
+    with FakeAnthropicServer(default=held) as fake:
+        args = ["--db", str(tmp_path / "shared.db"), "--base-url", fake.url]
+        args += ["--context-window", str(WINDOW)]
+        env = {"ANTHROPIC_API_KEY": KEY}
+        with (
+            segue_serve(*args, "--header", "X-Server:a", env=env) as a,
+            segue_serve(*args, "--header", "X-Server:b", env=env) as b,
+            httpx2.Client(base_url=a, timeout=HOLD_AT_MOST) as http,
+        ):
+            cid = create(http)["id"]
+            page = tabs.open()
+            page.goto(f"{b}/c/{cid}")
+            turn_over(page)
+            events: list[Any] = []
+            turn = threading.Thread(target=lambda: events.extend(send(http, cid, "Ask A.")))
+            turn.start()
+            try:
+                assert held.asked.wait(60)
+                expect(page.get_by_role("button", name="Send")).to_be_disabled()
+                page.get_by_role("button", name="Pause").click()
+                page.get_by_label("Why pause? (kept in the snapshot)").fill("deploy window")
+                page.get_by_role("button", name="Pause now").click()
+                waiting = page.get_by_role("status").filter(has_text="Pausing when this turn")
+                expect(waiting).to_be_visible()
+                assert http.get(f"/api/conversations/{cid}").json()["pause_requested"] is True
+            finally:
+                held.gate.set()
+                turn.join(timeout=HOLD_AT_MOST)
+            assert events[-1][1]["state"]["phase"] == "paused"  # A took it
+            paused = page.get_by_role("status").filter(has_text="This conversation is paused")
+            expect(paused).to_contain_text("deploy window")
+            rows = page.get_by_role("table").locator("tbody tr")
+            expect(rows).to_have_count(1)
+            expect(rows.first).to_contain_text("deploy window")
+            asked = fake.message_requests()
+            assert [r.headers["x-server"] for r in asked] == ["a", "a"]  # the turn, the checkpoint
+            assert "tools" not in asked[1].body  # the checkpoint's request
+            tabs.close()
