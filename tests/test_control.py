@@ -487,3 +487,38 @@ def test_a_pause_asked_from_another_process_is_taken_at_the_turns_boundary(
     result = json.loads(out.splitlines()[-1])
     assert (result["phase"], result["calls"]) == ("paused", 2)  # the turn, then the checkpoint
     assert ours.requests == []  # the owner did the work
+
+
+@requirement("REQ-SEG-019")
+def test_seg019_a_pause_from_another_runtime_waits_at_most_its_timeout(tmp_path: Path) -> None:
+    from segue import ScriptedModel
+    from segue.executor.ports import LlmReply, LlmRequest, TextSink
+
+    class Gated(ScriptedModel):
+        def __init__(self) -> None:
+            super().__init__(reply_chars=30)
+            self.asked = asyncio.Event()
+            self.gate = asyncio.Event()
+
+        async def complete(
+            self, request: LlmRequest, *, on_text: TextSink | None = None
+        ) -> LlmReply:
+            self.asked.set()
+            await self.gate.wait()
+            return await super().complete(request, on_text=on_text)
+
+    async def main() -> None:
+        model = Gated()
+        owner = Runtime(store=SqliteStore(tmp_path / "s.db"), llm=model)
+        other = Runtime(store=SqliteStore(tmp_path / "s.db"), llm=ScriptedModel())
+        cid = (await owner.create_conversation(model=MODEL)).id
+        turn = asyncio.create_task(owner.send(cid, "a long task"))
+        await model.asked.wait()
+        state = await other.pause(cid, "deploy window", timeout=0.2)
+        assert (state.phase.kind, state.pause_requested) == ("llm_requesting", True)
+        model.gate.set()  # the turn ends, and its runtime pauses at the boundary
+        assert (await turn).phase.kind == "paused"
+        await owner.close()
+        await other.close()
+
+    asyncio.run(main())

@@ -85,7 +85,7 @@ def test_a_watch_hears_a_turn_another_runtime_drives(tmp_path: Path, kind: str) 
         watch = watcher.watch(cid)
         listening = asyncio.create_task(collect(watch))
         await asyncio.sleep(0.2)  # the watch's first read has its starting point
-        await driver.send(cid, "When is high tide?")
+        await driver.send(cid, "When is high tide?", pinned=True)
         updates = await listening
         kinds = [u.kind for u in updates]
         assert kinds == [
@@ -98,6 +98,7 @@ def test_a_watch_hears_a_turn_another_runtime_drives(tmp_path: Path, kind: str) 
             "warning",
             "done",
         ]
+        assert getattr(updates[0], "pinned", None) is True  # another tab marks it at once
         texts = [getattr(u, "text", None) for u in updates]
         assert texts[:2] == ["When is high tide?", "Looking."]
         assert texts[4] == "High tide at noon."

@@ -660,7 +660,7 @@ class Driver:
                 continue
             message = effect.message
             if message.kind == "user":
-                bus.emit(cid, UserMessageUpdate._make(text=message.text))
+                bus.emit(cid, UserMessageUpdate._make(text=message.text, pinned=message.pinned))
             elif message.kind == "assistant" and isinstance(event, LlmResponse):
                 bus.settle(cid, message.text)
                 self._replies[cid] = message.text

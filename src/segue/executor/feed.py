@@ -68,7 +68,7 @@ def updates_between(
         message = stored.message
         if message.kind == "user":
             took_message = True
-            updates.append(UserMessageUpdate(text=message.text))
+            updates.append(UserMessageUpdate(text=message.text, pinned=message.pinned))
         elif message.kind == "assistant":
             reply = message.text
             if message.text:

@@ -465,6 +465,9 @@ class Runtime(Driver):
         While a turn runs in this runtime the pause is taken at its next boundary, and this
         returns at once; with ``timeout`` it waits for that at most ``timeout`` seconds, then
         cancels what is in flight (recorded as cancelled, never lost) and pauses: a forced pause.
+        While another runtime sharing the store runs the turn, the request goes through the
+        store and that runtime pauses at the boundary; this waits for it (at most ``timeout``
+        seconds, then returns the state with ``pause_requested`` set: the pause still comes).
         """
         if conversation_id in self._driving:
             # The running drive commits the request before its next effect, so the pause
@@ -482,7 +485,16 @@ class Runtime(Driver):
                 state = (await self.store.load(conversation_id)).state
                 if state.phase.kind == "paused":
                     return state
-        state, _ = await self._drive(conversation_id, PauseRequested(reason=reason))
+        if timeout is None:
+            state, _ = await self._drive(conversation_id, PauseRequested(reason=reason))
+            return state
+        # Another runtime may be running the turn: the request is stored at once, and that
+        # runtime pauses at the turn's boundary; wait for it at most ``timeout`` seconds.
+        try:
+            async with asyncio.timeout(timeout):
+                state, _ = await self._drive(conversation_id, PauseRequested(reason=reason))
+        except TimeoutError:
+            state = (await self.store.load(conversation_id)).state
         return state
 
     async def resume(self, conversation_id: str, prompt: str | None = None) -> ConversationState:

@@ -36,6 +36,8 @@ class UserMessageUpdate(Frozen):
 
     kind: Literal["user_message"] = "user_message"
     text: str
+    pinned: bool = False
+    """The message is pinned: never summarised away (REQ-SEG-042)."""
 
 
 class TextUpdate(Frozen):

@@ -46,7 +46,7 @@ async function apply(name, update, foreign) {
   switch (name) {
     case "user_message":
       if (foreign) {
-        renderMessage({ kind: "user", text: update.text });
+        renderMessage({ kind: "user", text: update.text, pinned: update.pinned });
         markPhase("llm_requesting");
       }
       break;
