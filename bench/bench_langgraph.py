@@ -373,6 +373,11 @@ async def postgres_part(cluster: Any, sizes: Sizes) -> None:
         order = kinds if count % 2 else kinds[::-1]
         for kind in order:
             where = cluster.create_database(f"{kind}_workers_{count}")
+            # The tables, once, before the workers start together.
+            async with opened(
+                [SegueSide(where) if kind == "segue" else LangGraphSide("postgres-async", where)]
+            ):
+                pass
             rates[kind] = await asyncio.to_thread(run_workers, kind, where, count, sizes)
         label = f"{count} worker{'s' if count > 1 else ' '}"
         line = f"  {label}: segue {rates['segue']:,.0f} steps/s"

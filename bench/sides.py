@@ -177,14 +177,16 @@ class LangGraphSide:
     """A LangGraph graph on one of its checkpointers. ``kind`` is ``sqlite`` (sync
     ``SqliteSaver``), ``sqlite-async`` (``AsyncSqliteSaver`` on aiosqlite), ``postgres``
     (sync ``PostgresSaver`` on one connection) or ``postgres-async`` (``AsyncPostgresSaver``
-    on a pool of ``pool_size`` connections, as many as ``PostgresStore``'s default pool).
+    on a pool of ``pool_size`` connections, as many as ``PostgresStore``'s default pool; with
+    ``setup=False`` it expects the tables to exist).
 
     SQLite files are opened as segue opens its own: WAL (LangGraph's ``setup()`` sets it) and
     ``synchronous=NORMAL`` (SQLite's default in WAL is FULL, an fsync per commit, which segue
     does not pay either): a committed step survives the process, on both sides alike."""
 
-    def __init__(self, kind: str, where: str, *, pool_size: int = 4) -> None:
+    def __init__(self, kind: str, where: str, *, pool_size: int = 4, setup: bool = True) -> None:
         self.name = "LangGraph"
+        self._setup = setup
         self._kind = kind
         self._where = where
         self._pool_size = pool_size
@@ -232,7 +234,8 @@ class LangGraphSide:
         await pool.open()
         stack.push_async_callback(pool.close)
         saver = aio.AsyncPostgresSaver(pool)
-        await saver.setup()
+        if self._setup:  # workers started together would race to create the tables
+            await saver.setup()
         return saver
 
     async def conversation(self) -> str:

@@ -35,6 +35,7 @@ from segue.executor.models.scripted import ScriptedModel
 from segue.executor.ports import SegueError, Store, StoreUnavailableError
 from segue.executor.runtime import Runtime
 from segue.executor.stores.postgres import SCHEMA_VERSION, PostgresStore
+from segue.executor.stores.postgres_schema import MIGRATIONS
 from segue.testing.postgres import ThrowawayCluster, find_server_binaries
 from test_stores import MODEL, Backend, run
 from test_stores import step as store_step
@@ -98,6 +99,24 @@ def backend(database: str) -> Backend:
             raw.execute("UPDATE segue_schema SET version = %s", (version,))
             return int(replaced)
 
+    def old_schema(version: int) -> None:
+        with psycopg.connect(database, autocommit=True) as raw:
+            raw.execute("DROP SCHEMA public CASCADE")
+            raw.execute("CREATE SCHEMA public")
+            raw.execute("CREATE TABLE segue_schema (version integer NOT NULL)")
+            for migration in MIGRATIONS[:version]:
+                for statement in migration:
+                    raw.execute(statement)
+            raw.execute("INSERT INTO segue_schema (version) VALUES (%s)", (version,))
+
+    def columns(table: str) -> set[str]:
+        with psycopg.connect(database) as raw:
+            rows = raw.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = %s",
+                (table,),
+            ).fetchall()
+            return {str(name) for (name,) in rows}
+
     return Backend(
         open=lambda: PostgresStore(database),
         open_impatient=lambda: PostgresStore(database, lock_timeout=0.2),
@@ -106,6 +125,8 @@ def backend(database: str) -> Backend:
         integrity_error=psycopg.errors.UniqueViolation,
         schema_version=SCHEMA_VERSION,
         stamp_schema=stamp_schema,
+        old_schema=old_schema,
+        columns=columns,
     )
 
 

@@ -1,0 +1,398 @@
+"""How ``SqliteStore`` uses its one connection: writes on the caller's event loop when nothing
+stands in their way, everything else on the store's own thread.
+
+Why:
+
+- **One connection.** SQLite admits one writer at a time, so more connections buy nothing for
+  writes and cost a cold statement cache each. The connection belongs to whoever holds
+  ``Runner``'s lock: the store's thread, or for a moment the event loop.
+- **Writes on the loop, once per loop iteration.** A write hands its step to the loop's batch
+  and waits; the batch is written at the end of the loop iteration (``call_soon``), every step
+  that came in meanwhile in one ``BEGIN IMMEDIATE ... COMMIT`` (each in a savepoint when there
+  are several), on the loop's own thread: no hand-off to another thread and back, which cost as
+  much as the SQL of a step. It runs there only when it cannot block the loop: nothing is
+  queued for the thread, the thread is not using the connection, and the write lock is free at
+  once (the busy timeout is 0 while the loop holds the connection; a lock held by another
+  process would otherwise stall every coroutine of the loop for up to ``busy_timeout``). When
+  any of that fails, the batch goes to the thread, which waits for the lock as long as the
+  store allows.
+- **Checkpoints on the thread.** SQLite's automatic checkpoint runs inside the COMMIT that
+  crosses its threshold, and copies and syncs the WAL: milliseconds, which must not stall the
+  loop. It is off; instead, after about ``CHECKPOINT_PAGES`` pages of writes (estimated from
+  what the steps wrote), the thread runs a passive checkpoint while it holds the connection.
+- **Reads on the thread.** A read of a long transcript takes time the loop must not lose, and
+  readers never wait for the writer in WAL mode, so reads stay where they never block anyone.
+- **The thread's hand-over**, for what runs there: a ``queue.SimpleQueue`` in and
+  ``call_soon_threadsafe`` out (``run_in_executor`` adds locks and callbacks to both); it takes
+  every job waiting when it wakes, and tells each loop the outcomes of the lot in one call.
+
+No caller hears of its write before the COMMIT that carries it, wherever it ran: a write that
+returned is durable (WAL with ``synchronous=NORMAL``: it survives a crash of the process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import sqlite3
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, Final, NamedTuple, TypeVar
+
+from segue.executor.ports import SegueError
+
+T = TypeVar("T")
+
+CHECKPOINT_PAGES: Final = 1_000
+"""Pages written between two checkpoints (SQLite's own default for its automatic one)."""
+PAGE: Final = 4_096
+_PAUSES: Final = (0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.025, 0.025, 0.05, 0.05, 0.1)
+"""Seconds between tries of a lock another connection holds (SQLite's busy handler's)."""
+
+_SQLITE_BUSY: Final = 5
+_SQLITE_LOCKED: Final = 6
+
+Outcome = tuple[Any, BaseException | None]
+"""What a job gave: its result, or the error it raised."""
+Step = Callable[[sqlite3.Connection], Any]
+"""A write that runs inside a transaction the runner opens (and may share)."""
+Told = dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any, Any]]]
+"""Finished jobs' futures and outcomes, by the event loop that awaits them."""
+
+
+def is_locked(error: sqlite3.OperationalError) -> bool:
+    """Whether ``error`` says another connection holds a lock (SQLITE_BUSY or _LOCKED)."""
+    code = getattr(error, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
+    return "locked" in str(error) or "busy" in str(error)
+
+
+class _Job(NamedTuple):
+    """Work for the thread and whom to tell. Without ``group``, ``work`` runs alone (``work()``:
+    a read, a checkpoint); with it, ``work`` is a write ``Step`` that ``group`` runs with the
+    steps of the same group queued next to it."""
+
+    loop: asyncio.AbstractEventLoop | None
+    future: asyncio.Future[Any] | None
+    work: Callable[..., Any]
+    group: Callable[[Sequence[Step]], list[Outcome]] | None = None
+
+
+def _begin(conn: sqlite3.Connection) -> sqlite3.Connection:
+    conn.execute("BEGIN IMMEDIATE")
+    return conn
+
+
+def _settle(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    """Hand each job's outcome to its caller (in the caller's loop, one call for them all)."""
+    for future, result, error in outcomes:
+        if future.cancelled():
+            continue  # the caller gave up waiting; the work itself has run (or failed) regardless
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)
+
+
+def _attempt(work: Callable[[], Any]) -> Outcome:
+    try:
+        return work(), None
+    except BaseException as caught:  # noqa: BLE001  # delivered to the awaiting caller
+        return None, caught
+
+
+def _take_waiting(jobs: queue.SimpleQueue[_Job | None], first: _Job) -> tuple[list[_Job], bool]:
+    """``first`` and every job queued behind it; True if the store was closed meanwhile."""
+    batch = [first]
+    while True:
+        try:
+            job = jobs.get_nowait()
+        except queue.Empty:
+            return batch, False
+        if job is None:
+            return batch, True
+        batch.append(job)
+
+
+def _run_batch(batch: list[_Job]) -> Told:
+    """Run ``batch`` in order, consecutive write steps of one group together; the outcomes,
+    by the loop to tell them to."""
+    told: Told = {}
+    index = 0
+    while index < len(batch):
+        job = batch[index]
+        group = job.group
+        if group is None:
+            done = [job]
+            outcomes = [_attempt(job.work)]
+        else:
+            end = index + 1
+            while end < len(batch) and batch[end].group == group:
+                end += 1
+            done = batch[index:end]
+            outcomes = group([j.work for j in done])
+        for finished, (result, error) in zip(done, outcomes, strict=True):
+            if finished.loop is not None and finished.future is not None:
+                told.setdefault(finished.loop, []).append((finished.future, result, error))
+        index += len(done)
+    return told
+
+
+def _serve(jobs: queue.SimpleQueue[_Job | None], using: threading.Lock) -> None:
+    """The thread: take every waiting job, run them holding the connection, then tell each
+    loop the outcomes in one call, until ``None`` (the store closed or was dropped)."""
+    closed = False
+    while not closed and (first := jobs.get()) is not None:
+        batch, closed = _take_waiting(jobs, first)
+        with using:
+            told = _run_batch(batch)
+        for loop, settled in told.items():
+            with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody to tell
+                loop.call_soon_threadsafe(_settle, settled)
+        del batch, first, told  # hold nothing of finished jobs while waiting for the next
+
+
+class Runner:
+    """One SQLite connection, opened by ``connect`` on first use (in the thread), and where
+    each call runs (see the module docstring). ``map_error`` turns a driver error into the one
+    the caller gets; ``busy_timeout`` (ms) is how long the thread waits for the write lock."""
+
+    def __init__(
+        self,
+        connect: Callable[[], sqlite3.Connection],
+        *,
+        busy_timeout: int,
+        map_error: Callable[[BaseException], BaseException],
+        closed_message: str,
+    ) -> None:
+        self._connect = connect
+        self._busy_timeout = busy_timeout
+        self._map_error = map_error
+        self._closed_message = closed_message
+        self._conn: sqlite3.Connection | None = None
+        self._using = threading.Lock()
+        """Held by whoever uses the connection: the thread for a batch, or the loop inline."""
+        self._jobs: queue.SimpleQueue[_Job | None] | None = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._stop: Callable[[], object] = lambda: None
+        self._batches: dict[asyncio.AbstractEventLoop, list[tuple[Step, asyncio.Future[Any]]]] = {}
+        self._pages = 0
+        """Pages written (estimated) since the last checkpoint."""
+        self._checkpoint_queued = False
+
+    # ------------------------------------------------------------------ the connection
+
+    def _connection(self) -> sqlite3.Connection:
+        conn = self._conn
+        if conn is None:
+            conn = self._conn = self._connect()
+        return conn
+
+    def _patiently(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """``work(conn)``, tried again while another connection holds a lock it needs, until
+        the busy timeout has passed (the connection itself never waits). ``work`` must leave
+        nothing behind when it fails (a read, a BEGIN)."""
+        deadline = time.monotonic() + self._busy_timeout / 1000
+        pauses = iter(_PAUSES)
+        conn = self._connection()
+        while True:
+            try:
+                return work(conn)
+            except sqlite3.OperationalError as error:
+                if conn.in_transaction:
+                    conn.rollback()
+                pause = next(pauses, _PAUSES[-1])
+                if not is_locked(error) or time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)
+
+    def _call(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``work`` on the connection (again while it finds a lock taken); roll back
+        whatever it left open if it raised."""
+        try:
+            return self._patiently(work)
+        except BaseException as error:
+            conn = self._conn
+            if conn is not None and conn.in_transaction:
+                conn.rollback()
+            mapped = self._map_error(error)
+            if mapped is error:
+                raise
+            raise mapped from error
+
+    def _steps(self, conn: sqlite3.Connection, steps: Sequence[Step]) -> list[Outcome]:
+        """Run ``steps`` in the transaction just begun, then COMMIT (or roll back).
+
+        Alone, a step is the transaction. Together, each runs in a savepoint: one that raises
+        (a version that moved, a duplicate key) is rolled back alone and its caller gets the
+        error; the others are committed together. If the transaction itself fails (COMMIT
+        refused), every step's caller gets that error.
+        """
+        try:
+            if len(steps) == 1:
+                try:
+                    outcomes: list[Outcome] = [(steps[0](conn), None)]
+                except Exception as error:  # noqa: BLE001  # the step's caller gets it
+                    conn.rollback()
+                    return [(None, self._map_error(error))]
+            else:
+                outcomes = []
+                for step in steps:
+                    conn.execute("SAVEPOINT step")
+                    try:
+                        outcomes.append((step(conn), None))
+                    except Exception as error:  # noqa: BLE001  # this step's caller gets it
+                        conn.execute("ROLLBACK TO step")
+                        outcomes.append((None, self._map_error(error)))
+                    conn.execute("RELEASE step")
+            conn.execute("COMMIT")
+        except BaseException as error:  # noqa: BLE001  # every step's caller gets it
+            if conn.in_transaction:
+                conn.rollback()
+            return [(None, self._map_error(error))] * len(steps)
+        return outcomes
+
+    def _write(self, steps: Sequence[Step]) -> list[Outcome]:
+        """Run write ``steps`` in one transaction, in the thread (waiting for the lock)."""
+        try:
+            conn = self._patiently(_begin)
+        except BaseException as error:  # noqa: BLE001  # every step's caller gets it
+            return [(None, self._map_error(error))] * len(steps)
+        outcomes = self._steps(conn, steps)
+        self._after_commit(inline=False)
+        return outcomes
+
+    def _after_commit(self, *, inline: bool) -> None:
+        """Checkpoint once enough pages were written: now (in the thread), or queued for it."""
+        if self._pages < CHECKPOINT_PAGES:
+            return
+        if not inline:
+            self._checkpoint()
+        elif not self._checkpoint_queued and self._jobs is not None:
+            self._checkpoint_queued = True
+            self._start().put(_Job(None, None, self._checkpoint))
+
+    def _checkpoint(self) -> None:
+        """A passive checkpoint (in the thread, holding the connection): it copies what the WAL
+        holds into the database without waiting for anyone; the next write restarts the WAL."""
+        self._checkpoint_queued = False
+        self._pages = 0
+        conn = self._conn
+        if conn is not None:
+            with contextlib.suppress(sqlite3.Error):  # another process's reader: next time
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+    # ------------------------------------------------------------------ the loop
+
+    def _inline(self, steps: Sequence[Step]) -> list[Outcome] | None:
+        """Write ``steps`` on the calling thread if that cannot block it; None when it could
+        (the thread has work or the connection, or another connection holds the lock)."""
+        jobs = self._jobs
+        if self._conn is None or jobs is None or not jobs.empty():
+            return None
+        if not self._using.acquire(blocking=False):
+            return None
+        try:
+            conn = self._conn
+            if conn is None:  # closed meanwhile
+                return None
+            try:
+                conn.execute("BEGIN IMMEDIATE")  # never waits: the busy timeout is 0
+            except sqlite3.OperationalError as error:
+                if is_locked(error):
+                    return None
+                return [(None, self._map_error(error))] * len(steps)
+            return self._steps(conn, steps)
+        finally:
+            self._using.release()
+
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Write the loop's batch: inline if it cannot block, else by the thread."""
+        batch = self._batches.pop(loop, [])
+        if not batch:
+            return
+        try:
+            outcomes = self._inline([step for step, _ in batch])
+        except BaseException as error:  # noqa: BLE001  # a callback must not raise: tell them
+            outcomes = [(None, self._map_error(error))] * len(batch)
+        if outcomes is not None:
+            _settle(
+                [(future, *outcome) for (_, future), outcome in zip(batch, outcomes, strict=True)]
+            )
+            self._after_commit(inline=True)
+            return
+        if self._jobs is None:
+            closed = SegueError(self._closed_message)
+            _settle([(future, None, closed) for _, future in batch])
+            return
+        jobs = self._start()
+        for step, future in batch:
+            jobs.put(_Job(loop, future, step, self._write))
+
+    async def write(self, step: Callable[[sqlite3.Connection], T], *, pages: int = 2) -> T:
+        """Run the write ``step`` in a transaction it may share with the loop's other writes of
+        this iteration; ``pages`` estimates what it writes (for the next checkpoint)."""
+        if self._jobs is None:
+            raise SegueError(self._closed_message)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        batch = self._batches.get(loop)
+        if batch is None:
+            batch = self._batches[loop] = []
+            loop.call_soon(self._flush, loop)
+        batch.append((step, future))
+        self._pages += pages
+        return await future
+
+    async def read(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``work`` alone in the thread."""
+        result: T = await self.submit(lambda: self._call(work))
+        return result
+
+    # ------------------------------------------------------------------ the thread
+
+    def _start(self) -> queue.SimpleQueue[_Job | None]:
+        jobs = self._jobs
+        if jobs is None:
+            raise SegueError(self._closed_message)
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=_serve, args=(jobs, self._using), name="segue-sqlite", daemon=True
+            )
+            self._thread.start()
+            # A store dropped without close() must not leave its thread waiting forever.
+            self._stop = weakref.finalize(self, jobs.put, None)
+        return jobs
+
+    def submit(self, work: Callable[[], Any]) -> asyncio.Future[Any]:
+        """Queue ``work`` for the thread (started on first use) and return its future."""
+        jobs = self._start()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        jobs.put(_Job(loop, future, work))
+        return future
+
+    async def close(self) -> None:
+        """Write what is batched, close the connection and stop the thread; later calls raise
+        ``SegueError``."""
+        if self._jobs is None:
+            return
+        for loop in list(self._batches):
+            if loop is asyncio.get_running_loop():
+                self._flush(loop)
+
+        def work() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        try:
+            if self._thread is not None or self._conn is not None:
+                await self.submit(work)
+        finally:
+            self._jobs = None
+            self._stop()  # queued after the close job: the thread finishes it, then ends
