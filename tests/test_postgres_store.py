@@ -28,6 +28,7 @@ import httpx2
 import psycopg
 import pytest
 
+import test_crash
 import test_processes
 import test_stores
 from segue import UserMessage, new_conversation
@@ -161,6 +162,11 @@ def test_postgres_two_runtimes_take_turns_on_one_conversation(database: str) -> 
 def test_processes_on_one_postgres_database(database: str, scenario: Any) -> None:
     """The multi-process scenarios of ``test_processes``, with real worker processes."""
     scenario(database)
+
+
+def test_a_returned_send_survives_kill_9_on_postgres(database: str, tmp_path: Path) -> None:
+    """``test_crash``'s kill -9 of a process that keeps sending, on PostgreSQL."""
+    test_crash.a_returned_send_survives_kill_9(tmp_path, database)
 
 
 def test_a_server_restart_mid_turn_loses_nothing_and_asks_once(
