@@ -128,6 +128,7 @@ def backend(database: str) -> Backend:
         stamp_schema=stamp_schema,
         old_schema=old_schema,
         columns=columns,
+        plant=lambda table: execute(*test_stores.planted(table)),
     )
 
 

@@ -878,6 +878,25 @@ class Backend:
     version's migrations) and record the version, as an older segue left it."""
     columns: Callable[[str], set[str]]
     """The columns a table has now."""
+    plant: Callable[[str], None]
+    """Write, in ``messages`` or ``transitions``, the row with seq 1 of conversation ``c1``
+    (kind ``planted``), where its first commit will write its own."""
+
+
+def planted(table: str, *key: tuple[str, str]) -> tuple[str, tuple[Any, ...]]:
+    """The INSERT of ``Backend.plant`` (``key``: a key column and the SQL of its value)."""
+    names = [name for name, _ in key]
+    values = [sql for _, sql in key]
+    if table == "messages":
+        message = Message(kind="user", text="planted").model_dump_json()
+        columns = ", ".join([*names, "conversation_id", "seq", "kind", "message"])
+        marks = ", ".join([*values, "'c1'", "1", "'user'", "?"])
+        return f"INSERT INTO messages ({columns}) VALUES ({marks})", (message,)  # noqa: S608
+    logged = ("conversation_id", "seq", "event_kind", "event", "from_phase", "to_phase")
+    columns = ", ".join([*names, *logged, "reason", "effect_kinds", "at"])
+    marks = ", ".join([*values, "'c1'", "1", "'planted'", "'{}'", "'idle'", "'idle'"])
+    marks += ", '', '[]', 0"
+    return f"INSERT INTO transitions ({columns}) VALUES ({marks})", ()  # noqa: S608
 
 
 @pytest.fixture
@@ -917,6 +936,10 @@ def backend(tmp_path: Path) -> Backend:
         with contextlib.closing(sqlite3.connect(path)) as raw:
             return {row[1] for row in raw.execute(f"PRAGMA table_info({table})")}
 
+    def plant(table: str) -> None:
+        key = "(SELECT ordinal * 4294967296 + 1 FROM conversations WHERE id = 'c1')"
+        execute(*planted(table, ("rid", key)))
+
     return Backend(
         open=lambda: SqliteStore(path),
         open_impatient=lambda: SqliteStore(path, busy_timeout=0.2),
@@ -927,6 +950,7 @@ def backend(tmp_path: Path) -> Backend:
         stamp_schema=stamp_schema,
         old_schema=old_schema,
         columns=columns,
+        plant=plant,
     )
 
 
@@ -1001,18 +1025,7 @@ def test_a_commit_failing_half_way_leaves_nothing(backend: Backend, table: str) 
         store = backend.open()
         try:
             before = await store.create(fresh(), system=None)
-            if table == "messages":
-                backend.execute(
-                    "INSERT INTO messages VALUES ('c1', 1, 'user', ?)",
-                    (Message(kind="user", text="planted").model_dump_json(),),
-                )
-            else:
-                backend.execute(
-                    "INSERT INTO transitions (conversation_id, seq, event_kind, event,"
-                    " from_phase, to_phase, reason, effect_kinds, at)"
-                    " VALUES ('c1', 1, 'planted', '{}', 'idle', 'idle', '', '[]', 0)",
-                    (),
-                )
+            backend.plant(table)
             commit = make_commit(before, UserMessage(text="real"))
             with pytest.raises(backend.integrity_error):
                 await store.commit(commit)

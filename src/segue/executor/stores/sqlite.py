@@ -11,14 +11,17 @@ Why it is built this way:
   an fsync (the WAL is synced at checkpoints, which run in the store's thread). A committed step
   survives a crash of the process; on power loss the last few steps may roll back, never half
   of one.
-- **A step touches three tables' worth of rows.** The conversation's row (its state, version,
-  counters and outbox, a JSON array of what is pending: ``_outbox``), the messages it appends,
-  and the line it adds to the event log (which carries the message's idempotency key, unique
-  per conversation). Inserts are keyed by counters kept on the conversation row
-  (``message_count``, ``effect_count``): nothing scans the transcript, so a step costs the same
-  at the ten-thousandth message as at the tenth. Steps batched together each run in a
-  savepoint: one that fails (a version that moved) rolls back alone, and COMMIT, the most
-  expensive statement of a step, is paid once per batch.
+- **A step writes as few pages as it can.** Every page a transaction changes is a WAL frame the
+  COMMIT writes and a checkpoint copies, the largest cost of a step. A step changes the
+  conversation's row (its state, version, counters and outbox, a JSON array of what is pending:
+  ``_outbox``), the messages it appends, and the line it adds to the event log (which carries the
+  message's idempotency key, unique per conversation). Messages and log lines are keyed by their
+  rowid, ``ordinal * KEY_SPAN + seq`` (the conversation's ordinal, kept on its row): one b-tree
+  entry each, at the end of the conversation's range, with no index beside it. Keys come from
+  counters kept on the conversation row (``message_count``, ``effect_count``): nothing scans the
+  transcript, so a step costs the same at the ten-thousandth message as at the tenth. Steps
+  batched together each run in a savepoint: one that fails (a version that moved) rolls back
+  alone, and COMMIT, the most expensive statement of a step, is paid once per batch.
 - **Private file.** The transcript is private: a missing directory is created 0700 and a new
   database file 0600 (``sqlite_schema``). The path comes from the caller; conversation ids
   never become paths here.
@@ -63,7 +66,12 @@ from segue.executor.stores._shared import (
 )
 from segue.executor.stores.codec import dump_snapshot, load_message, load_snapshot
 from segue.executor.stores.sqlite_runner import PAGE, Runner, is_locked
-from segue.executor.stores.sqlite_schema import SCHEMA_VERSION, connect, connect_read_only
+from segue.executor.stores.sqlite_schema import (
+    KEY_SPAN,
+    SCHEMA_VERSION,
+    connect,
+    connect_read_only,
+)
 from segue.statemachine import ConversationState, Message
 from segue.statemachine.checkpoint import SessionSnapshot
 
@@ -75,15 +83,15 @@ T = TypeVar("T")
 
 _STEP_PAGES: Final = 4
 """Pages a step writes besides its documents (the conversation's row, a message, a log line and
-an index page or two), for ``Runner``'s checkpoint count."""
+now and then the key index or a new page), for ``Runner``'s checkpoint count."""
 
 _INSERT_MESSAGE: Final = (
-    "INSERT INTO messages (conversation_id, seq, kind, message) VALUES (?, ?, ?, ?)"
+    "INSERT INTO messages (rid, conversation_id, seq, kind, message) VALUES (?, ?, ?, ?, ?)"
 )
 _INSERT_TRANSITION: Final = (
-    "INSERT INTO transitions (conversation_id, seq, event_kind, event, from_phase, to_phase,"
-    " context_tokens, reason, effect_kinds, at, session, idempotency_key)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO transitions (rid, conversation_id, seq, event_kind, event, from_phase,"
+    " to_phase, context_tokens, reason, effect_kinds, at, session, idempotency_key)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -161,15 +169,19 @@ class SqliteStore:
 
         def step(conn: sqlite3.Connection) -> None:
             try:
-                conn.execute(
+                (ordinal,) = conn.execute(
                     "INSERT INTO conversations (id, parent_id, state, phase, version, system,"
-                    " message_count, created_at, updated_at) VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?)",
+                    " message_count, created_at, updated_at, ordinal)"
+                    " VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?,"
+                    " (SELECT coalesce(max(ordinal), 0) + 1 FROM conversations))"
+                    " RETURNING ordinal",
                     row,
-                )
+                ).fetchone()
             except sqlite3.IntegrityError:
                 msg = f"conversation {conversation_id!r} already exists"
                 raise ConversationExistsError(msg) from None
-            conn.executemany(_INSERT_MESSAGE, seeds)
+            base = ordinal * KEY_SPAN
+            conn.executemany(_INSERT_MESSAGE, [(base + seed[1], *seed) for seed in seeds])
 
         size = sum(len(text) for *_, text in seeds) + len(row[2]) + len(system or "")
         await self._run_step(step, pages=_STEP_PAGES + size // PAGE)
@@ -211,12 +223,21 @@ class SqliteStore:
                 raise DuplicateMessageError(conversation_id, key)
             row = conn.execute(
                 "SELECT version, message_count, effect_count, outbox, system, child_id,"
-                " created_at FROM conversations WHERE id = ?",
+                " created_at, ordinal FROM conversations WHERE id = ?",
                 (conversation_id,),
             ).fetchone()
             if row is None:
                 raise not_found(conversation_id)
-            version, message_count, effect_count, current, system, child_id, created_at = row
+            (
+                version,
+                message_count,
+                effect_count,
+                current,
+                system,
+                child_id,
+                created_at,
+                ordinal,
+            ) = row
             if version != expected:
                 raise version_moved(conversation_id, version, expected)
             outbox, kept = rows.outbox(current, effect_count)
@@ -242,12 +263,13 @@ class SqliteStore:
                     conversation_id,
                 ),
             )
+            base = ordinal * KEY_SPAN
             appended = rows.messages(counters.message_count)
             if len(appended) == 1:
-                conn.execute(_INSERT_MESSAGE, appended[0])
+                conn.execute(_INSERT_MESSAGE, (base + appended[0][1], *appended[0]))
             elif appended:
-                conn.executemany(_INSERT_MESSAGE, appended)
-            conn.execute(_INSERT_TRANSITION, rows.transition)
+                conn.executemany(_INSERT_MESSAGE, [(base + m[1], *m) for m in appended])
+            conn.execute(_INSERT_TRANSITION, (base + expected, *rows.transition))
             return rows.stored(counters, kept)
 
         size = sum(len(text) for _, text in rows.appended) + len(rows.transition[3])
@@ -338,11 +360,10 @@ class SqliteStore:
 
         def work(conn: sqlite3.Connection) -> list[tuple[int, str]]:
             conn.execute("BEGIN")
-            _require(conn, conversation_id)
+            base = _require(conn, conversation_id) * KEY_SPAN
             rows: list[tuple[int, str]] = conn.execute(
-                "SELECT seq, message FROM messages WHERE conversation_id = ? AND seq > ?"
-                " ORDER BY seq",
-                (conversation_id, after_seq),
+                "SELECT seq, message FROM messages WHERE rid > ? AND rid < ? ORDER BY rid",
+                (base + max(after_seq, 0), base + KEY_SPAN),
             ).fetchall()
             conn.execute("COMMIT")
             return rows
@@ -355,12 +376,12 @@ class SqliteStore:
 
         def work(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
             conn.execute("BEGIN")
-            _require(conn, conversation_id)
+            base = _require(conn, conversation_id) * KEY_SPAN
             rows: list[tuple[Any, ...]] = conn.execute(
                 "SELECT seq, event_kind, event, from_phase, to_phase, context_tokens, reason,"
-                " effect_kinds, at, session FROM transitions WHERE conversation_id = ?"
-                " ORDER BY seq",
-                (conversation_id,),
+                " effect_kinds, at, session FROM transitions WHERE rid > ? AND rid < ?"
+                " ORDER BY rid",
+                (base, base + KEY_SPAN),
             ).fetchall()
             conn.execute("COMMIT")
             return rows
@@ -446,7 +467,11 @@ class SqliteStore:
         await self._runner.close()
 
 
-def _require(conn: sqlite3.Connection, conversation_id: str) -> None:
-    if conn.execute("SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)).fetchone():
-        return
-    raise not_found(conversation_id)
+def _require(conn: sqlite3.Connection, conversation_id: str) -> int:
+    """The conversation's ordinal (its rows' keys are ``ordinal * KEY_SPAN + seq``)."""
+    row = conn.execute(
+        "SELECT ordinal FROM conversations WHERE id = ?", (conversation_id,)
+    ).fetchone()
+    if row is None:
+        raise not_found(conversation_id)
+    return int(row[0])

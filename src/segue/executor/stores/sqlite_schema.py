@@ -90,10 +90,13 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     ),
     # 3 -> 4: the session each logged event happened in (NULL for events logged before).
     ("ALTER TABLE transitions ADD COLUMN session INTEGER",),
-    # 4 -> 5: fewer tables per step. The outbox moves into the conversation's row as a JSON
-    # array (see ``_outbox``), which a step rewrites anyway; an idempotency key moves onto the
-    # event it came with, unique per conversation. The table ``outbox`` stays, empty, because
-    # ``segue``'s CLI still recognises a store by it; ``idempotency`` goes.
+    # 4 -> 5: fewer pages per step (each one a WAL frame the COMMIT writes, and the next
+    # checkpoint copies). The outbox moves into the conversation's row as a JSON array (see
+    # ``_outbox``), which a step rewrites anyway; an idempotency key moves onto the event it came
+    # with, unique per conversation. Messages and events are keyed by an integer made of the
+    # conversation's ``ordinal`` and the seq (``ordinal * 2**32 + seq``): the rowid itself, so a
+    # row is one b-tree entry, not a row and an index entry. The table ``outbox`` stays, empty,
+    # because ``segue``'s CLI still recognises a store by it; ``idempotency`` goes.
     (
         "ALTER TABLE conversations ADD COLUMN outbox TEXT NOT NULL DEFAULT '[]'",
         """UPDATE conversations SET outbox = (
@@ -104,15 +107,54 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         ) WHERE id IN (SELECT conversation_id FROM outbox)""",
         "UPDATE conversations SET pending_count = json_array_length(outbox)",
         "DELETE FROM outbox",
-        "ALTER TABLE transitions ADD COLUMN idempotency_key TEXT",
-        """UPDATE transitions SET idempotency_key = i.key FROM idempotency AS i
-            WHERE i.conversation_id = transitions.conversation_id
-            AND i.version = transitions.seq + 1""",
+        "ALTER TABLE conversations ADD COLUMN ordinal INTEGER",
+        "UPDATE conversations SET ordinal = rowid",
+        "CREATE UNIQUE INDEX conversations_by_ordinal ON conversations (ordinal)",
+        """CREATE TABLE messages_5 (
+            rid INTEGER PRIMARY KEY,
+            conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL CHECK (seq >= 1),
+            kind TEXT NOT NULL,
+            message TEXT NOT NULL
+        )""",
+        """INSERT INTO messages_5 (rid, conversation_id, seq, kind, message)
+            SELECT c.ordinal * 4294967296 + m.seq, m.conversation_id, m.seq, m.kind, m.message
+            FROM messages AS m JOIN conversations AS c ON c.id = m.conversation_id""",
+        "DROP TABLE messages",
+        "ALTER TABLE messages_5 RENAME TO messages",
+        """CREATE TABLE transitions_5 (
+            rid INTEGER PRIMARY KEY,
+            conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL CHECK (seq >= 1),
+            event_kind TEXT NOT NULL,
+            event TEXT NOT NULL,
+            from_phase TEXT NOT NULL,
+            to_phase TEXT NOT NULL,
+            context_tokens INTEGER,
+            reason TEXT NOT NULL,
+            effect_kinds TEXT NOT NULL,
+            at REAL NOT NULL,
+            session INTEGER,
+            idempotency_key TEXT
+        )""",
+        """INSERT INTO transitions_5 (rid, conversation_id, seq, event_kind, event, from_phase,
+                to_phase, context_tokens, reason, effect_kinds, at, session, idempotency_key)
+            SELECT c.ordinal * 4294967296 + t.seq, t.conversation_id, t.seq, t.event_kind,
+                t.event, t.from_phase, t.to_phase, t.context_tokens, t.reason, t.effect_kinds,
+                t.at, t.session, i.key
+            FROM transitions AS t JOIN conversations AS c ON c.id = t.conversation_id
+            LEFT JOIN idempotency AS i
+                ON i.conversation_id = t.conversation_id AND i.version = t.seq + 1""",
+        "DROP TABLE transitions",
+        "ALTER TABLE transitions_5 RENAME TO transitions",
         "DROP TABLE idempotency",
         "CREATE UNIQUE INDEX transitions_by_key ON transitions (conversation_id,"
         " idempotency_key) WHERE idempotency_key IS NOT NULL",
     ),
 )
+
+KEY_SPAN: Final = 4_294_967_296
+"""``rid = ordinal * KEY_SPAN + seq`` in ``messages`` and ``transitions`` (seqs stay below it)."""
 
 
 def prepare_file(path: Path) -> None:
