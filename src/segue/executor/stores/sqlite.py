@@ -68,8 +68,10 @@ from segue.executor.stores.codec import dump_snapshot, load_message, load_snapsh
 from segue.executor.stores.sqlite_runner import PAGE, Runner, is_locked
 from segue.executor.stores.sqlite_schema import (
     KEY_SPAN,
+    MEMORY,
     SCHEMA_VERSION,
     connect,
+    connect_checkpointer,
     connect_read_only,
 )
 from segue.statemachine import ConversationState, Message
@@ -111,11 +113,13 @@ class SqliteStore:
         self._path = os.fspath(path)
         self._busy_timeout = busy_timeout
         opener = connect_read_only if read_only else connect
+        checkpoints = not read_only and self._path != MEMORY
         self._runner = Runner(
             lambda: opener(self._path, busy_timeout),
             busy_timeout=int(busy_timeout * 1000),
             map_error=self._segue_error,
             closed_message=f"the store for {self._path} is closed",
+            checkpointer=(lambda: connect_checkpointer(self._path)) if checkpoints else None,
         )
 
     @property

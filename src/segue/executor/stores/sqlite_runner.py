@@ -16,10 +16,11 @@ Why:
   process would otherwise stall every coroutine of the loop for up to ``busy_timeout``). When
   any of that fails, the batch goes to the thread, which waits for the lock as long as the
   store allows.
-- **Checkpoints on the thread.** SQLite's automatic checkpoint runs inside the COMMIT that
-  crosses its threshold, and copies and syncs the WAL: milliseconds, which must not stall the
-  loop. It is off; instead, after about ``CHECKPOINT_PAGES`` pages of writes (estimated from
-  what the steps wrote), the thread runs a passive checkpoint while it holds the connection.
+- **Checkpoints on the thread, beside the writes.** SQLite's automatic checkpoint runs inside
+  the COMMIT that crosses its threshold, and syncs and copies the WAL: ~10 ms every few hundred
+  steps, which every write waited for. It is off; instead, after about ``CHECKPOINT_PAGES``
+  pages of writes (estimated from what the steps wrote), the thread checkpoints on a
+  connection of its own while writes go on (see ``_checkpoint``).
 - **Reads on the thread.** A read of a long transcript takes time the loop must not lose, and
   readers never wait for the writer in WAL mode, so reads stay where they never block anyone.
 - **The thread's hand-over**, for what runs there: a ``queue.SimpleQueue`` in and
@@ -76,8 +77,8 @@ class _Job(NamedTuple):
     a read, a checkpoint); with it, ``work`` is a write ``Step`` that ``group`` runs with the
     steps of the same group queued next to it."""
 
-    loop: asyncio.AbstractEventLoop | None
-    future: asyncio.Future[Any] | None
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Any]
     work: Callable[..., Any]
     group: Callable[[Sequence[Step]], list[Outcome]] | None = None
 
@@ -136,8 +137,7 @@ def _run_batch(batch: list[_Job]) -> Told:
             done = batch[index:end]
             outcomes = group([j.work for j in done])
         for finished, (result, error) in zip(done, outcomes, strict=True):
-            if finished.loop is not None and finished.future is not None:
-                told.setdefault(finished.loop, []).append((finished.future, result, error))
+            told.setdefault(finished.loop, []).append((finished.future, result, error))
         index += len(done)
     return told
 
@@ -156,6 +156,61 @@ def _serve(jobs: queue.SimpleQueue[_Job | None], using: threading.Lock) -> None:
         del batch, first, told  # hold nothing of finished jobs while waiting for the next
 
 
+def _stop_threads(jobs: queue.SimpleQueue[_Job | None], checkpoints: _Checkpoints | None) -> None:
+    jobs.put(None)
+    if checkpoints is not None:
+        checkpoints.stop()
+
+
+class _Checkpoints:
+    """A thread that checkpoints the WAL when asked, on a connection of its own, so that writes
+    go on meanwhile (on the loop or in the store's thread).
+
+    First a passive checkpoint, which never holds up a writer: it copies what was committed
+    when it started, the bulk of the WAL. Then a restarting one for what landed meanwhile: it
+    takes the write lock for that short copy (a write coming then goes to the store's thread,
+    which waits), so that the next write starts the WAL from its beginning. Without that, under
+    a steady stream of writes the WAL would never be caught up at the moment a write begins,
+    and would grow for as long as they go on.
+    """
+
+    def __init__(self, connect: Callable[[], sqlite3.Connection]) -> None:
+        self._connect = connect
+        self._wanted = threading.Event()
+        self._stopping = False
+        self.thread: threading.Thread | None = None
+
+    def ask(self) -> None:
+        if self.thread is None:
+            self.thread = threading.Thread(
+                target=self._serve, name="segue-sqlite-checkpoint", daemon=True
+            )
+            self.thread.start()
+        self._wanted.set()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wanted.set()
+
+    def _serve(self) -> None:
+        conn: sqlite3.Connection | None = None
+        try:
+            while True:
+                self._wanted.wait()
+                self._wanted.clear()
+                if self._stopping:
+                    return
+                with contextlib.suppress(sqlite3.Error):  # a file gone, a locked WAL: next time
+                    conn = conn or self._connect()
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                    # Busy (another process reading or writing for long): not restarted this
+                    # time, the next checkpoint tries again.
+                    conn.execute("PRAGMA wal_checkpoint(RESTART)")
+        finally:
+            if conn is not None:
+                conn.close()
+
+
 class Runner:
     """One SQLite connection, opened by ``connect`` on first use (in the thread), and where
     each call runs (see the module docstring). ``map_error`` turns a driver error into the one
@@ -168,8 +223,11 @@ class Runner:
         busy_timeout: int,
         map_error: Callable[[BaseException], BaseException],
         closed_message: str,
+        checkpointer: Callable[[], sqlite3.Connection] | None = None,
     ) -> None:
         self._connect = connect
+        self._checkpoints = None if checkpointer is None else _Checkpoints(checkpointer)
+        """None: a store that never checkpoints (read-only, or in memory)."""
         self._busy_timeout = busy_timeout
         self._map_error = map_error
         self._closed_message = closed_message
@@ -182,7 +240,6 @@ class Runner:
         self._batches: dict[asyncio.AbstractEventLoop, list[tuple[Step, asyncio.Future[Any]]]] = {}
         self._pages = 0
         """Pages written (estimated) since the last checkpoint."""
-        self._checkpoint_queued = False
 
     # ------------------------------------------------------------------ the connection
 
@@ -263,28 +320,15 @@ class Runner:
         except BaseException as error:  # noqa: BLE001  # every step's caller gets it
             return [(None, self._map_error(error))] * len(steps)
         outcomes = self._steps(conn, steps)
-        self._after_commit(inline=False)
+        self._after_commit()
         return outcomes
 
-    def _after_commit(self, *, inline: bool) -> None:
-        """Checkpoint once enough pages were written: now (in the thread), or queued for it."""
-        if self._pages < CHECKPOINT_PAGES:
-            return
-        if not inline:
-            self._checkpoint()
-        elif not self._checkpoint_queued and self._jobs is not None:
-            self._checkpoint_queued = True
-            self._start().put(_Job(None, None, self._checkpoint))
-
-    def _checkpoint(self) -> None:
-        """A passive checkpoint (in the thread, holding the connection): it copies what the WAL
-        holds into the database without waiting for anyone; the next write restarts the WAL."""
-        self._checkpoint_queued = False
-        self._pages = 0
-        conn = self._conn
-        if conn is not None:
-            with contextlib.suppress(sqlite3.Error):  # another process's reader: next time
-                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    def _after_commit(self) -> None:
+        """Once enough pages were written, ask for a checkpoint."""
+        checkpoints = self._checkpoints
+        if self._pages >= CHECKPOINT_PAGES and checkpoints is not None:
+            self._pages = 0
+            checkpoints.ask()
 
     # ------------------------------------------------------------------ the loop
 
@@ -323,7 +367,7 @@ class Runner:
             _settle(
                 [(future, *outcome) for (_, future), outcome in zip(batch, outcomes, strict=True)]
             )
-            self._after_commit(inline=True)
+            self._after_commit()
             return
         if self._jobs is None:
             closed = SegueError(self._closed_message)
@@ -364,8 +408,8 @@ class Runner:
                 target=_serve, args=(jobs, self._using), name="segue-sqlite", daemon=True
             )
             self._thread.start()
-            # A store dropped without close() must not leave its thread waiting forever.
-            self._stop = weakref.finalize(self, jobs.put, None)
+            # A store dropped without close() must not leave its threads waiting forever.
+            self._stop = weakref.finalize(self, _stop_threads, jobs, self._checkpoints)
         return jobs
 
     def submit(self, work: Callable[[], Any]) -> asyncio.Future[Any]:
@@ -390,9 +434,14 @@ class Runner:
                 self._conn.close()
                 self._conn = None
 
+        checkpoints = self._checkpoints
         try:
             if self._thread is not None or self._conn is not None:
                 await self.submit(work)
         finally:
             self._jobs = None
             self._stop()  # queued after the close job: the thread finishes it, then ends
+            if checkpoints is not None:
+                checkpoints.stop()
+                if checkpoints.thread is not None:  # the file is let go of when close() returns
+                    await asyncio.to_thread(checkpoints.thread.join)

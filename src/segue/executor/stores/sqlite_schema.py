@@ -19,6 +19,8 @@ SCHEMA_VERSION: Final = 5
 """What ``PRAGMA user_version`` says once every migration below has run."""
 
 MEMORY: Final = ":memory:"
+CHECKPOINT_WAIT: Final = 200
+"""Milliseconds a checkpoint that restarts the WAL waits for the write lock and for readers."""
 
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     # 0 -> 1: the first schema.
@@ -207,6 +209,15 @@ def connect(path: str, busy_timeout: float) -> sqlite3.Connection:
     except BaseException:
         conn.close()
         raise
+    return conn
+
+
+def connect_checkpointer(path: str) -> sqlite3.Connection:
+    """A connection for checkpoints only, in their own thread. A restarting checkpoint waits
+    for the writer of the moment to finish (a step is short) and for readers to let go of the
+    WAL, at most ``CHECKPOINT_WAIT`` ms: past that, it is left for the next one."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute(f"PRAGMA busy_timeout = {CHECKPOINT_WAIT}")
     return conn
 
 
