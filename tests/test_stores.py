@@ -1383,3 +1383,33 @@ def test_a_lock_held_elsewhere_sends_writes_to_the_thread_and_groups_them(tmp_pa
             await store.close()
 
     run(scenario())
+
+
+def test_a_large_write_goes_to_the_thread(tmp_path: Path) -> None:
+    """A step that writes a large document (a tool's output of a few hundred kilobytes) is
+    written by the store's thread, so that copying it does not hold up the event loop; the
+    small steps around it stay on the loop."""
+    big = "segue " * 60_000
+
+    async def scenario() -> None:
+        store = SqliteStore(tmp_path / "large.db")
+        try:
+            asked = await step(
+                store, await store.create(fresh(), system=None), UserMessage(text="a")
+            )
+            statements = await _traced(store)
+            answered = await step(
+                store, asked, LlmResponse(text=big, usage=Usage(input_tokens=100)), completes=[1]
+            )
+            on_thread = [s for s, here in statements if not here]
+            assert "COMMIT" in on_thread
+            assert ("COMMIT", True) not in statements
+            statements.clear()
+            await step(store, answered, UserMessage(text="small again"))
+            assert ("COMMIT", True) in statements
+            assert ("COMMIT", False) not in statements
+            assert [m.text for m in await store.messages("c1")] == ["a", big, "small again"]
+        finally:
+            await store.close()
+
+    run(scenario())

@@ -50,6 +50,10 @@ T = TypeVar("T")
 CHECKPOINT_PAGES: Final = 1_000
 """Pages written between two checkpoints (SQLite's own default for its automatic one)."""
 PAGE: Final = 4_096
+INLINE_PAGES: Final = 64
+"""A write of more pages than this (a quarter of a megabyte: a tool's large output, a long
+document) goes to the thread, with the loop's other writes of the moment: copying it in would
+hold up the loop for longer than a step takes."""
 _PAUSES: Final = (0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.025, 0.025, 0.05, 0.05, 0.1)
 """Seconds between tries of a lock another connection holds (SQLite's busy handler's)."""
 
@@ -238,6 +242,8 @@ class Runner:
         self._thread: threading.Thread | None = None
         self._stop: Callable[[], object] = lambda: None
         self._batches: dict[asyncio.AbstractEventLoop, list[tuple[Step, asyncio.Future[Any]]]] = {}
+        self._heavy: set[asyncio.AbstractEventLoop] = set()
+        """Loops whose batch writes more than ``INLINE_PAGES``: it goes to the thread."""
         self._pages = 0
         """Pages written (estimated) since the last checkpoint."""
 
@@ -359,8 +365,10 @@ class Runner:
         batch = self._batches.pop(loop, [])
         if not batch:
             return
+        heavy = loop in self._heavy
+        self._heavy.discard(loop)
         try:
-            outcomes = self._inline([step for step, _ in batch])
+            outcomes = None if heavy else self._inline([step for step, _ in batch])
         except BaseException as error:  # noqa: BLE001  # a callback must not raise: tell them
             outcomes = [(None, self._map_error(error))] * len(batch)
         if outcomes is not None:
@@ -390,6 +398,8 @@ class Runner:
             loop.call_soon(self._flush, loop)
         batch.append((step, future))
         self._pages += pages
+        if pages > INLINE_PAGES:
+            self._heavy.add(loop)
         return await future
 
     async def read(self, work: Callable[[sqlite3.Connection], T]) -> T:
