@@ -17,6 +17,7 @@ pending, nearly always one effect or none.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Collection, Sequence
 from typing import Any, Final
@@ -36,8 +37,14 @@ def entry_text(effect_id: int, effect_json: str, owner: str | None, lease: float
     """One entry as JSON text, around the effect's own text (not parsed, not re-encoded)."""
     return (
         f'{{"id":{effect_id},"effect":{effect_json},'
-        f'"owner":{json.dumps(owner)},"lease_until":{json.dumps(lease)}}}'
+        f'"owner":{_owner_json(owner)},"lease_until":{json.dumps(lease)}}}'
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _owner_json(owner: str | None) -> str:
+    """An owner as JSON (a runtime commits under the same one each time)."""
+    return json.dumps(owner)
 
 
 def parse(text: str) -> list[Entry]:

@@ -65,6 +65,8 @@ def check_storable(state: ConversationState, system: str | None) -> None:
     conversation that works in tests on SQLite does not fail in production. Message text is
     stored as JSON, where a NUL is an escape, so it round-trips everywhere."""
     config = state.config
+    if "\x00" not in f"{config.id}{config.parent_id}{config.model}{system}":
+        return  # the usual case, told by one scan
     fields = {"id": config.id, "parent id": config.parent_id, "model": config.model}
     fields["system prompt"] = system
     for name, value in fields.items():
