@@ -16,7 +16,9 @@ first, so a busy machine weighs on both alike:
 - PostgreSQL (a throwaway cluster, ``segue.testing.postgres``), one conversation, as for SQLite.
   Target >= 6x.
 - PostgreSQL, 1, 2, 4 and 8 worker processes, each with its own conversations, all sending at
-  once: persisted steps per second over all workers. Target >= 4x at every count.
+  once: persisted steps per second over all workers. Target >= 4x at every count. Beside it, for
+  information, the CPU a step took in the workers and in the server: a shared machine slows
+  both sides down, but changes that less than it changes throughput.
 - Growth: segue's cost per persisted step late in a conversation of 3,000 turns against early in
   a new one, batches of the two alternating (median of the batches), on both stores, with no
   VACUUM or other maintenance. Target <= 1.2x. LangGraph's growth is printed for information over
@@ -80,6 +82,8 @@ class Sizes:
     growth_batches: int
     growth_batch: int
     langgraph_growth: int
+    pool: int = 4
+    """Connections per worker process, on both sides (``PostgresStore``'s default)."""
 
 
 FULL = Sizes(
@@ -229,11 +233,15 @@ async def growth(side: Side, length: int, sizes: Sizes) -> tuple[float, float]:
 # --------------------------------------------------------------------------- workers
 
 
-async def worker(kind: str, where: str, conversations: int, seconds: float) -> dict[str, Any]:
+async def worker(
+    kind: str, where: str, conversations: int, seconds: float, pool: int
+) -> dict[str, Any]:
     """One worker process: open a side, start its conversations, say ready, wait for ``go``,
     then turn every conversation over and over for ``seconds``."""
     side: Side = (
-        SegueSide(where) if kind == "segue" else LangGraphSide("postgres-async", where, pool_size=4)
+        SegueSide(where, pool_size=pool)
+        if kind == "segue"
+        else LangGraphSide("postgres-async", where, pool_size=pool, setup=False)
     )
     await side.open()
     try:
@@ -243,6 +251,7 @@ async def worker(kind: str, where: str, conversations: int, seconds: float) -> d
         await asyncio.to_thread(sys.stdin.readline)
         turns = 0
         start = time.time()
+        cpu = time.process_time()  # every thread of the process (LangGraph writes in threads)
         deadline = time.monotonic() + seconds
 
         async def keep_sending(cid: str) -> None:
@@ -254,17 +263,44 @@ async def worker(kind: str, where: str, conversations: int, seconds: float) -> d
                 n += 1
 
         await asyncio.gather(*(keep_sending(cid) for cid in ids))
-        return {"start": start, "end": time.time(), "turns": turns}
+        end = time.time()
+        return {"start": start, "end": end, "turns": turns, "cpu": time.process_time() - cpu}
     finally:
         await side.close()
 
 
-def run_workers(kind: str, where: str, count: int, sizes: Sizes) -> float:
-    """``count`` worker processes of ``kind`` on ``where``: persisted steps per second."""
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    """What a run of worker processes did: persisted steps per second, and the CPU each step
+    took in the workers and in the database server (which a busy machine does not change much:
+    with the machine to themselves, both sides would be held back by the CPU)."""
+
+    rate: float
+    client_cpu: float
+    server_cpu: float
+
+
+def server_cpu() -> float:
+    """CPU seconds every PostgreSQL process on this machine has used (``/proc``; 0 elsewhere)."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            data = stat.read_text(encoding="ascii", errors="replace")
+        except OSError:
+            continue  # it ended meanwhile
+        name, _, rest = data.partition("(")[2].rpartition(")")
+        if name.startswith("postgres"):
+            fields = rest.split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (clock ticks)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def run_workers(kind: str, where: str, count: int, sizes: Sizes) -> Throughput:
+    """``count`` worker processes of ``kind`` on ``where``, sending at once."""
     args = [str(HERE), "--worker", kind, where, str(sizes.worker_conversations)]
     processes = [
         subprocess.Popen(  # noqa: S603  # this script, our interpreter
-            [sys.executable, *args, str(sizes.seconds)],
+            [sys.executable, *args, str(sizes.seconds), str(sizes.pool)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -278,6 +314,7 @@ def run_workers(kind: str, where: str, count: int, sizes: Sizes) -> float:
         if line.strip() != "ready":
             _, err = process.communicate(timeout=60)
             raise RuntimeError(f"a {kind} worker did not start: {line!r} {err[-2000:]}")
+    server_before = server_cpu()
     for process in processes:
         assert process.stdin is not None
         process.stdin.write("go\n")
@@ -288,9 +325,11 @@ def run_workers(kind: str, where: str, count: int, sizes: Sizes) -> float:
         if process.returncode != 0:
             raise RuntimeError(f"a {kind} worker failed: {err[-2000:]}")
         results.append(json.loads(out.splitlines()[-1]))
+    server = server_cpu() - server_before  # the workers' closing too, a little
     elapsed: float = max(r["end"] for r in results) - min(r["start"] for r in results)
-    turns: int = sum(r["turns"] for r in results)
-    return turns * STEPS_PER_TURN / elapsed
+    steps: int = sum(r["turns"] for r in results) * STEPS_PER_TURN
+    client: float = sum(r["cpu"] for r in results)
+    return Throughput(rate=steps / elapsed, client_cpu=client / steps, server_cpu=server / steps)
 
 
 # --------------------------------------------------------------------------- the report
@@ -330,6 +369,11 @@ def compare(
     if floor:
         low = min(ratios)
         print(f"  lowest round: {low:.1f}x (target >= {floor:g}x) {verdict(low >= floor)}")
+
+
+def cpu_ms(figures: Throughput) -> str:
+    both = figures.client_cpu + figures.server_cpu
+    return f"{both * 1e3:.2f} ms ({figures.client_cpu * 1e3:.2f} + {figures.server_cpu * 1e3:.2f})"
 
 
 def growth_line(
@@ -384,10 +428,10 @@ async def postgres_part(cluster: Any, sizes: Sizes) -> None:
     kinds = ["segue"] + (["langgraph"] if langgraph_missing() is None else [])
     print(
         f"PostgreSQL, worker processes x {sizes.worker_conversations} conversations each, "
-        f"{sizes.seconds:g} s per run:"
+        f"{sizes.pool} connections each, {sizes.seconds:g} s per run:"
     )
     for count in sizes.workers:
-        rates: dict[str, float] = {}
+        rates: dict[str, Throughput] = {}
         order = kinds if count % 2 else kinds[::-1]
         for kind in order:
             where = cluster.create_database(f"{kind}_workers_{count}")
@@ -398,14 +442,22 @@ async def postgres_part(cluster: Any, sizes: Sizes) -> None:
                 pass
             rates[kind] = await asyncio.to_thread(run_workers, kind, where, count, sizes)
         label = f"{count} worker{'s' if count > 1 else ' '}"
-        line = f"  {label}: segue {rates['segue']:,.0f} steps/s"
+        ours = rates["segue"]
+        line = f"  {label}: segue {ours.rate:,.0f} steps/s"
         if "langgraph" in rates:
-            ratio = rates["segue"] / rates["langgraph"]
+            theirs = rates["langgraph"]
+            ratio = ours.rate / theirs.rate
             line += (
-                f", LangGraph {rates['langgraph']:,.0f} steps/s: {ratio:.1f}x "
+                f", LangGraph {theirs.rate:,.0f} steps/s: {ratio:.1f}x "
                 f"(target >= {PG_WORKERS_TARGET:g}x) {verdict(ratio >= PG_WORKERS_TARGET)}"
             )
         print(line)
+        cpu = f"    CPU per step (workers + server): segue {cpu_ms(ours)}"
+        if "langgraph" in rates:
+            theirs = rates["langgraph"]
+            mine, other = ours.client_cpu + ours.server_cpu, theirs.client_cpu + theirs.server_cpu
+            cpu += f", LangGraph {cpu_ms(theirs)}: {other / mine:.1f}x"
+        print(cpu)
 
 
 async def growth_part(scratch: Path, cluster: Any, sizes: Sizes) -> None:
@@ -469,8 +521,8 @@ async def main(sizes: Sizes, store: str) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        kind, where, conversations, seconds = sys.argv[2:6]
-        result = asyncio.run(worker(kind, where, int(conversations), float(seconds)))
+        kind, where, conversations, seconds, pool = sys.argv[2:7]
+        result = asyncio.run(worker(kind, where, int(conversations), float(seconds), int(pool)))
         print(json.dumps(result), flush=True)
         sys.exit(0)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -481,6 +533,7 @@ if __name__ == "__main__":
     parser.add_argument(
         "--langgraph-growth", type=int, help="turns of LangGraph's long conversation (0: skip)"
     )
+    parser.add_argument("--pool", type=int, help="connections per worker process, both sides")
     args = parser.parse_args()
     chosen = QUICK if args.quick else FULL
     overrides = {
@@ -489,6 +542,7 @@ if __name__ == "__main__":
             ("rounds", args.rounds),
             ("growth", args.growth),
             ("langgraph_growth", args.langgraph_growth),
+            ("pool", args.pool),
         )
         if value is not None
     }

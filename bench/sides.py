@@ -90,16 +90,18 @@ class InstantModel:
 
 class SegueSide:
     """``Runtime.send`` on a SQLite file (``where`` a path) or a PostgreSQL database
-    (``where`` a conninfo)."""
+    (``where`` a conninfo, a pool of ``pool_size`` connections: ``PostgresStore``'s
+    default)."""
 
-    def __init__(self, where: str) -> None:
+    def __init__(self, where: str, *, pool_size: int = 4) -> None:
         self.name = "segue"
         self._where = where
+        self._pool_size = pool_size
         self._runtime: Runtime | None = None
 
     async def open(self) -> None:
         store = (
-            PostgresStore(self._where)
+            PostgresStore(self._where, max_size=self._pool_size)
             if self._where.startswith("host=")
             else SqliteStore(self._where)
         )

@@ -41,9 +41,11 @@ def segue_lines() -> list[str]:
     if POSTGRES:
         lines += [
             r"^PostgreSQL, one conversation \(turns 3-8, 2 rounds\):$",
-            r"^PostgreSQL, worker processes x 4 conversations each, 0.5 s per run:$",
+            r"^PostgreSQL, worker processes x 4 conversations each, 4 connections each, "
+            r"0.5 s per run:$",
             rf"^  1 worker : segue {NUMBER} steps/s",
             rf"^  2 workers: segue {NUMBER} steps/s",
+            rf"^    CPU per step \(workers \+ server\): segue {NUMBER} ms \({NUMBER} \+ {NUMBER}\)",
             rf"^  PostgreSQL segue: {NUMBER} us per step at turns 10-13, {NUMBER} us at turn 60: "
             rf"{NUMBER}x \(target <= 1.2x\) {VERDICT}$",
         ]
@@ -95,5 +97,7 @@ def test_with_langgraph_both_sides_are_compared() -> None:
             rf"^  median \(us per persisted step\): segue {NUMBER} us, {ratio} "
             rf"\(target >= 6x\) {VERDICT}$",
             rf"^  2 workers: segue {NUMBER} steps/s, {ratio} \(target >= 4x\) {VERDICT}$",
+            rf"^    CPU per step \(workers \+ server\): segue {NUMBER} ms \(.*\), "
+            rf"LangGraph {NUMBER} ms \(.*\): {NUMBER}x$",
         ]
     check(result.stdout, lines)
