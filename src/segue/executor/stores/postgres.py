@@ -258,8 +258,13 @@ class PostgresStore:
             raise SegueError(msg)
         try:
             pool = await self._ready()
-            async with pool.connection() as conn:
+            # getconn/putconn, not pool.connection(): its context managers cost more CPU than
+            # a step's encoding, for a transaction handling autocommit has no use for.
+            conn = await pool.getconn()
+            try:
                 return await work(conn)
+            finally:
+                await pool.putconn(conn)
         except errors.LockNotAvailable as error:
             msg = (
                 "database is locked: another process holds it for longer than "
