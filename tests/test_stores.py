@@ -1293,8 +1293,8 @@ def _traced(store: SqliteStore) -> Awaitable[list[tuple[str, bool]]]:
 
 def test_writes_of_one_loop_iteration_share_one_transaction_on_the_loop(tmp_path: Path) -> None:
     """Commits made in the same turn of the event loop, with nothing in their way, are written
-    together on the loop's own thread (no hand-off to the store's thread), each in a savepoint:
-    the one that is refused leaves no trace and does not spoil the others."""
+    together on the loop's own thread (no hand-off to the store's thread): the one that is
+    refused (it checks before it writes) leaves no trace and does not spoil the others."""
     answer = LlmResponse(text="reply", usage=Usage(input_tokens=100))
 
     async def scenario() -> None:
@@ -1319,9 +1319,47 @@ def test_writes_of_one_loop_iteration_share_one_transaction_on_the_loop(tmp_path
             written = [statement for statement, on_loop in statements if on_loop]
             assert [s for s, on_loop in statements if not on_loop] == []
             assert written.count("BEGIN IMMEDIATE") == written.count("COMMIT") == 1
-            assert written.count("ROLLBACK TO step") == 1
             assert [m.text for m in await store.messages("a")] == ["1", "reply"]
             assert (await store.load("a")).pending == () == answered.pending
+            assert [m.text for m in await store.messages("b")] == ["2", "reply"]
+        finally:
+            await store.close()
+
+    run(scenario())
+
+
+def test_a_step_failing_after_it_wrote_is_undone_alone(tmp_path: Path) -> None:
+    """In a batch written on the loop (no savepoints), a step that fails after writing (a row
+    planted where its message goes) rolls the batch back; the store's thread writes it again,
+    each step in a savepoint: the others land, the failing one leaves nothing."""
+    path = tmp_path / "undone.db"
+
+    async def scenario() -> None:
+        store = SqliteStore(path)
+        try:
+            a0 = await store.create(fresh("a"), system=None)
+            b0 = await store.create(fresh("b"), system=None)
+            with contextlib.closing(sqlite3.connect(path)) as raw, raw:
+                raw.execute(
+                    "INSERT INTO messages (rid, conversation_id, seq, kind, message)"
+                    " SELECT ordinal * 4294967296 + 1, id, 1, 'user', ? FROM conversations"
+                    " WHERE id = 'b'",
+                    (Message(kind="user", text="planted").model_dump_json(),),
+                )
+            statements = await _traced(store)
+            landed, failed = await asyncio.gather(
+                step(store, a0, UserMessage(text="for a")),
+                step(store, b0, UserMessage(text="for b")),
+                return_exceptions=True,
+            )
+            assert isinstance(landed, StoredConversation)
+            assert isinstance(failed, sqlite3.IntegrityError)
+            assert ("ROLLBACK TO step", False) in statements  # done again, in the thread
+            assert [here for s, here in statements if s == "COMMIT"] == [False]
+            assert [m.text for m in await store.messages("a")] == ["for a"]
+            assert [m.text for m in await store.messages("b")] == ["planted"]
+            assert (await store.load("b")).version == 1
+            assert landed == await store.load("a")
         finally:
             await store.close()
 
