@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Collection, Sequence
 from typing import Any, Final
 
@@ -35,9 +36,10 @@ Entry = dict[str, Any]
 
 def entry_text(effect_id: int, effect_json: str, owner: str | None, lease: float | None) -> str:
     """One entry as JSON text, around the effect's own text (not parsed, not re-encoded)."""
+    until = "null" if lease is None else repr(lease) if math.isfinite(lease) else "null"
     return (
         f'{{"id":{effect_id},"effect":{effect_json},'
-        f'"owner":{_owner_json(owner)},"lease_until":{json.dumps(lease)}}}'
+        f'"owner":{_owner_json(owner)},"lease_until":{until}}}'
     )
 
 
