@@ -281,7 +281,9 @@ class Throughput:
 
 
 def server_cpu() -> float:
-    """CPU seconds every PostgreSQL process on this machine has used (``/proc``; 0 elsewhere)."""
+    """CPU seconds every PostgreSQL process on this machine has used, with its children that
+    ended (a backend whose client went away is counted in its postmaster's children's time;
+    ``/proc``, 0 elsewhere)."""
     total = 0
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -291,7 +293,7 @@ def server_cpu() -> float:
         name, _, rest = data.partition("(")[2].rpartition(")")
         if name.startswith("postgres"):
             fields = rest.split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime (clock ticks)
+            total += sum(int(field) for field in fields[11:15])  # utime, stime, cutime, cstime
     return total / os.sysconf("SC_CLK_TCK")
 
 
