@@ -1451,3 +1451,34 @@ def test_a_large_write_goes_to_the_thread(tmp_path: Path) -> None:
             await store.close()
 
     run(scenario())
+
+
+def test_a_conversation_writing_alone_is_written_at_once(tmp_path: Path) -> None:
+    """Step after step of one conversation, with no other write in between, each commit is
+    written as it is made (no turn of the event loop in between: a callback scheduled before it
+    has not run when it returns); once another conversation writes, commits wait for the end of
+    the loop's turn again, to share its transaction."""
+    answer = LlmResponse(text="reply", usage=Usage(input_tokens=100))
+
+    async def scenario() -> None:
+        store = SqliteStore(tmp_path / "alone.db")
+        loop = asyncio.get_running_loop()
+        try:
+            stored = await store.create(fresh("a"), system=None)
+            stored = await step(store, stored, UserMessage(text="1"))  # a's first: batched
+            turns: list[int] = []
+            loop.call_soon(turns.append, 1)
+            stored = await step(store, stored, answer, completes=[stored.pending[0].id])
+            stored = await step(store, stored, UserMessage(text="2"))
+            assert turns == []  # both written without a turn of the loop
+            other = await store.create(fresh("b"), system=None)  # someone else wrote
+            turns.clear()
+            loop.call_soon(turns.append, 2)
+            await step(store, stored, answer, completes=[stored.pending[0].id])
+            assert turns == [2]  # a waited for the end of the turn
+            assert [m.text for m in await store.messages("a")] == ["1", "reply", "2", "reply"]
+            assert (await store.load("b")).version == other.version
+        finally:
+            await store.close()
+
+    run(scenario())

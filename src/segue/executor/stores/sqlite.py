@@ -152,9 +152,12 @@ class SqliteStore:
         """Run ``work`` alone in the store thread (reads)."""
         return await self._runner.read(work)
 
-    async def _run_step(self, step: Callable[[sqlite3.Connection], T], *, pages: int = 2) -> T:
-        """Run the write ``step`` in a transaction it may share (see ``sqlite_runner``)."""
-        return await self._runner.write(step, pages=pages)
+    async def _run_step(
+        self, step: Callable[[sqlite3.Connection], T], *, pages: int = 2, key: str | None = None
+    ) -> T:
+        """Run the write ``step`` in a transaction it may share (see ``sqlite_runner``);
+        ``key``: the conversation it writes to, when it is a step of its own."""
+        return await self._runner.write(step, pages=pages, key=key)
 
     # ------------------------------------------------------------------ Store
 
@@ -277,7 +280,9 @@ class SqliteStore:
             return rows.stored(counters, kept)
 
         size = sum(len(text) for _, text in rows.appended) + len(rows.transition[3])
-        result: StoredConversation = await self._run_step(step, pages=_STEP_PAGES + size // PAGE)
+        result: StoredConversation = await self._run_step(
+            step, pages=_STEP_PAGES + size // PAGE, key=conversation_id
+        )
         return result
 
     async def _outbox_step(

@@ -8,19 +8,23 @@ Why:
   ``Runner``'s lock: the store's thread, or for a moment the event loop.
 - **Writes on the loop, once per loop iteration.** A write hands its step to the loop's batch
   and waits; the batch is written at the end of the loop iteration (``call_soon``), every step
-  that came in meanwhile in one ``BEGIN IMMEDIATE ... COMMIT`` (each in a savepoint when there
-  are several), on the loop's own thread: no hand-off to another thread and back, which cost as
-  much as the SQL of a step. It runs there only when it cannot block the loop: nothing is
-  queued for the thread, the thread is not using the connection, and the write lock is free at
-  once (the busy timeout is 0 while the loop holds the connection; a lock held by another
-  process would otherwise stall every coroutine of the loop for up to ``busy_timeout``). When
-  any of that fails, the batch goes to the thread, which waits for the lock as long as the
-  store allows.
-- **Checkpoints on the thread, beside the writes.** SQLite's automatic checkpoint runs inside
-  the COMMIT that crosses its threshold, and syncs and copies the WAL: ~10 ms every few hundred
-  steps, which every write waited for. It is off; instead, after about ``CHECKPOINT_PAGES``
-  pages of writes (estimated from what the steps wrote), the thread checkpoints on a
-  connection of its own while writes go on (see ``_checkpoint``).
+  that came in meanwhile in one ``BEGIN IMMEDIATE ... COMMIT``, on the loop's own thread: no
+  hand-off to another thread and back, which cost as much as the SQL of a step. (A
+  conversation writing alone, step after step, is written at once: see ``Runner.write``.) It
+  runs there only when it cannot block the loop: nothing is queued for the thread, the thread
+  is not using the connection, the write lock is free at once (a lock held by another process
+  would otherwise stall every coroutine of the loop for up to ``busy_timeout``), and no step
+  of the batch is large (``INLINE_PAGES``). When any of that fails, the batch goes to the
+  thread, which waits for the lock as long as the store allows.
+- **Waiting for a lock is the thread's own loop.** The connection's busy timeout is 0, so that
+  nothing on the loop ever waits (switching it per write cost two statements, as much as an
+  empty transaction); the thread tries again after a growing pause (as SQLite's busy handler
+  does) until ``busy_timeout`` has passed.
+- **Checkpoints beside the writes.** SQLite's automatic checkpoint runs inside the COMMIT that
+  crosses its threshold, and syncs and copies the WAL: ~10 ms every few hundred steps, which
+  every write waited for. It is off; instead, after about ``CHECKPOINT_PAGES`` pages of writes
+  (estimated from what the steps wrote), a thread of their own checkpoints on a connection of
+  its own while writes go on (``_Checkpoints``).
 - **Reads on the thread.** A read of a long transcript takes time the loop must not lose, and
   readers never wait for the writer in WAL mode, so reads stay where they never block anyone.
 - **The thread's hand-over**, for what runs there: a ``queue.SimpleQueue`` in and
@@ -243,6 +247,8 @@ class Runner:
         self._stop: Callable[[], object] = lambda: None
         self._batches: dict[asyncio.AbstractEventLoop, list[tuple[Step, asyncio.Future[Any]]]] = {}
         self._heavy: set[asyncio.AbstractEventLoop] = set()
+        self._last: tuple[asyncio.AbstractEventLoop, object] | None = None
+        """The loop that wrote last, and whose write it was (see ``write``)."""
         """Loops whose batch writes more than ``INLINE_PAGES``: it goes to the thread."""
         self._pages = 0
         """Pages written (estimated) since the last checkpoint."""
@@ -413,14 +419,42 @@ class Runner:
         for step, future in batch:
             jobs.put(_Job(loop, future, step, self._write))
 
-    async def write(self, step: Callable[[sqlite3.Connection], T], *, pages: int = 2) -> T:
+    async def write(
+        self,
+        step: Callable[[sqlite3.Connection], T],
+        *,
+        pages: int = 2,
+        key: object = None,
+    ) -> T:
         """Run the write ``step`` in a transaction it may share with the loop's other writes of
-        this iteration; ``pages`` estimates what it writes (for the next checkpoint)."""
+        this iteration; ``pages`` estimates what it writes (for the next checkpoint).
+
+        ``key`` says whose write it is (a conversation's id). A write whose key is the one the
+        loop wrote for last, with no batch waiting, is written at once, without waiting for the
+        end of the iteration: a conversation writing alone (one turn after another) does not
+        pay a turn of the loop per step, while conversations writing side by side (their keys
+        taking turns) still share transactions."""
         if self._jobs is None:
             raise SegueError(self._closed_message)
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
         batch = self._batches.get(loop)
+        if (
+            batch is None
+            and key is not None
+            and self._last == (loop, key)
+            and pages <= INLINE_PAGES
+        ):
+            outcomes = self._inline([step])
+            if outcomes is not None:
+                self._pages += pages
+                self._after_commit()
+                result, error = outcomes[0]
+                if error is not None:
+                    raise error
+                written: T = result
+                return written
+        self._last = (loop, key)
+        future: asyncio.Future[T] = loop.create_future()
         if batch is None:
             batch = self._batches[loop] = []
             loop.call_soon(self._flush, loop)
