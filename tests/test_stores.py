@@ -411,6 +411,27 @@ def test_completes_removes_outbox_entries_and_ids_are_never_reused(store: Store)
     run(scenario())
 
 
+def test_an_effect_that_looks_like_an_outbox_entry_stays_pending(store: Store) -> None:
+    """A tool call whose input reads like an outbox entry (``{"id": 1, "effect": ...}``) is
+    pending as itself: a commit that completes id 1 (no longer pending) leaves it there."""
+
+    async def scenario() -> None:
+        call = ToolCall(id="call_x", name="lookup", input={"id": 1, "effect": {"id": 1}})
+        stored = await step(store, await store.create(fresh(), system=None), UserMessage(text="q"))
+        stored = await step(
+            store,
+            stored,
+            LlmResponse(text="", tool_calls=(call,), usage=Usage(input_tokens=10)),
+            completes=[1],
+        )
+        assert [(p.id, p.effect.kind) for p in stored.pending] == [(2, "execute_tools")]
+        stale = await step(store, stored, UserCancel(), completes=[1])
+        assert [p.id for p in stale.pending] == [2, 3]
+        assert stale == await store.load("c1")
+
+    run(scenario())
+
+
 def test_complete_removes_effects_and_ignores_ids_already_gone(store: Store) -> None:
     async def scenario() -> None:
         stored = await store.create(fresh(), system=None)

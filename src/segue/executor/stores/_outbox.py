@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 from collections.abc import Collection, Sequence
 from typing import Any, Final
 
@@ -57,6 +58,25 @@ def parse(text: str) -> list[Entry]:
     if any(entries[i]["id"] >= entries[i + 1]["id"] for i in range(len(entries) - 1)):
         entries.sort(key=lambda entry: int(entry["id"]))
     return entries
+
+
+_ID: Final = re.compile(r'\{"id":(\d+),"effect":')
+"""The start of an entry as ``entry_text`` writes it."""
+
+
+def only(text: str, count: int) -> frozenset[int]:
+    """The ids of an outbox known to hold ``count`` entries, read without decoding it, when
+    exactly ``count`` entries are found as ``entry_text`` writes them; otherwise (an outbox
+    written another way, or an effect whose own JSON looks like an entry) an id no step
+    completes, so that the caller decodes it."""
+    if text == EMPTY:
+        return frozenset()
+    ids = _ID.findall(text)
+    return frozenset(map(int, ids)) if len(ids) == count else _UNKNOWN
+
+
+_UNKNOWN: Final = frozenset({-1})
+"""What ``only`` answers when it cannot tell: no step completes an id of -1."""
 
 
 def dump(entries: Sequence[Entry], tail: Sequence[str] = ()) -> str:

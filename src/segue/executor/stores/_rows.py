@@ -131,10 +131,16 @@ class CommitRows:
             for effect_id, (_, text) in enumerate(self.queued, effect_count + 1)
         ]
 
-    def outbox(self, current: str, effect_count: int) -> tuple[str, list[Entry]]:
-        """The outbox once the step is written, from ``current`` and ``effect_count`` before
-        it; and the entries kept from before (usually none)."""
-        kept = _outbox.without(_outbox.parse(current), self.completes)
+    def outbox(
+        self, current: str, effect_count: int, pending: int | None = None
+    ) -> tuple[str, list[Entry]]:
+        """The outbox once the step is written, from ``current``, ``effect_count`` and (if
+        known) the number of entries before it; and the entries kept from before (usually
+        none: a step completes what was pending, so ``current`` need not be decoded)."""
+        if pending is not None and _outbox.only(current, pending) <= self.completes:
+            kept: list[Entry] = []
+        else:
+            kept = _outbox.without(_outbox.parse(current), self.completes)
         return _outbox.dump(kept, self.entries(effect_count)), kept
 
     def stored(self, counters: Counters, older: Sequence[Entry]) -> StoredConversation:

@@ -230,7 +230,7 @@ class SqliteStore:
                 raise DuplicateMessageError(conversation_id, key)
             row = conn.execute(
                 "SELECT version, message_count, effect_count, outbox, system, child_id,"
-                " created_at, ordinal FROM conversations WHERE id = ?",
+                " created_at, ordinal, pending_count FROM conversations WHERE id = ?",
                 (conversation_id,),
             ).fetchone()
             if row is None:
@@ -244,10 +244,11 @@ class SqliteStore:
                 child_id,
                 created_at,
                 ordinal,
+                pending_count,
             ) = row
             if version != expected:
                 raise version_moved(conversation_id, version, expected)
-            outbox, kept = rows.outbox(current, effect_count)
+            outbox, kept = rows.outbox(current, effect_count, pending_count)
             counters = Counters(
                 message_count=message_count + len(rows.appended),
                 effect_count=effect_count + len(rows.queued),
