@@ -411,6 +411,53 @@ def test_completes_removes_outbox_entries_and_ids_are_never_reused(store: Store)
     run(scenario())
 
 
+def test_commits_made_at_once_each_get_their_own_outcome(store: Store) -> None:
+    """Commits made in the same turn of the event loop (which SQL stores write together): each
+    lands or is refused on its own account. A stale version, a key already used, two commits to
+    one conversation, an unknown conversation: those are refused, the others land."""
+    answer = LlmResponse(text="reply", usage=Usage(input_tokens=100))
+
+    async def scenario() -> None:
+        asked = {}
+        for cid in ("a", "b", "c", "d"):
+            created = await store.create(fresh(cid), system=None)
+            asked[cid] = await store.commit(
+                dataclasses.replace(
+                    make_commit(created, UserMessage(text=f"to {cid}")), idempotency_key=cid
+                )
+            )
+        ghost = StoredConversation(state=fresh("ghost"), version=1, system=None)
+        outcomes = await asyncio.gather(
+            step(store, asked["a"], answer, completes=[1]),
+            step(store, asked["b"], answer, completes=[1]),
+            store.commit(make_commit(asked["c"], UserMessage(text="stale"), expected_version=1)),
+            store.commit(
+                dataclasses.replace(
+                    make_commit(asked["d"], UserMessage(text="again")), idempotency_key="d"
+                )
+            ),
+            step(store, asked["b"], UserMessage(text="b twice")),
+            store.commit(make_commit(ghost, UserMessage(text="nobody"))),
+            return_exceptions=True,
+        )
+        a, b, stale, again, twice, nobody = outcomes
+        assert isinstance(a, StoredConversation)
+        assert isinstance(b, StoredConversation)
+        assert isinstance(stale, ConcurrentUpdateError)
+        assert isinstance(again, DuplicateMessageError)
+        assert isinstance(twice, ConcurrentUpdateError)
+        assert isinstance(nobody, ConversationNotFoundError)
+        for cid, landed in (("a", a), ("b", b)):
+            assert landed == await store.load(cid)
+            assert [m.text for m in await store.messages(cid)] == [f"to {cid}", "reply"]
+            assert landed.pending == ()
+        for cid in ("c", "d"):
+            assert await store.load(cid) == asked[cid]
+            assert len(await store.transitions(cid)) == 1
+
+    run(scenario())
+
+
 def test_an_effect_that_looks_like_an_outbox_entry_stays_pending(store: Store) -> None:
     """A tool call whose input reads like an outbox entry (``{"id": 1, "effect": ...}``) is
     pending as itself: a commit that completes id 1 (no longer pending) leaves it there."""

@@ -37,7 +37,7 @@ import contextlib
 import logging
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Self, TypeVar
+from typing import Any, NoReturn, Self, TypeVar
 from urllib.parse import urlsplit
 
 import psycopg
@@ -59,7 +59,7 @@ from segue.executor.ports import (
 from segue.executor.stores import _outbox
 from segue.executor.stores._rows import (
     LOAD_COLUMNS,
-    Counters,
+    CommitRows,
     commit_rows,
     conversation_row,
     listed,
@@ -75,6 +75,7 @@ from segue.executor.stores._shared import (
     version_moved,
 )
 from segue.executor.stores.codec import dump_snapshot, load_message, load_snapshot
+from segue.executor.stores.postgres_commits import COMMIT_MANY, document, params, stored
 from segue.executor.stores.postgres_schema import (
     COMMIT,
     MIGRATION_LOCK,
@@ -94,6 +95,19 @@ Connection = psycopg.AsyncConnection[tuple[Any, ...]]
 # that configured logging sees them; one that did not must not get them on stderr from Python's
 # last-resort handler (a library is quiet), which a handler of any kind on the logger prevents.
 logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
+
+
+def _tell(
+    future: asyncio.Future[StoredConversation],
+    result: StoredConversation | None,
+    error: BaseException | None,
+) -> None:
+    if future.done():
+        return  # its caller gave up waiting; the commit itself was made (or refused) anyway
+    if error is not None:
+        future.set_exception(error)
+    elif result is not None:
+        future.set_result(result)
 
 
 def _exists_then(rows: Sequence[tuple[Any, ...]], conversation_id: str) -> list[tuple[Any, ...]]:
@@ -157,6 +171,14 @@ class PostgresStore:
         self._opening: asyncio.Lock | None = None
         self._guard: asyncio.Task[None] | None = None
         self._closed = False
+        self._batches: dict[
+            asyncio.AbstractEventLoop, list[tuple[CommitRows, asyncio.Future[StoredConversation]]]
+        ] = {}
+        """Commits made in this turn of each loop, sent together at its end."""
+        self._last: tuple[asyncio.AbstractEventLoop, str] | None = None
+        """The loop that committed last, and to which conversation."""
+        self._committing: set[asyncio.Task[None]] = set()
+        """Batches being committed (held here: a task nobody holds may be collected)."""
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
@@ -338,64 +360,101 @@ class PostgresStore:
         return loaded(conversation_id, await self._run(work))
 
     async def commit(self, commit: Commit) -> StoredConversation:
-        """Apply ``commit`` in one statement (see ``postgres_schema.COMMIT``); when it writes
-        nothing, a second read says why (a duplicate key, a version that moved, no such
-        conversation)."""
-        conversation_id = commit.conversation_id
+        """Apply ``commit``: with the other commits of this turn of the event loop, in one
+        statement (``postgres_commits``), or alone (``COMMIT``) when it is the only one (a
+        conversation committing alone, step after step, does not wait for the end of the
+        loop's turn)."""
         rows = commit_rows(commit)
-        key = commit.idempotency_key
-        (
-            _,
-            version,
-            event_kind,
-            event,
-            from_phase,
-            phase,
-            tokens,
-            reason,
-            effect_kinds,
-            at,
-            session,
-            _,
-        ) = rows.transition
-        params = {
-            "cid": conversation_id,
-            "version": version,
-            "state": rows.state,
-            "phase": phase,
-            "appended": len(rows.appended),
-            "queued": len(rows.queued),
-            "at": at,
-            "key": key,
-            # JSON arrays of the documents as they are (each is a JSON object already), and
-            # array literals of kinds and ids: text parameters, which psycopg sends as they are.
-            "messages": f"[{','.join(text for _, text in rows.appended)}]",
-            "kinds": f"{{{','.join(kind for kind, _ in rows.appended)}}}",  # plain words
-            "effects": f"[{','.join(text for _, text in rows.queued)}]",
-            "owner": commit.owner,
-            "lease": commit.lease_until,
-            "completes": f"{{{','.join(map(str, sorted(rows.completes)))}}}",
-            "event_kind": event_kind,
-            "event": event,
-            "from_phase": from_phase,
-            "tokens": tokens,
-            "reason": reason,
-            "effect_kinds": effect_kinds,
-            "session": session,
-        }
+        conversation_id = commit.conversation_id
+        loop = asyncio.get_running_loop()
+        batch = self._batches.get(loop)
+        if batch is None and self._last == (loop, conversation_id):
+            return await self._commit_one(rows)
+        self._last = (loop, conversation_id)
+        future: asyncio.Future[StoredConversation] = loop.create_future()
+        if batch is None:
+            batch = self._batches[loop] = []
+            loop.call_soon(self._flush, loop)
+        batch.append((rows, future))
+        return await future
 
-        async def work(conn: Connection) -> tuple[Any, ...]:
-            cur = await conn.execute(COMMIT, params, binary=True)
-            result = await cur.fetchone()
-            if result is not None:
-                return result
-            cur = await conn.execute(WHY_REFUSED, (conversation_id, key, conversation_id))
-            why = await cur.fetchone()
-            if why is None:
-                raise not_found(conversation_id)
-            if why[1]:
-                raise DuplicateMessageError(conversation_id, str(key))
-            raise version_moved(conversation_id, why[0], commit.expected_version)
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Commit the loop's batch, in a task of its own (the callers wait on its futures)."""
+        batch = self._batches.pop(loop, [])
+        if batch:
+            task = loop.create_task(self._commit_batch(batch), name="segue-pg-commit")
+            self._committing.add(task)
+            task.add_done_callback(self._committing.discard)
+
+    async def _commit_batch(
+        self, batch: list[tuple[CommitRows, asyncio.Future[StoredConversation]]]
+    ) -> None:
+        """Commit ``batch`` and tell each caller its outcome. A commit to a conversation
+        already in the batch goes alone (the statement updates a row once)."""
+        together: list[tuple[CommitRows, asyncio.Future[StoredConversation]]] = []
+        alone: list[tuple[CommitRows, asyncio.Future[StoredConversation]]] = []
+        seen: set[str] = set()
+        for rows, future in batch:
+            cid = rows.commit.conversation_id
+            (alone if cid in seen else together).append((rows, future))
+            seen.add(cid)
+        if len(together) == 1:
+            alone.insert(0, together.pop())
+        if together:
+            try:
+                results = await self._commit_many([rows for rows, _ in together])
+            except (SegueError, psycopg.Error):
+                # Refused as a whole (two commits racing with one key, a row in the way, a
+                # store gone): one by one, so that each caller gets its own outcome.
+                alone = together + alone
+            except BaseException as stopped:  # cancelled: every caller hears it
+                for _, future in together + alone:
+                    _tell(future, None, stopped)
+                raise
+            else:
+                for (_, future), (result, problem) in zip(together, results, strict=True):
+                    _tell(future, result, problem)
+        for rows, future in alone:
+            try:
+                landed = await self._commit_one(rows)
+            except BaseException as error:  # the caller gets it
+                _tell(future, None, error)
+                if not isinstance(error, Exception):
+                    raise
+            else:
+                _tell(future, landed, None)
+
+    async def _commit_many(
+        self, batch: list[CommitRows]
+    ) -> list[tuple[StoredConversation | None, BaseException | None]]:
+        """``COMMIT_MANY`` for ``batch``; each commit's outcome (those it left out say why
+        afterwards, as a commit alone does)."""
+
+        async def work(conn: Connection) -> list[tuple[Any, ...]]:
+            cur = await conn.execute(COMMIT_MANY, (document(batch),), binary=True)
+            return await cur.fetchall()
+
+        returned = {row[0]: row[1:] for row in await self._run(work)}
+        outcomes: list[tuple[StoredConversation | None, BaseException | None]] = []
+        for n, rows in enumerate(batch):
+            if n in returned:
+                outcomes.append((stored(rows, returned[n]), None))
+                continue
+            try:
+                await self._why_refused(rows)
+            except SegueError as error:
+                outcomes.append((None, error))
+        return outcomes
+
+    async def _commit_one(self, rows: CommitRows) -> StoredConversation:
+        """``COMMIT`` for one commit; when it writes nothing, a second read says why."""
+        key = rows.commit.idempotency_key
+        conversation_id = rows.commit.conversation_id
+        values = params(rows)
+
+        async def work(conn: Connection) -> tuple[Any, ...] | None:
+            cur = await conn.execute(COMMIT, values, binary=True)
+            return await cur.fetchone()
 
         try:
             row = await self._run(work)
@@ -404,15 +463,26 @@ class PostgresStore:
                 raise
             # Two commits racing with one key on different versions: the second one's insert.
             raise DuplicateMessageError(conversation_id, key) from None
-        message_count, effect_count, system, child_id, created_at, outbox = row
-        counters = Counters(message_count, effect_count, system, child_id, created_at)
-        first_new = effect_count - len(rows.queued) + 1
-        older = (
-            []
-            if outbox is None
-            else [entry for entry in _outbox.parse(outbox) if entry["id"] < first_new]
-        )
-        return rows.stored(counters, older)
+        if row is None:
+            await self._why_refused(rows)
+        return stored(rows, row)
+
+    async def _why_refused(self, rows: CommitRows) -> NoReturn:
+        """Raise why a commit wrote nothing: a duplicate key, a version that moved, no such
+        conversation."""
+        commit = rows.commit
+        conversation_id, key = commit.conversation_id, commit.idempotency_key
+
+        async def work(conn: Connection) -> tuple[Any, ...] | None:
+            cur = await conn.execute(WHY_REFUSED, (conversation_id, key, conversation_id))
+            return await cur.fetchone()
+
+        why = await self._run(work)
+        if why is None:
+            raise not_found(conversation_id)
+        if why[1]:
+            raise DuplicateMessageError(conversation_id, str(key))
+        raise version_moved(conversation_id, why[0], commit.expected_version)
 
     async def _outbox_step(
         self, conversation_id: str, change: Callable[[list[_outbox.Entry]], tuple[T, bool]]
