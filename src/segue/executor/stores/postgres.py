@@ -8,10 +8,12 @@ Same tables and semantics as ``SqliteStore``, so the same contract tests run aga
   Processes (or several stores) share the database as SQLite's do: writers of one conversation
   are serialised by the row lock the version-guarded ``UPDATE`` takes, and the loser sees the
   new version and gets ``ConcurrentUpdateError``.
-- **One round trip per step.** ``commit`` is one statement (``postgres_schema.COMMIT``): the
-  version-guarded ``UPDATE`` and the inserts of the step are data-modifying ``WITH`` clauses of
-  it, and its result is the conversation as committed (a statement is its own transaction, so
-  the step is still atomic). A worker's CPU goes on its own work, not on waiting for
+- **One round trip per step, or fewer.** ``commit`` is one statement (``postgres_schema.COMMIT``):
+  the version-guarded ``UPDATE`` and the inserts of the step are data-modifying ``WITH`` clauses
+  of it, and its result is the conversation as committed (a statement is its own transaction,
+  so the step is still atomic). Commits made in the same turn of the event loop (many
+  conversations in one process) go together as one statement (``postgres_commits``), each still
+  guarded on its own. A worker's CPU goes on its own work, not on waiting for
   acknowledgements. Reads are one statement each too; only a refused commit asks a second time,
   to say why. Claims, rare, read and write the outbox in a transaction with the row locked.
 - **A step costs the same at any length.** It updates the conversation's row in place (its
