@@ -280,24 +280,29 @@ class Throughput:
     server_cpu: float
 
 
-def server_cpu() -> float:
-    """CPU seconds every PostgreSQL process on this machine has used, with its children that
-    ended (a backend whose client went away is counted in its postmaster's children's time;
-    ``/proc``, 0 elsewhere)."""
+def server_cpu(cluster: Any) -> float:
+    """CPU seconds the cluster's server processes have used: its postmaster, with the children
+    that ended (a backend whose client went away), and its live children (``/proc``; 0 where
+    there is none). Other clusters on the machine (other test runs) are not counted."""
+    try:
+        pid = int((cluster.base / "data" / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
     total = 0
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             data = stat.read_text(encoding="ascii", errors="replace")
         except OSError:
             continue  # it ended meanwhile
-        name, _, rest = data.partition("(")[2].rpartition(")")
-        if name.startswith("postgres"):
-            fields = rest.split()
+        fields = data.rpartition(")")[2].split()
+        if stat.parent.name == str(pid):
             total += sum(int(field) for field in fields[11:15])  # utime, stime, cutime, cstime
+        elif fields[1] == str(pid):  # a child of the postmaster
+            total += int(fields[11]) + int(fields[12])
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def run_workers(kind: str, where: str, count: int, sizes: Sizes) -> Throughput:
+def run_workers(kind: str, where: str, count: int, sizes: Sizes, cluster: Any) -> Throughput:
     """``count`` worker processes of ``kind`` on ``where``, sending at once."""
     args = [str(HERE), "--worker", kind, where, str(sizes.worker_conversations)]
     processes = [
@@ -316,7 +321,7 @@ def run_workers(kind: str, where: str, count: int, sizes: Sizes) -> Throughput:
         if line.strip() != "ready":
             _, err = process.communicate(timeout=60)
             raise RuntimeError(f"a {kind} worker did not start: {line!r} {err[-2000:]}")
-    server_before = server_cpu()
+    server_before = server_cpu(cluster)
     for process in processes:
         assert process.stdin is not None
         process.stdin.write("go\n")
@@ -327,7 +332,7 @@ def run_workers(kind: str, where: str, count: int, sizes: Sizes) -> Throughput:
         if process.returncode != 0:
             raise RuntimeError(f"a {kind} worker failed: {err[-2000:]}")
         results.append(json.loads(out.splitlines()[-1]))
-    server = server_cpu() - server_before  # the workers' closing too, a little
+    server = server_cpu(cluster) - server_before  # the workers' closing too, a little
     elapsed: float = max(r["end"] for r in results) - min(r["start"] for r in results)
     steps: int = sum(r["turns"] for r in results) * STEPS_PER_TURN
     client: float = sum(r["cpu"] for r in results)
@@ -442,7 +447,7 @@ async def postgres_part(cluster: Any, sizes: Sizes) -> None:
                 [SegueSide(where) if kind == "segue" else LangGraphSide("postgres-async", where)]
             ):
                 pass
-            rates[kind] = await asyncio.to_thread(run_workers, kind, where, count, sizes)
+            rates[kind] = await asyncio.to_thread(run_workers, kind, where, count, sizes, cluster)
         label = f"{count} worker{'s' if count > 1 else ' '}"
         ours = rates["segue"]
         line = f"  {label}: segue {ours.rate:,.0f} steps/s"
