@@ -1122,6 +1122,29 @@ def test_a_commit_failing_half_way_leaves_nothing(backend: Backend, table: str) 
     run(scenario())
 
 
+def test_closing_finishes_the_commits_under_way(backend: Backend) -> None:
+    """Commits made just before ``close()`` (waiting for the end of the loop's turn, to go
+    together) are made, and their callers told, before the store lets go of the database."""
+
+    async def scenario() -> None:
+        store = backend.open()
+        created = [await store.create(fresh(cid), system=None) for cid in ("a", "b", "c")]
+        pending = [
+            asyncio.ensure_future(step(store, stored, UserMessage(text="last words")))
+            for stored in created
+        ]
+        await asyncio.sleep(0)  # they are made, and wait for the end of the turn
+        await store.close()
+        assert [(await task).version for task in pending] == [2, 2, 2]
+        reopened = backend.open()
+        try:
+            assert [(await reopened.load(cid)).version for cid in ("a", "b", "c")] == [2, 2, 2]
+        finally:
+            await reopened.close()
+
+    run(scenario())
+
+
 def test_a_lock_held_elsewhere_raises_store_locked(backend: Backend) -> None:
     async def scenario() -> None:
         store = backend.open_impatient()

@@ -678,7 +678,12 @@ class PostgresStore:
         return [load_snapshot(text) for (text,) in await self._run(work)]
 
     async def close(self) -> None:
-        """Close the pool's connections; later calls raise ``SegueError``."""
+        """Finish the commits under way, close the pool's connections; later calls raise
+        ``SegueError``."""
+        loop = asyncio.get_running_loop()
+        if loop is self._loop and not self._closed:
+            self._flush(loop)
+            await asyncio.gather(*list(self._committing), return_exceptions=True)
         self._closed = True
         pool = self._pool
         if pool is None:
