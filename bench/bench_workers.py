@@ -267,6 +267,18 @@ class Database:
         with psycopg.connect(where) as conn:
             return conn.execute(sql.replace("?", "%s")).fetchall()
 
+    def pending(self, where: str) -> int:
+        """Conversations with pending work: their outbox (in the conversation's row since
+        SQLite schema 5 and PostgreSQL schema 4; a table of its own before, as a baseline
+        revision may have it)."""
+        try:
+            rows = self.query(
+                where, "SELECT count(*) FROM conversations WHERE CAST(outbox AS TEXT) <> '[]'"
+            )
+        except Exception:  # noqa: BLE001  # an older schema, without the column
+            rows = self.query(where, "SELECT count(DISTINCT conversation_id) FROM outbox")
+        return int(rows[0][0])
+
 
 @dataclass(frozen=True)
 class Throughput:
@@ -330,7 +342,7 @@ def contention(db: Database, code: Code, count: int) -> Contention:
         stored[key] = stored.get(key, 0) + 1
     replies = db.query(where, "SELECT count(*) FROM messages WHERE kind = 'assistant'")[0][0]
     unsettled = db.query(where, "SELECT count(*) FROM conversations WHERE phase <> 'idle'")[0][0]
-    pending = db.query(where, "SELECT count(DISTINCT conversation_id) FROM outbox")[0][0]
+    pending = db.pending(where)
     return Contention(
         calls_per_reply=sum(r["calls"] for r in results) / max(replies, 1),
         lost=len(sent - stored.keys()),

@@ -24,6 +24,7 @@ import pytest
 from segue import ContextExhausted, ContextExhaustionBehavior
 from segue.executor.models.scripted import ScriptedModel
 from segue.executor.runtime import ConversationExhaustedError, Runtime
+from segue.executor.stores.postgres import PostgresStore
 from segue.executor.stores.sqlite import SqliteStore
 from segue.testing.conformance import Said
 from segue.testing.harnesses import AnthropicHarness, OpenAIHarness
@@ -240,3 +241,97 @@ def test_a_crash_while_summarising_asks_for_the_summary_again(
     summaries = provider.sent()[1:]
     assert len(summaries) == 2  # the held one, then exactly one more
     assert summaries[0].turns == summaries[1].turns
+
+
+DURABLE_CHILD = f"""
+import asyncio
+import sys
+import threading
+
+from segue.executor.models.scripted import ScriptedModel
+from segue.executor.runtime import Runtime
+from segue.executor.stores.postgres import PostgresStore
+from segue.executor.stores.sqlite import SqliteStore
+
+
+async def main(where: str, conversation_id: str) -> None:
+    sqlite = not where.startswith("host=")
+    store = SqliteStore(where) if sqlite else PostgresStore(where)
+    commits_here = 0  # COMMITs run on this (the event loop's) thread: the inline write path
+    loop_thread = threading.get_ident()
+
+    def trace(statement: str) -> None:
+        nonlocal commits_here
+        if statement == "COMMIT" and threading.get_ident() == loop_thread:
+            commits_here += 1
+
+    async with Runtime(store=store, llm=ScriptedModel(reply_chars=20)) as rt:
+        await rt.create_conversation(model="claude-sonnet-4-5", conversation_id=conversation_id)
+        if sqlite:
+            await store._run(lambda conn: conn.set_trace_callback(trace))
+        for index in range(10_000):
+            await rt.send(conversation_id, f"Question {{index}}")
+            print("{MARK}" + f"{{index}} {{commits_here}}", flush=True)
+
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+def a_returned_send_survives_kill_9(tmp_path: Path, where: str) -> None:
+    """A child sends message after message and says so each time ``send()`` has returned; it is
+    killed with SIGKILL while it goes on sending. Every message it said was sent is in the
+    store with its answer (on SQLite, written on the event loop's own thread: the inline write
+    path), and what the kill interrupted is finished on the next start."""
+    conversation_id = "durable-1"
+    script = tmp_path / "durable.py"
+    script.write_text(DURABLE_CHILD, encoding="utf-8")
+    child = subprocess.Popen(  # noqa: S603  # our own interpreter on our own script
+        [sys.executable, str(script), where, conversation_id],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    said: list[tuple[int, int]] = []
+    try:
+        assert child.stdout is not None
+        while len(said) < 30:
+            line = child.stdout.readline()  # blocks until the child has sent one more
+            assert line, f"the child ended early: {child.communicate()[1]}"
+            index, inline = line.removeprefix(MARK).split()
+            said.append((int(index), int(inline)))
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.communicate(timeout=30)
+    assert child.returncode == -signal.SIGKILL
+    assert [index for index, _ in said] == list(range(30))
+    if not where.startswith("host="):
+        assert said[-1][1] >= 30  # most of the 60 commits ran on the loop's thread
+
+    async def main() -> None:
+        store = SqliteStore(where) if not where.startswith("host=") else PostgresStore(where)
+        try:
+            transcript = [(m.kind, m.text) for m in await store.messages(conversation_id)]
+        finally:
+            await store.close()
+        for index in range(30):
+            assert transcript[2 * index][1] == f"Question {index}"
+            assert transcript[2 * index + 1][0] == "assistant"
+        async with Runtime(store=open_store(where), llm=ScriptedModel(reply_chars=20)) as rt:
+            state = await rt.state(conversation_id)
+            assert state.phase.kind == "idle"
+            kinds = [m.kind for m in await rt.messages(conversation_id)]
+            assert kinds == ["user", "assistant"] * (len(kinds) // 2)
+            assert await rt.store.with_pending() == []
+
+    asyncio.run(main())
+
+
+def open_store(where: str) -> SqliteStore | PostgresStore:
+    return SqliteStore(where) if not where.startswith("host=") else PostgresStore(where)
+
+
+def test_a_returned_send_survives_kill_9_on_sqlite(tmp_path: Path) -> None:
+    a_returned_send_survives_kill_9(tmp_path, str(tmp_path / "segue.db"))

@@ -28,13 +28,16 @@ import httpx2
 import psycopg
 import pytest
 
+import test_crash
 import test_processes
 import test_stores
-from segue import UserMessage, new_conversation
+from segue import LlmResponse, Message, Usage, UserMessage, new_conversation
 from segue.executor.models.scripted import ScriptedModel
 from segue.executor.ports import SegueError, Store, StoreUnavailableError
 from segue.executor.runtime import Runtime
 from segue.executor.stores.postgres import SCHEMA_VERSION, PostgresStore
+from segue.executor.stores.postgres_commits import COMMIT_MANY
+from segue.executor.stores.postgres_schema import COMMIT, MIGRATIONS
 from segue.testing.postgres import ThrowawayCluster, find_server_binaries
 from test_stores import MODEL, Backend, run
 from test_stores import step as store_step
@@ -98,6 +101,24 @@ def backend(database: str) -> Backend:
             raw.execute("UPDATE segue_schema SET version = %s", (version,))
             return int(replaced)
 
+    def old_schema(version: int) -> None:
+        with psycopg.connect(database, autocommit=True) as raw:
+            raw.execute("DROP SCHEMA public CASCADE")
+            raw.execute("CREATE SCHEMA public")
+            raw.execute("CREATE TABLE segue_schema (version integer NOT NULL)")
+            for migration in MIGRATIONS[:version]:
+                for statement in migration:
+                    raw.execute(statement)
+            raw.execute("INSERT INTO segue_schema (version) VALUES (%s)", (version,))
+
+    def columns(table: str) -> set[str]:
+        with psycopg.connect(database) as raw:
+            rows = raw.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = %s",
+                (table,),
+            ).fetchall()
+            return {str(name) for (name,) in rows}
+
     return Backend(
         open=lambda: PostgresStore(database),
         open_impatient=lambda: PostgresStore(database, lock_timeout=0.2),
@@ -106,6 +127,9 @@ def backend(database: str) -> Backend:
         integrity_error=psycopg.errors.UniqueViolation,
         schema_version=SCHEMA_VERSION,
         stamp_schema=stamp_schema,
+        old_schema=old_schema,
+        columns=columns,
+        plant=lambda table: execute(*test_stores.planted(table)),
     )
 
 
@@ -140,6 +164,66 @@ def test_postgres_two_runtimes_take_turns_on_one_conversation(database: str) -> 
 def test_processes_on_one_postgres_database(database: str, scenario: Any) -> None:
     """The multi-process scenarios of ``test_processes``, with real worker processes."""
     scenario(database)
+
+
+def test_a_returned_send_survives_kill_9_on_postgres(database: str, tmp_path: Path) -> None:
+    """``test_crash``'s kill -9 of a process that keeps sending, on PostgreSQL."""
+    test_crash.a_returned_send_survives_kill_9(tmp_path, database)
+
+
+def test_commits_made_at_once_are_one_statement(
+    database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Conversations committing in the same turn of the event loop share one statement (one
+    round trip, one transaction); when that statement fails (a row in the way of one of them),
+    they are committed again one by one, and only the culprit gets the error."""
+    sent: list[str] = []
+    execute = psycopg.AsyncConnection.execute
+
+    async def recording(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append("many" if query is COMMIT_MANY else "one" if query is COMMIT else "other")
+        return await execute(self, query, *args, **kwargs)
+
+    answer = LlmResponse(text="reply", usage=Usage(input_tokens=100))
+
+    async def scenario() -> None:
+        store = PostgresStore(database)
+        try:
+            ids = ["a", "b", "c", "d", "e"]
+            asked = [
+                await store_step(
+                    store,
+                    await store.create(
+                        new_conversation(model=MODEL, conversation_id=cid), system=None
+                    ),
+                    UserMessage(text=f"to {cid}"),
+                )
+                for cid in ids
+            ]
+            monkeypatch.setattr(psycopg.AsyncConnection, "execute", recording)
+            answered = await asyncio.gather(
+                *(store_step(store, stored, answer, completes=[1]) for stored in asked)
+            )
+            assert sent == ["many"]
+            assert [a.version for a in answered] == [3] * 5
+            with psycopg.connect(database, autocommit=True) as raw:
+                raw.execute(
+                    "INSERT INTO messages VALUES ('e', 3, 'user', %s)",
+                    (Message(kind="user", text="planted").model_dump_json(),),
+                )
+            sent.clear()
+            outcomes = await asyncio.gather(
+                *(store_step(store, stored, UserMessage(text="more")) for stored in answered),
+                return_exceptions=True,
+            )
+            assert sent == ["many", "one", "one", "one", "one", "one"]
+            assert isinstance(outcomes[-1], psycopg.errors.UniqueViolation)
+            assert [o.version for o in outcomes[:-1]] == [4] * 4  # type: ignore[union-attr]
+            assert (await store.load("e")).version == 3
+        finally:
+            await store.close()
+
+    run(scenario())
 
 
 def test_a_server_restart_mid_turn_loses_nothing_and_asks_once(

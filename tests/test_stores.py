@@ -16,6 +16,7 @@ import dataclasses
 import os
 import sqlite3
 import stat
+import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -25,7 +26,6 @@ from typing import Any, Final, TypeVar
 import pytest
 
 from segue import (
-    CancelRequest,
     CheckpointResponse,
     ContinuationResponse,
     ConversationState,
@@ -57,6 +57,7 @@ from segue.executor.ports import (
 from segue.executor.stores.codec import dump_effect, dump_event, load_event
 from segue.executor.stores.memory import MemoryStore
 from segue.executor.stores.sqlite import SCHEMA_VERSION, SqliteStore
+from segue.executor.stores.sqlite_schema import MIGRATIONS as SQLITE_MIGRATIONS
 from segue.statemachine.checkpoint import SessionSnapshot
 from segue.statemachine.content import (
     AgentToolResultBlock,
@@ -269,6 +270,45 @@ def test_unknown_ids_raise_conversation_not_found(store: Store) -> None:
     run(scenario())
 
 
+@pytest.mark.parametrize(
+    "ghost", ["c\x00", "x" * 201, "y" * 100_000], ids=["nul", "too-long", "absurd"]
+)
+def test_an_id_no_conversation_can_have_is_an_unknown_one(store: Store, ghost: str) -> None:
+    """An id with a NUL, or longer than a conversation's id may be, is not in any store: every
+    call about one says so (PostgreSQL's driver would refuse the NUL with an error of its own,
+    which a server turned into a 500 where SQLite gave a 404)."""
+
+    async def scenario() -> None:
+        await store.create(fresh("known"), system=None)
+        snapshot = SessionSnapshot(
+            conversation_id=ghost, version=1, session=1, checkpoint="x", context_window=1
+        )
+        calls: list[Callable[[], Awaitable[object]]] = [
+            lambda: store.load(ghost),
+            lambda: store.messages(ghost),
+            lambda: store.messages(ghost, after_seq=3),
+            lambda: store.transitions(ghost),
+            lambda: store.snapshots(ghost),
+            lambda: store.claim(ghost, 1, owner="a", lease_until=2.0, now=1.0),
+            lambda: store.renew(ghost, [1], owner="a", lease_until=2.0),
+            lambda: store.release(ghost, [1], owner="a"),
+            lambda: store.complete(ghost, [1]),
+            lambda: store.link_child(ghost, "child"),
+            lambda: store.save_snapshot(snapshot),
+        ]
+        if len(ghost) <= 200:  # a state can carry it (a longer id is refused by the config)
+            state = fresh(ghost)
+            ghosted = StoredConversation(state=state, version=1, system=None)
+            calls.append(lambda: store.commit(make_commit(ghosted, UserMessage(text="hi"))))
+        for call in calls:
+            with pytest.raises(ConversationNotFoundError):
+                await call()
+        assert [c.state.id for c in await store.list_conversations()] == ["known"]
+        assert await store.with_pending() == []
+
+    run(scenario())
+
+
 # --------------------------------------------------------------------------- commit
 
 
@@ -367,6 +407,74 @@ def test_completes_removes_outbox_entries_and_ids_are_never_reused(store: Store)
         assert pending_kinds(stored) == ["request_llm"]
         assert stored.pending[0].id > tools.id
         assert (await store.load("c1")).pending == stored.pending
+
+    run(scenario())
+
+
+def test_commits_made_at_once_each_get_their_own_outcome(store: Store) -> None:
+    """Commits made in the same turn of the event loop (which SQL stores write together): each
+    lands or is refused on its own account. A stale version, a key already used, two commits to
+    one conversation, an unknown conversation: those are refused, the others land."""
+    answer = LlmResponse(text="reply", usage=Usage(input_tokens=100))
+
+    async def scenario() -> None:
+        asked = {}
+        for cid in ("a", "b", "c", "d"):
+            created = await store.create(fresh(cid), system=None)
+            asked[cid] = await store.commit(
+                dataclasses.replace(
+                    make_commit(created, UserMessage(text=f"to {cid}")), idempotency_key=cid
+                )
+            )
+        ghost = StoredConversation(state=fresh("ghost"), version=1, system=None)
+        outcomes = await asyncio.gather(
+            step(store, asked["a"], answer, completes=[1]),
+            step(store, asked["b"], answer, completes=[1]),
+            store.commit(make_commit(asked["c"], UserMessage(text="stale"), expected_version=1)),
+            store.commit(
+                dataclasses.replace(
+                    make_commit(asked["d"], UserMessage(text="again")), idempotency_key="d"
+                )
+            ),
+            step(store, asked["b"], UserMessage(text="b twice")),
+            store.commit(make_commit(ghost, UserMessage(text="nobody"))),
+            return_exceptions=True,
+        )
+        a, b, stale, again, twice, nobody = outcomes
+        assert isinstance(a, StoredConversation)
+        assert isinstance(b, StoredConversation)
+        assert isinstance(stale, ConcurrentUpdateError)
+        assert isinstance(again, DuplicateMessageError)
+        assert isinstance(twice, ConcurrentUpdateError)
+        assert isinstance(nobody, ConversationNotFoundError)
+        for cid, landed in (("a", a), ("b", b)):
+            assert landed == await store.load(cid)
+            assert [m.text for m in await store.messages(cid)] == [f"to {cid}", "reply"]
+            assert landed.pending == ()
+        for cid in ("c", "d"):
+            assert await store.load(cid) == asked[cid]
+            assert len(await store.transitions(cid)) == 1
+
+    run(scenario())
+
+
+def test_an_effect_that_looks_like_an_outbox_entry_stays_pending(store: Store) -> None:
+    """A tool call whose input reads like an outbox entry (``{"id": 1, "effect": ...}``) is
+    pending as itself: a commit that completes id 1 (no longer pending) leaves it there."""
+
+    async def scenario() -> None:
+        call = ToolCall(id="call_x", name="lookup", input={"id": 1, "effect": {"id": 1}})
+        stored = await step(store, await store.create(fresh(), system=None), UserMessage(text="q"))
+        stored = await step(
+            store,
+            stored,
+            LlmResponse(text="", tool_calls=(call,), usage=Usage(input_tokens=10)),
+            completes=[1],
+        )
+        assert [(p.id, p.effect.kind) for p in stored.pending] == [(2, "execute_tools")]
+        stale = await step(store, stored, UserCancel(), completes=[1])
+        assert [p.id for p in stale.pending] == [2, 3]
+        assert stale == await store.load("c1")
 
     run(scenario())
 
@@ -833,6 +941,30 @@ class Backend:
     stamp_schema: Callable[[int], int]
     """Record another schema version in the database, as another segue would; return the one
     it replaces."""
+    old_schema: Callable[[int], None]
+    """Empty the database, then create the tables as schema ``version`` had them (running that
+    version's migrations) and record the version, as an older segue left it."""
+    columns: Callable[[str], set[str]]
+    """The columns a table has now."""
+    plant: Callable[[str], None]
+    """Write, in ``messages`` or ``transitions``, the row with seq 1 of conversation ``c1``
+    (kind ``planted``), where its first commit will write its own."""
+
+
+def planted(table: str, *key: tuple[str, str]) -> tuple[str, tuple[Any, ...]]:
+    """The INSERT of ``Backend.plant`` (``key``: a key column and the SQL of its value)."""
+    names = [name for name, _ in key]
+    values = [sql for _, sql in key]
+    if table == "messages":
+        message = Message(kind="user", text="planted").model_dump_json()
+        columns = ", ".join([*names, "conversation_id", "seq", "kind", "message"])
+        marks = ", ".join([*values, "'c1'", "1", "'user'", "?"])
+        return f"INSERT INTO messages ({columns}) VALUES ({marks})", (message,)  # noqa: S608
+    logged = ("conversation_id", "seq", "event_kind", "event", "from_phase", "to_phase")
+    columns = ", ".join([*names, *logged, "reason", "effect_kinds", "at"])
+    marks = ", ".join([*values, "'c1'", "1", "'planted'", "'{}'", "'idle'", "'idle'"])
+    marks += ", '', '[]', 0"
+    return f"INSERT INTO transitions ({columns}) VALUES ({marks})", ()  # noqa: S608
 
 
 @pytest.fixture
@@ -859,6 +991,23 @@ def backend(tmp_path: Path) -> Backend:
             raw.execute(f"PRAGMA user_version = {int(version)}")
             return int(replaced)
 
+    def old_schema(version: int) -> None:
+        for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+            leftover.unlink(missing_ok=True)
+        with contextlib.closing(sqlite3.connect(path)) as raw, raw:
+            for migration in SQLITE_MIGRATIONS[:version]:
+                for statement in migration:
+                    raw.execute(statement)
+            raw.execute(f"PRAGMA user_version = {int(version)}")
+
+    def columns(table: str) -> set[str]:
+        with contextlib.closing(sqlite3.connect(path)) as raw:
+            return {row[1] for row in raw.execute(f"PRAGMA table_info({table})")}
+
+    def plant(table: str) -> None:
+        key = "(SELECT ordinal * 4294967296 + 1 FROM conversations WHERE id = 'c1')"
+        execute(*planted(table, ("rid", key)))
+
     return Backend(
         open=lambda: SqliteStore(path),
         open_impatient=lambda: SqliteStore(path, busy_timeout=0.2),
@@ -867,6 +1016,9 @@ def backend(tmp_path: Path) -> Backend:
         integrity_error=sqlite3.IntegrityError,
         schema_version=SCHEMA_VERSION,
         stamp_schema=stamp_schema,
+        old_schema=old_schema,
+        columns=columns,
+        plant=plant,
     )
 
 
@@ -932,36 +1084,30 @@ def test_two_stores_on_one_database_one_commit_wins(backend: Backend) -> None:
     run(scenario())
 
 
-@pytest.mark.parametrize("table", ["messages", "outbox"])
+@pytest.mark.parametrize("table", ["messages", "transitions"])
 def test_a_commit_failing_half_way_leaves_nothing(backend: Backend, table: str) -> None:
-    """A row planted where the commit will write makes it fail after its UPDATE succeeded."""
+    """A row planted where the commit will write makes it fail after it wrote the conversation's
+    row (its state, version and outbox): the message, or the log line after it."""
 
     async def scenario() -> None:
         store = backend.open()
         try:
             before = await store.create(fresh(), system=None)
-            if table == "messages":
-                backend.execute(
-                    "INSERT INTO messages VALUES ('c1', 1, 'user', ?)",
-                    (Message(kind="user", text="planted").model_dump_json(),),
-                )
-            else:
-                backend.execute(
-                    "INSERT INTO outbox (conversation_id, id, effect) VALUES ('c1', 1, ?)",
-                    (dump_effect(CancelRequest()),),
-                )
+            backend.plant(table)
             commit = make_commit(before, UserMessage(text="real"))
             with pytest.raises(backend.integrity_error):
                 await store.commit(commit)
             after = await store.load("c1")
             assert after.version == 1
             assert after.state == before.state
-            assert await store.transitions("c1") == []
+            assert after.pending == ()
+            assert [r.event_kind for r in await store.transitions("c1")] == (
+                ["planted"] if table == "transitions" else []
+            )
             planted_messages = await store.messages("c1")
             assert [m.text for m in planted_messages] == (
                 ["planted"] if table == "messages" else []
             )
-            assert pending_kinds(after) == (["cancel_request"] if table == "outbox" else [])
             # Remove the obstacle: the counters rolled back too, so the same commit now lands
             # exactly where it would have.
             backend.execute(f"DELETE FROM {table}", ())  # noqa: S608  # a literal table name
@@ -969,8 +1115,32 @@ def test_a_commit_failing_half_way_leaves_nothing(backend: Backend, table: str) 
             assert landed.version == 2
             assert [(m.seq, m.text) for m in await store.messages("c1")] == [(1, "real")]
             assert [p.id for p in landed.pending] == [1]
+            assert landed == await store.load("c1")
         finally:
             await store.close()
+
+    run(scenario())
+
+
+def test_closing_finishes_the_commits_under_way(backend: Backend) -> None:
+    """Commits made just before ``close()`` (waiting for the end of the loop's turn, to go
+    together) are made, and their callers told, before the store lets go of the database."""
+
+    async def scenario() -> None:
+        store = backend.open()
+        created = [await store.create(fresh(cid), system=None) for cid in ("a", "b", "c")]
+        pending = [
+            asyncio.ensure_future(step(store, stored, UserMessage(text="last words")))
+            for stored in created
+        ]
+        await asyncio.sleep(0)  # they are made, and wait for the end of the turn
+        await store.close()
+        assert [(await task).version for task in pending] == [2, 2, 2]
+        reopened = backend.open()
+        try:
+            assert [(await reopened.load(cid)).version for cid in ("a", "b", "c")] == [2, 2, 2]
+        finally:
+            await reopened.close()
 
     run(scenario())
 
@@ -1021,6 +1191,137 @@ def test_the_schema_is_versioned_and_a_newer_one_is_refused(backend: Backend) ->
     run(reopen())
 
 
+def _plant_old_rows(backend: Backend) -> None:
+    """What an older segue wrote: ``w`` waiting for the model (its request pending, claimed
+    where claims existed, the message sent under an idempotency key where keys existed), and
+    ``done`` with one exchange and nothing pending. Only the columns the schema has."""
+    asked, effects = transition(fresh("w"), UserMessage(text="hello"))
+    answered, _ = transition(
+        transition(fresh("done"), UserMessage(text="hi"))[0],
+        LlmResponse(text="hello", usage=Usage(input_tokens=100)),
+    )
+
+    def insert(table: str, values: dict[str, Any]) -> None:
+        present = {name: value for name, value in values.items() if name in backend.columns(table)}
+        names = ", ".join(present)
+        marks = ", ".join("?" for _ in present)
+        backend.execute(
+            f"INSERT INTO {table} ({names}) VALUES ({marks})",  # noqa: S608  # literal names
+            tuple(present.values()),
+        )
+
+    for cid, state, count, pending in (("w", asked, 1, 1), ("done", answered, 2, 0)):
+        insert(
+            "conversations",
+            {
+                "id": cid,
+                "state": state.model_dump_json(),
+                "phase": state.phase.kind,
+                "version": 2 if cid == "w" else 3,
+                "system": "be brief",
+                "message_count": count,
+                "effect_count": 1,
+                "created_at": 1.0,
+                "updated_at": 2.0,
+                "pending_count": pending,
+            },
+        )
+    for cid, seq, kind in (("w", 1, "user"), ("done", 1, "user"), ("done", 2, "assistant")):
+        message = Message(kind=kind, text=f"{cid} {seq}")
+        insert(
+            "messages",
+            {
+                "conversation_id": cid,
+                "seq": seq,
+                "kind": kind,
+                "message": message.model_dump_json(),
+            },
+        )
+    insert(
+        "transitions",
+        {
+            "conversation_id": "w",
+            "seq": 1,
+            "event_kind": "user_message",
+            "event": dump_event(UserMessage(text="hello")),
+            "from_phase": "idle",
+            "to_phase": asked.phase.kind,
+            "context_tokens": asked.context_tokens,
+            "reason": "",
+            "effect_kinds": '["append_message", "request_llm"]',
+            "at": 2.0,
+            "session": 1,
+        },
+    )
+    request = next(effect for effect in effects if effect.kind == "request_llm")
+    insert(
+        "outbox",
+        {
+            "conversation_id": "w",
+            "id": 1,
+            "effect": dump_effect(request),
+            "owner": "old-host/1/abcd",
+            "lease_until": 99.5,
+        },
+    )
+    if backend.columns("idempotency"):  # from version 2
+        insert("idempotency", {"conversation_id": "w", "key": "sent-once", "version": 2})
+
+
+def test_every_earlier_schema_is_upgraded_in_place(backend: Backend) -> None:
+    """A database of each earlier schema version, as that version wrote it: opened for writing,
+    it is upgraded, and every conversation goes on where it was, its pending work (and who
+    claimed it), its log and its idempotency keys kept."""
+
+    async def reopen(version: int) -> None:
+        store = backend.open()
+        try:
+            waiting = await store.load("w")
+            assert (waiting.version, waiting.system, waiting.last_seq) == (2, "be brief", 1)
+            assert pending_kinds(waiting) == ["request_llm"]
+            claimed = version > 1  # version 1 had no claims
+            assert waiting.pending[0].owner == ("old-host/1/abcd" if claimed else None)
+            assert waiting.pending[0].lease_until == (99.5 if claimed else None)
+            assert await store.with_pending() == ["w"]
+            log = await store.transitions("w")
+            assert [(r.seq, r.event_kind, r.effect_kinds) for r in log] == [
+                (1, "user_message", ("append_message", "request_llm"))
+            ]
+            if claimed:  # keys came with claims
+                with pytest.raises(DuplicateMessageError):
+                    await store.commit(
+                        dataclasses.replace(
+                            make_commit(waiting, UserMessage(text="hello")),
+                            idempotency_key="sent-once",
+                        )
+                    )
+            taken = await store.claim("w", 1, owner="new", lease_until=200.0, now=100.0)
+            assert taken is not None
+            assert (taken.owner, taken.effect) == ("new", waiting.pending[0].effect)
+            # A cancel queues its own effect beside the request it leaves in place: the commit
+            # sees the outbox as it was carried over, and the ids go on from the old ones.
+            cancelled = await step(store, waiting, UserCancel())
+            assert cancelled == await store.load("w")
+            assert [(p.id, p.effect.kind) for p in cancelled.pending] == [
+                (1, "request_llm"),
+                (2, "cancel_request"),
+            ]
+            assert cancelled.pending[0].owner == "new"
+            await store.complete("w", [1, 2])
+            assert await store.with_pending() == []
+            assert (await store.load("w")).pending == ()
+            assert [m.text for m in await store.messages("done")] == ["done 1", "done 2"]
+            assert [r.seq for r in await store.transitions("w")] == [1, 2]
+        finally:
+            await store.close()
+
+    for version in range(1, backend.schema_version):
+        backend.old_schema(version)
+        _plant_old_rows(backend)
+        run(reopen(version))
+        assert backend.stamp_schema(backend.schema_version) == backend.schema_version
+
+
 # --------------------------------------------------------------------------- SQLite only
 
 
@@ -1065,95 +1366,103 @@ async def _create_and_close(store: Store) -> None:
         await store.close()
 
 
-def test_a_version_1_sqlite_file_is_upgraded_in_place(tmp_path: Path) -> None:
-    """A file written before claims existed: its conversations and pending work survive the
-    upgrade, and what was pending is unclaimed."""
-    path = tmp_path / "old.db"
+def _traced(store: SqliteStore) -> Awaitable[list[tuple[str, bool]]]:
+    """Record every statement the store's connection runs, and whether it ran on the thread of
+    the event loop calling this (or on the store's own)."""
+    loop_thread = threading.get_ident()
+    statements: list[tuple[str, bool]] = []
 
-    async def write() -> None:
-        store = SqliteStore(path)
+    def trace(statement: str) -> None:
+        statements.append((statement, threading.get_ident() == loop_thread))
+
+    async def install() -> list[tuple[str, bool]]:
+        await store._run(lambda conn: conn.set_trace_callback(trace))
+        return statements
+
+    return install()
+
+
+def test_writes_of_one_loop_iteration_share_one_transaction_on_the_loop(tmp_path: Path) -> None:
+    """Commits made in the same turn of the event loop, with nothing in their way, are written
+    together on the loop's own thread (no hand-off to the store's thread): the one that is
+    refused (it checks before it writes) leaves no trace and does not spoil the others."""
+    answer = LlmResponse(text="reply", usage=Usage(input_tokens=100))
+
+    async def scenario() -> None:
+        store = SqliteStore(tmp_path / "inline.db")
         try:
-            await tool_turn(store)
-            await step(store, await store.create(fresh("w"), system="s"), UserMessage(text="p"))
-        finally:
-            await store.close()
-
-    run(write())
-    with contextlib.closing(sqlite3.connect(path)) as raw, raw:
-        raw.execute("ALTER TABLE transitions DROP COLUMN session")
-        raw.execute("ALTER TABLE conversations DROP COLUMN pending_count")
-        raw.execute("DROP TABLE idempotency")
-        raw.execute("ALTER TABLE outbox DROP COLUMN owner")
-        raw.execute("ALTER TABLE outbox DROP COLUMN lease_until")
-        raw.execute("PRAGMA user_version = 1")
-
-    async def read_only() -> None:
-        store = SqliteStore(path, read_only=True)
-        try:
-            with pytest.raises(SegueError, match="open it once for writing"):
-                await store.load("w")
-        finally:
-            await store.close()
-
-    async def reopen() -> None:
-        store = SqliteStore(path)
-        try:
-            waiting = await store.load("w")
-            assert pending_kinds(waiting) == ["request_llm"]
-            assert waiting.pending[0].owner is None
-            assert len(await store.messages("c1")) == 4
-            claimed = await store.claim(
-                "w", waiting.pending[0].id, owner="a", lease_until=2.0, now=1.0
+            a1 = await step(
+                store, await store.create(fresh("a"), system=None), UserMessage(text="1")
             )
-            assert claimed is not None
-            assert claimed.owner == "a"
+            b1 = await step(
+                store, await store.create(fresh("b"), system=None), UserMessage(text="2")
+            )
+            statements = await _traced(store)
+            answered, other, again = await asyncio.gather(
+                step(store, a1, answer, completes=[a1.pending[0].id]),
+                step(store, b1, answer, completes=[b1.pending[0].id]),
+                step(store, a1, UserMessage(text="stale"), completes=[a1.pending[0].id]),
+                return_exceptions=True,
+            )
+            assert isinstance(answered, StoredConversation)
+            assert isinstance(other, StoredConversation)
+            assert isinstance(again, ConcurrentUpdateError)
+            written = [statement for statement, on_loop in statements if on_loop]
+            assert [s for s, on_loop in statements if not on_loop] == []
+            assert written.count("BEGIN IMMEDIATE") == written.count("COMMIT") == 1
+            assert [m.text for m in await store.messages("a")] == ["1", "reply"]
+            assert (await store.load("a")).pending == () == answered.pending
+            assert [m.text for m in await store.messages("b")] == ["2", "reply"]
         finally:
             await store.close()
-        with contextlib.closing(sqlite3.connect(path)) as raw:
-            assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
-    run(read_only())
-    run(reopen())
+    run(scenario())
 
 
-def test_a_version_2_sqlite_file_counts_what_is_pending(tmp_path: Path) -> None:
-    """A file from before the pending counter: the upgrade counts each conversation's outbox,
-    so a commit that trusts the counter (and does not read the outbox back) sees it whole."""
-    path = tmp_path / "v2.db"
+def test_a_step_failing_after_it_wrote_is_undone_alone(tmp_path: Path) -> None:
+    """In a batch written on the loop (no savepoints), a step that fails after writing (a row
+    planted where its message goes) rolls the batch back; the store's thread writes it again,
+    each step in a savepoint: the others land, the failing one leaves nothing."""
+    path = tmp_path / "undone.db"
 
-    async def write() -> StoredConversation:
+    async def scenario() -> None:
         store = SqliteStore(path)
         try:
-            created = await store.create(fresh("w"), system="s")
-            return await step(store, created, UserMessage(text="p"))
+            a0 = await store.create(fresh("a"), system=None)
+            b0 = await store.create(fresh("b"), system=None)
+            with contextlib.closing(sqlite3.connect(path)) as raw, raw:
+                raw.execute(
+                    "INSERT INTO messages (rid, conversation_id, seq, kind, message)"
+                    " SELECT ordinal * 4294967296 + 1, id, 1, 'user', ? FROM conversations"
+                    " WHERE id = 'b'",
+                    (Message(kind="user", text="planted").model_dump_json(),),
+                )
+            statements = await _traced(store)
+            landed, failed = await asyncio.gather(
+                step(store, a0, UserMessage(text="for a")),
+                step(store, b0, UserMessage(text="for b")),
+                return_exceptions=True,
+            )
+            assert isinstance(landed, StoredConversation)
+            assert isinstance(failed, sqlite3.IntegrityError)
+            assert ("ROLLBACK TO step", False) in statements  # done again, in the thread
+            assert [here for s, here in statements if s == "COMMIT"] == [False]
+            assert [m.text for m in await store.messages("a")] == ["for a"]
+            assert [m.text for m in await store.messages("b")] == ["planted"]
+            assert (await store.load("b")).version == 1
+            assert landed == await store.load("a")
         finally:
             await store.close()
 
-    waiting = run(write())
-    with contextlib.closing(sqlite3.connect(path)) as raw, raw:
-        raw.execute("ALTER TABLE transitions DROP COLUMN session")
-        raw.execute("ALTER TABLE conversations DROP COLUMN pending_count")
-        raw.execute("PRAGMA user_version = 2")
-
-    async def reopen() -> None:
-        store = SqliteStore(path)
-        try:
-            # A cancel queues nothing new beside the pending request it leaves in place: only a
-            # correct count tells the commit that the outbox holds more than it queued.
-            stored = await step(store, waiting, UserCancel())
-            assert [p.id for p in stored.pending] == [p.id for p in (await store.load("w")).pending]
-            assert pending_kinds(stored) == pending_kinds(await store.load("w"))
-            assert stored.pending
-        finally:
-            await store.close()
-
-    run(reopen())
+    run(scenario())
 
 
-def test_commits_queued_together_share_one_transaction(tmp_path: Path) -> None:
-    """Commits waiting for the store thread are written in one transaction, each in a savepoint:
-    the one that is refused (its version moved) leaves no trace and does not spoil the others,
-    every caller gets its own outcome, and COMMIT runs once for the group."""
+def test_a_lock_held_elsewhere_sends_writes_to_the_thread_and_groups_them(tmp_path: Path) -> None:
+    """While another connection holds the write lock, a write tries it once on the loop without
+    waiting (the loop must not stall for the busy timeout) and goes to the store's thread, which
+    waits; commits that come meanwhile are written there in one transaction, each in a
+    savepoint. The lock is held by this very loop: a write that waited for it on the loop
+    would wait for ever (and fail after the busy timeout)."""
     path = tmp_path / "group.db"
     answer = LlmResponse(text="reply", usage=Usage(input_tokens=100))
 
@@ -1166,35 +1475,100 @@ def test_commits_queued_together_share_one_transaction(tmp_path: Path) -> None:
                 store, await store.create(fresh("b"), system=None), UserMessage(text="2")
             )
             c0 = await store.create(fresh("c"), system=None)
-            statements: list[str] = []
-            await store._run(lambda conn: conn.set_trace_callback(statements.append))
+            statements = await _traced(store)
             with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as holder:
                 holder.execute("BEGIN IMMEDIATE")  # the store's thread waits behind this lock
                 blocked = asyncio.ensure_future(step(store, c0, UserMessage(text="3")))
                 for _ in range(500):  # until the thread is in this first job, waiting
-                    if "BEGIN IMMEDIATE" in statements:
+                    if ("BEGIN IMMEDIATE", False) in statements:
                         break
                     await asyncio.sleep(0.01)
-                assert statements == ["BEGIN IMMEDIATE"]
+                on_loop = [s for s, here in statements if here and not s.startswith("PRAGMA")]
+                assert on_loop == ["BEGIN IMMEDIATE"]  # tried once, refused at once
+                # ... and the thread tries again and again, until the lock is free.
+                assert {s for s, here in statements if not here} == {"BEGIN IMMEDIATE"}
                 grouped = asyncio.gather(
                     step(store, b1, answer, completes=[b1.pending[0].id]),
                     step(store, a0, UserMessage(text="late"), completes=[a1.pending[0].id]),
                     return_exceptions=True,
                 )
                 await asyncio.sleep(0.1)
+                assert not blocked.done()
                 holder.execute("COMMIT")
             await blocked
             answered, refused = await grouped
             assert isinstance(refused, ConcurrentUpdateError)
             assert isinstance(answered, StoredConversation)
             assert answered.pending == ()
-            assert statements.count("COMMIT") == 2  # the first job alone, then the group
+            commits = [here for s, here in statements if s == "COMMIT"]
+            assert commits == [False, False]  # the first job alone, then the group, both there
             assert [m.text for m in await store.messages("b")] == ["2", "reply"]
-            # The refused step's delete of a's pending request went with it.
+            # The refused step's removal of a's pending request went with it.
             assert [m.text for m in await store.messages("a")] == ["1"]
             assert pending_kinds(await store.load("a")) == ["request_llm"]
             done = await step(store, a1, answer, completes=[a1.pending[0].id])
             assert done.pending == () == (await store.load("a")).pending
+        finally:
+            await store.close()
+
+    run(scenario())
+
+
+def test_a_large_write_goes_to_the_thread(tmp_path: Path) -> None:
+    """A step that writes a large document (a tool's output of a few hundred kilobytes) is
+    written by the store's thread, so that copying it does not hold up the event loop; the
+    small steps around it stay on the loop."""
+    big = "segue " * 60_000
+
+    async def scenario() -> None:
+        store = SqliteStore(tmp_path / "large.db")
+        try:
+            asked = await step(
+                store, await store.create(fresh(), system=None), UserMessage(text="a")
+            )
+            statements = await _traced(store)
+            answered = await step(
+                store, asked, LlmResponse(text=big, usage=Usage(input_tokens=100)), completes=[1]
+            )
+            on_thread = [s for s, here in statements if not here]
+            assert "COMMIT" in on_thread
+            assert ("COMMIT", True) not in statements
+            statements.clear()
+            await step(store, answered, UserMessage(text="small again"))
+            assert ("COMMIT", True) in statements
+            assert ("COMMIT", False) not in statements
+            assert [m.text for m in await store.messages("c1")] == ["a", big, "small again"]
+        finally:
+            await store.close()
+
+    run(scenario())
+
+
+def test_a_conversation_writing_alone_is_written_at_once(tmp_path: Path) -> None:
+    """Step after step of one conversation, with no other write in between, each commit is
+    written as it is made (no turn of the event loop in between: a callback scheduled before it
+    has not run when it returns); once another conversation writes, commits wait for the end of
+    the loop's turn again, to share its transaction."""
+    answer = LlmResponse(text="reply", usage=Usage(input_tokens=100))
+
+    async def scenario() -> None:
+        store = SqliteStore(tmp_path / "alone.db")
+        loop = asyncio.get_running_loop()
+        try:
+            stored = await store.create(fresh("a"), system=None)
+            stored = await step(store, stored, UserMessage(text="1"))  # a's first: batched
+            turns: list[int] = []
+            loop.call_soon(turns.append, 1)
+            stored = await step(store, stored, answer, completes=[stored.pending[0].id])
+            stored = await step(store, stored, UserMessage(text="2"))
+            assert turns == []  # both written without a turn of the loop
+            other = await store.create(fresh("b"), system=None)  # someone else wrote
+            turns.clear()
+            loop.call_soon(turns.append, 2)
+            await step(store, stored, answer, completes=[stored.pending[0].id])
+            assert turns == [2]  # a waited for the end of the turn
+            assert [m.text for m in await store.messages("a")] == ["1", "reply", "2", "reply"]
+            assert (await store.load("b")).version == other.version
         finally:
             await store.close()
 

@@ -176,7 +176,7 @@ def is_segue_store(db: Path) -> bool:
             tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
     except sqlite3.DatabaseError:
         return False
-    return version > 0 and {"conversations", "messages", "outbox"} <= tables
+    return version > 0 and {"conversations", "messages", "transitions"} <= tables
 
 
 async def resolve(store: SqliteStore, given: str) -> str:

@@ -3,21 +3,22 @@ only what differs between them (driver, SQL dialect, locking, connection handlin
 
 - **The contract's refusals**, worded once: an unknown id, a commit carrying another
   conversation's state, a version that moved, a snapshot saved again with other content.
+- **Ids no store can hold** (a NUL, more characters than a conversation's id may have): every
+  call about one is answered as about an unknown id, before any driver sees it (PostgreSQL's
+  refuses a NUL with an error of its own).
 - **The event log line** every store writes for a commit and reads back as a
   ``TransitionRecord``.
-- **Rows for the two SQL stores**, whose tables have the same columns in the same order (each
-  store's migrations say so in its own dialect): what ``create`` and ``commit`` write, encoded
-  before the store takes its write lock so the lock is held for SQL only, and what ``load``,
-  ``list_conversations`` and ``transitions`` read back. Column lists in the comments below are
-  the order the rows must be bound or selected in.
+
+The rows of the two SQL stores are in ``_rows``, their outbox in ``_outbox``.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
+
+from annotated_types import MaxLen
 
 from segue.executor.ports import (
     Commit,
@@ -26,25 +27,37 @@ from segue.executor.ports import (
     InvalidTextError,
     PendingEffect,
     SegueError,
-    StoredConversation,
     TransitionRecord,
 )
-from segue.executor.stores.codec import (
-    dump_effect,
-    dump_message,
-    dump_state,
-    load_effect,
-    load_state,
-)
-from segue.statemachine import ConversationState, Message
+from segue.statemachine import ConversationState
 from segue.statemachine.checkpoint import SessionSnapshot
-from segue.statemachine.effects import AppendMessage, Effect
+from segue.statemachine.state import ConversationConfig
 
 # --------------------------------------------------------------------------- refusals
 
+MAX_ID_LENGTH: Final = next(
+    rule.max_length
+    for rule in ConversationConfig.model_fields["id"].metadata
+    if isinstance(rule, MaxLen)
+)
+"""The longest id a conversation may have (its config says), so the longest a store holds."""
+
 
 def not_found(conversation_id: str) -> ConversationNotFoundError:
-    return ConversationNotFoundError(f"no conversation {conversation_id!r} in this store")
+    shown = conversation_id if len(conversation_id) <= MAX_ID_LENGTH else conversation_id[:40]
+    more = "" if shown is conversation_id else f" (and {len(conversation_id) - 40:,} more)"
+    return ConversationNotFoundError(f"no conversation {shown!r}{more} in this store")
+
+
+def holdable(conversation_id: str) -> bool:
+    """Whether some conversation could have this id (a store holds none that could not)."""
+    return len(conversation_id) <= MAX_ID_LENGTH and "\x00" not in conversation_id
+
+
+def require_holdable(conversation_id: str) -> None:
+    """``ConversationNotFoundError`` for an id no conversation can have, before any query."""
+    if not holdable(conversation_id):
+        raise not_found(conversation_id)
 
 
 def check_storable(state: ConversationState, system: str | None) -> None:
@@ -52,6 +65,8 @@ def check_storable(state: ConversationState, system: str | None) -> None:
     conversation that works in tests on SQLite does not fail in production. Message text is
     stored as JSON, where a NUL is an escape, so it round-trips everywhere."""
     config = state.config
+    if "\x00" not in f"{config.id}{config.parent_id}{config.model}{system}":
+        return  # the usual case, told by one scan
     fields = {"id": config.id, "parent id": config.parent_id, "model": config.model}
     fields["system prompt"] = system
     for name, value in fields.items():
@@ -63,15 +78,22 @@ def check_storable(state: ConversationState, system: str | None) -> None:
 def claimable(pending: PendingEffect, *, owner: str, now: float, take_from: str | None) -> bool:
     """Whether ``owner`` may claim ``pending``: nobody holds it, its lease is over, ``owner``
     holds it already, or its holder is ``take_from`` (known dead)."""
-    holder = pending.owner
+    return may_claim(pending.owner, pending.lease_until, owner=owner, now=now, take_from=take_from)
+
+
+def may_claim(
+    holder: str | None, lease_until: float | None, *, owner: str, now: float, take_from: str | None
+) -> bool:
+    """``claimable`` for a claim held by ``holder`` until ``lease_until``."""
     if holder is None or holder in {owner, take_from}:
         return True
-    return pending.lease_until is None or pending.lease_until < now
+    return lease_until is None or lease_until < now
 
 
 def check_commit_target(commit: Commit) -> None:
     """A commit must carry the state of the conversation it is for, and nothing a store
-    cannot keep."""
+    cannot keep; an id no conversation can have is an unknown one."""
+    require_holdable(commit.conversation_id)
     if commit.state.config.id != commit.conversation_id:
         msg = (
             f"commit for {commit.conversation_id!r} carries the state of {commit.state.config.id!r}"
@@ -162,179 +184,4 @@ def transition_from_row(row: Sequence[Any]) -> TransitionRecord:
             at,
             session,
         )
-    )
-
-
-# --------------------------------------------------------------------------- SQL rows
-
-
-def conversation_row(
-    state: ConversationState, system: str | None, message_count: int, at: float
-) -> tuple[Any, ...]:
-    """A new ``conversations`` row at version 1: (id, parent_id, state, phase, system,
-    message_count, created_at, updated_at)."""
-    return (
-        state.config.id,
-        state.config.parent_id,
-        dump_state(state),
-        state.phase.kind,
-        system,
-        message_count,
-        at,
-        at,
-    )
-
-
-def message_rows(
-    conversation_id: str, messages: Sequence[tuple[str, str]], first_seq: int
-) -> list[tuple[str, int, str, str]]:
-    """``messages`` rows (conversation_id, seq, kind, message) for encoded (kind, text) pairs."""
-    return [
-        (conversation_id, seq, kind, text) for seq, (kind, text) in enumerate(messages, first_seq)
-    ]
-
-
-def seed_rows(conversation_id: str, messages: Sequence[Message]) -> list[tuple[str, int, str, str]]:
-    """``messages`` rows for a new conversation's seed messages (seqs 1..n)."""
-    return message_rows(
-        conversation_id, [(message.kind, dump_message(message)) for message in messages], 1
-    )
-
-
-def outbox_keys(conversation_id: str, effect_ids: Sequence[int]) -> list[tuple[str, int]]:
-    """(conversation_id, id) keys of ``outbox`` rows to delete."""
-    return [(conversation_id, effect_id) for effect_id in effect_ids]
-
-
-def pending_effect(row: Sequence[Any], effect: Effect | None = None) -> PendingEffect:
-    """An outbox row (id, effect, owner, lease_until) as a ``PendingEffect``; ``effect`` when
-    the caller still holds it as an object (no need to decode it)."""
-    effect_id, text, owner, lease_until = row
-    return PendingEffect(
-        id=effect_id,
-        effect=effect if effect is not None else load_effect(text),
-        owner=owner,
-        lease_until=lease_until,
-    )
-
-
-def loaded(conversation_id: str, rows: Sequence[Sequence[Any]]) -> StoredConversation:
-    """The conversation from ``load``'s one statement: its row joined with its outbox, one row
-    per pending effect (state, version, system, child_id, created_at, message_count, outbox id,
-    effect, owner, lease_until), or one row with a NULL id when nothing is pending."""
-    if not rows:
-        raise not_found(conversation_id)
-    state, version, system, child_id, created_at, last_seq, first_id, *_ = rows[0]
-    pending = () if first_id is None else tuple(pending_effect(row[6:]) for row in rows)
-    return StoredConversation(
-        state=load_state(state),
-        version=version,
-        system=system,
-        pending=pending,
-        child_id=child_id,
-        created_at=created_at,
-        last_seq=last_seq,
-    )
-
-
-def listed(row: Sequence[Any]) -> StoredConversation:
-    """A conversation from ``list_conversations`` (state, version, system, child_id,
-    created_at), without its pending effects."""
-    state, version, system, child_id, created_at = row
-    return StoredConversation(
-        state=load_state(state),
-        version=version,
-        system=system,
-        child_id=child_id,
-        created_at=created_at,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class CommitRows:
-    """A ``Commit`` encoded for the SQL tables (build it with ``commit_rows``)."""
-
-    commit: Commit
-    appended: list[tuple[str, str]]
-    """(kind, message JSON) of every ``AppendMessage``, in order."""
-    queued: list[tuple[Effect, str]]
-    """Every other effect with its JSON, in order: the new outbox entries."""
-    update: tuple[Any, ...]
-    """Parameters of the version-guarded ``UPDATE conversations``: (state, phase, messages
-    added, effects added, updated_at, id, expected version)."""
-    transition: tuple[Any, ...]
-    """The ``transitions`` row: (conversation_id, *the log line with the effect kinds as
-    JSON)."""
-    completes: list[tuple[str, int]]
-    """Keys of the outbox rows this step finished."""
-
-    def messages(self, message_count: int) -> list[tuple[str, int, str, str]]:
-        """The ``messages`` rows, given ``message_count`` as the UPDATE left it."""
-        conversation_id = self.commit.conversation_id
-        return message_rows(conversation_id, self.appended, message_count - len(self.appended) + 1)
-
-    def outbox(self, effect_count: int) -> list[tuple[str, int, str, str | None, float | None]]:
-        """The ``outbox`` rows (conversation_id, id, effect, owner, lease_until), given
-        ``effect_count`` as the UPDATE left it: claimed by the commit's owner, if any."""
-        commit = self.commit
-        conversation_id, owner, lease = commit.conversation_id, commit.owner, commit.lease_until
-        first_id = effect_count - len(self.queued) + 1
-        return [
-            (conversation_id, effect_id, text, owner, lease)
-            for effect_id, (_, text) in enumerate(self.queued, first_id)
-        ]
-
-    def stored(
-        self, counters: Sequence[Any], pending_rows: Sequence[Sequence[Any]]
-    ) -> StoredConversation:
-        """The conversation as committed, from the row the UPDATE left (message_count,
-        effect_count, system, child_id, created_at) and the outbox read after it (id, effect,
-        owner, lease_until). Effects queued by this step are still live objects; only older
-        ones are decoded."""
-        message_count, effect_count, system, child_id, created_at = counters
-        queued = self.queued
-        first_id = effect_count - len(queued) + 1
-        pending = tuple(
-            pending_effect(row, queued[row[0] - first_id][0] if row[0] >= first_id else None)
-            for row in pending_rows
-        )
-        return StoredConversation(
-            state=self.commit.state,
-            version=self.commit.expected_version + 1,
-            system=system,
-            pending=pending,
-            child_id=child_id,
-            created_at=created_at,
-            last_seq=message_count,
-        )
-
-
-def commit_rows(commit: Commit) -> CommitRows:
-    """Check ``commit`` is for its own conversation and encode everything it writes."""
-    check_commit_target(commit)
-    conversation_id = commit.conversation_id
-    state = commit.state
-    appended: list[tuple[str, str]] = []
-    queued: list[tuple[Effect, str]] = []
-    for effect in commit.effects:
-        if isinstance(effect, AppendMessage):
-            appended.append((effect.message.kind, dump_message(effect.message)))
-        else:
-            queued.append((effect, dump_effect(effect)))
-    *line, kinds, at, session = log_line(commit, tuple(effect.kind for effect in commit.effects))
-    return CommitRows(
-        commit=commit,
-        appended=appended,
-        queued=queued,
-        update=(
-            dump_state(state),
-            state.phase.kind,
-            len(appended),
-            len(queued),
-            commit.at,
-            conversation_id,
-            commit.expected_version,
-        ),
-        transition=(conversation_id, *line, json.dumps(kinds), at, session),
-        completes=outbox_keys(conversation_id, commit.completes),
     )

@@ -8,14 +8,21 @@ Same tables and semantics as ``SqliteStore``, so the same contract tests run aga
   Processes (or several stores) share the database as SQLite's do: writers of one conversation
   are serialised by the row lock the version-guarded ``UPDATE`` takes, and the loser sees the
   new version and gets ``ConcurrentUpdateError``.
-- **One round trip per step.** ``commit`` is one statement: the version-guarded ``UPDATE`` and
-  every insert and delete of the step are data-modifying ``WITH`` clauses of it, and its result
-  is the conversation as committed, outbox included (a statement is its own transaction, so the
-  step is still atomic). A worker's CPU goes on its own work, not on waiting for eight
-  acknowledgements per step. Reads are one statement each too; only a refused commit asks a
-  second time, to say why.
-- **Append-only**, with counters on the conversation row (``message_count``, ``effect_count``)
-  giving the next keys without reading the transcript.
+- **One round trip per step, or fewer.** ``commit`` is one statement (``postgres_schema.COMMIT``):
+  the version-guarded ``UPDATE`` and the inserts of the step are data-modifying ``WITH`` clauses
+  of it, and its result is the conversation as committed (a statement is its own transaction,
+  so the step is still atomic). Commits made in the same turn of the event loop (many
+  conversations in one process) go together as one statement (``postgres_commits``), each still
+  guarded on its own. A worker's CPU goes on its own work, not on waiting for
+  acknowledgements. Reads are one statement each too; only a refused commit asks a second time,
+  to say why. Claims, rare, read and write the outbox in a transaction with the row locked.
+- **A step costs the same at any length.** It updates the conversation's row in place (its
+  state, counters and outbox, a JSON array of what is pending: ``_outbox``) and appends to the
+  transcript and the event log; nothing is deleted, so no dead rows pile up. The update is HOT
+  (no index covers a column it changes), so the row's old versions are pruned within its page
+  without waiting for a VACUUM; the table's fillfactor leaves room on each page for them. Counters
+  on the row (``message_count``, ``effect_count``) give the next keys without reading the
+  transcript.
 - **``json`` columns, not ``jsonb``.** The store only keeps and returns documents, so the text is
   stored verbatim (``TransitionRecord.event_json`` comes back exactly as committed), nothing is
   re-encoded on write, and a ``\\u0000`` inside a tool's output, which ``jsonb`` refuses, is kept.
@@ -32,7 +39,7 @@ import contextlib
 import logging
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Final, Self, TypeVar
+from typing import Any, NoReturn, Self, TypeVar
 from urllib.parse import urlsplit
 
 import psycopg
@@ -51,22 +58,37 @@ from segue.executor.ports import (
     StoreUnavailableError,
     TransitionRecord,
 )
-from segue.executor.stores._shared import (
-    check_snapshot_unchanged,
-    check_storable,
+from segue.executor.stores import _outbox
+from segue.executor.stores._rows import (
+    LOAD_COLUMNS,
+    CommitRows,
     commit_rows,
     conversation_row,
     listed,
     loaded,
-    not_found,
-    pending_effect,
     seed_rows,
+)
+from segue.executor.stores._shared import (
+    check_snapshot_unchanged,
+    check_storable,
+    not_found,
+    require_holdable,
     transition_from_row,
     version_moved,
 )
 from segue.executor.stores.codec import dump_snapshot, load_message, load_snapshot
+from segue.executor.stores.postgres_commits import COMMIT_MANY, document, params, stored
+from segue.executor.stores.postgres_schema import (
+    COMMIT,
+    MIGRATION_LOCK,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    WHY_REFUSED,
+)
 from segue.statemachine import ConversationState, Message
 from segue.statemachine.checkpoint import SessionSnapshot
+
+__all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
 T = TypeVar("T")
 Connection = psycopg.AsyncConnection[tuple[Any, ...]]
@@ -76,130 +98,18 @@ Connection = psycopg.AsyncConnection[tuple[Any, ...]]
 # last-resort handler (a library is quiet), which a handler of any kind on the logger prevents.
 logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
 
-SCHEMA_VERSION: Final = 3
-_MIGRATION_LOCK: Final = 0x5E9E_0001
-"""Advisory lock key held while migrating (any constant unlikely to clash with an app's)."""
 
-_MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
-    # 0 -> 1: the first schema.
-    (
-        """CREATE TABLE conversations (
-            id text PRIMARY KEY,
-            parent_id text,
-            state json NOT NULL,
-            phase text NOT NULL,
-            version integer NOT NULL CHECK (version >= 1),
-            system text,
-            child_id text,
-            message_count integer NOT NULL DEFAULT 0 CHECK (message_count >= 0),
-            effect_count integer NOT NULL DEFAULT 0 CHECK (effect_count >= 0),
-            created_at double precision NOT NULL,
-            updated_at double precision NOT NULL,
-            ordinal bigint GENERATED ALWAYS AS IDENTITY
-        )""",
-        "CREATE INDEX conversations_by_age ON conversations (created_at, ordinal)",
-        """CREATE TABLE messages (
-            conversation_id text NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
-            seq integer NOT NULL CHECK (seq >= 1),
-            kind text NOT NULL,
-            message json NOT NULL,
-            PRIMARY KEY (conversation_id, seq)
-        )""",
-        """CREATE TABLE transitions (
-            conversation_id text NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
-            seq integer NOT NULL CHECK (seq >= 1),
-            event_kind text NOT NULL,
-            event json NOT NULL,
-            from_phase text NOT NULL,
-            to_phase text NOT NULL,
-            context_tokens integer,
-            reason text NOT NULL,
-            effect_kinds json NOT NULL,
-            at double precision NOT NULL,
-            PRIMARY KEY (conversation_id, seq)
-        )""",
-        """CREATE TABLE outbox (
-            conversation_id text NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
-            id integer NOT NULL CHECK (id >= 1),
-            effect json NOT NULL,
-            PRIMARY KEY (conversation_id, id)
-        )""",
-        """CREATE TABLE snapshots (
-            conversation_id text NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
-            version integer NOT NULL CHECK (version >= 1),
-            snapshot json NOT NULL,
-            PRIMARY KEY (conversation_id, version)
-        )""",
-    ),
-    # 1 -> 2: claims on outbox effects (who performs one, until when), idempotency keys.
-    (
-        "ALTER TABLE outbox ADD COLUMN owner text, ADD COLUMN lease_until double precision",
-        """CREATE TABLE idempotency (
-            conversation_id text NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
-            key text NOT NULL,
-            version integer NOT NULL,
-            PRIMARY KEY (conversation_id, key)
-        )""",
-    ),
-    # 2 -> 3: the session each logged event happened in (NULL for events logged before).
-    ("ALTER TABLE transitions ADD COLUMN session integer",),
-)
-
-# One statement per step. Every data-modifying clause reads ``upd``, so none of them writes
-# unless the version-guarded UPDATE did; clauses of one statement all see the snapshot the
-# statement started from, so the outbox read at the end is the outbox before this step, less
-# what it completes, plus what it queued (``queued``'s RETURNING).
-# The documents a step writes go as one JSON array each, a plain text parameter built by joining
-# the JSON texts (``json_array_elements`` hands each back verbatim): psycopg's list adapters
-# would examine every element and, in text form, escape every quote of the JSON inside.
-_COMMIT: Final = """
-WITH upd AS (
-    UPDATE conversations SET state = %(state)s, phase = %(phase)s, version = version + 1,
-        message_count = message_count + %(appended)s, effect_count = effect_count + %(queued)s,
-        updated_at = %(at)s
-    WHERE id = %(cid)s AND version = %(version)s AND NOT EXISTS (
-        SELECT 1 FROM idempotency WHERE conversation_id = %(cid)s AND key = %(key)s)
-    RETURNING message_count, effect_count, system, child_id, created_at
-), appended AS (
-    INSERT INTO messages (conversation_id, seq, kind, message)
-    SELECT %(cid)s, upd.message_count - %(appended)s + m.n, m.kind, m.message
-    FROM upd,
-        ROWS FROM (json_array_elements(%(messages)s::json), unnest(%(kinds)s::text[]))
-        WITH ORDINALITY AS m (message, kind, n)
-), queued AS (
-    INSERT INTO outbox (conversation_id, id, effect, owner, lease_until)
-    SELECT %(cid)s, upd.effect_count - %(queued)s + e.n, e.effect, %(owner)s, %(lease)s
-    FROM upd, json_array_elements(%(effects)s::json) WITH ORDINALITY AS e (effect, n)
-    RETURNING id, owner, lease_until
-), completed AS (
-    DELETE FROM outbox
-    WHERE conversation_id = %(cid)s AND id = ANY(%(completes)s::integer[])
-        AND EXISTS (SELECT FROM upd)
-), logged AS (
-    INSERT INTO transitions (conversation_id, seq, event_kind, event, from_phase, to_phase,
-        context_tokens, reason, effect_kinds, at, session)
-    SELECT %(cid)s, %(version)s, %(event_kind)s, %(event)s, %(from_phase)s, %(phase)s,
-        %(tokens)s, %(reason)s, %(effect_kinds)s, %(at)s, %(session)s
-    FROM upd
-), keyed AS (
-    INSERT INTO idempotency (conversation_id, key, version)
-    SELECT %(cid)s, %(key)s, %(version)s + 1 FROM upd WHERE %(key)s::text IS NOT NULL
-)
-SELECT upd.message_count, upd.effect_count, upd.system, upd.child_id, upd.created_at,
-    p.id, p.effect, p.owner, p.lease_until
-FROM upd LEFT JOIN (
-    SELECT id, effect::text AS effect, owner, lease_until FROM outbox
-    WHERE conversation_id = %(cid)s AND id <> ALL(%(completes)s::integer[])
-    UNION ALL
-    SELECT id, NULL, owner, lease_until FROM queued
-) AS p ON true
-ORDER BY p.id
-"""
-
-_WHY_REFUSED: Final = """
-SELECT version, EXISTS (SELECT FROM idempotency WHERE conversation_id = %s AND key = %s)
-FROM conversations WHERE id = %s
-"""
+def _tell(
+    future: asyncio.Future[StoredConversation],
+    result: StoredConversation | None,
+    error: BaseException | None,
+) -> None:
+    if future.done():
+        return  # its caller gave up waiting; the commit itself was made (or refused) anyway
+    if error is not None:
+        future.set_exception(error)
+    elif result is not None:
+        future.set_result(result)
 
 
 def _exists_then(rows: Sequence[tuple[Any, ...]], conversation_id: str) -> list[tuple[Any, ...]]:
@@ -263,6 +173,14 @@ class PostgresStore:
         self._opening: asyncio.Lock | None = None
         self._guard: asyncio.Task[None] | None = None
         self._closed = False
+        self._batches: dict[
+            asyncio.AbstractEventLoop, list[tuple[CommitRows, asyncio.Future[StoredConversation]]]
+        ] = {}
+        """Commits made in this turn of each loop, sent together at its end."""
+        self._last: tuple[asyncio.AbstractEventLoop, str] | None = None
+        """The loop that committed last, and to which conversation."""
+        self._committing: set[asyncio.Task[None]] = set()
+        """Batches being committed (held here: a task nobody holds may be collected)."""
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
@@ -337,7 +255,7 @@ class PostgresStore:
     async def _migrate(self, conn: Connection) -> None:
         """Bring the schema to ``SCHEMA_VERSION`` in one transaction, one process at a time."""
         async with conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
             await conn.execute("CREATE TABLE IF NOT EXISTS segue_schema (version integer NOT NULL)")
             cur = await conn.execute("SELECT max(version) FROM segue_schema")
             row = await cur.fetchone()
@@ -348,7 +266,7 @@ class PostgresStore:
                     f"understands ({SCHEMA_VERSION}); upgrade segue to open it"
                 )
                 raise SegueError(msg)
-            for step in _MIGRATIONS[current:]:
+            for step in MIGRATIONS[current:]:
                 for statement in step:
                     await conn.execute(statement)
             if current != SCHEMA_VERSION:
@@ -364,8 +282,13 @@ class PostgresStore:
             raise SegueError(msg)
         try:
             pool = await self._ready()
-            async with pool.connection() as conn:
+            # getconn/putconn, not pool.connection(): its context managers cost more CPU than
+            # a step's encoding, for a transaction handling autocommit has no use for.
+            conn = await pool.getconn()
+            try:
                 return await work(conn)
+            finally:
+                await pool.putconn(conn)
         except errors.LockNotAvailable as error:
             msg = (
                 "database is locked: another process holds it for longer than "
@@ -425,103 +348,182 @@ class PostgresStore:
         )
 
     async def load(self, conversation_id: str) -> StoredConversation:
-        """The current state, version, ``last_seq`` and pending outbox, read by one statement
-        (one snapshot and one round trip, instead of a transaction around two reads)."""
+        """The conversation's row: state, version, ``last_seq`` and outbox, read together."""
+        require_holdable(conversation_id)
+        columns = LOAD_COLUMNS.replace("state", "state::text").replace("outbox", "outbox::text")
 
-        async def work(conn: Connection) -> list[tuple[Any, ...]]:
+        async def work(conn: Connection) -> tuple[Any, ...] | None:
             cur = await conn.execute(
-                "SELECT c.state::text, c.version, c.system, c.child_id, c.created_at,"
-                " c.message_count, o.id, o.effect::text, o.owner, o.lease_until"
-                " FROM conversations AS c"
-                " LEFT JOIN outbox AS o ON o.conversation_id = c.id"
-                " WHERE c.id = %s ORDER BY o.id",
+                f"SELECT {columns} FROM conversations WHERE id = %s",  # noqa: S608
                 (conversation_id,),
             )
-            return await cur.fetchall()
+            return await cur.fetchone()
 
         return loaded(conversation_id, await self._run(work))
 
     async def commit(self, commit: Commit) -> StoredConversation:
-        """Apply ``commit`` in one statement (see ``_COMMIT``); when it writes nothing, a second
-        read says why (a duplicate key, a version that moved, no such conversation)."""
-        conversation_id = commit.conversation_id
+        """Apply ``commit``: with the other commits of this turn of the event loop, in one
+        statement (``postgres_commits``), or alone (``COMMIT``) when it is the only one (a
+        conversation committing alone, step after step, does not wait for the end of the
+        loop's turn)."""
         rows = commit_rows(commit)
-        key = commit.idempotency_key
-        completes = [effect_id for _, effect_id in rows.completes]
-        (
-            state,
-            phase,
-            appended,
-            queued,
-            at,
-            _,
-            version,
-        ) = rows.update
-        _, _, event_kind, event, from_phase, _, tokens, reason, effect_kinds, _, session = (
-            rows.transition
-        )
-        params = {
-            "cid": conversation_id,
-            "version": version,
-            "state": state,
-            "phase": phase,
-            "appended": appended,
-            "queued": queued,
-            "at": at,
-            "key": key,
-            # JSON arrays of the documents as they are (each is a JSON object already), and
-            # array literals of kinds and ids: text parameters, which psycopg sends as they are.
-            "messages": f"[{','.join(text for _, text in rows.appended)}]",
-            "kinds": f"{{{','.join(kind for kind, _ in rows.appended)}}}",  # plain words
-            "effects": f"[{','.join(text for _, text in rows.queued)}]",
-            "owner": commit.owner,
-            "lease": commit.lease_until,
-            "completes": f"{{{','.join(map(str, completes))}}}",
-            "event_kind": event_kind,
-            "event": event,
-            "from_phase": from_phase,
-            "tokens": tokens,
-            "reason": reason,
-            "effect_kinds": effect_kinds,
-            "session": session,
-        }
+        conversation_id = commit.conversation_id
+        loop = asyncio.get_running_loop()
+        batch = self._batches.get(loop)
+        if batch is None and self._last == (loop, conversation_id):
+            return await self._commit_one(rows)
+        self._last = (loop, conversation_id)
+        future: asyncio.Future[StoredConversation] = loop.create_future()
+        if batch is None:
+            batch = self._batches[loop] = []
+            loop.call_soon(self._flush, loop)
+        batch.append((rows, future))
+        return await future
+
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Commit the loop's batch, in a task of its own (the callers wait on its futures)."""
+        batch = self._batches.pop(loop, [])
+        if batch:
+            task = loop.create_task(self._commit_batch(batch), name="segue-pg-commit")
+            self._committing.add(task)
+            task.add_done_callback(self._committing.discard)
+
+    async def _commit_batch(
+        self, batch: list[tuple[CommitRows, asyncio.Future[StoredConversation]]]
+    ) -> None:
+        """Commit ``batch`` and tell each caller its outcome. A commit to a conversation
+        already in the batch goes alone (the statement updates a row once)."""
+        together: list[tuple[CommitRows, asyncio.Future[StoredConversation]]] = []
+        alone: list[tuple[CommitRows, asyncio.Future[StoredConversation]]] = []
+        seen: set[str] = set()
+        for rows, future in batch:
+            cid = rows.commit.conversation_id
+            (alone if cid in seen else together).append((rows, future))
+            seen.add(cid)
+        if len(together) == 1:
+            alone.insert(0, together.pop())
+        if together:
+            try:
+                results = await self._commit_many([rows for rows, _ in together])
+            except (SegueError, psycopg.Error):
+                # Refused as a whole (two commits racing with one key, a row in the way, a
+                # store gone): one by one, so that each caller gets its own outcome.
+                alone = together + alone
+            except BaseException as stopped:  # cancelled: every caller hears it
+                for _, future in together + alone:
+                    _tell(future, None, stopped)
+                raise
+            else:
+                for (_, future), (result, problem) in zip(together, results, strict=True):
+                    _tell(future, result, problem)
+        for rows, future in alone:
+            try:
+                landed = await self._commit_one(rows)
+            except BaseException as error:  # the caller gets it
+                _tell(future, None, error)
+                if not isinstance(error, Exception):
+                    raise
+            else:
+                _tell(future, landed, None)
+
+    async def _commit_many(
+        self, batch: list[CommitRows]
+    ) -> list[tuple[StoredConversation | None, BaseException | None]]:
+        """``COMMIT_MANY`` for ``batch``; each commit's outcome (those it left out say why
+        afterwards, as a commit alone does)."""
 
         async def work(conn: Connection) -> list[tuple[Any, ...]]:
-            cur = await conn.execute(_COMMIT, params, binary=True)
-            result = await cur.fetchall()
-            if result:
-                return result
-            cur = await conn.execute(_WHY_REFUSED, (conversation_id, key, conversation_id))
-            why = await cur.fetchone()
-            if why is None:
-                raise not_found(conversation_id)
-            if why[1]:
-                raise DuplicateMessageError(conversation_id, str(key))
-            raise version_moved(conversation_id, why[0], commit.expected_version)
+            cur = await conn.execute(COMMIT_MANY, (document(batch),), binary=True)
+            return await cur.fetchall()
+
+        returned = {row[0]: row[1:] for row in await self._run(work)}
+        outcomes: list[tuple[StoredConversation | None, BaseException | None]] = []
+        for n, rows in enumerate(batch):
+            if n in returned:
+                outcomes.append((stored(rows, returned[n]), None))
+                continue
+            try:
+                await self._why_refused(rows)
+            except SegueError as error:
+                outcomes.append((None, error))
+        return outcomes
+
+    async def _commit_one(self, rows: CommitRows) -> StoredConversation:
+        """``COMMIT`` for one commit; when it writes nothing, a second read says why."""
+        key = rows.commit.idempotency_key
+        conversation_id = rows.commit.conversation_id
+        values = params(rows)
+
+        async def work(conn: Connection) -> tuple[Any, ...] | None:
+            cur = await conn.execute(COMMIT, values, binary=True)
+            return await cur.fetchone()
 
         try:
-            result = await self._run(work)
+            row = await self._run(work)
         except errors.UniqueViolation as error:
-            if key is None or error.diag.table_name != "idempotency":
+            if key is None or error.diag.constraint_name != "transitions_by_key":
                 raise
             # Two commits racing with one key on different versions: the second one's insert.
             raise DuplicateMessageError(conversation_id, key) from None
-        first = result[0]
-        pending_rows = [row[5:] for row in result] if first[5] is not None else []
-        return rows.stored(first[:5], pending_rows)
+        if row is None:
+            await self._why_refused(rows)
+        return stored(rows, row)
+
+    async def _why_refused(self, rows: CommitRows) -> NoReturn:
+        """Raise why a commit wrote nothing: a duplicate key, a version that moved, no such
+        conversation."""
+        commit = rows.commit
+        conversation_id, key = commit.conversation_id, commit.idempotency_key
+
+        async def work(conn: Connection) -> tuple[Any, ...] | None:
+            cur = await conn.execute(WHY_REFUSED, (conversation_id, key, conversation_id))
+            return await cur.fetchone()
+
+        why = await self._run(work)
+        if why is None:
+            raise not_found(conversation_id)
+        if why[1]:
+            raise DuplicateMessageError(conversation_id, str(key))
+        raise version_moved(conversation_id, why[0], commit.expected_version)
+
+    async def _outbox_step(
+        self, conversation_id: str, change: Callable[[list[_outbox.Entry]], tuple[T, bool]]
+    ) -> T:
+        """Read the conversation's outbox with its row locked, ``change`` it (in place; it says
+        what to return and whether it changed anything), and write it back if it changed: one
+        transaction, so two runtimes claiming at once are served one after the other."""
+        require_holdable(conversation_id)
+
+        async def work(conn: Connection) -> T:
+            async with conn.transaction():
+                cur = await conn.execute(
+                    "SELECT outbox::text FROM conversations WHERE id = %s FOR UPDATE",
+                    (conversation_id,),
+                )
+                row = await cur.fetchone()
+                if row is None:
+                    raise not_found(conversation_id)
+                entries = _outbox.parse(row[0])
+                result, changed = change(entries)
+                if changed:
+                    await conn.execute(
+                        "UPDATE conversations SET outbox = %s WHERE id = %s",
+                        (_outbox.dump(entries), conversation_id),
+                    )
+                return result
+
+        return await self._run(work)
 
     async def complete(self, conversation_id: str, effect_ids: Sequence[int]) -> None:
-        async def work(conn: Connection) -> None:
-            cur = await conn.execute(
-                "WITH done AS (DELETE FROM outbox WHERE conversation_id = %s"
-                " AND id = ANY(%s::integer[]))"
-                " SELECT FROM conversations WHERE id = %s",
-                (conversation_id, list(effect_ids), conversation_id),
-            )
-            if await cur.fetchone() is None:
-                raise not_found(conversation_id)
+        done = frozenset(effect_ids)
 
-        await self._run(work)
+        def change(entries: list[_outbox.Entry]) -> tuple[None, bool]:
+            kept = _outbox.without(entries, done)
+            changed = len(kept) != len(entries)
+            entries[:] = kept
+            return None, changed
+
+        await self._outbox_step(conversation_id, change)
 
     async def claim(
         self,
@@ -533,66 +535,44 @@ class PostgresStore:
         now: float,
         take_from: str | None = None,
     ) -> PendingEffect | None:
-        """One guarded ``UPDATE``: its row lock makes the check and the claim one step, so two
-        sessions claiming at once cannot both win; the loser reads who holds it."""
+        """Read and claim with the conversation's row locked: two sessions claiming at once
+        cannot both win; the loser reads who holds it."""
 
-        async def work(conn: Connection) -> tuple[Any, ...] | None:
-            cur = await conn.execute(
-                "UPDATE outbox SET owner = %s, lease_until = %s"
-                " WHERE conversation_id = %s AND id = %s AND (owner IS NULL OR owner = %s"
-                " OR owner = %s OR lease_until IS NULL OR lease_until < %s)"
-                " RETURNING id, effect::text, owner, lease_until",
-                (owner, lease_until, conversation_id, effect_id, owner, take_from, now),
+        def change(entries: list[_outbox.Entry]) -> tuple[_outbox.Entry | None, bool]:
+            return _outbox.claim(
+                entries,
+                effect_id,
+                owner=owner,
+                lease_until=lease_until,
+                now=now,
+                take_from=take_from,
             )
-            row = await cur.fetchone()
-            if row is not None:
-                return row
-            cur = await conn.execute(
-                "SELECT o.id, o.effect::text, o.owner, o.lease_until FROM conversations AS c"
-                " LEFT JOIN outbox AS o ON o.conversation_id = c.id AND o.id = %s"
-                " WHERE c.id = %s",
-                (effect_id, conversation_id),
-            )
-            row = await cur.fetchone()
-            if row is None:
-                raise not_found(conversation_id)
-            return None if row[0] is None else row
 
-        row = await self._run(work)
-        return None if row is None else pending_effect(row)
+        entry = await self._outbox_step(conversation_id, change)
+        return None if entry is None else _outbox.pending(entry)
 
     async def renew(
         self, conversation_id: str, effect_ids: Sequence[int], *, owner: str, lease_until: float
     ) -> bool:
-        async def work(conn: Connection) -> bool:
-            cur = await conn.execute(
-                "WITH renewed AS (UPDATE outbox SET lease_until = %s"
-                " WHERE conversation_id = %s AND id = ANY(%s::integer[]) AND owner = %s"
-                " RETURNING 1)"
-                " SELECT (SELECT count(*) FROM renewed) FROM conversations WHERE id = %s",
-                (lease_until, conversation_id, list(effect_ids), owner, conversation_id),
-            )
-            row = await cur.fetchone()
-            if row is None:
-                raise not_found(conversation_id)
-            return bool(row[0] == len(set(effect_ids)))
+        wanted = frozenset(effect_ids)
 
-        return await self._run(work)
+        def change(entries: list[_outbox.Entry]) -> tuple[bool, bool]:
+            renewed = _outbox.renew(entries, wanted, owner=owner, lease=lease_until)
+            return renewed == len(wanted), renewed > 0
+
+        return await self._outbox_step(conversation_id, change)
 
     async def release(self, conversation_id: str, effect_ids: Sequence[int], *, owner: str) -> None:
-        async def work(conn: Connection) -> None:
-            cur = await conn.execute(
-                "WITH released AS (UPDATE outbox SET owner = NULL, lease_until = NULL"
-                " WHERE conversation_id = %s AND id = ANY(%s::integer[]) AND owner = %s)"
-                " SELECT FROM conversations WHERE id = %s",
-                (conversation_id, list(effect_ids), owner, conversation_id),
-            )
-            if await cur.fetchone() is None:
-                raise not_found(conversation_id)
+        wanted = frozenset(effect_ids)
 
-        await self._run(work)
+        def change(entries: list[_outbox.Entry]) -> tuple[None, bool]:
+            return None, _outbox.release(entries, wanted, owner=owner)
+
+        await self._outbox_step(conversation_id, change)
 
     async def messages(self, conversation_id: str, *, after_seq: int = 0) -> list[StoredMessage]:
+        require_holdable(conversation_id)
+
         async def work(conn: Connection) -> list[tuple[Any, ...]]:
             cur = await conn.execute(
                 "SELECT c.id, m.seq, m.message::text FROM conversations AS c"
@@ -606,6 +586,8 @@ class PostgresStore:
         return [StoredMessage(seq=seq, message=load_message(text)) for seq, text in rows]
 
     async def transitions(self, conversation_id: str) -> list[TransitionRecord]:
+        require_holdable(conversation_id)
+
         async def work(conn: Connection) -> list[tuple[Any, ...]]:
             cur = await conn.execute(
                 "SELECT c.id, t.seq, t.event_kind, t.event::text, t.from_phase, t.to_phase,"
@@ -630,13 +612,18 @@ class PostgresStore:
         return [listed(row) for row in await self._run(work)]
 
     async def with_pending(self) -> list[str]:
+        """A scan of the conversations (at startup): an index on what changes with every step
+        would make every step's update a non-HOT one."""
+
         async def work(conn: Connection) -> list[str]:
-            cur = await conn.execute("SELECT DISTINCT conversation_id FROM outbox")
+            cur = await conn.execute("SELECT id FROM conversations WHERE outbox::text <> '[]'")
             return [str(row[0]) for row in await cur.fetchall()]
 
         return await self._run(work)
 
     async def link_child(self, parent_id: str, child_id: str) -> str:
+        require_holdable(parent_id)
+
         async def work(conn: Connection) -> str:
             cur = await conn.execute(
                 "UPDATE conversations SET child_id = coalesce(child_id, %s) WHERE id = %s"
@@ -654,6 +641,7 @@ class PostgresStore:
         """Insert unless the version is taken; then the snapshot kept under it, to compare
         (one statement: the insert's clause and the read see the same snapshot)."""
         conversation_id = snapshot.conversation_id
+        require_holdable(conversation_id)
         text = dump_snapshot(snapshot)
 
         async def work(conn: Connection) -> tuple[Any, ...] | None:
@@ -676,6 +664,8 @@ class PostgresStore:
             check_snapshot_unchanged(load_snapshot(existing), snapshot)
 
     async def snapshots(self, conversation_id: str) -> list[SessionSnapshot]:
+        require_holdable(conversation_id)
+
         async def work(conn: Connection) -> list[tuple[Any, ...]]:
             cur = await conn.execute(
                 "SELECT c.id, s.snapshot::text FROM conversations AS c"
@@ -688,7 +678,12 @@ class PostgresStore:
         return [load_snapshot(text) for (text,) in await self._run(work)]
 
     async def close(self) -> None:
-        """Close the pool's connections; later calls raise ``SegueError``."""
+        """Finish the commits under way, close the pool's connections; later calls raise
+        ``SegueError``."""
+        loop = asyncio.get_running_loop()
+        if loop is self._loop and not self._closed:
+            self._flush(loop)
+            await asyncio.gather(*list(self._committing), return_exceptions=True)
         self._closed = True
         pool = self._pool
         if pool is None:

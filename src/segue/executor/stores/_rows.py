@@ -1,0 +1,194 @@
+"""Rows for the two SQL stores, whose tables have the same columns (each store's migrations say
+so in its own dialect): what ``create`` and ``commit`` write, encoded before the store takes its
+write lock so that the lock is held for SQL only, and what ``load`` and ``list_conversations``
+read back. Column lists in the docstrings below are the order the rows are bound or selected in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from segue.executor.ports import Commit, PendingEffect, StoredConversation
+from segue.executor.stores import _outbox
+from segue.executor.stores._outbox import Entry
+from segue.executor.stores._shared import check_commit_target, log_line, not_found
+from segue.executor.stores.codec import dump_effect, dump_message, dump_state, load_state
+from segue.statemachine import ConversationState, Message
+from segue.statemachine.effects import AppendMessage, Effect
+
+
+def conversation_row(
+    state: ConversationState, system: str | None, message_count: int, at: float
+) -> tuple[Any, ...]:
+    """A new ``conversations`` row at version 1, its outbox empty: (id, parent_id, state,
+    phase, system, message_count, created_at, updated_at)."""
+    return (
+        state.config.id,
+        state.config.parent_id,
+        dump_state(state),
+        state.phase.kind,
+        system,
+        message_count,
+        at,
+        at,
+    )
+
+
+def message_rows(
+    conversation_id: str, messages: Sequence[tuple[str, str]], first_seq: int
+) -> list[tuple[str, int, str, str]]:
+    """``messages`` rows (conversation_id, seq, kind, message) for encoded (kind, text) pairs."""
+    return [
+        (conversation_id, seq, kind, text) for seq, (kind, text) in enumerate(messages, first_seq)
+    ]
+
+
+def seed_rows(conversation_id: str, messages: Sequence[Message]) -> list[tuple[str, int, str, str]]:
+    """``messages`` rows for a new conversation's seed messages (seqs 1..n)."""
+    return message_rows(
+        conversation_id, [(message.kind, dump_message(message)) for message in messages], 1
+    )
+
+
+_KINDS_SEPARATOR = '","'
+"""Effect kinds are plain words (``append_message``): their JSON list is a join, not a
+``json.dumps`` (which cost as much as a step's SQL UPDATE)."""
+
+LOAD_COLUMNS = "state, version, system, child_id, created_at, message_count, outbox"
+"""What ``loaded`` reads, in order (PostgreSQL casts the JSON columns to text)."""
+
+
+def loaded(conversation_id: str, row: Sequence[Any] | None) -> StoredConversation:
+    """The conversation from its row (``LOAD_COLUMNS``), outbox included."""
+    if row is None:
+        raise not_found(conversation_id)
+    state, version, system, child_id, created_at, last_seq, outbox = row
+    return StoredConversation(
+        state=load_state(state),
+        version=version,
+        system=system,
+        pending=_outbox.pending_all(outbox),
+        child_id=child_id,
+        created_at=created_at,
+        last_seq=last_seq,
+    )
+
+
+def listed(row: Sequence[Any]) -> StoredConversation:
+    """A conversation from ``list_conversations`` (state, version, system, child_id,
+    created_at), without its pending effects."""
+    state, version, system, child_id, created_at = row
+    return StoredConversation(
+        state=load_state(state),
+        version=version,
+        system=system,
+        child_id=child_id,
+        created_at=created_at,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    """What a step reads back from the conversation's row once it is written."""
+
+    message_count: int
+    effect_count: int
+    system: str | None
+    child_id: str | None
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class CommitRows:
+    """A ``Commit`` encoded for the SQL tables (build it with ``commit_rows``)."""
+
+    commit: Commit
+    state: str
+    """The new state as JSON."""
+    appended: list[tuple[str, str]]
+    """(kind, message JSON) of every ``AppendMessage``, in order."""
+    queued: list[tuple[Effect, str]]
+    """Every other effect with its JSON, in order: the new outbox entries."""
+    transition: tuple[Any, ...]
+    """The ``transitions`` row: (conversation_id, seq, event_kind, event, from_phase, to_phase,
+    context_tokens, reason, effect_kinds as JSON, at, session, idempotency_key)."""
+    completes: frozenset[int]
+    """Ids of the outbox entries this step finished."""
+
+    def messages(self, message_count: int) -> list[tuple[str, int, str, str]]:
+        """The ``messages`` rows, given ``message_count`` once the step is written."""
+        conversation_id = self.commit.conversation_id
+        return message_rows(conversation_id, self.appended, message_count - len(self.appended) + 1)
+
+    def entries(self, effect_count: int) -> list[str]:
+        """The new outbox entries (JSON texts), given ``effect_count`` before the step: claimed
+        by the commit's owner, if any."""
+        commit = self.commit
+        return [
+            _outbox.entry_text(effect_id, text, commit.owner, commit.lease_until)
+            for effect_id, (_, text) in enumerate(self.queued, effect_count + 1)
+        ]
+
+    def outbox(
+        self, current: str, effect_count: int, pending: int | None = None
+    ) -> tuple[str, list[Entry]]:
+        """The outbox once the step is written, from ``current``, ``effect_count`` and (if
+        known) the number of entries before it; and the entries kept from before (usually
+        none: a step completes what was pending, so ``current`` need not be decoded)."""
+        if pending is not None and _outbox.only(current, pending) <= self.completes:
+            kept: list[Entry] = []
+        else:
+            kept = _outbox.without(_outbox.parse(current), self.completes)
+        return _outbox.dump(kept, self.entries(effect_count)), kept
+
+    def stored(self, counters: Counters, older: Sequence[Entry]) -> StoredConversation:
+        """The conversation as committed: ``counters`` as the step left them, the outbox as
+        ``older`` (entries from before the step, decoded) and then what the step queued (still
+        live objects, never decoded)."""
+        commit = self.commit
+        owner, lease = commit.owner, commit.lease_until
+        first_id = counters.effect_count - len(self.queued) + 1
+        pending = tuple(_outbox.pending(entry) for entry in older) + tuple(
+            PendingEffect(id=effect_id, effect=effect, owner=owner, lease_until=lease)
+            for effect_id, (effect, _) in enumerate(self.queued, first_id)
+        )
+        return StoredConversation(
+            state=commit.state,
+            version=commit.expected_version + 1,
+            system=counters.system,
+            pending=pending,
+            child_id=counters.child_id,
+            created_at=counters.created_at,
+            last_seq=counters.message_count,
+        )
+
+
+def commit_rows(commit: Commit) -> CommitRows:
+    """Check ``commit`` is for its own conversation and encode everything it writes."""
+    check_commit_target(commit)
+    conversation_id = commit.conversation_id
+    appended: list[tuple[str, str]] = []
+    queued: list[tuple[Effect, str]] = []
+    for effect in commit.effects:
+        if isinstance(effect, AppendMessage):
+            appended.append((effect.message.kind, dump_message(effect.message)))
+        else:
+            queued.append((effect, dump_effect(effect)))
+    *line, kinds, at, session = log_line(commit, tuple(effect.kind for effect in commit.effects))
+    return CommitRows(
+        commit=commit,
+        state=dump_state(commit.state),
+        appended=appended,
+        queued=queued,
+        transition=(
+            conversation_id,
+            *line,
+            f'["{_KINDS_SEPARATOR.join(kinds)}"]' if kinds else "[]",
+            at,
+            session,
+            commit.idempotency_key,
+        ),
+        completes=frozenset(commit.completes),
+    )
