@@ -469,7 +469,8 @@ class Runtime(Driver):
         store and that runtime pauses at the boundary; this waits for it (at most ``timeout``
         seconds, then returns the state with ``pause_requested`` set: the pause still comes).
         """
-        if conversation_id in self._driving:
+        local = conversation_id in self._driving
+        if local:
             # The running drive commits the request before its next effect, so the pause
             # takes effect at the next turn boundary. (Only a drive reads the request: while
             # anything else holds the lock, the pause waits for the lock below.)
@@ -485,7 +486,7 @@ class Runtime(Driver):
                 state = (await self.store.load(conversation_id)).state
                 if state.phase.kind == "paused":
                     return state
-        if timeout is None:
+        if timeout is None or local:  # a local turn was waited for, or cancelled, above
             state, _ = await self._drive(conversation_id, PauseRequested(reason=reason))
             return state
         # Another runtime may be running the turn: the request is stored at once, and that
