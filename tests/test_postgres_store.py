@@ -43,6 +43,8 @@ from test_stores import MODEL, Backend, run
 from test_stores import step as store_step
 
 pytestmark = pytest.mark.slow
+workers = test_processes.workers
+"""The multi-process scenarios' fixture: their workers are killed and reaped when they end."""
 
 # The contract: every test of test_stores that takes the ``store`` or the ``backend`` fixture
 # runs here too, with the fixtures below (a PostgresStore on a fresh database) in place of the
@@ -161,9 +163,11 @@ def test_postgres_two_runtimes_take_turns_on_one_conversation(database: str) -> 
 
 
 @pytest.mark.parametrize("scenario", test_processes.SCENARIOS, ids=lambda s: s.__name__)
-def test_processes_on_one_postgres_database(database: str, scenario: Any) -> None:
+def test_processes_on_one_postgres_database(
+    database: str, scenario: Any, workers: test_processes.Workers
+) -> None:
     """The multi-process scenarios of ``test_processes``, with real worker processes."""
-    scenario(database)
+    scenario(database, workers)
 
 
 def test_a_returned_send_survives_kill_9_on_postgres(database: str, tmp_path: Path) -> None:

@@ -10,12 +10,13 @@ work of a process killed with SIGKILL is taken over and finished by the next one
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -46,13 +47,47 @@ def open_store(where: str) -> Store:
     return PostgresStore(where) if where.startswith("host=") else SqliteStore(where)
 
 
-def start(where: str, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(  # noqa: S603  # our own worker, no shell
-        [sys.executable, str(WORKER), where, *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+class Workers:
+    """The worker processes a scenario starts, so that its teardown can end them: a scenario
+    whose assert fails midway would otherwise leave them running, their pipes open (a later
+    test then hears of those as unraisable ``ResourceWarning``s)."""
+
+    def __init__(self) -> None:
+        self.started: list[subprocess.Popen[str]] = []
+
+    def start(self, where: str, *args: str) -> subprocess.Popen[str]:
+        """``process_worker.py`` on ``where`` doing ``args``, its output piped."""
+        return self.popen([str(WORKER), where, *args])
+
+    def popen(self, args: list[str], *, stdin: bool = False) -> subprocess.Popen[str]:
+        """Our interpreter running ``args``, its output (and input if ``stdin``) piped."""
+        worker = subprocess.Popen(  # noqa: S603  # our own workers, no shell
+            [sys.executable, *args],
+            stdin=subprocess.PIPE if stdin else None,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.started.append(worker)
+        return worker
+
+    def reap(self) -> None:
+        """Kill every worker still running, then reap each one and close its pipes."""
+        for worker in self.started:
+            if worker.poll() is None:
+                worker.kill()
+            with contextlib.suppress(ValueError):  # communicated already: its pipes are closed
+                worker.communicate(timeout=TIMEOUT)
+
+
+@pytest.fixture
+def workers() -> Iterator[Workers]:
+    """A scenario's workers, killed and reaped when it ends, passed or failed."""
+    started = Workers()
+    try:
+        yield started
+    finally:
+        started.reap()
 
 
 def finish(worker: subprocess.Popen[str]) -> dict[str, Any]:
@@ -99,11 +134,11 @@ def wait_for_claim(where: str, cid: str) -> str:
 # --------------------------------------------------------------------------- scenarios
 
 
-def concurrent_senders(where: str) -> None:
+def concurrent_senders(where: str, workers: Workers) -> None:
     """Four processes send four messages each, round-robin over two conversations."""
     ids = run(create(where, 2))
-    workers = [start(where, "send", ",".join(ids), "4", "0.05") for _ in range(4)]
-    results = [finish(worker) for worker in workers]
+    senders = [workers.start(where, "send", ",".join(ids), "4", "0.05") for _ in range(4)]
+    results = [finish(sender) for sender in senders]
     assert all(r == "idle" for result in results for r in result["results"]), results
     calls = sum(result["calls"] for result in results)
     replies = 0
@@ -117,24 +152,18 @@ def concurrent_senders(where: str) -> None:
     assert calls == replies  # exactly one model call per stored reply
 
 
-def a_process_starting_meanwhile(where: str) -> None:
+def a_process_starting_meanwhile(where: str, workers: Workers) -> None:
     """A second process starts (and recovers) while the first has a request in flight.
 
     The first one's model answers only when told (``gated_worker.py``), so its request is in
     flight for as long as the second process takes to start, however busy the machine is."""
     (cid,) = run(create(where, 1))
-    first = subprocess.Popen(  # noqa: S603  # our own worker, no shell
-        [sys.executable, str(GATED_WORKER), where, cid],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    first = workers.popen([str(GATED_WORKER), where, cid], stdin=True)
     try:
         assert first.stdout is not None
         assert json.loads(first.stdout.readline() or "{}") == {"asked": True}
         owner = wait_for_claim(where, cid)
-        second = finish(start(where, "recover"))
+        second = finish(workers.start(where, "recover"))
         assert second["calls"] == 0  # the live process's request was left to it
         assert first.poll() is None  # ... which was still at it
     finally:
@@ -146,16 +175,16 @@ def a_process_starting_meanwhile(where: str) -> None:
     assert run(transcript_kinds(where, cid)) == (["user", "assistant"], "idle", 0)
 
 
-def a_killed_claimer(where: str) -> None:
+def a_killed_claimer(where: str, workers: Workers) -> None:
     """kill -9 of the process performing a request: the next process asks once more."""
     (cid,) = run(create(where, 1))
-    hanging = start(where, "hang", cid)
+    hanging = workers.start(where, "hang", cid)
     assert hanging.stdout is not None
     assert json.loads(hanging.stdout.readline())["asked"]
     os.kill(hanging.pid, signal.SIGKILL)
     hanging.communicate(timeout=TIMEOUT)  # reaps it and closes its pipes
     assert wait_for_claim(where, cid).split("/")[1] == str(hanging.pid)
-    recovered = finish(start(where, "recover"))
+    recovered = finish(workers.start(where, "recover"))
     assert recovered["calls"] == 1  # the request asked once more, by one process
     assert run(transcript_kinds(where, cid)) == (["user", "assistant"], "idle", 0)
 
@@ -164,5 +193,5 @@ SCENARIOS = [concurrent_senders, a_process_starting_meanwhile, a_killed_claimer]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)
-def test_processes_on_one_sqlite_file(tmp_path: Path, scenario: Any) -> None:
-    scenario(str(tmp_path / "shared.db"))
+def test_processes_on_one_sqlite_file(tmp_path: Path, scenario: Any, workers: Workers) -> None:
+    scenario(str(tmp_path / "shared.db"), workers)
