@@ -37,12 +37,17 @@ from segue.executor.ports import SegueError, Store, StoreUnavailableError
 from segue.executor.runtime import Runtime
 from segue.executor.stores.postgres import SCHEMA_VERSION, PostgresStore
 from segue.executor.stores.postgres_commits import COMMIT_MANY
-from segue.executor.stores.postgres_schema import COMMIT, MIGRATIONS
+from segue.executor.stores.postgres_schema import COMMIT, MIGRATIONS, fast_commit
 from segue.testing.postgres import ThrowawayCluster, find_server_binaries
 from test_stores import MODEL, Backend, run
 from test_stores import step as store_step
 
 pytestmark = pytest.mark.slow
+FAST = {
+    fast_commit(appended, queued, completed, keyed)
+    for appended, queued, completed, keyed in itertools.product((0, 1), (0, 1), (0, 1), (0, 1))
+}
+"""Every statement of a commit alone of a usual shape."""
 workers = test_processes.workers
 """The multi-process scenarios' fixture: their workers are killed and reaped when they end."""
 
@@ -185,7 +190,8 @@ def test_commits_made_at_once_are_one_statement(
     execute = psycopg.AsyncConnection.execute
 
     async def recording(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        sent.append("many" if query is COMMIT_MANY else "one" if query is COMMIT else "other")
+        one = query is COMMIT or query in FAST  # a commit alone, of any shape
+        sent.append("many" if query is COMMIT_MANY else "one" if one else "other")
         return await execute(self, query, *args, **kwargs)
 
     answer = LlmResponse(text="reply", usage=Usage(input_tokens=100))
@@ -394,3 +400,36 @@ def test_the_server_on_postgresql(database: str, tmp_path: Path) -> None:
     with psycopg.connect(database) as raw:
         ((stored,),) = raw.execute("SELECT count(*) FROM messages").fetchall()
     assert stored == len(kinds)
+
+
+def test_wait_for_change_is_woken_by_a_commit_of_another_session(database: str) -> None:
+    """The first wait registers the conversation (and returns: the caller reads again), the next
+    one is woken by a commit made through another store, a conversation nobody waits for is
+    not notified, and closing the store drops its registrations."""
+
+    def watched() -> list[tuple[str, int]]:
+        with psycopg.connect(database, autocommit=True) as raw:
+            return raw.execute("SELECT conversation_id, pid FROM segue_watches").fetchall()
+
+    async def scenario() -> None:
+        watcher, writer = PostgresStore(database), PostgresStore(database)
+        try:
+            quiet, told = [
+                await writer.create(new_conversation(model=MODEL, conversation_id=cid), system=None)
+                for cid in ("q", "t")
+            ]
+            assert await watcher.wait_for_change("t", timeout=60) is True  # registered
+            assert [cid for cid, _ in watched()] == ["t"]
+            waiting = asyncio.create_task(watcher.wait_for_change("t", timeout=60))
+            await store_step(writer, quiet, UserMessage(text="to nobody"))
+            await asyncio.sleep(0.05)
+            assert not waiting.done()
+            await store_step(writer, told, UserMessage(text="to the watcher"))
+            assert await waiting is True
+            assert await watcher.wait_for_change("t", timeout=0.01) is False  # nothing new
+        finally:
+            await watcher.close()
+            await writer.close()
+        assert watched() == []
+
+    run(scenario())

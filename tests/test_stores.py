@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import os
 import sqlite3
 import stat
@@ -1210,6 +1211,9 @@ def _plant_old_rows(backend: Backend) -> None:
             tuple(present.values()),
         )
 
+    request = next(effect for effect in effects if effect.kind == "request_llm")
+    claimed = {"owner": "old-host/1/abcd", "lease_until": 99.5}
+    entry = json.dumps([{"id": 1, "effect": json.loads(dump_effect(request)), **claimed}])
     for cid, state, count, pending in (("w", asked, 1, 1), ("done", answered, 2, 0)):
         insert(
             "conversations",
@@ -1224,6 +1228,7 @@ def _plant_old_rows(backend: Backend) -> None:
                 "created_at": 1.0,
                 "updated_at": 2.0,
                 "pending_count": pending,
+                "outbox": entry if pending else "[]",  # in the row from SQLite 5, PostgreSQL 4
             },
         )
     for cid, seq, kind in (("w", 1, "user"), ("done", 1, "user"), ("done", 2, "assistant")):
@@ -1251,19 +1256,14 @@ def _plant_old_rows(backend: Backend) -> None:
             "effect_kinds": '["append_message", "request_llm"]',
             "at": 2.0,
             "session": 1,
+            "idempotency_key": "sent-once",  # on the event from SQLite 5, PostgreSQL 4
         },
     )
-    request = next(effect for effect in effects if effect.kind == "request_llm")
-    insert(
-        "outbox",
-        {
-            "conversation_id": "w",
-            "id": 1,
-            "effect": dump_effect(request),
-            "owner": "old-host/1/abcd",
-            "lease_until": 99.5,
-        },
-    )
+    if backend.columns("outbox"):  # a table of its own until then
+        insert(
+            "outbox",
+            {"conversation_id": "w", "id": 1, "effect": dump_effect(request), **claimed},
+        )
     if backend.columns("idempotency"):  # from version 2
         insert("idempotency", {"conversation_id": "w", "key": "sent-once", "version": 2})
 

@@ -71,13 +71,14 @@ from segue.executor.stores._rows import (
 from segue.executor.stores._shared import (
     check_snapshot_unchanged,
     check_storable,
+    holdable,
     not_found,
     require_holdable,
     transition_from_row,
     version_moved,
 )
 from segue.executor.stores.codec import dump_snapshot, load_message, load_snapshot
-from segue.executor.stores.postgres_commits import COMMIT_MANY, document, params, stored
+from segue.executor.stores.postgres_commits import COMMIT_MANY, document, fast, params, stored
 from segue.executor.stores.postgres_schema import (
     COMMIT,
     MIGRATION_LOCK,
@@ -85,6 +86,7 @@ from segue.executor.stores.postgres_schema import (
     SCHEMA_VERSION,
     WHY_REFUSED,
 )
+from segue.executor.stores.postgres_watch import Watches
 from segue.statemachine import ConversationState, Message
 from segue.statemachine.checkpoint import SessionSnapshot
 
@@ -181,6 +183,8 @@ class PostgresStore:
         """The loop that committed last, and to which conversation."""
         self._committing: set[asyncio.Task[None]] = set()
         """Batches being committed (held here: a task nobody holds may be collected)."""
+        self._watches = Watches(conninfo, self._execute)
+        """The LISTEN connection of ``wait_for_change`` (opened by the first wait)."""
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
@@ -203,6 +207,7 @@ class PostgresStore:
         """Let go of a pool whose event loop has ended (``asyncio.run`` returned): its tasks
         ended with the loop, so only its connections are left to close, which libpq does
         without a loop."""
+        self._watches.abandon()
         for conn in list(self._connections):
             conn.pgconn.finish()
         self._connections = weakref.WeakSet()
@@ -306,6 +311,32 @@ class PostgresStore:
                     await opened.check()
             msg = f"PostgreSQL cannot be used: {type(error).__name__}: {error}".strip()
             raise StoreUnavailableError(msg) from error
+
+    async def _execute(self, statement: str, values: tuple[Any, ...]) -> None:
+        """Run ``statement`` on a connection of the pool."""
+
+        async def work(conn: Connection) -> None:
+            await conn.execute(statement, values)
+
+        await self._run(work)
+
+    async def wait_for_change(
+        self,
+        conversation_id: str,
+        *,
+        timeout: float,  # noqa: ASYNC109  # what Feed calls: a wait bounded by its poll
+    ) -> bool:
+        """Wait until another session commits to the conversation (True) or ``timeout``
+        seconds pass (False), through LISTEN/NOTIFY (``postgres_watch``); the first wait for a
+        conversation returns once it is registered, so that the caller reads it again."""
+        if self._closed:
+            msg = "the store is closed"
+            raise SegueError(msg)
+        if not holdable(conversation_id):
+            await asyncio.sleep(timeout)
+            return False
+        await self._ready()
+        return await self._watches.wait(conversation_id, timeout)
 
     # ------------------------------------------------------------------ Store
 
@@ -449,13 +480,20 @@ class PostgresStore:
         return outcomes
 
     async def _commit_one(self, rows: CommitRows) -> StoredConversation:
-        """``COMMIT`` for one commit; when it writes nothing, a second read says why."""
+        """One commit: the statement of its shape if it has a usual one (``fast_commit``),
+        else, or if that wrote nothing, ``COMMIT``; when that writes nothing either, a read
+        says why."""
         key = rows.commit.idempotency_key
         conversation_id = rows.commit.conversation_id
-        values = params(rows)
+        shaped = fast(rows)
 
         async def work(conn: Connection) -> tuple[Any, ...] | None:
-            cur = await conn.execute(COMMIT, values, binary=True)
+            if shaped is not None:
+                cur = await conn.execute(shaped[0], shaped[1], binary=True)
+                landed = await cur.fetchone()
+                if landed is not None:
+                    return landed
+            cur = await conn.execute(COMMIT, params(rows), binary=True)
             return await cur.fetchone()
 
         try:
@@ -684,6 +722,7 @@ class PostgresStore:
         if loop is self._loop and not self._closed:
             self._flush(loop)
             await asyncio.gather(*list(self._committing), return_exceptions=True)
+            await self._watches.close()  # its registrations are deleted through the pool
         self._closed = True
         pool = self._pool
         if pool is None:

@@ -20,6 +20,7 @@ from typing import Any, Final
 from segue.executor.ports import StoredConversation
 from segue.executor.stores import _outbox
 from segue.executor.stores._rows import CommitRows, Counters
+from segue.executor.stores.postgres_schema import fast_commit
 
 # ``COMMIT`` (in ``postgres_schema``) for every commit of the document at once: the input is a
 # relation of commits (their columns as ``json_to_recordset`` reads them), the version-guarded
@@ -70,7 +71,9 @@ WITH input AS (
         i.effect_kinds, i.at, i.session, i.key
     FROM upd JOIN input AS i ON i.n = upd.n
 )
-SELECT * FROM upd
+SELECT upd.*, (SELECT count(pg_notify('segue_changes', w.conversation_id))
+    FROM input AS i JOIN segue_watches AS w ON w.conversation_id = i.cid WHERE i.n = upd.n)
+FROM upd
 """
 
 
@@ -148,11 +151,29 @@ def document(batch: Sequence[CommitRows]) -> str:
     return f"[{','.join(records)}]"
 
 
+def fast(rows: CommitRows) -> tuple[str, dict[str, Any]] | None:
+    """``fast_commit``'s statement for ``rows`` and its parameters, when the step has its
+    shape (see there); else None."""
+    appended, queued, completes = rows.appended, rows.queued, rows.completes
+    if len(appended) > 1 or len(queued) > 1 or len(completes) > 1:
+        return None
+    commit = rows.commit
+    key = commit.idempotency_key
+    values = _fields(rows)
+    if appended:
+        values["kind"], values["message"] = appended[0]
+    if queued:
+        values["effect"] = queued[0][1]
+    if completes:
+        (values["completed"],) = completes
+    return fast_commit(len(appended), len(queued), len(completes), key is not None), values
+
+
 def stored(rows: CommitRows, returned: Sequence[Any]) -> StoredConversation:
     """The conversation as committed, from what ``COMMIT`` (or a row of ``COMMIT_MANY``, its
     ``n`` left out) returned: the counters, and the outbox when it holds more than what the
-    step queued."""
-    message_count, effect_count, system, child_id, created_at, outbox = returned
+    step queued (then the number of watchers notified, which is not needed here)."""
+    message_count, effect_count, system, child_id, created_at, outbox = returned[:6]
     counters = Counters(message_count, effect_count, system, child_id, created_at)
     first_new = effect_count - len(rows.queued) + 1
     older = (
