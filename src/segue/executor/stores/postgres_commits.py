@@ -71,8 +71,9 @@ WITH input AS (
         i.effect_kinds, i.at, i.session, i.key
     FROM upd JOIN input AS i ON i.n = upd.n
 )
-SELECT upd.*, (SELECT count(pg_notify('segue_changes', w.conversation_id))
-    FROM input AS i JOIN segue_watches AS w ON w.conversation_id = i.cid WHERE i.n = upd.n)
+SELECT upd.*, (SELECT pg_notify('segue_changes', w.conversation_id) IS NULL
+    FROM input AS i JOIN segue_watches AS w ON w.conversation_id = i.cid WHERE i.n = upd.n
+    LIMIT 1)
 FROM upd
 """
 
@@ -172,7 +173,7 @@ def fast(rows: CommitRows) -> tuple[str, dict[str, Any]] | None:
 def stored(rows: CommitRows, returned: Sequence[Any]) -> StoredConversation:
     """The conversation as committed, from what ``COMMIT`` (or a row of ``COMMIT_MANY``, its
     ``n`` left out) returned: the counters, and the outbox when it holds more than what the
-    step queued (then the number of watchers notified, which is not needed here)."""
+    step queued (then whether watchers were notified, which is not needed here)."""
     message_count, effect_count, system, child_id, created_at, outbox = returned[:6]
     counters = Counters(message_count, effect_count, system, child_id, created_at)
     first_new = effect_count - len(rows.queued) + 1

@@ -124,11 +124,13 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
 )
 
 NOTIFY: Final = (
-    "(SELECT count(pg_notify('segue_changes', w.conversation_id)) FROM segue_watches AS w"
-    " WHERE w.conversation_id = {cid})"
+    "(SELECT pg_notify('segue_changes', w.conversation_id) IS NULL FROM segue_watches AS w"
+    " WHERE w.conversation_id = {cid} LIMIT 1)"
 )
-"""A column of a step's result: notifies the conversation's watchers, if it has any (a
-look-up in an index of a table that is empty while nobody watches), and counts them."""
+"""A column of a step's result: notifies the conversation's watchers if it has any (a look-up
+in an index of a table that is empty while nobody watches); one notification reaches every
+listener. (False when it notified, NULL when nobody watches: not an aggregate, whose set-up
+would cost every step more than the look-up.)"""
 
 # One statement per step. The version-guarded UPDATE writes the conversation's row with its new
 # outbox: the entries it had, less those the step completes, then those it queues (``c.outbox``
