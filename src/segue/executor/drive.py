@@ -169,26 +169,51 @@ def _naming_holder(effects: tuple[Effect, ...], head: PendingEffect) -> tuple[Ef
     )
 
 
-class _Renewal:
-    """Calls ``renew`` every ``period`` seconds until cancelled; a timer costs nothing until
-    it fires, and most work ends long before it does."""
+class _Renewals:
+    """Renews this runtime's claims on the work it performs, every ``period`` seconds while it
+    runs, with one timer for them all, set when work starts and none is set. Most work ends long
+    before its first renewal is due; a timer per piece of work, set and cancelled each time,
+    cost every step more than renewing ever did (and the cancelled ones stayed in the loop's
+    heap until their time)."""
 
-    __slots__ = ("_handle", "_period", "_renew", "_tasks")
+    __slots__ = ("_due", "_handle", "_loop", "_period", "_renew", "_tasks")
 
-    def __init__(self, *, period: float, renew: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    def __init__(
+        self, *, period: Callable[[], float], renew: Callable[[str, int], Coroutine[Any, Any, None]]
+    ) -> None:
         self._period = period
+        """Read at each use: a runtime's lease may be changed while it runs."""
         self._renew = renew
+        self._due: dict[str, tuple[int, float]] = {}
+        """The work of each conversation being performed: its outbox id, when it is due."""
+        self._handle: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._handle = asyncio.get_running_loop().call_later(period, self._fire)
+
+    def start(self, conversation_id: str, effect_id: int) -> None:
+        """Renew the claim on ``effect_id`` every ``period`` until ``stop``."""
+        loop = asyncio.get_running_loop()
+        when = loop.time() + self._period()
+        self._due[conversation_id] = (effect_id, when)
+        if self._handle is None or self._loop is not loop:  # none, or of a loop that ended
+            self._loop = loop
+            self._handle = loop.call_at(when, self._fire)
+
+    def stop(self, conversation_id: str) -> None:
+        self._due.pop(conversation_id, None)
 
     def _fire(self) -> None:
-        task = asyncio.ensure_future(self._renew())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        self._handle = asyncio.get_running_loop().call_later(self._period, self._fire)
-
-    def cancel(self) -> None:
-        self._handle.cancel()
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for cid, (effect_id, when) in list(self._due.items()):
+            if when <= now:
+                task = loop.create_task(self._renew(cid, effect_id))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+                self._due[cid] = (effect_id, now + self._period())
+        self._handle = None
+        if self._due:  # the next one due; every later start is due after it
+            self._handle = loop.call_at(min(when for _, when in self._due.values()), self._fire)
 
 
 @dataclasses.dataclass(slots=True)
@@ -251,6 +276,8 @@ class Driver:
         self._inflight: dict[str, tuple[asyncio.Task[Any], Effect]] = {}
         self._claims: dict[str, int] = {}
         """The outbox id of the effect each conversation is performing here (let go on close)."""
+        self._renewals = _Renewals(period=lambda: self.lease / 3, renew=self._renew)
+        """Claims on what is being performed, renewed every third of the lease."""
         self._driving: set[str] = set()
         self._cancel_requests: set[str] = set()
         self._pause_requests: dict[str, str] = {}
@@ -704,11 +731,11 @@ class Driver:
         task = asyncio.ensure_future(self._performer.outcome(stored, effect))
         self._inflight[cid] = (task, effect)
         self._claims[cid] = pending.id
-        renewal = self._renew_later(cid, pending.id)
+        self._renewals.start(cid, pending.id)
         try:
             outcome = await task
         except asyncio.CancelledError:
-            renewal.cancel()
+            self._renewals.stop(cid)
             # Only the user's cancel of a request becomes an event (committed at the top of the
             # drive loop, which clears the flag); a caller's timeout or a shutdown leaves the
             # effect pending in the outbox, let go, to be performed by the next drive here or
@@ -718,7 +745,7 @@ class Driver:
                 raise
             return stored
         except Exception as error:
-            renewal.cancel()
+            self._renewals.stop(cid)
             # An adapter or tool runner that raised instead of reporting (a bug, an unmapped
             # error): the effect stays pending, and is let go at once, so the next drive (here or
             # in another runtime) performs it instead of waiting for the lease to end.
@@ -731,7 +758,7 @@ class Driver:
             await self._let_go(cid, pending)
             raise
         finally:
-            renewal.cancel()
+            self._renewals.stop(cid)
             self._inflight.pop(cid, None)
             self._claims.pop(cid, None)
         try:
@@ -787,12 +814,6 @@ class Driver:
                 )
                 raise ConcurrentUpdateError(msg)
         return stored
-
-    def _renew_later(self, conversation_id: str, effect_id: int) -> _Renewal:
-        """Renew the claim on ``effect_id`` every third of the lease while it is performed."""
-        return _Renewal(
-            period=self.lease / 3, renew=lambda: self._renew(conversation_id, effect_id)
-        )
 
     async def _renew(self, conversation_id: str, effect_id: int) -> None:
         try:
