@@ -1211,6 +1211,10 @@ def _plant_old_rows(backend: Backend) -> None:
             tuple(present.values()),
         )
 
+    # Keyed by the conversation's ordinal where SQLite's rows are (from its version 5; a
+    # PostgreSQL ordinal is an identity the database assigns).
+    keyed = "rid" in backend.columns("messages")
+    ordinals = {"w": 1, "done": 2}
     request = next(effect for effect in effects if effect.kind == "request_llm")
     claimed = {"owner": "old-host/1/abcd", "lease_until": 99.5}
     entry = json.dumps([{"id": 1, "effect": json.loads(dump_effect(request)), **claimed}])
@@ -1229,6 +1233,7 @@ def _plant_old_rows(backend: Backend) -> None:
                 "updated_at": 2.0,
                 "pending_count": pending,
                 "outbox": entry if pending else "[]",  # in the row from SQLite 5, PostgreSQL 4
+                **({"ordinal": ordinals[cid]} if keyed else {}),
             },
         )
     for cid, seq, kind in (("w", 1, "user"), ("done", 1, "user"), ("done", 2, "assistant")):
@@ -1240,6 +1245,7 @@ def _plant_old_rows(backend: Backend) -> None:
                 "seq": seq,
                 "kind": kind,
                 "message": message.model_dump_json(),
+                "rid": ordinals[cid] * 2**32 + seq,  # from SQLite 5
             },
         )
     insert(
@@ -1247,6 +1253,7 @@ def _plant_old_rows(backend: Backend) -> None:
         {
             "conversation_id": "w",
             "seq": 1,
+            "rid": ordinals["w"] * 2**32 + 1,  # from SQLite 5
             "event_kind": "user_message",
             "event": dump_event(UserMessage(text="hello")),
             "from_phase": "idle",
@@ -1357,6 +1364,38 @@ def test_sqlite_file_is_in_wal_mode(tmp_path: Path) -> None:
     run(_create_and_close(SqliteStore(path)))
     with contextlib.closing(sqlite3.connect(path)) as raw:
         assert raw.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+def test_a_long_system_prompt_is_not_written_again_by_every_step(tmp_path: Path) -> None:
+    """A step rewrites its conversation's row (SQLite writes a new record, overflow pages and
+    all); a system prompt of many pages kept beside it would be written to the WAL by every
+    step. Counted in WAL frames: what 20 steps write is the same with a prompt of 40 KB as
+    with none."""
+    path = tmp_path / "segue.db"
+
+    async def frames_per_steps(cid: str, system: str | None) -> int:
+        store = SqliteStore(path)
+        try:
+            stored = await store.create(fresh(cid), system=system)
+            assert (await store.load(cid)).system == system
+            before = _wal_frames(path)
+            for _ in range(10):
+                asked = await step(store, stored, UserMessage(text="hello"))
+                answer = LlmResponse(text="hi", usage=Usage(input_tokens=100))
+                stored = await step(store, asked, answer, completes=[p.id for p in asked.pending])
+            assert stored.system == system
+            return _wal_frames(path) - before
+        finally:
+            await store.close()
+
+    plain = run(frames_per_steps("plain", None))
+    prompted = run(frames_per_steps("prompted", "Answer in French. " * 2_300))
+    assert prompted <= plain + 2  # a page more where a leaf splits, not ten per step
+
+
+def _wal_frames(path: Path) -> int:
+    """Pages written to the WAL (of 4 KB, each with its frame header) since it last restarted."""
+    return Path(f"{path}-wal").stat().st_size // (4096 + 24)
 
 
 async def _create_and_close(store: Store) -> None:

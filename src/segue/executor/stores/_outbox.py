@@ -37,11 +37,24 @@ Entry = dict[str, Any]
 
 def entry_text(effect_id: int, effect_json: str, owner: str | None, lease: float | None) -> str:
     """One entry as JSON text, around the effect's own text (not parsed, not re-encoded)."""
+    return f'{{"id":{effect_id}{entry_tail(effect_json, owner, lease)}'
+
+
+def entry_tail(effect_json: str, owner: str | None, lease: float | None) -> str:
+    """An entry's text after its id (for a writer that knows the id only in SQL)."""
     until = "null" if lease is None else repr(lease) if math.isfinite(lease) else "null"
-    return (
-        f'{{"id":{effect_id},"effect":{effect_json},'
-        f'"owner":{_owner_json(owner)},"lease_until":{until}}}'
-    )
+    return f',"effect":{effect_json},"owner":{_owner_json(owner)},"lease_until":{until}}}'
+
+
+def head(completes: Collection[int]) -> str | None:
+    """What an outbox holding exactly ``completes`` (none or one entry, as ``entry_text`` writes
+    them) starts with; None for more than one."""
+    if not completes:
+        return EMPTY
+    if len(completes) > 1:
+        return None
+    (effect_id,) = completes
+    return f'[{{"id":{effect_id},"effect":'
 
 
 @functools.lru_cache(maxsize=64)

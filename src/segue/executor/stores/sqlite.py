@@ -29,6 +29,7 @@ Why it is built this way:
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 from collections.abc import Callable, Sequence
@@ -49,6 +50,7 @@ from segue.executor.ports import (
 from segue.executor.stores import _outbox
 from segue.executor.stores._rows import (
     LOAD_COLUMNS,
+    CommitRows,
     Counters,
     commit_rows,
     conversation_row,
@@ -179,14 +181,16 @@ class SqliteStore:
                 (ordinal,) = conn.execute(
                     "INSERT INTO conversations (id, parent_id, state, phase, version, system,"
                     " message_count, created_at, updated_at, ordinal)"
-                    " VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?,"
+                    " VALUES (?, ?, ?, ?, 1, NULL, ?, ?, ?,"
                     " (SELECT coalesce(max(ordinal), 0) + 1 FROM conversations))"
                     " RETURNING ordinal",
-                    row,
+                    (*row[:4], *row[5:]),
                 ).fetchone()
             except sqlite3.IntegrityError:
                 msg = f"conversation {conversation_id!r} already exists"
                 raise ConversationExistsError(msg) from None
+            if system is not None:
+                conn.execute("INSERT INTO prompts VALUES (?, ?)", (ordinal, system))
             base = ordinal * KEY_SPAN
             conn.executemany(_INSERT_MESSAGE, [(base + seed[1], *seed) for seed in seeds])
 
@@ -202,7 +206,7 @@ class SqliteStore:
 
         def work(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
             row: tuple[Any, ...] | None = conn.execute(
-                f"SELECT {LOAD_COLUMNS} FROM conversations WHERE id = ?",  # noqa: S608
+                f"SELECT {_LOAD_COLUMNS} FROM conversations WHERE id = ?",  # noqa: S608
                 (conversation_id,),
             ).fetchone()
             return row
@@ -210,16 +214,27 @@ class SqliteStore:
         return loaded(conversation_id, await self._run(work))
 
     async def commit(self, commit: Commit) -> StoredConversation:
-        """Apply ``commit`` as one step (see ``Commit``): read the conversation's row, check
-        the version and the key, write the row with its new outbox, the messages and the log
-        line. The module docstring says how steps share transactions."""
+        """Apply ``commit`` as one step (see ``Commit``). A step of the usual shape (an outbox
+        that holds what it completes, at most one effect queued) is one guarded ``UPDATE ...
+        RETURNING`` (``_fast_update``) and its inserts; otherwise, or when that guard does not
+        hold, the step reads the conversation's row, checks the version and the key, and
+        writes the row with its new outbox, the messages and the log line. The module
+        docstring says how steps share transactions."""
         conversation_id = commit.conversation_id
         rows = commit_rows(commit)  # encoded before taking the write lock: it is held for SQL only
         key = commit.idempotency_key
         expected = commit.expected_version
         phase = commit.state.phase.kind
+        fast = _fast(rows, phase)
 
         def step(conn: sqlite3.Connection) -> StoredConversation:
+            if fast is not None:
+                landed = conn.execute(*fast).fetchall()
+                if landed:
+                    message_count, effect_count, system, child_id, created_at, ordinal = landed[0]
+                    counters = Counters(message_count, effect_count, system, child_id, created_at)
+                    _append(conn, rows, ordinal, counters)
+                    return rows.stored(counters, [])
             if (
                 key is not None
                 and conn.execute(
@@ -229,7 +244,7 @@ class SqliteStore:
             ):
                 raise DuplicateMessageError(conversation_id, key)
             row = conn.execute(
-                "SELECT version, message_count, effect_count, outbox, system, child_id,"
+                f"SELECT version, message_count, effect_count, outbox, {_SYSTEM}, child_id,"  # noqa: S608
                 " created_at, ordinal, pending_count FROM conversations WHERE id = ?",
                 (conversation_id,),
             ).fetchone()
@@ -271,13 +286,7 @@ class SqliteStore:
                     conversation_id,
                 ),
             )
-            base = ordinal * KEY_SPAN
-            appended = rows.messages(counters.message_count)
-            if len(appended) == 1:
-                conn.execute(_INSERT_MESSAGE, (base + appended[0][1], *appended[0]))
-            elif appended:
-                conn.executemany(_INSERT_MESSAGE, [(base + m[1], *m) for m in appended])
-            conn.execute(_INSERT_TRANSITION, (base + expected, *rows.transition))
+            _append(conn, rows, ordinal, counters)
             return rows.stored(counters, kept)
 
         size = sum(len(text) for _, text in rows.appended) + len(rows.transition[3])
@@ -401,8 +410,8 @@ class SqliteStore:
     async def list_conversations(self) -> list[StoredConversation]:
         def work(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
             return conn.execute(
-                "SELECT state, version, system, child_id, created_at FROM conversations"
-                " ORDER BY created_at, rowid"
+                f"SELECT state, version, {_SYSTEM}, child_id, created_at"  # noqa: S608
+                " FROM conversations ORDER BY created_at, rowid"
             ).fetchall()
 
         return [listed(row) for row in await self._run(work)]
@@ -475,6 +484,79 @@ class SqliteStore:
     async def close(self) -> None:
         """Close the connection and stop the worker thread; later calls raise ``SegueError``."""
         await self._runner.close()
+
+
+_SYSTEM: Final = "(SELECT system FROM prompts WHERE prompts.ordinal = conversations.ordinal)"
+"""The conversation's system prompt, kept apart from its row (``sqlite_schema``, version 6)."""
+_LOAD_COLUMNS: Final = LOAD_COLUMNS.replace("system", _SYSTEM)
+
+_RETURNING: Final = sqlite3.sqlite_version_info >= (3, 35, 0)
+"""Whether this SQLite has ``UPDATE ... RETURNING`` (else every step reads its row first)."""
+
+
+@functools.lru_cache(maxsize=4)
+def _fast_update(queued: bool, keyed: bool) -> str:
+    """The guarded UPDATE of a step of the usual shape: the row at the expected version, its
+    outbox holding exactly what the step completes (``pending_count`` entries, the first one
+    with the id the step completes: ``_outbox.head``), its message's key not used yet. The new
+    outbox is what the step queues, whose id SQL knows (``effect_count + 1``)."""
+    outbox = """'[{"id":' || (effect_count + 1) || ?""" if queued else "'[]'"
+    unused = (
+        " AND NOT EXISTS (SELECT 1 FROM transitions"
+        " WHERE conversation_id = ? AND idempotency_key = ?)"
+        if keyed
+        else ""
+    )
+    return (  # literal fragments only, every value a parameter
+        "UPDATE conversations SET state = ?, phase = ?, version = ?,"  # noqa: S608
+        " message_count = message_count + ?, effect_count = effect_count + ?,"
+        f" pending_count = ?, outbox = {outbox}, updated_at = ?"
+        " WHERE id = ? AND version = ? AND pending_count = ? AND substr(outbox, 1, ?) = ?"
+        f"{unused} RETURNING message_count, effect_count, {_SYSTEM}, child_id, created_at, ordinal"
+    )
+
+
+def _fast(rows: CommitRows, phase: str) -> tuple[str, tuple[Any, ...]] | None:
+    """``_fast_update`` and its parameters for ``rows``, when the step has the usual shape."""
+    commit = rows.commit
+    head = _outbox.head(rows.completes)
+    if not _RETURNING or head is None or len(rows.queued) > 1:
+        return None
+    queued = len(rows.queued)
+    key = commit.idempotency_key
+    tail = (
+        (_outbox.entry_tail(rows.queued[0][1], commit.owner, commit.lease_until) + "]",)
+        if queued
+        else ()
+    )
+    values = (
+        rows.state,
+        phase,
+        commit.expected_version + 1,
+        len(rows.appended),
+        queued,
+        queued,
+        *tail,
+        commit.at,
+        commit.conversation_id,
+        commit.expected_version,
+        len(rows.completes),
+        len(head),
+        head,
+        *(() if key is None else (commit.conversation_id, key)),
+    )
+    return _fast_update(bool(queued), key is not None), values
+
+
+def _append(conn: sqlite3.Connection, rows: CommitRows, ordinal: int, counters: Counters) -> None:
+    """Insert the step's messages and its log line (``counters`` as the step left them)."""
+    base = ordinal * KEY_SPAN
+    appended = rows.messages(counters.message_count)
+    if len(appended) == 1:
+        conn.execute(_INSERT_MESSAGE, (base + appended[0][1], *appended[0]))
+    elif appended:
+        conn.executemany(_INSERT_MESSAGE, [(base + m[1], *m) for m in appended])
+    conn.execute(_INSERT_TRANSITION, (base + rows.commit.expected_version, *rows.transition))
 
 
 def _require(conn: sqlite3.Connection, conversation_id: str) -> int:
