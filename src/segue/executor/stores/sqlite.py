@@ -490,9 +490,6 @@ _SYSTEM: Final = "(SELECT system FROM prompts WHERE prompts.ordinal = conversati
 """The conversation's system prompt, kept apart from its row (``sqlite_schema``, version 6)."""
 _LOAD_COLUMNS: Final = LOAD_COLUMNS.replace("system", _SYSTEM)
 
-_RETURNING: Final = sqlite3.sqlite_version_info >= (3, 35, 0)
-"""Whether this SQLite has ``UPDATE ... RETURNING`` (else every step reads its row first)."""
-
 
 @functools.lru_cache(maxsize=4)
 def _fast_update(queued: bool, keyed: bool) -> str:
@@ -520,7 +517,7 @@ def _fast(rows: CommitRows, phase: str) -> tuple[str, tuple[Any, ...]] | None:
     """``_fast_update`` and its parameters for ``rows``, when the step has the usual shape."""
     commit = rows.commit
     head = _outbox.head(rows.completes)
-    if not _RETURNING or head is None or len(rows.queued) > 1:
+    if head is None or len(rows.queued) > 1:
         return None
     queued = len(rows.queued)
     key = commit.idempotency_key
