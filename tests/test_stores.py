@@ -779,6 +779,29 @@ def test_two_claims_at_once_have_one_winner(store: Store) -> None:
 # --------------------------------------------------------------------------- idempotency
 
 
+def test_a_key_is_refused_again_once_its_turn_is_over(store: Store) -> None:
+    """The usual step (nothing pending, a message under a key) meets a key used turns ago."""
+
+    async def scenario() -> None:
+        stored = await store.create(fresh(), system=None)
+        asked = await store.commit(
+            dataclasses.replace(make_commit(stored, UserMessage(text="once")), idempotency_key="k")
+        )
+        answer = LlmResponse(text="hi", usage=Usage(input_tokens=100))
+        idle = await step(store, asked, answer, completes=[p.id for p in asked.pending])
+        assert idle.pending == ()
+        again = dataclasses.replace(
+            make_commit(idle, UserMessage(text="once")), idempotency_key="k"
+        )
+        with pytest.raises(DuplicateMessageError):
+            await store.commit(again)
+        assert await store.load("c1") == idle
+        assert [m.text for m in await store.messages("c1")] == ["once", "hi"]
+        assert len(await store.transitions("c1")) == 2
+
+    run(scenario())
+
+
 def test_a_second_commit_with_the_same_key_writes_nothing(store: Store) -> None:
     async def scenario() -> None:
         stored = await store.create(fresh(), system=None)

@@ -501,7 +501,8 @@ class PostgresStore:
         except errors.UniqueViolation as error:
             if key is None or error.diag.constraint_name != "transitions_by_key":
                 raise
-            # Two commits racing with one key on different versions: the second one's insert.
+            # A key used before (the usual shape's statement leaves it to the unique index),
+            # or two commits racing with one key on different versions.
             raise DuplicateMessageError(conversation_id, key) from None
         if row is None:
             await self._why_refused(rows)

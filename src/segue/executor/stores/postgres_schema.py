@@ -191,9 +191,11 @@ def fast_commit(appended: int, queued: int, completed: int, keyed: bool) -> str:
     """``COMMIT`` for a step of the usual shape, with a simpler plan: at most one message, at
     most one effect queued, and an outbox that holds exactly what the step completes (none or
     one entry; the step's guard checks it). The outbox is then what the step queues, built as
-    a value; the message and the event are inserted as values. A step of another shape, or
-    whose outbox holds something else, goes through ``COMMIT``; so does one this refuses,
-    which ``COMMIT`` refuses too, and then says why."""
+    a value; the message and the event are inserted as values. A key used before is not looked
+    up first: the unique index on keys refuses the event's insert, and the statement with it
+    (the caller hears ``DuplicateMessageError``). A step of another shape, or whose outbox holds
+    something else, goes through ``COMMIT``; so does one this refuses, which ``COMMIT`` refuses
+    too, and then says why."""
     if appended > 1 or queued > 1 or completed > 1:
         msg = f"no fast statement for {appended} messages, {queued} queued, {completed} done"
         raise ValueError(msg)
@@ -209,11 +211,6 @@ def fast_commit(appended: int, queued: int, completed: int, keyed: bool) -> str:
         if completed
         else "json_array_length(c.outbox) = 0"
     )
-    if keyed:
-        guard += (
-            " AND NOT EXISTS (SELECT FROM transitions"
-            " WHERE conversation_id = %(cid)s AND idempotency_key = %(key)s)"
-        )
     message = (
         """, appended AS (
     INSERT INTO messages (conversation_id, seq, kind, message)
