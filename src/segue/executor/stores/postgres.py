@@ -11,11 +11,14 @@ Same tables and semantics as ``SqliteStore``, so the same contract tests run aga
 - **One round trip per step, or fewer.** ``commit`` is one statement (``postgres_schema.COMMIT``):
   the version-guarded ``UPDATE`` and the inserts of the step are data-modifying ``WITH`` clauses
   of it, and its result is the conversation as committed (a statement is its own transaction,
-  so the step is still atomic). Commits made in the same turn of the event loop (many
-  conversations in one process) go together as one statement (``postgres_commits``), each still
-  guarded on its own. A worker's CPU goes on its own work, not on waiting for
-  acknowledgements. Reads are one statement each too; only a refused commit asks a second time,
-  to say why. Claims, rare, read and write the outbox in a transaction with the row locked.
+  so the step is still atomic). A step of the usual shape has a statement with a simpler plan
+  (``fast_commit``: the server's work per step is mostly setting up the plan's nodes), and no
+  foreign key or CHECK queries run per step (schema 5). Commits made in the same turn of the
+  event loop (many conversations in one process) go together as one statement
+  (``postgres_commits``), each still guarded on its own. A worker's CPU goes on its own work,
+  not on waiting for acknowledgements. Reads are one statement each too; only a refused commit
+  asks a second time, to say why. Claims, rare, read and write the outbox in a transaction
+  with the row locked.
 - **A step costs the same at any length.** It updates the conversation's row in place (its
   state, counters and outbox, a JSON array of what is pending: ``_outbox``) and appends to the
   transcript and the event log; nothing is deleted, so no dead rows pile up. The update is HOT
@@ -28,6 +31,8 @@ Same tables and semantics as ``SqliteStore``, so the same contract tests run aga
   re-encoded on write, and a ``\\u0000`` inside a tool's output, which ``jsonb`` refuses, is kept.
 - **``lock_timeout``** bounds how long a call waits for another session's row or table lock;
   past it the call raises ``StoreLockedError``, as ``SqliteStore`` does past its busy timeout.
+- **Watchers are woken by NOTIFY** (``wait_for_change``, ``postgres_watch``), sent only for
+  conversations a listener registered: PostgreSQL serialises notifying commits.
 - **Schema versioning** in a one-row ``segue_schema`` table, migrated under an advisory lock so
   two processes starting together do not both create the tables.
 """

@@ -19,9 +19,13 @@ Why it is built this way:
   rowid, ``ordinal * KEY_SPAN + seq`` (the conversation's ordinal, kept on its row): one b-tree
   entry each, at the end of the conversation's range, with no index beside it. Keys come from
   counters kept on the conversation row (``message_count``, ``effect_count``): nothing scans the
-  transcript, so a step costs the same at the ten-thousandth message as at the tenth. Steps
-  batched together each run in a savepoint: one that fails (a version that moved) rolls back
-  alone, and COMMIT, the most expensive statement of a step, is paid once per batch.
+  transcript, so a step costs the same at the ten-thousandth message as at the tenth. The
+  system prompt, written once, is kept apart (``prompts``): SQLite writes an updated row anew,
+  overflow pages and all, so a long prompt in the row was written again by every step. Steps
+  batched together share one COMMIT, the most expensive statement of a step.
+- **A usual step is three statements**: one guarded ``UPDATE ... RETURNING`` (the version, the
+  outbox holding just what the step completes, the key unused) and the two inserts; a step of
+  another shape, or whose guard does not hold, reads the row first and says why it is refused.
 - **Private file.** The transcript is private: a missing directory is created 0700 and a new
   database file 0600 (``sqlite_schema``). The path comes from the caller; conversation ids
   never become paths here.
