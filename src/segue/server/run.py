@@ -113,9 +113,12 @@ def build_store(config: ServerConfig) -> Store:
     return SqliteStore(config.db)
 
 
-def build_app(config: ServerConfig, *, store: Store | None = None) -> FastAPI:
+def build_app(
+    config: ServerConfig, *, store: Store | None = None, tools: ToolRegistry | None = None
+) -> FastAPI:
     """The application ``segue serve`` runs (``UnsafeBindError`` for a public bind without a
-    token)."""
+    token). ``tools``: what the model may call (default: the demo's lookup for the offline
+    model, none with a key)."""
     if not is_loopback(config.host) and not config.token:
         msg = (
             f"binding to {config.host} lets other machines in: give a token "
@@ -127,7 +130,7 @@ def build_app(config: ServerConfig, *, store: Store | None = None) -> FastAPI:
     runtime = Runtime(
         store=store or build_store(config),
         llm=build_model(config),
-        tools=demo_tools() if offline else None,
+        tools=tools if tools is not None else demo_tools() if offline else None,
     )
     info = Info(
         version=__version__,
