@@ -236,8 +236,8 @@ class OpenAIModel:
 
     def check_content(self, blocks: Sequence[Any]) -> None:
         """Raise ``UnsupportedContentError`` (a ``SegueError`` and ``ValueError``) if the API
-        cannot take one of a message's ``blocks``: call it before ``Runtime.send`` to refuse
-        such a message before it is stored."""
+        cannot take one of a message's ``blocks``: ``Runtime.send`` and ``stream`` call it, so
+        such a message is refused (``InvalidMessageError``) before it is stored."""
         check_content(blocks, api=self._api)
 
     @property
