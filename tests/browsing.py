@@ -1,6 +1,7 @@
 """Driving segue's page in real headless Chromium with Playwright: the browser, a server as
-``segue serve`` runs it, a page that fails its test on any uncaught script error, and the
-steps a person takes (create a conversation, send, wait for the turn to end, read the meter).
+``segue serve`` runs it (offline, or with each provider's real client at its fake API), a page
+that fails its test on any uncaught script error, and the steps a person takes (create a
+conversation, send, wait for the turn to end, read the meter).
 
 Every wait is for a condition the page shows (Playwright's ``expect``), never a fixed time, so
 the tests hold on a loaded machine. The browser is Debian's ``chromium`` (Playwright's own
@@ -15,13 +16,16 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx2
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, Route, expect, sync_playwright
 
+import backends
+from backends import PROVIDERS, chat
 from segue.server.run import ServerConfig, build_app
 from segue.testing import live_server
 
@@ -77,6 +81,34 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
+class Served(NamedTuple):
+    """A server for a test, and what answers behind it."""
+
+    url: str
+    backend: str
+    """``scripted`` (no key), or the provider whose real client is at its fake API."""
+
+    @property
+    def offline(self) -> bool:
+        return self.backend == "scripted"
+
+
+@pytest.fixture(params=["scripted", *PROVIDERS])
+def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Served]:
+    """The module's offline server, then a server per provider with a key, its model the
+    provider's real client at its fake API, answering as a chat model that calls the demo's
+    tool every third question and streams each reply in 30 pieces over about 0.3 s (the page
+    shows a reply while it is written). Ask for it before ``page`` or ``tabs``, so the pages
+    are closed before the server stops."""
+    if request.param == "scripted":
+        yield Served(str(request.getfixturevalue("server")), "scripted")
+        return
+    with backends.backend(request.param) as fake:
+        fake.respond(partial(chat, tool_every=3, pieces=30, chunk_delay=0.01))
+        with live_server(fake.app(tmp_path / "page.db", tools=True)) as url:
+            yield Served(url, request.param)
+
+
 class Tabs:
     """Browser contexts opened by a test, each page failing the test on an uncaught error."""
 
@@ -118,10 +150,16 @@ def page(tabs: Tabs) -> Page:
     return tabs.open()
 
 
-def new_conversation(page: Page, url: str, *, behavior: str | None = None, window: int) -> str:
+def new_conversation(
+    page: Page, url: str, *, behavior: str | None = None, window: int, offline: bool = True
+) -> str:
     """Create a conversation with the home page's form; its id (the page opens it)."""
     page.goto(f"{url}/")
-    expect(page.locator("#offline")).to_be_visible()  # no key: the page says so
+    banner = expect(page.locator("#offline"))
+    if offline:
+        banner.to_be_visible()  # no key: the page says so
+    else:
+        banner.to_be_hidden()
     if behavior is not None:
         page.get_by_label("Behaviour at the limit").select_option(behavior)
     page.get_by_label("Context window (tokens, optional)").fill(str(window))

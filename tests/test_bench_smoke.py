@@ -32,7 +32,7 @@ def report() -> str:
         rf"segue transition\(\)\s+{NUMBER}\s+{NUMBER}$",
         rf"transitions \S+\s+{NUMBER}\s+{NUMBER}$",
         rf"python-statemachine \S+\s+{NUMBER}\s+{NUMBER}$",
-        rf"transitions / segue\s+{NUMBER}x\s+target >= 1.5x\s+{VERDICT}$",
+        rf"transitions / segue\s+{NUMBER}x\s+target >= 2x\s+{VERDICT}$",
         rf"python-statemachine / segue\s+{NUMBER}x\s+target >= 20x\s+{VERDICT}$",
         rf"values only \(segue's floor\)\s+{NUMBER}\s+{NUMBER}$",
         rf"transitions / values only\s+{NUMBER}x\s+the most any transition\(\)",

@@ -8,8 +8,9 @@ resume with the snapshot list, the keyboard, and the orderings that once broke t
 script (a click before the state was read; the watch stream ahead of the turn's own).
 
 ``SEGUE_UPDATE_SCREENSHOT=1`` also writes the screenshot to ``docs/screenshot.png`` for the
-README. More of the page (a phone's width, a second tab, Markdown, an unknown id, the app
-mounted under a prefix) is in ``test_browser_page.py``.
+README. The limit and a streamed reply with tools run on the offline model and on each
+provider's real client (``browsing.served``). More of the page (a phone's width, a second tab,
+Markdown, an unknown id, the app mounted under a prefix) is in ``test_browser_page.py``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from playwright.sync_api import Page, Route, expect
 
 import browsing
 from browsing import (
+    Served,
     Tabs,
     hold,
     in_view,
@@ -39,6 +41,7 @@ from segue.testing import live_server
 
 pytestmark = pytest.mark.slow
 browser, server, tabs, page = browsing.browser, browsing.server, browsing.tabs, browsing.page
+served = browsing.served
 SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "screenshot.png"
 
 
@@ -62,8 +65,10 @@ def the_warning_in_sight(page: Page, figure: float) -> None:
     assert in_view(page, "#warning"), "the warning scrolled out of sight"
 
 
-def test_the_meter_the_warning_the_limit_and_the_seeded_child(page: Page, server: str) -> None:
-    parent = new_conversation(page, server, window=3_000)
+def test_the_meter_the_warning_the_limit_and_the_seeded_child(served: Served, page: Page) -> None:
+    """On the offline model and on each provider's real client."""
+    server = served.url
+    parent = new_conversation(page, server, window=3_000, offline=served.offline)
     readings: list[tuple[float, str]] = []
     warned = False
     for turn in range(1, 30):
@@ -85,7 +90,8 @@ def test_the_meter_the_warning_the_limit_and_the_seeded_child(page: Page, server
 
     banner = page.get_by_role("status").filter(has_text="context limit")
     expect(banner).to_contain_text("read-only")
-    expect(page.locator("#summary")).to_contain_text("Continuation summary")
+    summary = str(state(server, parent)["summary"])
+    expect(page.locator("#summary")).to_contain_text(summary.split(":", 1)[0])
     expect(page.locator("#warning")).to_be_hidden()
     expect(page.get_by_label("Your message")).to_be_disabled()
     expect(page.locator("#input-reason")).to_contain_text("read-only")
@@ -94,7 +100,7 @@ def test_the_meter_the_warning_the_limit_and_the_seeded_child(page: Page, server
     scroll_to_the_end(page)
     for shown in ("#meter", "#exhausted", "#start-new", "#text"):
         assert in_view(page, shown), f"{shown} is out of sight at the limit"
-    if os.environ.get("SEGUE_UPDATE_SCREENSHOT") == "1":
+    if served.offline and os.environ.get("SEGUE_UPDATE_SCREENSHOT") == "1":
         page.screenshot(path=str(SCREENSHOT), full_page=False)
 
     start.click()
@@ -186,22 +192,27 @@ def test_a_failed_sub_agent_shows_its_typed_error_and_no_warning(page: Page, ser
 # --------------------------------------------------------------------------- a turn
 
 
-def test_the_reply_streams_in_and_tools_show_as_they_run(page: Page, server: str) -> None:
-    cid = new_conversation(page, server, window=200_000)
-    page.get_by_label("Your message").fill("Stream this, please.")
-    page.get_by_role("button", name="Send").click()
-    streaming = page.locator("#messages li.streaming .text").last
-    expect(streaming).not_to_have_text("")
-    assert len(streaming.inner_text()) < 1_200  # seen while it is written
-    turn_over(page)
-    page.evaluate(  # remember every tool line the page shows while turns run
-        """() => { window.toolLines = [];
-        new MutationObserver(() => document.querySelectorAll('#messages li.tool').forEach(
-          (li) => window.toolLines.push(li.textContent))).observe(
-          document.getElementById('messages'),
-          {childList: true, subtree: true, characterData: true}); }"""
-    )
-    for turn in range(3):  # the scripted model calls its tool every third turn
+WATCH_THE_TURN = """() => { window.grew = false; window.toolLines = [];
+  const seen = new WeakMap();
+  new MutationObserver(() => {
+    document.querySelectorAll('#messages li.streaming .text').forEach((text) => {
+      const before = seen.get(text) || 0, now = text.textContent.length;
+      if (before > 0 && now > before) window.grew = true;  // shown while it was written
+      seen.set(text, now); });
+    document.querySelectorAll('#messages li.tool').forEach(
+      (li) => window.toolLines.push(li.textContent)); }).observe(
+  document.getElementById('messages'), {childList: true, subtree: true, characterData: true}); }"""
+"""Remembers whether a reply's text grew while it streamed, and every tool line shown."""
+
+
+def test_the_reply_streams_in_and_tools_show_as_they_run(served: Served, page: Page) -> None:
+    """On the offline model and on each provider's real client: the adapter's text deltas
+    reach the page, which shows the reply growing; the tool runs in sight."""
+    cid = new_conversation(page, served.url, window=200_000, offline=served.offline)
+    page.evaluate(WATCH_THE_TURN)
+    send(page, "Stream this, please.")
+    assert page.evaluate("window.grew"), "the reply was never seen while it was written"
+    for turn in range(3):  # the model calls its tool every third question
         send(page, f"And more {turn}.")
     lines = page.evaluate("window.toolLines")
     assert any(line.startswith("Running lookup(") for line in lines), lines
@@ -209,7 +220,8 @@ def test_the_reply_streams_in_and_tools_show_as_they_run(page: Page, server: str
     expect(
         page.locator("#messages li.assistant").filter(has_text="Called lookup(")
     ).not_to_have_count(0)
-    replies = [m["text"] for m in stored(server, cid) if m["kind"] == "assistant" and m["text"]]
+    kept = stored(served.url, cid)
+    replies = [m["text"] for m in kept if m["kind"] == "assistant" and m["text"]]
     shown = page.locator("#messages li.assistant .text").all_inner_texts()
     assert [" ".join(t.split()) for t in shown if t] == [" ".join(r.split()) for r in replies]
 

@@ -1,8 +1,8 @@
 """The user's control at the limit on the page, in real Chromium: the create form's summary
-prompt and model and the manual trigger's focus, checked on the limit's request as the fake
-Anthropic API received it; a pinned message sent and marked in words; a pin too large refused
-beside its box; a pause asked for while a turn runs, taken at its end; a snapshot's JSON read
-with the page's token.
+prompt and model and the manual trigger's focus, checked on the limit's request as each
+provider's fake API received it (Anthropic's and OpenAI's real clients behind the server); a
+pinned message sent and marked in words; a pin too large refused beside its box; a pause asked
+for while a turn runs, taken at its end; a snapshot's JSON read with the page's token.
 """
 
 from __future__ import annotations
@@ -10,65 +10,62 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from playwright.sync_api import Page, expect
 
+import backends
 import browsing
+from backends import PROVIDERS, SUMMARY_MODELS, Backend
 from browsing import Tabs, new_conversation, send, state, stored, turn_over
 from gated import Gated
 from segue import Runtime, SqliteStore
 from segue.server import create_app
 from segue.server.run import ServerConfig, build_app
-from segue.testing import FakeAnthropicServer, live_server
-from segue.testing.anthropic_server import MessageReply, Usage
+from segue.testing import live_server
+from segue.testing.conformance import Said, Sent
 
 pytestmark = pytest.mark.slow
 browser, server, tabs, page = browsing.browser, browsing.server, browsing.tabs, browsing.page
 
-KEY = "sk-ant-browser-control-0123456789"
 CUSTOM = "Write the hand-over as three bullets: done, doing, next."
-SUMMARY_MODEL = "claude-haiku-4-5"
 TOKEN = "a-page-token-for-the-test"  # noqa: S105  # a test token, not a secret
 
 
-def last_user_text(body: dict[str, Any]) -> str:
-    content = body["messages"][-1]["content"]
-    if isinstance(content, str):
-        return content
-    return "\n".join(block.get("text", "") for block in content if block.get("type") == "text")
+def last_user_text(sent: Sent) -> str:
+    users = [turn.text for turn in sent.turns if turn.role == "user"]
+    return users[-1] if users else ""
 
 
-@pytest.fixture
-def near_the_limit(tmp_path: Path) -> Iterator[tuple[str, FakeAnthropicServer]]:
-    """The server with a key; every answer of the fake API fills 83% of a 3,000-token window
-    (past the warning, short of the threshold)."""
-    full = MessageReply(text="Noted.", usage=Usage(input_tokens=2_500, output_tokens=5))
-    with FakeAnthropicServer(default=full) as fake:
-        config = ServerConfig(db=tmp_path / "limit.db", api_key=KEY, base_url=fake.url)
-        with live_server(build_app(config)) as url:
+@pytest.fixture(params=PROVIDERS)
+def near_the_limit(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Backend]]:
+    """The server with a key; every answer of the provider's fake API fills 83% of a
+    3,000-token window (past the warning, short of the threshold)."""
+    with backends.backend(request.param) as fake:
+        fake.default(Said(text="Noted.", prompt=2_500, output=5))
+        with live_server(fake.app(tmp_path / "limit.db")) as url:
             yield url, fake
 
 
 def test_the_create_forms_summary_settings_and_the_focus_reach_the_limits_request(
-    near_the_limit: tuple[str, FakeAnthropicServer], tabs: Tabs
+    near_the_limit: tuple[str, Backend], tabs: Tabs
 ) -> None:
     """(The server is set up first, so its pages are closed before it stops.)"""
     url, fake = near_the_limit
+    summary_model = SUMMARY_MODELS[fake.provider]
     page = tabs.open()
     page.goto(f"{url}/")
     page.get_by_label("Context window (tokens, optional)").fill("3000")
     page.get_by_text("At the limit (advanced)").click()
     page.get_by_label("Summary prompt (optional").fill(CUSTOM)
-    page.get_by_label("Summary model (optional").fill(SUMMARY_MODEL)
+    page.get_by_label("Summary model (optional").fill(summary_model)
     page.get_by_role("button", name="New conversation").click()
     page.wait_for_url(re.compile(r"/c/[0-9a-f]{32}$"))
     turn_over(page)
     parent = page.url.rsplit("/", 1)[1]
     assert (state(url, parent)["summary_prompt"], state(url, parent)["summary_model"]) == (
         CUSTOM,
-        SUMMARY_MODEL,
+        summary_model,
     )
     send(page, "Plan the schema change.")
     expect(page.locator("#warning")).to_be_visible()
@@ -78,9 +75,9 @@ def test_the_create_forms_summary_settings_and_the_focus_reach_the_limits_reques
     page.get_by_role("button", name="Continue in a new conversation").click()
     page.wait_for_url(lambda address: not address.endswith(parent))
     turn_over(page)
-    turn, limit = (r.body for r in fake.message_requests())
-    assert turn["model"] == "claude-sonnet-4-6"
-    assert limit["model"] == SUMMARY_MODEL
+    turn, limit = fake.sent()
+    assert turn.raw["model"] == fake.model
+    assert limit.raw["model"] == summary_model
     assert CUSTOM in last_user_text(limit)
     assert "the index decisions" in last_user_text(limit)
 

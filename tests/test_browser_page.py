@@ -1,7 +1,7 @@
 """More of the page in real Chromium: a phone's width, a second tab on a running turn, Markdown
-and raw HTML side by side, a refused message kept in its box, compaction's banner, figures that
-never round across a threshold, an unknown conversation, and the app mounted under a prefix in
-another FastAPI application.
+and raw HTML side by side (a reply from each provider's real client), a refused message kept in
+its box, compaction's banner, figures that never round across a threshold, an unknown
+conversation, and the app mounted under a prefix in another FastAPI application.
 """
 
 from __future__ import annotations
@@ -14,13 +14,15 @@ import pytest
 from fastapi import FastAPI
 from playwright.sync_api import Page, expect
 
+import backends
 import browsing
+from backends import PROVIDERS
 from browsing import Tabs, meter, new_conversation, send, state, stored, turn_over
 from segue import Runtime, ScriptedModel, SqliteStore
 from segue.server import create_app
 from segue.server.run import ServerConfig, build_app
-from segue.testing import FakeAnthropicServer, live_server
-from segue.testing.anthropic_server import MessageReply, Usage
+from segue.testing import live_server
+from segue.testing.conformance import Said
 
 pytestmark = pytest.mark.slow
 browser, server, tabs, page = browsing.browser, browsing.server, browsing.tabs, browsing.page
@@ -110,13 +112,12 @@ print("in a block")
 """
 
 
-@pytest.fixture
-def markdown_server(tmp_path: Path) -> Iterator[str]:
-    """The server with a key, answered by the fake Anthropic API with a Markdown reply."""
-    reply = MessageReply(text=MARKDOWN, usage=Usage(input_tokens=400, output_tokens=80), pieces=6)
-    with FakeAnthropicServer(default=reply) as fake:
-        config = ServerConfig(db=tmp_path / "md.db", api_key="sk-ant-md-test", base_url=fake.url)
-        with live_server(build_app(config)) as url:
+@pytest.fixture(params=PROVIDERS)
+def markdown_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The server with a key, answered by the provider's fake API with a Markdown reply."""
+    with backends.backend(request.param) as fake:
+        fake.default(Said(text=MARKDOWN, prompt=400, output=80, pieces=6))
+        with live_server(fake.app(tmp_path / "md.db")) as url:
             yield url
 
 

@@ -3,8 +3,10 @@ a PostgreSQL database on a throwaway cluster), a page open on B while a message 
 A. Without a reload, B shows the user's message and takes no other while the turn runs, then
 the reply, the meter and the end of the turn, as the store tells it.
 
-Both servers run Claude's client against the fake Anthropic API in this process, whose answer is
-held until the test has seen B show the turn running (no race against a fixed delay).
+Both servers run a provider's real client (``--provider anthropic`` or ``openai``) against its
+fake API in this process, whose answer is held until the test has seen B show the turn running
+(no race against a fixed delay). Over SQLite each test runs on both providers; the PostgreSQL
+one, which adds a store rather than a provider, on Anthropic's.
 """
 
 from __future__ import annotations
@@ -18,19 +20,20 @@ import httpx2
 import pytest
 from playwright.sync_api import expect
 
+import backends
 import browsing
 from api import create, send
+from backends import PROVIDERS
 from browsing import Tabs, meter, turn_over
 from gated import HOLD_AT_MOST
-from segue.testing import FakeAnthropicServer
-from segue.testing.anthropic_server import MessageReply, Usage
+from segue.executor.models.providers import Provider
+from segue.testing.conformance import Said
 from segue.testing.postgres import ThrowawayCluster, find_server_binaries
 from serving import segue_serve
 
 pytestmark = pytest.mark.slow
 browser, tabs = browsing.browser, browsing.tabs
 
-KEY = "sk-ant-two-processes-0123456789"
 WINDOW = 50_000
 REPLY = "The tide turns twice a day, whichever process you ask."
 
@@ -42,10 +45,10 @@ class HeldAnswers:
         self.asked = threading.Event()
         self.gate = threading.Event()
 
-    def __call__(self, _body: dict[str, Any]) -> MessageReply:
+    def __call__(self) -> Said:
         self.asked.set()
         self.gate.wait(HOLD_AT_MOST)
-        return MessageReply(text=REPLY, usage=Usage(input_tokens=20_000, output_tokens=15))
+        return Said(text=REPLY, prompt=20_000, output=15)
 
 
 @pytest.fixture(scope="module")
@@ -56,11 +59,12 @@ def cluster() -> Iterator[ThrowawayCluster]:
         yield running
 
 
-def a_turn_through_a_seen_on_b(tabs: Tabs, store_args: list[str]) -> None:
+def a_turn_through_a_seen_on_b(tabs: Tabs, store_args: list[str], provider: Provider) -> None:
     held = HeldAnswers()
-    with FakeAnthropicServer(default=held) as fake:
-        args = [*store_args, "--base-url", fake.url, "--context-window", str(WINDOW)]
-        env = {"ANTHROPIC_API_KEY": KEY}
+    with backends.backend(provider) as fake:
+        fake.default(held)
+        args = [*store_args, *fake.args, "--context-window", str(WINDOW)]
+        env = fake.env
         with (
             segue_serve(*args, env=env) as a,
             segue_serve(*args, env=env) as b,
@@ -89,33 +93,40 @@ def a_turn_through_a_seen_on_b(tabs: Tabs, store_args: list[str]) -> None:
             assert events[-1][1]["state"]["phase"] == "idle"
 
             expect(page.locator("#messages li.assistant .text")).to_have_text(REPLY)
-            expect(page.locator("#meter-label")).to_have_text("40%")  # 20,000 of 50,000
+            expect(page.locator("#meter-label")).to_have_text("40%")  # 20,015 of 50,000
             turn_over(page)
             expect(page.get_by_role("button", name="Send")).to_be_enabled()
             expect(page.locator("#messages li.user")).to_have_count(1)
             assert page.evaluate("window.sameDocument") is True
-            assert len(fake.message_requests()) == 1  # A answered; B only watched
+            assert len(fake.sent()) == 1  # A answered; B only watched
             tabs.close()
 
 
-def test_a_tab_on_another_process_over_sqlite(tabs: Tabs, tmp_path: Path) -> None:
-    a_turn_through_a_seen_on_b(tabs, ["--db", str(tmp_path / "shared.db")])
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_tab_on_another_process_over_sqlite(
+    provider: Provider, tabs: Tabs, tmp_path: Path
+) -> None:
+    a_turn_through_a_seen_on_b(tabs, ["--db", str(tmp_path / "shared.db")], provider)
 
 
 def test_a_tab_on_another_process_over_postgresql(tabs: Tabs, cluster: ThrowawayCluster) -> None:
     database = cluster.create_database("two_servers")
-    a_turn_through_a_seen_on_b(tabs, ["--database-url", database])
+    a_turn_through_a_seen_on_b(tabs, ["--database-url", database], "anthropic")
 
 
-def test_a_pause_asked_on_b_is_taken_by_a_at_its_turns_end(tabs: Tabs, tmp_path: Path) -> None:
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_pause_asked_on_b_is_taken_by_a_at_its_turns_end(
+    provider: Provider, tabs: Tabs, tmp_path: Path
+) -> None:
     """The pause button on B while A runs the turn: B answers at once (the page says the pause
     waits for the turn), A pauses at the turn's boundary and writes the checkpoint, and B's
     page shows the pause and its snapshot."""
     held = HeldAnswers()
-    with FakeAnthropicServer(default=held) as fake:
-        args = ["--db", str(tmp_path / "shared.db"), "--base-url", fake.url]
+    with backends.backend(provider) as fake:
+        fake.default(held)
+        args = ["--db", str(tmp_path / "shared.db"), *fake.args]
         args += ["--context-window", str(WINDOW)]
-        env = {"ANTHROPIC_API_KEY": KEY}
+        env = fake.env
         with (
             segue_serve(*args, "--header", "X-Server:a", env=env) as a,
             segue_serve(*args, "--header", "X-Server:b", env=env) as b,
@@ -146,7 +157,7 @@ def test_a_pause_asked_on_b_is_taken_by_a_at_its_turns_end(tabs: Tabs, tmp_path:
             rows = page.get_by_role("table").locator("tbody tr")
             expect(rows).to_have_count(1)
             expect(rows.first).to_contain_text("deploy window")
-            asked = fake.message_requests()
+            asked = fake.sent()
             assert [r.headers["x-server"] for r in asked] == ["a", "a"]  # the turn, the checkpoint
-            assert "tools" not in asked[1].body  # the checkpoint's request
+            assert asked[1].tools == ()  # the checkpoint's request
             tabs.close()

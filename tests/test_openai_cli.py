@@ -20,6 +20,7 @@ from typer.testing import CliRunner, Result
 
 from segue.cli import app
 from segue.testing.openai_server import ErrorReply, FakeOpenAIServer, Reply, Usage
+from serving import segue_serve
 
 KEY = "sk-openai-cli-test-NEVER-PRINTED-0123456789"
 runner = CliRunner()
@@ -180,6 +181,8 @@ def test_serve_with_the_openai_provider_answers_through_the_openai_client(
                 assert time.monotonic() < deadline, "segue serve did not start"
                 time.sleep(0.05)
         with httpx2.Client(base_url=url, timeout=30) as http:
+            info = http.get("/api/info").json()
+            assert (info["offline"], info["model"]) == (False, "gpt-4o")
             created = http.post("/api/conversations", json={})
             assert created.status_code in (200, 201), created.text
             conversation = created.json()
@@ -196,3 +199,21 @@ def test_serve_with_the_openai_provider_answers_through_the_openai_client(
         out, err = child.communicate(timeout=30)
     assert b"gpt-4o (OpenAI API)" in out, out + err
     assert KEY.encode() not in out + err
+
+
+@pytest.mark.slow
+def test_serve_with_the_openai_provider_and_no_key_is_offline(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """No ``OPENAI_API_KEY``: the offline scripted model answers, as without Anthropic's key."""
+    monkeypatch.delenv("OPENAI_API_KEY")
+    with (
+        segue_serve("--provider", "openai", "--db", str(tmp_path / "offline.db")) as url,
+        httpx2.Client(base_url=url, timeout=30) as http,
+    ):
+        info = http.get("/api/info").json()
+        assert (info["offline"], info["model"]) == (True, "gpt-4o")
+        cid = http.post("/api/conversations", json={}).json()["id"]
+        turn = http.post(f"/api/conversations/{cid}/messages", json={"text": "Hello?"})
+        assert turn.status_code == 200, turn.text
+        assert "event: done" in turn.text

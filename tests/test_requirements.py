@@ -321,6 +321,15 @@ def test_bed022_unknown_model_uses_the_smallest_known_window() -> None:
     at << ["notify_context_warning", "append_message", "request_continuation"]
 
 
+@requirement("REQ-BED-022")
+def test_bed022_an_unknown_model_of_a_known_provider_gets_its_smallest_window() -> None:
+    """gpt-4o's 128,000, not 200,000: guessed larger, the provider's limit comes first."""
+    state = new_conversation(model="gpt-9-preview")
+    assert (state.context_window, state.config.continuation_tokens) == (128_000, 115_200)
+    at = Playbook(state).given(UserMessage(text="hi")) >> reply(115_200)
+    at << ["notify_context_warning", "append_message", "request_continuation"]
+
+
 @requirement("REQ-BED-022", "REQ-SEG-025")
 def test_bed022_a_1m_model_continues_at_900000() -> None:
     state = new_conversation(model="claude-opus-4-6")

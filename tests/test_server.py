@@ -1,7 +1,8 @@
 """The reference server's REST API over real HTTP: uvicorn on a free port, a real SQLite store,
-and behind the runtime either the offline scripted model or the real ``anthropic`` client
-pointed at the fake Anthropic server. Every route, every error code, the SSE stream of a turn
-and of a conversation, the bearer token, and what a client can never do to the server.
+and behind the runtime either the offline scripted model or a provider's real client (the
+``anthropic`` and ``openai`` SDKs, as ``ServerConfig(provider=...)`` builds them) pointed at the
+provider's fake API. Every route, every error code, the SSE stream of a turn and of a
+conversation, the bearer token, and what a client can never do to the server.
 """
 
 from __future__ import annotations
@@ -10,56 +11,43 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx2
 import pytest
 
+import backends
 from api import create, error, long_turn, send, sse
+from backends import PROVIDERS, chat
+from segue.executor.models.providers import Provider
 from segue.server.run import ServerConfig, UnsafeBindError, build_app
-from segue.testing import FakeAnthropicServer, live_server
-from segue.testing.anthropic_server import (
-    MessageReply,
-    ToolUse,
-    Usage,
-    estimate_tokens,
-)
+from segue.testing import live_server
+from segue.testing.conformance import Call, Said
 
 pytestmark = pytest.mark.slow
 
-KEY = "sk-ant-server-test-SECRET-0123456789"
 TOKEN = "t0ken-for-the-test"  # noqa: S105  # a test token, not a secret
 
 
-def chat_model(body: dict[str, Any]) -> MessageReply:
-    """The fake server as a chat model: a reply of about 1,200 characters, and the usage of a
-    prompt as large as the request (so the context fills up turn by turn, as a real one does)."""
-    messages = body.get("messages") or []
-    asked = str(messages[-1].get("content", ""))[:60] if messages else ""
-    text = f"About {asked!r}: " + "the tide turns twice a day. " * 42
-    usage = Usage(input_tokens=estimate_tokens(body), output_tokens=len(text) // 4)
-    return MessageReply(text=text, usage=usage, pieces=8)
-
-
-@pytest.fixture(params=["scripted", "anthropic"])
+@pytest.fixture(params=["scripted", *PROVIDERS])
 def backend(request: pytest.FixtureRequest) -> str:
-    """What answers behind the runtime: the offline scripted model, or the real ``anthropic``
-    client pointed at the fake server."""
+    """What answers behind the runtime: the offline scripted model, or a provider's real
+    client pointed at its fake API."""
     return str(request.param)
 
 
 @pytest.fixture
 def offline(backend: str, tmp_path: Path) -> Iterator[str]:
     """The server as a fresh clone runs it (no key: the scripted model, streaming at once), and
-    as it runs with a key (the real client, at the fake server); the URL it serves at."""
+    as it runs with a key (the provider's real client, at its fake API); the URL it serves at."""
     if backend == "scripted":
         app = build_app(ServerConfig(db=tmp_path / "server.db", chunk_delay=0.0))
         with live_server(app) as url:
             yield url
         return
-    with FakeAnthropicServer(default=chat_model) as fake:
-        config = ServerConfig(db=tmp_path / "server.db", api_key=KEY, base_url=fake.url)
-        with live_server(build_app(config)) as url:
+    provider: Provider = "openai" if backend == "openai" else "anthropic"
+    with backends.backend(provider) as fake:
+        fake.respond(chat)
+        with live_server(fake.app(tmp_path / "server.db")) as url:
             yield url
 
 
@@ -260,7 +248,7 @@ def test_a_body_sent_in_chunks_is_bounded_too(client: httpx2.Client) -> None:
     assert client.get(f"/api/conversations/{cid}/messages").json() == []
 
 
-def test_a_running_turn_is_cancelled_and_a_failed_conversation_says_so(tmp_path: Path) -> None:
+def test_a_running_turn_is_cancelled(tmp_path: Path) -> None:
     app = build_app(ServerConfig(db=tmp_path / "cancel.db", chunk_delay=0.05))
     with live_server(app) as url, httpx2.Client(base_url=url, timeout=60) as http:
         cid = create(http)["id"]
@@ -272,9 +260,14 @@ def test_a_running_turn_is_cancelled_and_a_failed_conversation_says_so(tmp_path:
         assert http.get(f"/api/conversations/{cid}").json()["phase"] == "idle"
         kinds = [m["kind"] for m in http.get(f"/api/conversations/{cid}/messages").json()]
         assert kinds == ["user"]  # the answer was stopped, not stored half-written
-    with FakeAnthropicServer(default=chat_model) as fake:
-        config = ServerConfig(db=tmp_path / "failed.db", api_key=KEY, base_url=fake.url)
-        with live_server(build_app(config)) as url, httpx2.Client(base_url=url) as http:
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_failed_conversation_says_so(provider: Provider, tmp_path: Path) -> None:
+    with backends.backend(provider) as fake:
+        fake.respond(chat)
+        app = fake.app(tmp_path / "failed.db")
+        with live_server(app) as url, httpx2.Client(base_url=url, timeout=60) as http:
             # A sub-agent whose first answer fills its small window: it fails for good.
             body = {"behavior": "intentionally_unhandled", "context_window": 1_000}
             sub = create(http, **body)["id"]
@@ -366,27 +359,34 @@ def test_binding_beyond_this_machine_needs_a_token(tmp_path: Path) -> None:
         assert httpx2.get(f"{url}/").status_code == 200  # the page holds no data
 
 
-def test_with_a_key_real_claude_answers_and_no_response_ever_holds_it(tmp_path: Path) -> None:
-    with FakeAnthropicServer() as fake:
-        fake.enqueue(
-            MessageReply(
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_with_a_key_the_provider_answers_and_no_response_ever_holds_it(
+    provider: Provider, tmp_path: Path
+) -> None:
+    with backends.backend(provider) as fake:
+        key = fake.key
+        fake.script(
+            Said(
                 text="Checking.",
-                tool_uses=[ToolUse("lookup", {"query": "tides"}, id="toolu_1")],
-                stop_reason="tool_use",
-                usage=Usage(500, 20),
+                calls=[Call("lookup", {"query": "tides"}, id="toolu_1")],
+                prompt=500,
+                output=20,
             ),
-            MessageReply(text=f"Noon. (your key is {KEY})", usage=Usage(600, 10)),
+            Said(text=f"Noon. (your key is {key})", prompt=600, output=10),
         )
-        config = ServerConfig(db=tmp_path / "real.db", api_key=KEY, base_url=fake.url)
-        app = build_app(config)
-        with live_server(app) as url, httpx2.Client(base_url=url, timeout=30) as http:
+        with (
+            live_server(fake.app(tmp_path / "real.db")) as url,
+            httpx2.Client(base_url=url, timeout=30) as http,
+        ):
             info = http.get("/api/info").json()
-            assert info["offline"] is False
-            cid = create(http, model="claude-sonnet-4-6")["id"]
+            assert (info["offline"], info["model"]) == (False, fake.model)
+            cid = create(http)["id"]
             response = http.post(f"/api/conversations/{cid}/messages", json={"text": "Tide?"})
             bodies = [response.text, http.get(f"/api/conversations/{cid}").text]
             bodies += [http.get("/api/info").text, http.get("/openapi.json").text]
-        sent = fake.message_requests()
+        sent = fake.sent()
     assert [name for name, _ in sse(response)][-1] == "done"
     assert len(sent) == 2
-    assert all(KEY not in body.replace(f"your key is {KEY}", "") for body in bodies)
+    assert sent[0].raw["model"] == fake.model
+    assert [turn.result_for for turn in sent[1].turns if turn.role == "tool"] == ["toolu_1"]
+    assert all(key not in body.replace(f"your key is {key}", "") for body in bodies)

@@ -16,9 +16,9 @@ import pytest
 from fastapi import FastAPI
 
 from api import create, error, long_turn, send
-from segue import MemoryStore, Runtime, ScriptedModel, SqliteStore
+from segue import AnthropicModel, MemoryStore, OpenAIModel, Runtime, ScriptedModel, SqliteStore
 from segue.server import create_app
-from segue.server.run import ServerConfig, build_app
+from segue.server.run import ServerConfig, build_app, build_model
 from segue.testing import live_server
 
 pytestmark = pytest.mark.slow
@@ -168,3 +168,22 @@ def test_mounted_under_a_prefix_it_serves_and_recovers(lifespan: str, tmp_path: 
         assert fresh.status_code == 201
     if lifespan == "left_out":
         asyncio.run(runtime.close())  # the application's runtime: the application closes it
+
+
+# --------------------------------------------------------------------------- the provider
+
+
+def test_the_config_names_the_provider_whose_model_answers(tmp_path: Path) -> None:
+    """With a key, the provider's adapter over its client; without one, the offline model,
+    whatever the provider; the model of new conversations is the provider's default."""
+    openai = ServerConfig(db=tmp_path / "o.db", provider="openai", api_key="sk-test")
+    assert isinstance(build_model(openai), OpenAIModel)
+    assert openai.default_model == "gpt-4o"
+    claude = ServerConfig(db=tmp_path / "a.db", api_key="sk-ant-test")
+    assert isinstance(build_model(claude), AnthropicModel)
+    assert claude.default_model == "claude-sonnet-4-6"
+    offline = ServerConfig(db=tmp_path / "s.db", provider="openai")
+    assert isinstance(build_model(offline), ScriptedModel)
+    assert ServerConfig(provider="openai", model="gpt-4.1").default_model == "gpt-4.1"
+    with pytest.raises(ValueError, match="unknown provider 'mistral'"):
+        ServerConfig(provider="mistral")  # type: ignore[arg-type]

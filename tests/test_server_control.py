@@ -1,5 +1,5 @@
 """The user's control at the limit through the REST API, checked where it lands: a summary prompt,
-a summary model and a focus on the limit's request as the fake Anthropic API received it, a
+a summary model and a focus on the limit's request as each provider's fake API received it, a
 pinned message verbatim in a seeded child's first request, bad values refused with a 422, the
 pause's snapshot version, one snapshot's JSON, a cancel that ends a pause, and a pause asked of a
 server whose conversation another server is running.
@@ -16,63 +16,63 @@ from typing import Any
 import httpx2
 import pytest
 
+import backends
 from api import create, error, long_turn, send
+from backends import PROVIDERS, SUMMARY_MODELS, Backend, prompt_of
 from gated import Gated
 from segue import Runtime, ScriptedModel, SqliteStore
 from segue.server import create_app
 from segue.server.run import ServerConfig, build_app
-from segue.testing import FakeAnthropicServer, live_server
-from segue.testing.anthropic_server import MessageReply, Usage, estimate_tokens
+from segue.testing import live_server
+from segue.testing.conformance import Said, Sent
 
 pytestmark = pytest.mark.slow
 
-KEY = "sk-ant-server-control-0123456789"
-SUMMARY_MODEL = "claude-haiku-4-5"
 CUSTOM = "Write the hand-over as three bullets: done, doing, next."
 PINNED = "Never touch the migrations folder, whatever the plan says."
 
 
-def answer(body: dict[str, Any]) -> MessageReply:
+def answer(sent: Sent) -> Said:
     """A short reply, with the usage of a prompt as large as the request."""
-    return MessageReply(text="Noted.", usage=Usage(input_tokens=estimate_tokens(body)))
+    return Said(text="Noted.", prompt=prompt_of(sent), output=5)
+
+
+@pytest.fixture(params=PROVIDERS)
+def fake(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    with backends.backend(request.param) as provider:
+        provider.respond(answer)
+        yield provider
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeAnthropicServer]:
-    with FakeAnthropicServer(default=answer) as server:
-        yield server
-
-
-@pytest.fixture
-def http(fake: FakeAnthropicServer, tmp_path: Path) -> Iterator[httpx2.Client]:
-    """The server with a key, its model the real client at the fake API."""
-    config = ServerConfig(db=tmp_path / "control.db", api_key=KEY, base_url=fake.url)
-    with live_server(build_app(config)) as url, httpx2.Client(base_url=url, timeout=60) as client:
+def http(fake: Backend, tmp_path: Path) -> Iterator[httpx2.Client]:
+    """The server with a key, its model the provider's real client at its fake API."""
+    app = fake.app(tmp_path / "control.db")
+    with live_server(app) as url, httpx2.Client(base_url=url, timeout=60) as client:
         yield client
 
 
-def last_user_text(body: dict[str, Any]) -> str:
-    content = body["messages"][-1]["content"]
-    if isinstance(content, str):
-        return content
-    return "\n".join(block.get("text", "") for block in content if block.get("type") == "text")
+def last_user_text(sent: Sent) -> str:
+    users = [turn for turn in sent.turns if turn.role == "user"]
+    return users[-1].text if users else ""
 
 
 # --------------------------------------------------------------------------- creating
 
 
-def test_the_settings_of_the_limit_are_taken_and_shown(http: httpx2.Client) -> None:
+def test_the_settings_of_the_limit_are_taken_and_shown(http: httpx2.Client, fake: Backend) -> None:
+    summary_model = SUMMARY_MODELS[fake.provider]
     created = create(
         http,
         behavior="checkpoint_restart",
         context_window=50_000,
         summary_prompt=CUSTOM,
-        summary_model=SUMMARY_MODEL,
+        summary_model=summary_model,
         max_tool_output_tokens=2_000,
         max_run_seconds=3_600,
     )
     assert created["summary_prompt"] == CUSTOM
-    assert created["summary_model"] == SUMMARY_MODEL
+    assert created["summary_model"] == summary_model
     assert created["max_tool_output_tokens"] == 2_000
     assert created["max_run_seconds"] == 3_600
     plain = create(http, context_window=50_000)
@@ -113,9 +113,10 @@ def test_bad_settings_are_422_naming_the_field(
 
 
 def test_the_summary_prompt_model_and_focus_reach_the_limits_request(
-    http: httpx2.Client, fake: FakeAnthropicServer
+    http: httpx2.Client, fake: Backend
 ) -> None:
-    cid = create(http, context_window=50_000, summary_prompt=CUSTOM, summary_model=SUMMARY_MODEL)[
+    summary_model = SUMMARY_MODELS[fake.provider]
+    cid = create(http, context_window=50_000, summary_prompt=CUSTOM, summary_model=summary_model)[
         "id"
     ]
     send(http, cid, "Plan the schema change.")
@@ -123,35 +124,34 @@ def test_the_summary_prompt_model_and_focus_reach_the_limits_request(
     for blank in ("", "  \n "):
         error(http.post(path, json={"focus": blank}), 422, "invalid_request")
     error(http.post(path, json={"focus": "x", "urgent": True}), 422, "invalid_request")
-    assert len(fake.message_requests()) == 1  # refused before anything was asked
+    assert len(fake.sent()) == 1  # refused before anything was asked
     assert http.get(f"/api/conversations/{cid}").json()["phase"] == "idle"
 
     continued = http.post(path, json={"focus": "the index decisions"})
     assert continued.status_code == 200, continued.text
     assert continued.json()["phase"] == "context_exhausted"
-    turn, limit = (r.body for r in fake.message_requests())
-    assert turn["model"] == "claude-sonnet-4-6"
-    assert limit["model"] == SUMMARY_MODEL  # only the limit's request
+    turn, limit = fake.sent()
+    assert turn.raw["model"] == fake.model
+    assert limit.raw["model"] == summary_model  # only the limit's request
+    assert not limit.callable_tools
     asked = last_user_text(limit)
     assert CUSTOM in asked
     assert "the index decisions" in asked
 
 
-def test_continue_without_a_focus_sends_none(
-    http: httpx2.Client, fake: FakeAnthropicServer
-) -> None:
+def test_continue_without_a_focus_sends_none(http: httpx2.Client, fake: Backend) -> None:
     for body in ({}, {"focus": None}):
         cid = create(http, context_window=50_000)["id"]
         send(http, cid, "Plan the schema change.")
         done = http.post(f"/api/conversations/{cid}/continue", json=body)
         assert done.json()["phase"] == "context_exhausted"
-        limit = fake.message_requests()[-1].body
-        assert "tools" not in limit  # the summary's request
+        limit = fake.sent()[-1]
+        assert limit.tools == ()  # the summary's request
         assert "focus above all" not in last_user_text(limit)
 
 
 def test_a_pinned_message_is_carried_verbatim_into_the_seeded_child(
-    http: httpx2.Client, fake: FakeAnthropicServer
+    http: httpx2.Client, fake: Backend
 ) -> None:
     cid = create(http, context_window=4_000)["id"]
     path = f"/api/conversations/{cid}/messages"
@@ -172,7 +172,7 @@ def test_a_pinned_message_is_carried_verbatim_into_the_seeded_child(
     assert http.post(f"/api/conversations/{cid}/continue", json={}).status_code == 200
     child = http.post(f"/api/conversations/{cid}/children", json={"seed_with_summary": True})
     send(http, child.json()["id"], "Where were we?")
-    first = json.dumps(fake.message_requests()[-1].body)
+    first = json.dumps(fake.sent()[-1].raw)
     assert PINNED in first  # verbatim, though only a summary stands for the rest
     assert "lunch" not in first
 

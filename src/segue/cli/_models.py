@@ -2,9 +2,10 @@
 ``ANTHROPIC_API_KEY``, OpenAI or any OpenAI-compatible server with ``OPENAI_API_KEY``), or the
 offline scripted model for the demo's conversations (and ``--offline``).
 
-``connect`` is the one place the provider is chosen: the key from its environment variable,
-``base_url`` (else the client's own ``ANTHROPIC_BASE_URL`` / ``OPENAI_BASE_URL``) and extra
-headers, and the adapter over the client.
+``connect`` is the one place a command's provider is chosen: the key from its environment
+variable, ``base_url`` (else the client's own ``ANTHROPIC_BASE_URL`` / ``OPENAI_BASE_URL``) and
+extra headers, and the adapter over the client. The providers' names, key variables and default
+models are ``segue.executor.models.providers``' (the server builds its model there too).
 """
 
 from __future__ import annotations
@@ -12,21 +13,20 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import AsyncIterator
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from segue.cli._app import CliError
 from segue.cli.demo import DEMO_MODEL, demo_model
+from segue.executor.models.providers import (
+    DEFAULT_MODELS,
+    KEY_VARIABLES,
+    PROVIDERS,
+    Provider,
+)
 from segue.executor.ports import LlmModel
 from segue.statemachine import ConversationState
 from segue.statemachine.models import provider_of
 
-Provider = Literal["anthropic", "openai"]
-PROVIDERS: Final[tuple[Provider, ...]] = ("anthropic", "openai")
-KEY_VARIABLES: Final[dict[Provider, str]] = {
-    "anthropic": "ANTHROPIC_API_KEY",
-    "openai": "OPENAI_API_KEY",
-}
-DEFAULT_MODELS: Final[dict[Provider, str]] = {"anthropic": "claude-sonnet-4-6", "openai": "gpt-4o"}
 NO_KEY = "ANTHROPIC_API_KEY is not set: export your Anthropic API key, or try `segue demo`"
 _NO_KEY: Final[dict[Provider, str]] = {
     "anthropic": NO_KEY,
@@ -135,30 +135,6 @@ async def _openai(
     return client, OpenAIModel(client)
 
 
-def build_llm(
-    provider: Provider, key: str, *, base_url: str | None, headers: dict[str, str]
-) -> LlmModel:
-    """The provider's adapter over a new client, without asking the API anything (for a
-    server, which must start even while the API is unreachable)."""
-    if provider == "openai":
-        import openai  # noqa: PLC0415  # the segue[openai] extra
-
-        from segue.executor.models.openai import OpenAIModel  # noqa: PLC0415
-
-        client: Any = openai.AsyncOpenAI(
-            api_key=key, base_url=base_url, default_headers=headers or None
-        )
-        return OpenAIModel(client)
-    import anthropic  # noqa: PLC0415
-
-    from segue.executor.models.anthropic import AnthropicModel  # noqa: PLC0415
-
-    client = anthropic.AsyncAnthropic(
-        api_key=key, base_url=base_url, default_headers=headers or None
-    )
-    return AnthropicModel(client)
-
-
 @contextlib.asynccontextmanager
 async def model_for(
     state: ConversationState,
@@ -178,3 +154,17 @@ async def model_for(
         yield model
     finally:
         await client.close()
+
+
+__all__ = [
+    "DEFAULT_MODELS",
+    "KEY_VARIABLES",
+    "NO_KEY",
+    "PROVIDERS",
+    "Provider",
+    "api_key",
+    "claude",
+    "connect",
+    "model_for",
+    "provider_for",
+]

@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Final
@@ -332,30 +332,9 @@ async def _converse(chat: _Chat) -> int:
     return 1 if chat.refused else 0
 
 
-async def _chat(
-    *,
-    provider: Provider,
-    key: str,
-    model: str,
-    behavior: Behavior,
-    base_url: str | None,
-    headers: dict[str, str],
-    context_window: int | None,
-    db: Path,
-    resume: str | None,
-) -> int:
+async def _interruptibly(chatting: Awaitable[int]) -> int:
     with _interruptible():  # around the closing too: a second Ctrl-C ends a close that hangs
-        return await _chatting(
-            provider=provider,
-            key=key,
-            model=model,
-            behavior=behavior,
-            base_url=base_url,
-            headers=headers,
-            context_window=context_window,
-            db=db,
-            resume=resume,
-        )
+        return await chatting
 
 
 async def _chatting(
@@ -431,7 +410,7 @@ def chat(
         key = api_key(chosen)
     except CliError as error:
         fail(error.message, error.code)
-    chatting = _chat(
+    chatting = _chatting(
         provider=chosen,
         key=key,
         model=model or DEFAULT_MODELS[chosen],
@@ -442,4 +421,4 @@ def chat(
         db=db,
         resume=conversation,
     )
-    raise typer.Exit(run(chatting))
+    raise typer.Exit(run(_interruptibly(chatting)))

@@ -13,7 +13,7 @@ import errno
 import os
 import socket
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 from urllib.parse import quote
 
 import typer
@@ -29,7 +29,7 @@ from segue.cli._app import (
     fail,
     headers_of,
 )
-from segue.cli._models import DEFAULT_MODELS, KEY_VARIABLES, build_llm, provider_for
+from segue.cli._models import DEFAULT_MODELS, KEY_VARIABLES, provider_for
 from segue.cli._output import is_segue_store, printable
 from segue.statemachine import ContextExhaustionBehavior as Behavior
 
@@ -81,22 +81,6 @@ def _address(host: str, port: int, token: str | None) -> str:
     shown = f"[{host}]" if ":" in host else host
     address = f"http://{shown}:{port}/"
     return f"{address}#token={quote(token, safe='')}" if token else address
-
-
-def _openai_app(config: Any, key: str) -> Any:
-    """The server over ``OpenAIModel``: ``segue.server.build_app`` builds Claude's, so until
-    ``ServerConfig`` knows providers this is its application with the OpenAI adapter, from the
-    server's public parts (``build_app`` has already checked the bind)."""
-    from segue import __version__  # noqa: PLC0415
-    from segue.executor.runtime import Runtime  # noqa: PLC0415
-    from segue.server.app import create_app  # noqa: PLC0415
-    from segue.server.run import build_store  # noqa: PLC0415
-    from segue.server.schemas import Info  # noqa: PLC0415
-
-    llm = build_llm("openai", key, base_url=config.base_url, headers=config.headers)
-    runtime = Runtime(store=build_store(config), llm=llm)
-    info = Info(version=__version__, offline=False, model=config.model, behavior=config.behavior)
-    return create_app(runtime, info=info, token=config.token)
 
 
 @app.command()
@@ -162,6 +146,7 @@ def serve(
         database_url=database_url,
         host=host,
         port=port,
+        provider=chosen,
         model=model,
         behavior=behavior,
         context_window=context_window,
@@ -172,10 +157,14 @@ def serve(
     )
     try:
         application = build_app(config)
-        if chosen == "openai" and key is not None:
-            application = _openai_app(config, key)
     except UnsafeBindError as error:
         fail(str(error), 2)
+    except ImportError as missing:  # the provider's client is an extra
+        fail(
+            f"--provider {chosen} needs the {chosen} extra: pip install 'segue[{chosen}]' "
+            f"({missing})",
+            2,
+        )
     _store_usable(db, database_url)
     _free(host, port)
     answered = (

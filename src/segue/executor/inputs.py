@@ -2,9 +2,9 @@
 runtime hands back when it refuses.
 
 A message is text or content blocks; a mistake in it (empty, not encodable, not a message at
-all) is the caller's and raises at once. A refusal by the conversation (busy, read-only, paused,
-failed, too large) comes back from the core as ``RejectUserMessage`` and is raised here as the
-exception a caller can tell apart.
+all, a block the model's API cannot take) is the caller's and raises at once. A refusal by the
+conversation (busy, read-only, paused, failed, too large) comes back from the core as
+``RejectUserMessage`` and is raised here as the exception a caller can tell apart.
 """
 
 from __future__ import annotations
@@ -54,6 +54,20 @@ def user_message(text: object, *, pinned: bool = False) -> UserMessage:
         msg = "the message is empty (or only whitespace); nothing was sent"
         raise InvalidMessageError(msg)
     return message
+
+
+def check_content(llm: object, message: UserMessage) -> None:
+    """Refuse a message whose blocks the model's API cannot take (a PDF on Chat Completions),
+    by the adapter's optional ``check_content(blocks)``, before the message is stored: sent
+    anyway, it would fail the turn with the message already in the transcript. The adapter
+    raises ``ValueError`` saying why; a message of text alone is not checked."""
+    check = getattr(llm, "check_content", None)
+    if check is None or not message.content:
+        return
+    try:
+        check(message.content)
+    except ValueError as refused:
+        raise InvalidMessageError(str(refused)) from refused
 
 
 def check_key(key: object) -> None:

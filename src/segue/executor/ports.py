@@ -256,6 +256,12 @@ class LlmModel(Protocol):
     passes it when someone watches the turn, and the adapter calls it with each piece of reply
     text as it arrives. An adapter without it still works: its reply is shown whole once it is
     complete.
+
+    An adapter may also have ``check_content(blocks)``, for a user message's content blocks
+    its API cannot take (a PDF on OpenAI's Chat Completions): it raises ``ValueError`` saying
+    why. ``Runtime.send`` and ``stream`` call it, when the adapter has it, before anything is
+    stored or sent, and raise ``InvalidMessageError`` with that reason. Without it, such
+    content is refused by ``complete`` (``LlmCallError``, ``fatal``) once the turn is sent.
     """
 
     @property

@@ -28,7 +28,13 @@ from segue.executor.chains import (
     usage_report,
 )
 from segue.executor.drive import ANSWERED_BY_EVENTS, DEFAULT_LEASE, Driver, Listener
-from segue.executor.inputs import check_key, failure_of, raise_if_rejected, user_message
+from segue.executor.inputs import (
+    check_content,
+    check_key,
+    failure_of,
+    raise_if_rejected,
+    user_message,
+)
 from segue.executor.instructions import COMPACTION_INSTRUCTION, CONTINUATION_INSTRUCTION
 from segue.executor.perform import current_conversation_id
 from segue.executor.ports import (
@@ -294,8 +300,9 @@ class Runtime(Driver):
         API's dicts) for a message that carries more than text.
 
         ``last_reply()`` then gives the text the model answered with. Raises
-        ``InvalidMessageError`` (also a ``ValueError``) for an empty message or text that cannot
-        be encoded, ``TypeError`` for text that is not a ``str``, and ``MessageRejectedError`` or
+        ``InvalidMessageError`` (also a ``ValueError``) for an empty message, text that cannot
+        be encoded or content the model's API cannot take (the adapter's reason), ``TypeError``
+        for text that is not a ``str``, and ``MessageRejectedError`` or
         ``ConversationExhaustedError`` when the conversation does not take it: in each case
         nothing is stored and nothing is sent.
 
@@ -314,6 +321,7 @@ class Runtime(Driver):
         refused (``MessageRejectedError``, cause ``too_large``), nothing stored.
         """
         event = user_message(text, pinned=pinned)
+        check_content(self.llm, event)
         check_key(idempotency_key)
         self._refuse_if_busy(conversation_id, wait=wait)
         state, effects = await self._drive(conversation_id, event, wait=wait, key=idempotency_key)
@@ -337,6 +345,7 @@ class Runtime(Driver):
         ``idempotency_key`` and ``pinned`` are as for ``send()``.
         """
         event = user_message(text, pinned=pinned)
+        check_content(self.llm, event)
         check_key(idempotency_key)
         self._refuse_if_busy(conversation_id, wait=wait)
         sink = Sink(conversation_id)

@@ -2,8 +2,9 @@
 applications can call too.
 
 Without an API key the server runs the offline scripted model (said on the page), so a new user
-sees everything work on a fresh clone; with one, real Claude (``base_url`` for any compatible
-server). It binds to 127.0.0.1 unless told otherwise, and anywhere else only with a token.
+sees everything work on a fresh clone; with one, the provider's model: Claude, or OpenAI
+(``base_url`` for any compatible server of either). It binds to 127.0.0.1 unless told otherwise,
+and anywhere else only with a token.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Final
 from fastapi import FastAPI
 
 from segue import __version__
+from segue.executor.models.providers import DEFAULT_MODELS, PROVIDERS, Provider, build_llm
 from segue.executor.models.scripted import ScriptedModel
 from segue.executor.ports import LlmModel, SegueError, Store
 from segue.executor.runtime import Runtime
@@ -36,9 +38,14 @@ class ServerConfig:
     database_url: str | None = None
     host: str = "127.0.0.1"
     port: int = 8000
-    model: str = "claude-sonnet-4-6"
+    provider: Provider = "anthropic"
+    """Whose model answers when there is an ``api_key``: ``anthropic`` or ``openai``."""
+    model: str | None = None
+    """The model of conversations created without one (None: the provider's default,
+    ``claude-sonnet-4-6`` or ``gpt-4o``)."""
     behavior: ContextExhaustionBehavior = ContextExhaustionBehavior.THRESHOLD_BASED_CONTINUATION
     api_key: str | None = None
+    """The provider's key; without one the offline scripted model answers."""
     base_url: str | None = None
     token: str | None = None
     context_window: int | None = None
@@ -46,6 +53,16 @@ class ServerConfig:
     chunk_delay: float = 0.02
     """Seconds between the offline model's text pieces, so its replies visibly stream."""
     headers: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.provider not in PROVIDERS:
+            msg = f"unknown provider {self.provider!r}: choose one of {', '.join(PROVIDERS)}"
+            raise ValueError(msg)
+
+    @property
+    def default_model(self) -> str:
+        """The model new conversations get: ``model``, else the provider's default."""
+        return self.model or DEFAULT_MODELS[self.provider]
 
 
 class UnsafeBindError(SegueError):
@@ -74,20 +91,15 @@ def demo_tools() -> ToolRegistry:
 
 
 def build_model(config: ServerConfig) -> LlmModel:
-    """Real Claude with an API key (or any compatible server at ``base_url``), else the offline
-    scripted model."""
+    """The provider's model with an API key (or any compatible server at ``base_url``), else
+    the offline scripted model."""
     if config.api_key is None:
         return ScriptedModel(
             window=OFFLINE_WINDOW, reply_chars=1_200, tool_every=3, chunk_delay=config.chunk_delay
         )
-    import anthropic  # noqa: PLC0415  # only a server with a key pays for the import
-
-    from segue.executor.models.anthropic import AnthropicModel  # noqa: PLC0415
-
-    client = anthropic.AsyncAnthropic(
-        api_key=config.api_key, base_url=config.base_url, default_headers=config.headers or None
+    return build_llm(
+        config.provider, config.api_key, base_url=config.base_url, headers=config.headers
     )
-    return AnthropicModel(client)
 
 
 def build_store(config: ServerConfig) -> Store:
@@ -101,9 +113,12 @@ def build_store(config: ServerConfig) -> Store:
     return SqliteStore(config.db)
 
 
-def build_app(config: ServerConfig, *, store: Store | None = None) -> FastAPI:
+def build_app(
+    config: ServerConfig, *, store: Store | None = None, tools: ToolRegistry | None = None
+) -> FastAPI:
     """The application ``segue serve`` runs (``UnsafeBindError`` for a public bind without a
-    token)."""
+    token). ``tools``: what the model may call (default: the demo's lookup for the offline
+    model, none with a key)."""
     if not is_loopback(config.host) and not config.token:
         msg = (
             f"binding to {config.host} lets other machines in: give a token "
@@ -115,12 +130,12 @@ def build_app(config: ServerConfig, *, store: Store | None = None) -> FastAPI:
     runtime = Runtime(
         store=store or build_store(config),
         llm=build_model(config),
-        tools=demo_tools() if offline else None,
+        tools=tools if tools is not None else demo_tools() if offline else None,
     )
     info = Info(
         version=__version__,
         offline=offline,
-        model=config.model,
+        model=config.default_model,
         behavior=config.behavior,
         context_window=config.context_window,
     )

@@ -90,8 +90,9 @@ build_executing = builder(ToolExecuting)
 
 def record(state: ConversationState, kind: MessageKind, text: str, **extra: Any) -> AppendMessage:
     """Record a message of ``kind`` in the transcript, in the state's session and generation."""
+    fields = state.__dict__  # read as ``turn_boundary`` reads them: every message passes here
     message = build_message(
-        kind=kind, text=text, session=state.session, generation=state.generation, **extra
+        kind=kind, text=text, session=fields["session"], generation=fields["generation"], **extra
     )
     return build_append(message=message)
 
@@ -212,12 +213,17 @@ def turn_boundary(
     """
     if changes is None:
         changes = {}
+    # The state's fields are read through ``__dict__``, the event's ``changes`` first: an
+    # attribute read on a pydantic model goes through pydantic's ``__getattr__`` hook, which
+    # keeps CPython from specialising it (three times a dict read), and every event of a turn
+    # passes through here.
+    fields = state.__dict__
     if ask_llm:
-        context = changes.get("context_tokens", state.context_tokens) or 0
-        pending = changes.get("pending_tokens", state.pending_tokens)
-        if context + pending >= state.config.continuation_tokens:
+        context = changes.get("context_tokens", fields["context_tokens"]) or 0
+        pending = changes.get("pending_tokens", fields["pending_tokens"])
+        if context + pending >= fields["config"].__dict__["continuation_tokens"]:
             return exhaust(state._replace(changes), "preflight", (), True, effects)
-    if changes.get("pause_requested", state.pause_requested):
+    if changes.get("pause_requested", fields["pause_requested"]):
         effects.append(RequestCheckpoint._make(purpose="pause"))
         changes["phase"] = AwaitingCheckpoint._make(purpose="pause", resume_after=ask_llm)
     elif ask_llm:

@@ -77,10 +77,9 @@ from segue.statemachine.state import ConversationState
 
 
 def on_user_message(state: ConversationState, event: UserMessage) -> Result:
-    tokens = event.token_count
+    tokens, text, content = event.token_count, event.text, event.content
     if tokens is None:
-        content = event.content
-        tokens = estimate_content(event.text, content) if content else estimate_tokens(event.text)
+        tokens = estimate_content(text, content) if content else estimate_tokens(text)
     config = state.config
     if tokens >= config.continuation_tokens:
         reason = (
@@ -94,7 +93,7 @@ def on_user_message(state: ConversationState, event: UserMessage) -> Result:
         "message_count": state.message_count + 1,
         "tool_rounds": 0,
     }
-    kept: dict[str, Any] = {"content": event.content} if event.content else {}
+    kept: dict[str, Any] = {"content": content} if content else {}
     if event.pinned:
         pinned = state.pinned_tokens + tokens
         if pinned > config.pinned_budget:
@@ -107,7 +106,7 @@ def on_user_message(state: ConversationState, event: UserMessage) -> Result:
             return state, (RejectUserMessage._make(reason=reason, cause="too_large"),)
         changes["pinned_tokens"] = pinned
         kept["pinned"] = True
-    effects: list[Effect] = [record(state, "user", event.text, **kept)]
+    effects: list[Effect] = [record(state, "user", text, **kept)]
     return turn_boundary(state, effects, True, changes)
 
 
@@ -148,7 +147,7 @@ def _measure(
 ) -> tuple[dict[str, Any], bool]:
     """What a response's usage changes in the state, and whether it crossed the threshold."""
     config = state.config
-    reported = reported_occupancy(event.usage)
+    reported = reported_occupancy(event.__dict__["usage"])
     if reported is not None and reported > config.context_window:
         effects.append(
             ReportAccountingAnomaly._make(
@@ -185,11 +184,14 @@ def on_llm_response(state: ConversationState, event: LlmResponse) -> Result:
         return state, NOTHING
     effects: list[Effect] = []
     changes, over = _measure(state, event, effects)
-    if event.session_ref is not None:
-        changes["provider_session"] = event.session_ref  # REQ-SEG-032
-    calls = event.tool_calls
-    stop_reason = event.stop_reason
-    kept = {"content": event.content} if event.content else {}
+    # The response's fields through ``__dict__``: see ``turn_boundary`` (two of a turn's four
+    # events are responses, and each reads most of its fields).
+    got = event.__dict__
+    if got["session_ref"] is not None:
+        changes["provider_session"] = got["session_ref"]  # REQ-SEG-032
+    calls = got["tool_calls"]
+    stop_reason = got["stop_reason"]
+    kept = {"content": got["content"]} if got["content"] else {}
     if stop_reason == WINDOW_EXCEEDED or over:
         effects.append(
             record(state, "assistant", event.text, tool_calls=calls, usage=event.usage, **kept)
@@ -213,7 +215,7 @@ def on_llm_response(state: ConversationState, event: LlmResponse) -> Result:
         effects.append(NotifyTruncated._make(dropped_tool_calls=calls))
         return turn_boundary(state, effects, False, changes)
     effects.append(
-        record(state, "assistant", event.text, tool_calls=calls, usage=event.usage, **kept)
+        record(state, "assistant", got["text"], tool_calls=calls, usage=got["usage"], **kept)
     )
     if not calls:
         return turn_boundary(state, effects, False, changes)
@@ -347,9 +349,10 @@ def on_tool_result(state: ConversationState, event: ToolResult) -> Result:
     tokens = event.token_count
     if tokens is None:
         tokens = estimate_content(output, content) if content else estimate_tokens(output)
-    cap = state.config.max_tool_output_tokens
+    config = state.config
+    cap = config.max_tool_output_tokens  # set on validation; the property for a bare copy
     if cap is None:
-        cap = state.config.tool_output_cap
+        cap = config.tool_output_cap
     if tokens > cap:  # REQ-SEG-043: the head and the tail, and a note of what was cut
         output, content = _capped(output, content, cap)
         tokens = cap  # what was kept is estimated at most this: counted as all of it

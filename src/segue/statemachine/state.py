@@ -81,7 +81,8 @@ class ConversationConfig(Frozen):
     """The model the limit's requests go to; ordinary turns go to ``model`` (REQ-SEG-045)."""
     max_tool_output_tokens: Annotated[StrictInt, Field(ge=MIN_TOOL_OUTPUT_TOKENS)] | None = None
     """The most one tool result may hold; a longer one is recorded with its head and tail and a
-    note of what was cut (REQ-SEG-043). None: ``default_tool_output_cap(context_window)``."""
+    note of what was cut (REQ-SEG-043). Left out (None), it is set from the window on
+    validation: ``default_tool_output_cap(context_window)``."""
     max_run_seconds: Annotated[float, Field(gt=0)] | None = None
     """``CHECKPOINT_RESTART``: past this many seconds since the conversation was created, the
     limit ends the run instead of restarting it (REQ-SEG-044). None: no bound."""
@@ -137,6 +138,8 @@ class ConversationConfig(Frozen):
             "warning_tokens": threshold_tokens(float(warning), window),
             "continuation_tokens": threshold_tokens(float(continuation), window),
         }
+        if data.get("max_tool_output_tokens") is None:  # the default, kept with the config
+            data = {**data, "max_tool_output_tokens": default_tool_output_cap(window)}
         for name, value in derived.items():
             if name in data and data[name] != value:
                 msg = f"{name} is derived from the thresholds and the window; got {data[name]}"

@@ -15,24 +15,17 @@ was sent. Only the standard library is used, so the server also runs in a child 
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import itertools
 import json
-import signal
 import socket
-import sys
-import threading
 import uuid
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import FrameType, MappingProxyType
-from typing import Any, NamedTuple, Self, cast
+from types import MappingProxyType
+from typing import Any
 from urllib.parse import unquote
 
-_SECRET_HEADERS = frozenset({"authorization", "x-api-key"})
+from segue.testing._scripted_http import RecordedRequest as RecordedRequest  # noqa: PLC0414  # re-exported: this module's API since it was written here
+from segue.testing._scripted_http import ScriptedServer, TrackingHandler, serve_until_stopped
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,25 +212,6 @@ def estimate_tokens(request: dict[str, Any]) -> int:
     return max(1, len(json.dumps(parts, separators=(",", ":"))) // 4)
 
 
-class RecordedRequest(NamedTuple):
-    """One request as received: ``(method, path, headers, body)``; header names are lower-cased.
-
-    ``repr`` masks credential headers so that a failing assertion never prints the API key.
-    """
-
-    method: str
-    path: str
-    headers: Mapping[str, str]
-    body: Any
-
-    def __repr__(self) -> str:
-        shown = {k: ("<redacted>" if k in _SECRET_HEADERS else v) for k, v in self.headers.items()}
-        return (
-            f"RecordedRequest({self.method!r}, {self.path!r}, "
-            f"headers={shown!r}, body={self.body!r})"
-        )
-
-
 def _chunks(text: str, pieces: int = 3) -> list[str]:
     """Split text into a few deltas so clients must really accumulate them."""
     if not text:
@@ -312,36 +286,15 @@ def _sse_events(
     return events
 
 
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True  # a handler stuck in a long delay must never keep the process alive
-    fake: FakeAnthropicServer
-
-
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(TrackingHandler):
     """Routes one connection's requests to the owning ``FakeAnthropicServer``."""
 
-    protocol_version = "HTTP/1.1"  # keep-alive, like the real API; the SDK pools connections
+    fake: FakeAnthropicServer
 
-    @property
-    def fake(self) -> FakeAnthropicServer:
-        return cast(_HTTPServer, self.server).fake
-
-    def setup(self) -> None:
-        super().setup()
-        self.fake._track(self.connection, add=True)
-
-    def finish(self) -> None:
-        self.fake._track(self.connection, add=False)
-        with contextlib.suppress(OSError):  # the client vanished (e.g. SIGKILL); nothing to flush
-            super().finish()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silence per-request logging: stderr noise, and headers must never be echoed."""
-
-    def do_GET(self) -> None:
+    def do_GET(self) -> None:  # noqa: N802  # http.server's name for it
         self.do_POST()
 
-    def do_POST(self) -> None:
+    def do_POST(self) -> None:  # noqa: N802  # http.server's name for it
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length) if length else b""
         try:
@@ -444,13 +397,16 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
 
 
-class FakeAnthropicServer:
+class FakeAnthropicServer(ScriptedServer[Reply]):
     """The fake API on ``127.0.0.1`` at an ephemeral port; see the module docstring.
 
     ``default`` answers when the script is empty; ``count_tokens`` computes
     ``/v1/messages/count_tokens`` from the request body; ``models`` maps model ids to what
     ``/v1/models/{id}`` reports (others get 404). All methods are safe to call from any thread.
     """
+
+    handler = _Handler
+    thread_name = "fake-anthropic"
 
     def __init__(
         self,
@@ -459,80 +415,14 @@ class FakeAnthropicServer:
         count_tokens: Callable[[dict[str, Any]], int] = estimate_tokens,
         models: Mapping[str, ModelSpec] | None = None,
     ) -> None:
-        self.default: Reply | Responder = MessageReply() if default is None else default
+        super().__init__(MessageReply() if default is None else default)
         self.count_tokens = count_tokens
         self.models: dict[str, ModelSpec] = dict(DEFAULT_MODELS if models is None else models)
-        self._lock = threading.Condition()
-        self._script: deque[Reply | Responder] = deque()
-        self._requests: list[RecordedRequest] = []
-        self._connections: set[socket.socket] = set()
-        self._ids = itertools.count(1)
-        self._stopping = threading.Event()
-        self._httpd: _HTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> Self:
-        """Bind an ephemeral loopback port and serve from a daemon thread."""
-        if self._httpd is not None:
-            raise RuntimeError("FakeAnthropicServer is already running")
-        self._stopping.clear()
-        httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
-        httpd.fake = self
-        self._httpd = httpd
-        self._thread = threading.Thread(
-            target=httpd.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name="fake-anthropic",
-            daemon=True,
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving, cut open keep-alive connections and abandon delayed replies."""
-        httpd, self._httpd = self._httpd, None
-        if httpd is None:
-            return
-        self._stopping.set()
-        httpd.shutdown()
-        httpd.server_close()
-        with self._lock:
-            connections = list(self._connections)
-        for conn in connections:
-            with contextlib.suppress(OSError):  # already closed by the peer
-                conn.shutdown(socket.SHUT_RDWR)
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
     @property
     def url(self) -> str:
         """Base URL for the SDK, e.g. ``http://127.0.0.1:54321``."""
-        if self._httpd is None:
-            raise RuntimeError("FakeAnthropicServer is not running")
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
-
-    def enqueue(self, *replies: Reply | Responder) -> None:
-        """Append replies to the script; each ``/v1/messages`` request consumes the first."""
-        with self._lock:
-            self._script.extend(replies)
-
-    @property
-    def pending(self) -> int:
-        """How many scripted replies are still unused (tests assert it reaches 0)."""
-        with self._lock:
-            return len(self._script)
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        """A snapshot of every request received so far, oldest first."""
-        with self._lock:
-            return list(self._requests)
+        return self.origin
 
     def message_requests(self) -> list[RecordedRequest]:
         """Only the ``POST /v1/messages`` requests (not count_tokens or models), with or without
@@ -542,31 +432,6 @@ class FakeAnthropicServer:
             for r in self.requests
             if r.method == "POST" and r.path.split("?", 1)[0] == "/v1/messages"
         ]
-
-    def wait_for_requests(self, count: int, timeout: float = 5.0) -> bool:
-        """Block until ``count`` requests have arrived, e.g. before killing a client mid-call."""
-        with self._lock:
-            return self._lock.wait_for(lambda: len(self._requests) >= count, timeout)
-
-    def _record(self, request: RecordedRequest) -> None:
-        with self._lock:
-            self._requests.append(request)
-            self._lock.notify_all()
-
-    def _next_reply(self, request: dict[str, Any]) -> Reply:
-        with self._lock:
-            item = self._script.popleft() if self._script else self.default
-        return item(request) if callable(item) else item
-
-    def _track(self, conn: socket.socket, *, add: bool) -> None:
-        with self._lock:
-            if add:
-                self._connections.add(conn)
-            else:
-                self._connections.discard(conn)
-
-    def _request_id(self) -> str:
-        return f"req_fake_{next(self._ids):06d}"
 
     def _model_json(self, model_id: str, spec: ModelSpec) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -588,23 +453,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     For tests that need the fake in another process than the one holding the client.
     """
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--text", default="ok", help="text of every reply")
-    parser.add_argument("--delay", type=float, default=0.0, help="seconds before each reply")
-    args = parser.parse_args(argv)
-    done = threading.Event()
-
-    def _on_signal(signum: int, frame: FrameType | None) -> None:
-        done.set()
-
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
-    with FakeAnthropicServer(default=MessageReply(text=args.text, delay=args.delay)) as server:
-        sys.stdout.write(server.url + "\n")
-        sys.stdout.flush()
-        while not done.wait(0.2):
-            pass
-    return 0
+    description = __doc__.splitlines()[0] if __doc__ else None
+    return serve_until_stopped(
+        lambda text, delay: FakeAnthropicServer(default=MessageReply(text=text, delay=delay)),
+        argv,
+        description,
+    )
 
 
 if __name__ == "__main__":

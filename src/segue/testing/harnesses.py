@@ -66,6 +66,19 @@ class _Base:
         else:
             self._server().default = self._native(answer)
 
+    def respond(self, answer: Callable[[Sent], Answer]) -> None:
+        """What the provider answers once the script is used up, decided from each request as
+        the fake server received it (a usage as large as the prompt, a tool call on every
+        third question): for the end-to-end tests whose provider acts on what it is asked."""
+
+        def native(body: dict[str, Any]) -> Any:
+            return self._native(answer(self._sent_of(body)))
+
+        self._server().default = native
+
+    def _sent_of(self, body: dict[str, Any]) -> Sent:
+        raise NotImplementedError
+
     @property
     def pending(self) -> int:
         return int(self._server().pending)
@@ -129,6 +142,9 @@ class AnthropicHarness(_Base):
 
     def sent(self) -> list[Sent]:
         return [_anthropic_sent(r.body, r.headers) for r in self.server.message_requests()]
+
+    def _sent_of(self, body: dict[str, Any]) -> Sent:
+        return _anthropic_sent(body, {})
 
 
 def _id(call: Call) -> dict[str, str]:
@@ -281,6 +297,9 @@ class OpenAIHarness(_Base):
 
     def sent(self) -> list[Sent]:
         return [_openai_sent(r.body, r.headers) for r in self.server.model_requests()]
+
+    def _sent_of(self, body: dict[str, Any]) -> Sent:
+        return _openai_sent(body, {})
 
 
 def _openai_failure(failure: Failure) -> Any:

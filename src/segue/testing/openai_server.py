@@ -20,22 +20,19 @@ recorded request hides the credential. Only the standard library is used
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import itertools
 import json
-import signal
 import socket
-import sys
-import threading
 import uuid
-from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import FrameType
-from typing import Any, Literal, NamedTuple, Self, cast
+from typing import Any, Literal
 from urllib.parse import unquote
 
+from segue.testing._scripted_http import (
+    RecordedRequest,
+    ScriptedServer,
+    TrackingHandler,
+    serve_until_stopped,
+)
 from segue.testing.openai_replies import (
     DEFAULT_MODELS,
     Disconnect,
@@ -57,63 +54,22 @@ from segue.testing.openai_replies import (
     server_error,
 )
 
-_SECRET_HEADERS = frozenset({"authorization", "api-key", "x-api-key"})
-
-
-class RecordedRequest(NamedTuple):
-    """One request as received: ``(method, path, headers, body)``, header names lower-cased;
-    ``repr`` hides credentials, so a failing assertion never prints the API key."""
-
-    method: str
-    path: str
-    headers: Mapping[str, str]
-    body: Any
-
-    def __repr__(self) -> str:
-        shown = {k: ("<redacted>" if k in _SECRET_HEADERS else v) for k, v in self.headers.items()}
-        return (
-            f"RecordedRequest({self.method!r}, {self.path!r}, "
-            f"headers={shown!r}, body={self.body!r})"
-        )
-
-
 # --------------------------------------------------------------------------- HTTP
-
-
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True  # a handler stuck in a long delay must never keep the process alive
-    fake: FakeOpenAIServer
 
 
 Api = Literal["chat", "responses"]
 _APIS: dict[str, Api] = {"/v1/chat/completions": "chat", "/v1/responses": "responses"}
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(TrackingHandler):
     """Routes one connection's requests to the owning ``FakeOpenAIServer``."""
 
-    protocol_version = "HTTP/1.1"  # keep-alive, like the real API; the client pools connections
+    fake: FakeOpenAIServer
 
-    @property
-    def fake(self) -> FakeOpenAIServer:
-        return cast(_HTTPServer, self.server).fake
-
-    def setup(self) -> None:
-        super().setup()
-        self.fake._track(self.connection, add=True)
-
-    def finish(self) -> None:
-        self.fake._track(self.connection, add=False)
-        with contextlib.suppress(OSError):  # the client vanished; nothing to flush
-            super().finish()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silence per-request logging: stderr noise, and headers must never be echoed."""
-
-    def do_GET(self) -> None:
+    def do_GET(self) -> None:  # noqa: N802  # http.server's name for it
         self.do_POST()
 
-    def do_POST(self) -> None:
+    def do_POST(self) -> None:  # noqa: N802  # http.server's name for it
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length) if length else b""
         try:
@@ -243,12 +199,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
 
 
-class FakeOpenAIServer:
+class FakeOpenAIServer(ScriptedServer[Scripted]):
     """The fake API on ``127.0.0.1`` at an ephemeral port; see the module docstring.
 
     ``default`` answers when the script is empty; ``models`` maps model ids to the extra fields
     ``GET /v1/models/{id}`` reports (others get 404). All methods are safe from any thread.
     """
+
+    handler = _Handler
+    thread_name = "fake-openai"
 
     def __init__(
         self,
@@ -256,132 +215,30 @@ class FakeOpenAIServer:
         default: Scripted | Responder | None = None,
         models: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
-        self.default: Scripted | Responder = Reply() if default is None else default
+        super().__init__(Reply() if default is None else default)
         self.models: dict[str, Mapping[str, Any]] = dict(
             DEFAULT_MODELS if models is None else models
         )
-        self._lock = threading.Condition()
-        self._script: deque[Scripted | Responder] = deque()
-        self._requests: list[RecordedRequest] = []
-        self._connections: set[socket.socket] = set()
-        self._ids = itertools.count(1)
-        self._stopping = threading.Event()
-        self._httpd: _HTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> Self:
-        """Bind an ephemeral loopback port and serve from a daemon thread."""
-        if self._httpd is not None:
-            raise RuntimeError("FakeOpenAIServer is already running")
-        self._stopping.clear()
-        httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
-        httpd.fake = self
-        self._httpd = httpd
-        self._thread = threading.Thread(
-            target=httpd.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name="fake-openai",
-            daemon=True,
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving, cut open keep-alive connections and abandon delayed replies."""
-        httpd, self._httpd = self._httpd, None
-        if httpd is None:
-            return
-        self._stopping.set()
-        httpd.shutdown()
-        httpd.server_close()
-        with self._lock:
-            connections = list(self._connections)
-        for conn in connections:
-            with contextlib.suppress(OSError):  # already closed by the peer
-                conn.shutdown(socket.SHUT_RDWR)
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
     @property
     def url(self) -> str:
         """Base URL for the client, with the ``/v1`` it expects: ``http://127.0.0.1:PORT/v1``."""
-        if self._httpd is None:
-            raise RuntimeError("FakeOpenAIServer is not running")
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
-
-    def enqueue(self, *replies: Scripted | Responder) -> None:
-        """Append replies to the script; each chat or responses request consumes the first."""
-        with self._lock:
-            self._script.extend(replies)
-
-    @property
-    def pending(self) -> int:
-        """How many scripted replies are still unused."""
-        with self._lock:
-            return len(self._script)
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        """A snapshot of every request received so far, oldest first."""
-        with self._lock:
-            return list(self._requests)
+        return f"{self.origin}/v1"
 
     def model_requests(self) -> list[RecordedRequest]:
         """Only the requests that ask the model (chat completions and responses)."""
         paths = ("/v1/chat/completions", "/v1/responses")
         return [r for r in self.requests if r.method == "POST" and r.path.split("?", 1)[0] in paths]
 
-    def wait_for_requests(self, count: int, timeout: float = 5.0) -> bool:
-        """Block until ``count`` requests have arrived."""
-        with self._lock:
-            return self._lock.wait_for(lambda: len(self._requests) >= count, timeout)
-
-    def _record(self, request: RecordedRequest) -> None:
-        with self._lock:
-            self._requests.append(request)
-            self._lock.notify_all()
-
-    def _next_reply(self, request: dict[str, Any]) -> Scripted:
-        with self._lock:
-            item = self._script.popleft() if self._script else self.default
-        return item(request) if callable(item) else item
-
-    def _track(self, conn: socket.socket, *, add: bool) -> None:
-        with self._lock:
-            if add:
-                self._connections.add(conn)
-            else:
-                self._connections.discard(conn)
-
-    def _request_id(self) -> str:
-        return f"req_fake_{next(self._ids):06d}"
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Serve default replies until SIGTERM/SIGINT, writing the base URL as the first stdout line."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--text", default="ok", help="text of every reply")
-    parser.add_argument("--delay", type=float, default=0.0, help="seconds before each reply")
-    args = parser.parse_args(argv)
-    done = threading.Event()
-
-    def _on_signal(signum: int, frame: FrameType | None) -> None:
-        done.set()
-
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
-    with FakeOpenAIServer(default=Reply(text=args.text, delay=args.delay)) as server:
-        sys.stdout.write(server.url + "\n")
-        sys.stdout.flush()
-        while not done.wait(0.2):
-            pass
-    return 0
+    description = __doc__.splitlines()[0] if __doc__ else None
+    return serve_until_stopped(
+        lambda text, delay: FakeOpenAIServer(default=Reply(text=text, delay=delay)),
+        argv,
+        description,
+    )
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ a log entry or an error message.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Final
 
@@ -30,11 +29,11 @@ import httpx2
 from segue.executor._log import get_logger
 from segue.executor.models.anthropic_payload import Payload, build_payload
 from segue.executor.models.anthropic_stream import read_stream
+from segue.executor.models.calls import guarded
 from segue.executor.models.helpers import (
     http_error,
     redact,
     retry_after,
-    scrub_secrets,
     secrets_of,
 )
 from segue.executor.ports import LlmCallError, LlmReply, LlmRequest, TextSink
@@ -183,50 +182,28 @@ class AnthropicModel:
     async def complete(self, request: LlmRequest, *, on_text: TextSink | None = None) -> LlmReply:
         """One streamed call, its text streamed to ``on_text``; every failure is raised as
         ``LlmCallError``."""
-        started = time.monotonic()
-        try:
-            payload = self.payload(request)
-            log.debug(
-                "llm.request",
-                conversation_id=request.conversation_id,
-                purpose=request.purpose,
-                model=request.model,
-                messages=len(payload.messages),
-                tools=len(payload.tools),
-                max_tokens=payload.max_tokens,
-                trim_level=request.trim_level,
-            )
-            reply = await self._stream(request, payload, on_text)
-        except Exception as exc:  # the port promises LlmCallError and nothing else
-            secrets = self._secrets
-            error = call_error(exc, model=request.model, secrets=secrets)
-            scrub_secrets(exc, secrets)  # the chain below the error must not hold the key
-            log.debug(
-                "llm.error",
-                conversation_id=request.conversation_id,
-                purpose=request.purpose,
-                model=request.model,
-                status_code=error.status_code,
-                retryable=error.retryable,
-                context_overflow=error.context_overflow,
-                fatal=error.fatal,
-                error=error.message,
-                duration_s=round(time.monotonic() - started, 3),
-            )
-            if error is exc:  # already ours (a cut stream): never its own cause
-                raise
-            raise error from exc
+        secrets = self._secrets
+        return await guarded(
+            request,
+            lambda: self._send(request, on_text),
+            to_error=lambda exc: call_error(exc, model=request.model, secrets=secrets),
+            secrets=secrets,
+            log=log,
+        )
+
+    async def _send(self, request: LlmRequest, on_text: TextSink | None) -> LlmReply:
+        payload = self.payload(request)
         log.debug(
-            "llm.reply",
+            "llm.request",
             conversation_id=request.conversation_id,
             purpose=request.purpose,
             model=request.model,
-            usage=reply.usage.model_dump() if reply.usage is not None else None,
-            stop_reason=reply.stop_reason,
-            tool_calls=len(reply.tool_calls),
-            duration_s=round(time.monotonic() - started, 3),
+            messages=len(payload.messages),
+            tools=len(payload.tools),
+            max_tokens=payload.max_tokens,
+            trim_level=request.trim_level,
         )
-        return reply
+        return await self._stream(request, payload, on_text)
 
     async def context_window(self, model: str) -> int | None:
         """``max_input_tokens`` from ``models.retrieve`` (cached per model); None on any error."""

@@ -26,18 +26,17 @@ import asyncio
 import contextlib
 import json
 import re
-import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final, Literal, Protocol
 
 import openai
 
 from segue.executor._log import get_logger
+from segue.executor.models.calls import guarded
 from segue.executor.models.helpers import (
     http_error,
     redact,
     retry_after,
-    scrub_secrets,
     secrets_of,
 )
 from segue.executor.models.openai_payload import (
@@ -237,8 +236,8 @@ class OpenAIModel:
 
     def check_content(self, blocks: Sequence[Any]) -> None:
         """Raise ``UnsupportedContentError`` (a ``SegueError`` and ``ValueError``) if the API
-        cannot take one of a message's ``blocks``: call it before ``Runtime.send`` to refuse
-        such a message before it is stored."""
+        cannot take one of a message's ``blocks``: ``Runtime.send`` and ``stream`` call it, so
+        such a message is refused (``InvalidMessageError``) before it is stored."""
         check_content(blocks, api=self._api)
 
     @property
@@ -278,51 +277,29 @@ class OpenAIModel:
     async def complete(self, request: LlmRequest, *, on_text: TextSink | None = None) -> LlmReply:
         """One streamed call, its text streamed to ``on_text``; every failure is raised as
         ``LlmCallError`` (with the API key scrubbed from the whole exception chain)."""
-        started = time.monotonic()
-        try:
-            payload = self.payload(request)
-            log.debug(
-                "llm.request",
-                conversation_id=request.conversation_id,
-                purpose=request.purpose,
-                model=request.model,
-                api=self._api,
-                items=len(payload.items),
-                tools=len(payload.tools),
-                max_tokens=payload.max_tokens,
-                trim_level=request.trim_level,
-            )
-            reply = await self._stream(request, payload, on_text)
-        except Exception as exc:  # the port promises LlmCallError and nothing else
-            secrets = self._secrets
-            error = call_error(exc, model=request.model, secrets=secrets)
-            scrub_secrets(exc, secrets)
-            log.debug(
-                "llm.error",
-                conversation_id=request.conversation_id,
-                purpose=request.purpose,
-                model=request.model,
-                status_code=error.status_code,
-                retryable=error.retryable,
-                context_overflow=error.context_overflow,
-                fatal=error.fatal,
-                error=error.message,
-                duration_s=round(time.monotonic() - started, 3),
-            )
-            if error is exc:
-                raise
-            raise error from exc
+        secrets = self._secrets
+        return await guarded(
+            request,
+            lambda: self._send(request, on_text),
+            to_error=lambda exc: call_error(exc, model=request.model, secrets=secrets),
+            secrets=secrets,
+            log=log,
+        )
+
+    async def _send(self, request: LlmRequest, on_text: TextSink | None) -> LlmReply:
+        payload = self.payload(request)
         log.debug(
-            "llm.reply",
+            "llm.request",
             conversation_id=request.conversation_id,
             purpose=request.purpose,
             model=request.model,
-            usage=reply.usage.model_dump() if reply.usage is not None else None,
-            stop_reason=reply.stop_reason,
-            tool_calls=len(reply.tool_calls),
-            duration_s=round(time.monotonic() - started, 3),
+            api=self._api,
+            items=len(payload.items),
+            tools=len(payload.tools),
+            max_tokens=payload.max_tokens,
+            trim_level=request.trim_level,
         )
-        return reply
+        return await self._stream(request, payload, on_text)
 
     async def context_window(self, model: str) -> int | None:
         """The window a compatible server reports for ``model`` in ``GET /models/{id}``
