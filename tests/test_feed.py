@@ -155,7 +155,7 @@ def test_a_watch_of_an_unknown_conversation_raises_on_the_first_read(tmp_path: P
         watch = rt.watch("nobody")
         with pytest.raises(ConversationNotFoundError):
             await anext(watch)
-        assert rt._feeds == {}  # nothing keeps reading
+        assert not rt._feeds  # nothing keeps reading
         await rt.close()
 
     run(scenario())

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import pytest
 
 from segue import MessageRejectedError, Runtime
-from segue.executor.drive import DEFAULT_LEASE
+from segue.executor.claims import DEFAULT_LEASE
 from segue.executor.models.scripted import ScriptedModel
 from segue.executor.ports import LlmReply, LlmRequest, Store, TextSink
 from segue.executor.stores.memory import MemoryStore

@@ -23,7 +23,7 @@ from segue.cli._app import BaseUrlOption, CliError, DbOption, HeaderOption, app,
 from segue.cli._models import model_for
 from segue.cli._output import clip, console, existing_store, last_text, meter, narrate, resolve, say
 from segue.cli.inspection import IdArgument
-from segue.executor.drive import owner_is_dead
+from segue.executor.claims import owner_is_dead
 from segue.executor.ports import StoredConversation
 from segue.executor.runtime import Runtime
 from segue.statemachine import ConversationState

@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from segue.executor.ports import SegueError
-from segue.executor.updates import TextUpdate, Update
+from segue.executor.updates import TextUpdate, Update, UserMessageUpdate, occupancy_update
+from segue.statemachine import ConversationState, Event, LlmError, LlmResponse
+from segue.statemachine.effects import AppendMessage, Effect
 
 WATCH_BUFFER: Final = 10_000
 """Updates a watcher may fall behind by before it is dropped (it reads the store to catch up)."""
@@ -189,6 +191,34 @@ class UpdateBus:
             response, rest = self._responses, stored_text
         if rest:
             self.emit(conversation_id, TextUpdate._make(text=rest, response=response))
+
+    def committed(
+        self,
+        before: ConversationState,
+        after: ConversationState,
+        event: Event,
+        effects: tuple[Effect, ...],
+    ) -> str | None:
+        """Emit what a listener learns from a commit: recorded user text, the settled reply,
+        the meter (notifications become updates when they are performed, in outbox order).
+        The reply's text, if the commit recorded one."""
+        cid = before.id
+        reply = None
+        for effect in effects:
+            if not isinstance(effect, AppendMessage):
+                continue
+            message = effect.message
+            if message.kind == "user":
+                self.emit(cid, UserMessageUpdate._make(text=message.text, pinned=message.pinned))
+            elif message.kind == "assistant" and isinstance(event, LlmResponse):
+                self.settle(cid, message.text)
+                reply = message.text
+        if isinstance(event, LlmError):
+            self.forget_response(cid)
+        meter = occupancy_update(before, after)
+        if meter is not None:
+            self.emit(cid, meter)
+        return reply
 
     def forget_response(self, conversation_id: str) -> None:
         """The response being streamed will not be stored (it failed or was cancelled)."""

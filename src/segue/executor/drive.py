@@ -29,19 +29,18 @@ import contextlib
 import dataclasses
 import itertools
 import logging
-import os
 import random
 import secrets
-import socket
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from segue.executor._log import get_logger
 from segue.executor.bus import Committed, Sink, UpdateBus
-from segue.executor.feed import Feed
+from segue.executor.claims import DEFAULT_LEASE, Claims, owner_is_dead
+from segue.executor.feed import Feeds
 from segue.executor.perform import Performer
 from segue.executor.ports import (
     Commit,
@@ -60,16 +59,12 @@ from segue.executor.snapshots import SnapshotContext
 from segue.executor.tools import Tool, ToolRegistry
 from segue.executor.updates import (
     DoneUpdate,
-    UserMessageUpdate,
     effect_update,
-    occupancy_update,
 )
 from segue.executor.views import TranscriptView
 from segue.statemachine import (
     ConversationState,
     Event,
-    LlmError,
-    LlmResponse,
     PauseRequested,
     UserCancel,
     UserMessage,
@@ -105,45 +100,12 @@ ANSWERED_BY_EVENTS = (
     ScheduleRetry,
 )
 """Effects whose outcome comes back as an event: the requests a ``CancelRequest`` makes stale."""
-DEFAULT_LEASE = 30.0
-"""Seconds a claim on pending work lasts unless renewed (every third of it while it runs): how
-long another process waits before taking over the work of one that died without a trace.
-Leases are wall-clock times (``time.time``), whatever clock the runtime was given for its
-records: they are compared between processes."""
 _POLL_FIRST, _POLL_MAX = 0.02, 0.5
 """Pauses (seconds) between reads of the store while another runtime performs the work."""
 _STORE_ATTEMPTS, _STORE_BACKOFF = 6, 0.1
 """Tries of a store call that failed as locked or unreachable, and the first pause (doubled)."""
 _CONFLICT_ATTEMPTS = 20
 """Commits of one event on a conversation other writers keep moving on, before giving up."""
-
-
-def default_owner() -> str:
-    """A runtime's owner id: host and process (so a dead one on this host is recognised at
-    once), and a random part (several runtimes in one process are distinct)."""
-    return f"{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(4)}"
-
-
-_HOST = socket.gethostname()
-
-
-def owner_is_dead(owner: str) -> bool:
-    """Whether ``owner`` is a runtime of a process on this host that no longer exists (its
-    claims can be taken at once, without waiting for their lease to end)."""
-    host, _, rest = owner.partition("/")
-    pid_text = rest.partition("/")[0]
-    if host != _HOST or not pid_text.isdigit():
-        return False
-    pid = int(pid_text)
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False  # it exists (owned by someone else), or we cannot tell
-    return False
 
 
 def _refused(effects: tuple[Effect, ...]) -> bool:
@@ -167,53 +129,6 @@ def _naming_holder(effects: tuple[Effect, ...], head: PendingEffect) -> tuple[Ef
         else e
         for e in effects
     )
-
-
-class _Renewals:
-    """Renews this runtime's claims on the work it performs, every ``period`` seconds while it
-    runs, with one timer for them all, set when work starts and none is set. Most work ends long
-    before its first renewal is due; a timer per piece of work, set and cancelled each time,
-    cost every step more than renewing ever did (and the cancelled ones stayed in the loop's
-    heap until their time)."""
-
-    __slots__ = ("_due", "_handle", "_loop", "_period", "_renew", "_tasks")
-
-    def __init__(
-        self, *, period: Callable[[], float], renew: Callable[[str, int], Coroutine[Any, Any, None]]
-    ) -> None:
-        self._period = period
-        """Read at each use: a runtime's lease may be changed while it runs."""
-        self._renew = renew
-        self._due: dict[str, tuple[int, float]] = {}
-        """The work of each conversation being performed: its outbox id, when it is due."""
-        self._handle: asyncio.TimerHandle | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    def start(self, conversation_id: str, effect_id: int) -> None:
-        """Renew the claim on ``effect_id`` every ``period`` until ``stop``."""
-        loop = asyncio.get_running_loop()
-        when = loop.time() + self._period()
-        self._due[conversation_id] = (effect_id, when)
-        if self._handle is None or self._loop is not loop:  # none, or of a loop that ended
-            self._loop = loop
-            self._handle = loop.call_at(when, self._fire)
-
-    def stop(self, conversation_id: str) -> None:
-        self._due.pop(conversation_id, None)
-
-    def _fire(self) -> None:
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        for cid, (effect_id, when) in list(self._due.items()):
-            if when <= now:
-                task = loop.create_task(self._renew(cid, effect_id))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
-                self._due[cid] = (effect_id, now + self._period())
-        self._handle = None
-        if self._due:  # the next one due; every later start is due after it
-            self._handle = loop.call_at(min(when for _, when in self._due.values()), self._fire)
 
 
 @dataclasses.dataclass(slots=True)
@@ -254,12 +169,8 @@ class Driver:
         owner: str | None = None,
         lease: float = DEFAULT_LEASE,
     ) -> None:
-        if not lease > 0:
-            msg = f"lease must be a positive number of seconds, not {lease!r}"
-            raise ValueError(msg)
-        self.owner = owner or default_owner()
-        """Who this runtime is in the store's claims (see ``default_owner``)."""
-        self.lease = lease
+        self.claims = Claims(store=lambda: self.store, owner=owner, lease=lease)
+        """This runtime's claims on pending work (``claims``)."""
         self.store = store
         self.snapshot_context = snapshot_context
         self.llm = llm
@@ -274,21 +185,15 @@ class Driver:
         prefix) and within it (a count), without a call to the system's random source each."""
         self._gates: dict[str, _Gate] = {}
         self._inflight: dict[str, tuple[asyncio.Task[Any], Effect]] = {}
-        self._claims: dict[str, int] = {}
-        """The outbox id of the effect each conversation is performing here (let go on close)."""
-        self._renewals = _Renewals(period=lambda: self.lease / 3, renew=self._renew)
-        """Claims on what is being performed, renewed every third of the lease."""
         self._driving: set[str] = set()
         self._cancel_requests: set[str] = set()
         self._pause_requests: dict[str, str] = {}
         self._known: OrderedDict[str, _Known] = OrderedDict()
         self._listeners: list[Listener] = []
         self._recovery: asyncio.Task[None] | None = None
-        self._bus = UpdateBus(unwatched=self._stop_feed)
-        self._feeds: dict[str, tuple[Feed, asyncio.Task[None]]] = {}
+        self._bus = UpdateBus(unwatched=lambda cid: self._feeds.stop(cid))  # noqa: PLW0108  # made next
+        self._feeds = Feeds(store=lambda: self.store, bus=self._bus)
         """Watched conversations read back from the store (what other runtimes commit)."""
-        self._committing: dict[str, int] = {}
-        """Commits in flight per conversation (a feed sets aside what it reads meanwhile)."""
         self._replies: dict[str, str] = {}
         """The last assistant text each streamed or watched drive recorded (for ``done``)."""
         self._turns: set[asyncio.Task[None]] = set()
@@ -300,6 +205,23 @@ class Driver:
         self._performer = Performer(
             self, entry=self._entry, sleep=sleep, bus=self._bus, clock=clock
         )
+
+    @property
+    def owner(self) -> str:
+        """Who this runtime is in the store's claims (``claims.default_owner`` unless given)."""
+        return self.claims.owner
+
+    @property
+    def lease(self) -> float:
+        """Seconds a claim of this runtime lasts unless renewed (``claims.DEFAULT_LEASE``)."""
+        return self.claims.lease
+
+    @lease.setter
+    def lease(self, seconds: float) -> None:
+        if not seconds > 0:
+            msg = f"lease must be a positive number of seconds, not {seconds!r}"
+            raise ValueError(msg)
+        self.claims.lease = seconds
 
     async def _streamed_turn(
         self, sink: Sink, event: UserMessage, *, wait: bool = True, key: str | None = None
@@ -429,22 +351,12 @@ class Driver:
             if not stored.pending:
                 return stored, True
             head = stored.pending[0]
-            if not self._holds(head):
-                now = time.time()
-                claimed = await self._retrying(
-                    cid,
-                    self.store.claim,
-                    cid,
-                    head.id,
-                    owner=self.owner,
-                    lease_until=now + self.lease,
-                    now=now,
-                    take_from=head.owner if head.owner and owner_is_dead(head.owner) else None,
-                )
+            if not self.claims.holds(head):
+                claimed = await self._retrying(cid, self.claims.take, cid, head)
                 if claimed is None:  # performed meanwhile by its owner
                     stored = await self._load(cid)
                     continue
-                if claimed.owner != self.owner:
+                if claimed.owner != self.claims.owner:
                     if not follow:
                         return dataclasses.replace(
                             stored, pending=(claimed, *stored.pending[1:])
@@ -454,41 +366,6 @@ class Driver:
                 stored = dataclasses.replace(stored, pending=(claimed, *stored.pending[1:]))
                 head = claimed
             stored = await self._perform(stored, head)
-
-    # ------------------------------------------------------------------ store feeds
-
-    async def _start_feed(self, conversation_id: str) -> None:
-        """Read a watched conversation back from the store while it is watched (the first
-        read raises ``ConversationNotFoundError`` for an unknown id)."""
-        stored = await self.store.load(conversation_id)
-        if conversation_id in self._feeds or not self._bus.watched(conversation_id):
-            return
-        feed = Feed(
-            self.store,
-            stored,
-            emit=lambda update: self._bus.emit(conversation_id, update),
-            next_response=self._bus.next_response,
-            committing=lambda: conversation_id in self._committing,
-        )
-        task = asyncio.ensure_future(feed.run())
-        self._feeds[conversation_id] = (feed, task)
-
-    def _stop_feed(self, conversation_id: str) -> None:
-        running = self._feeds.pop(conversation_id, None)
-        if running is not None:
-            running[1].cancel()
-
-    def _stop_feeds(self) -> None:
-        for conversation_id in list(self._feeds):
-            self._stop_feed(conversation_id)
-
-    def _holds(self, pending: PendingEffect) -> bool:
-        """Whether this runtime's claim on ``pending`` (as last seen) is still good."""
-        return (
-            pending.owner == self.owner
-            and pending.lease_until is not None
-            and pending.lease_until > time.time()
-        )
 
     async def _await_owner(self, conversation_id: str, held: PendingEffect) -> StoredConversation:
         """Wait while another runtime performs ``held``: until it is done (or its claim lapses),
@@ -639,24 +516,12 @@ class Driver:
             effects=effects,
             completes=completes,
             at=self._clock(),
-            owner=self.owner,
-            lease_until=time.time() + self.lease,
+            owner=self.claims.owner,
+            lease_until=self.claims.lease_until(),
             idempotency_key=key,
             session=before.session,
         )
-        cid = before.id
-        self._committing[cid] = self._committing.get(cid, 0) + 1
-        try:
-            committed = await self.store.commit(commit)
-            feed = self._feeds.get(cid)
-            if feed is not None:
-                feed[0].observe(committed)
-        finally:
-            left = self._committing[cid] - 1
-            if left:
-                self._committing[cid] = left
-            else:
-                del self._committing[cid]
+        committed = await self._feeds.committing(before.id, self.store.commit(commit))
         entry = self._entry(before.id)
         entry.stored = committed
         appended = [effect.message for effect in effects if isinstance(effect, AppendMessage)]
@@ -666,36 +531,12 @@ class Driver:
             # Otherwise someone else wrote too, and the next request reads the gap from the store.
             view.extend(view.last_seq + 1, appended)
         if self._bus.listening(before.id):
-            self._commit_updates(before, after, event, effects)
+            reply = self._bus.committed(before, after, event, effects)
+            if reply is not None:
+                self._replies[before.id] = reply
         if _events.isEnabledFor(logging.INFO):
             self._log_transition(before, after, event, effects)
         return committed, effects
-
-    def _commit_updates(
-        self,
-        before: ConversationState,
-        after: ConversationState,
-        event: Event,
-        effects: tuple[Effect, ...],
-    ) -> None:
-        """What a listener learns from a commit: recorded user text, the settled reply, the
-        meter. (Notifications become updates when they are performed, in outbox order.)"""
-        cid = before.id
-        bus = self._bus
-        for effect in effects:
-            if not isinstance(effect, AppendMessage):
-                continue
-            message = effect.message
-            if message.kind == "user":
-                bus.emit(cid, UserMessageUpdate._make(text=message.text, pinned=message.pinned))
-            elif message.kind == "assistant" and isinstance(event, LlmResponse):
-                bus.settle(cid, message.text)
-                self._replies[cid] = message.text
-        if isinstance(event, LlmError):
-            bus.forget_response(cid)
-        meter = occupancy_update(before, after)
-        if meter is not None:
-            bus.emit(cid, meter)
 
     @staticmethod
     def _log_transition(
@@ -730,22 +571,21 @@ class Driver:
                 self._bus.emit(cid, update)
         task = asyncio.ensure_future(self._performer.outcome(stored, effect))
         self._inflight[cid] = (task, effect)
-        self._claims[cid] = pending.id
-        self._renewals.start(cid, pending.id)
+        self.claims.performing(cid, pending.id)
         try:
             outcome = await task
         except asyncio.CancelledError:
-            self._renewals.stop(cid)
+            self.claims.done(cid)
             # Only the user's cancel of a request becomes an event (committed at the top of the
             # drive loop, which clears the flag); a caller's timeout or a shutdown leaves the
             # effect pending in the outbox, let go, to be performed by the next drive here or
             # in any runtime sharing the store.
             if cid not in self._cancel_requests or not isinstance(effect, ANSWERED_BY_EVENTS):
-                await self._let_go(cid, pending)
+                await self.claims.let_go(cid, (pending.id,))
                 raise
             return stored
         except Exception as error:
-            self._renewals.stop(cid)
+            self.claims.done(cid)
             # An adapter or tool runner that raised instead of reporting (a bug, an unmapped
             # error): the effect stays pending, and is let go at once, so the next drive (here or
             # in another runtime) performs it instead of waiting for the lease to end.
@@ -755,30 +595,23 @@ class Driver:
                 effect_kind=effect.kind,
                 error_type=type(error).__name__,
             )
-            await self._let_go(cid, pending)
+            await self.claims.let_go(cid, (pending.id,))
             raise
         finally:
-            self._renewals.stop(cid)
+            self.claims.done(cid)
             self._inflight.pop(cid, None)
-            self._claims.pop(cid, None)
         try:
             return await self._settle(stored, pending, outcome)
         except (StoreLockedError, StoreUnavailableError) as error:
             # The store stayed down: let go of the work, so that the next drive (here or in
             # another process) asks again instead of waiting out the lease.
-            await self._let_go(cid, pending)
+            await self.claims.let_go(cid, (pending.id,))
             self._entry(cid).stored = None
             msg = (
                 f"the outcome of {effect.kind} could not be stored ({error}); it was let go, "
                 "and the next message or recover() performs it again"
             )
             raise SegueError(msg) from error
-
-    async def _let_go(self, conversation_id: str, pending: PendingEffect) -> None:
-        """Release this runtime's claim on ``pending``; a store that cannot be reached keeps it
-        until its lease ends (nothing else can be done about it here)."""
-        with contextlib.suppress(SegueError):
-            await self.store.release(conversation_id, (pending.id,), owner=self.owner)
 
     async def _settle(
         self, stored: StoredConversation, pending: PendingEffect, outcome: list[Event]
@@ -814,17 +647,3 @@ class Driver:
                 )
                 raise ConcurrentUpdateError(msg)
         return stored
-
-    async def _renew(self, conversation_id: str, effect_id: int) -> None:
-        try:
-            kept = await self.store.renew(
-                conversation_id,
-                (effect_id,),
-                owner=self.owner,
-                lease_until=time.time() + self.lease,
-            )
-        except SegueError as error:
-            _log.warning("lease_not_renewed", conversation_id=conversation_id, error=str(error))
-            return
-        if not kept:
-            _log.warning("claim_lost", conversation_id=conversation_id, effect_id=effect_id)

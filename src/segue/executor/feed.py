@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Final
 
 from segue.executor._log import get_logger
+from segue.executor.bus import UpdateBus
 from segue.executor.ports import SegueError, Store, StoredConversation, StoredMessage
 from segue.executor.updates import (
     CompactedUpdate,
@@ -193,3 +194,68 @@ class Feed:
         for update in updates:
             self._emit(update)
         return True
+
+
+class Feeds:
+    """A runtime's feeds: one per conversation watched here, started when the first watcher
+    comes, stopped when the last one leaves; and the commits this runtime has in flight, which
+    every feed of the conversation sets aside (it hears of them through ``committed``)."""
+
+    __slots__ = ("_bus", "_committing", "_feeds", "_store")
+
+    def __init__(self, *, store: Callable[[], Store], bus: UpdateBus) -> None:
+        self._store = store
+        """Read at each use: the runtime's store may be replaced."""
+        self._bus = bus
+        self._feeds: dict[str, tuple[Feed, asyncio.Task[None]]] = {}
+        self._committing: dict[str, int] = {}
+        """Commits in flight per conversation."""
+
+    def __bool__(self) -> bool:
+        return bool(self._feeds)
+
+    async def start(self, conversation_id: str) -> None:
+        """Read a watched conversation back from the store while it is watched (the first
+        read raises ``ConversationNotFoundError`` for an unknown id)."""
+        store = self._store()
+        stored = await store.load(conversation_id)
+        bus = self._bus
+        if conversation_id in self._feeds or not bus.watched(conversation_id):
+            return
+        feed = Feed(
+            store,
+            stored,
+            emit=lambda update: bus.emit(conversation_id, update),
+            next_response=bus.next_response,
+            committing=lambda: conversation_id in self._committing,
+        )
+        self._feeds[conversation_id] = (feed, asyncio.ensure_future(feed.run()))
+
+    def stop(self, conversation_id: str) -> None:
+        running = self._feeds.pop(conversation_id, None)
+        if running is not None:
+            running[1].cancel()
+
+    def stop_all(self) -> None:
+        for conversation_id in list(self._feeds):
+            self.stop(conversation_id)
+
+    async def committing(
+        self, conversation_id: str, commit: Coroutine[Any, Any, StoredConversation]
+    ) -> StoredConversation:
+        """Await ``commit`` of the conversation, set aside by its feed meanwhile; the feed
+        starts from what it committed."""
+        committing = self._committing
+        committing[conversation_id] = committing.get(conversation_id, 0) + 1
+        try:
+            committed = await commit
+            running = self._feeds.get(conversation_id)
+            if running is not None:
+                running[0].observe(committed)
+            return committed
+        finally:
+            left = committing[conversation_id] - 1
+            if left:
+                committing[conversation_id] = left
+            else:
+                del committing[conversation_id]

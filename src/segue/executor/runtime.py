@@ -9,7 +9,6 @@ means (asking the model, running tools, compacting, archiving) is ``perform``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import time
 import uuid
@@ -27,7 +26,8 @@ from segue.executor.chains import (
     usage_from_log,
     usage_report,
 )
-from segue.executor.drive import ANSWERED_BY_EVENTS, DEFAULT_LEASE, Driver, Listener
+from segue.executor.claims import DEFAULT_LEASE
+from segue.executor.drive import ANSWERED_BY_EVENTS, Driver, Listener
 from segue.executor.inputs import (
     check_content,
     check_key,
@@ -158,10 +158,10 @@ class Runtime(Driver):
     async def close(self) -> None:
         """Cancel what is in flight and close the store (what was pending stays in the outbox,
         performed again by the next ``recover()``)."""
-        self._stop_feeds()
+        self._feeds.stop_all()
         for task, _effect in list(self._inflight.values()):
             task.cancel()
-        claims = dict(self._claims)
+        claims = self.claims.in_flight()
         for turn in list(self._turns):
             turn.cancel()
         if self._turns:
@@ -169,8 +169,7 @@ class Runtime(Driver):
         # Let go of the work cancelled here, so another runtime takes it at once rather than
         # when its lease ends.
         for cid, effect_id in claims.items():
-            with contextlib.suppress(SegueError):
-                await self.store.release(cid, (effect_id,), owner=self.owner)
+            await self.claims.let_go(cid, (effect_id,))
         await self.store.close()
 
     def subscribe(self, listener: Listener) -> None:
@@ -390,7 +389,7 @@ class Runtime(Driver):
         fraction of a second. A watcher that falls too far behind gets ``UpdatesLostError`` and
         should read the store before watching again. An unknown id raises
         ``ConversationNotFoundError`` on the first read."""
-        return self._bus.watch(conversation_id, lambda: self._start_feed(conversation_id))
+        return self._bus.watch(conversation_id, lambda: self._feeds.start(conversation_id))
 
     async def last_reply(self, conversation_id: str) -> str | None:
         """The text of the conversation's latest assistant reply, or None if it has none."""

@@ -16,7 +16,7 @@ import time
 from typing import Final
 
 from segue.executor._log import get_logger
-from segue.executor.drive import owner_is_dead
+from segue.executor.claims import owner_is_dead
 from segue.executor.ports import StoredConversation
 from segue.executor.runtime import Runtime
 from segue.server.errors import ApiError
