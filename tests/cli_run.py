@@ -1,6 +1,6 @@
 """``segue``'s command line run in-process, as the CLI tests read it: typer's runner over the
 app, output as a CI log gets it, the one-line errors the CLI promises, and a finished demo to
-inspect."""
+inspect, and ``chat`` against the fake Anthropic API."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from segue.cli import app
+from segue.testing.anthropic_server import FakeAnthropicServer
 
 ID = r"[0-9a-f]{32}"
 """A conversation id as the CLI prints it."""
@@ -27,6 +28,11 @@ def plain_output(monkeypatch: pytest.MonkeyPatch, *also: str) -> None:
 
 def invoke(*args: str, stdin: str | bytes | None = None) -> Result:
     return runner.invoke(app, list(args), input=stdin)
+
+
+def chat(fake: FakeAnthropicServer, db: Path, stdin: str | bytes, *args: str) -> Result:
+    """``segue chat`` against the fake Anthropic API, on ``db``, typing ``stdin``."""
+    return invoke("chat", "--base-url", fake.url, "--db", str(db), *args, stdin=stdin)
 
 
 def one_error_line(result: Result) -> str:

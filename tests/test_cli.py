@@ -15,10 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from typer.testing import Result
 
 import segue
-from cli_run import ID, finished_demo, invoke, one_error_line, plain_output
+from cli_run import ID, chat, finished_demo, invoke, one_error_line, plain_output
 from segue.statemachine import ContextExhaustionBehavior
 from segue.statemachine.spec import load_rows, mermaid
 from segue.testing.anthropic_server import ErrorReply, FakeAnthropicServer, MessageReply, Usage
@@ -217,10 +216,6 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAnthropicServer]:
     reply = MessageReply(text="Hello from the fake API.", usage=Usage(input_tokens=1_000))
     with FakeAnthropicServer(default=reply) as fake:
         yield fake
-
-
-def chat(server: FakeAnthropicServer, db: Path, stdin: str, *args: str) -> Result:
-    return invoke("chat", "--base-url", server.url, "--db", str(db), *args, stdin=stdin)
 
 
 def test_chat_prints_each_reply_and_the_meter(server: FakeAnthropicServer, tmp_path: Path) -> None:

@@ -25,9 +25,8 @@ from typing import Any
 
 import httpx2
 import pytest
-from typer.testing import Result
 
-from cli_run import ID, finished_demo, invoke, one_error_line, plain_output
+from cli_run import ID, chat, finished_demo, invoke, one_error_line, plain_output
 from segue import Runtime, ScriptedModel, SqliteStore
 from segue.testing.anthropic_server import FakeAnthropicServer, MessageReply, Usage
 
@@ -251,10 +250,6 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAnthropicServer]:
     reply = MessageReply(text="Hello from the fake API.", usage=Usage(input_tokens=1_000))
     with FakeAnthropicServer(default=reply) as server:
         yield server
-
-
-def chat(fake: FakeAnthropicServer, db: Path, stdin: str | bytes, *args: str) -> Result:
-    return invoke("chat", "--base-url", fake.url, "--db", str(db), *args, stdin=stdin)
 
 
 def stored_ids(db: Path) -> list[str]:

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 from typer.testing import Result
 
-from cli_run import invoke, plain_output
+import cli_run
+from cli_run import plain_output
 from segue import Runtime, ScriptedModel, SqliteStore
 from segue.testing.anthropic_server import FakeAnthropicServer, MessageReply, Usage
 
@@ -42,8 +43,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAnthropicServer]:
 
 
 def chat(fake: FakeAnthropicServer, db: Path, lines: list[str], *args: str) -> Result:
-    stdin = "\n".join(lines) + "\n"
-    return invoke("chat", "--base-url", fake.url, "--db", str(db), *args, stdin=stdin)
+    return cli_run.chat(fake, db, "\n".join(lines) + "\n", *args)
 
 
 def last_user_text(body: dict[str, Any]) -> str:
