@@ -20,7 +20,7 @@ from typer.testing import Result
 
 from cli_run import invoke, one_error_line, plain_output
 from segue.testing.openai_server import ErrorReply, FakeOpenAIServer, Reply, Usage
-from serving import segue_serve
+from serving import free_port, segue_serve
 
 KEY = "sk-openai-cli-test-NEVER-PRINTED-0123456789"
 
@@ -105,13 +105,6 @@ def test_an_unknown_provider_is_a_setup_error(tmp_path: Path) -> None:
     result = invoke("chat", "--provider", "mistral", "--db", str(tmp_path / "c.db"), stdin="")
     assert result.exit_code == 2
     assert "unknown provider 'mistral'" in one_error_line(result)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 @pytest.mark.slow
