@@ -15,35 +15,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner, Result
 
 import segue
-from segue.cli import app
+from cli_run import ID, chat, finished_demo, invoke, one_error_line, plain_output
 from segue.statemachine import ContextExhaustionBehavior
 from segue.statemachine.spec import load_rows, mermaid
 from segue.testing.anthropic_server import ErrorReply, FakeAnthropicServer, MessageReply, Usage
 
 KEY = "sk-ant-test-cli-0123456789"
-ID = r"[0-9a-f]{32}"
-runner = CliRunner()
 
 
 @pytest.fixture(autouse=True)
 def _plain_output(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Output as a CI log gets it: no colour forced, no width imposed by the environment."""
-    for name in ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE", "SEGUE_DB", "ANTHROPIC_BASE_URL"):
-        monkeypatch.delenv(name, raising=False)
-
-
-def invoke(*args: str, stdin: str | None = None) -> Result:
-    return runner.invoke(app, list(args), input=stdin)
-
-
-def one_error_line(result: Result) -> str:
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.output
-    return lines[0]
+    plain_output(monkeypatch)
 
 
 def percentages(output: str) -> list[float]:
@@ -137,13 +121,7 @@ def test_demo_behaviour_names_are_checked() -> None:
 def demo_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
     """A finished threshold demo: (db, parent id, child id)."""
     db = tmp_path_factory.mktemp("demo") / "segue.db"
-    result = runner.invoke(app, ["demo", "--fast", "--db", str(db)])
-    assert result.exit_code == 0, result.output
-    parent = re.search(rf"^conversation ({ID}):", result.stdout, re.MULTILINE)
-    child = re.search(rf"child conversation ({ID})", result.stdout)
-    assert parent is not None
-    assert child is not None
-    return db, parent[1], child[1]
+    return (db, *finished_demo(db))
 
 
 def test_list_shows_parent_and_child(
@@ -238,10 +216,6 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAnthropicServer]:
     reply = MessageReply(text="Hello from the fake API.", usage=Usage(input_tokens=1_000))
     with FakeAnthropicServer(default=reply) as fake:
         yield fake
-
-
-def chat(server: FakeAnthropicServer, db: Path, stdin: str, *args: str) -> Result:
-    return invoke("chat", "--base-url", server.url, "--db", str(db), *args, stdin=stdin)
 
 
 def test_chat_prints_each_reply_and_the_meter(server: FakeAnthropicServer, tmp_path: Path) -> None:

@@ -25,33 +25,17 @@ from typing import Any
 
 import httpx2
 import pytest
-from typer.testing import CliRunner, Result
 
+from cli_run import ID, chat, finished_demo, invoke, one_error_line, plain_output
 from segue import Runtime, ScriptedModel, SqliteStore
-from segue.cli import app
 from segue.testing.anthropic_server import FakeAnthropicServer, MessageReply, Usage
 
 KEY = "sk-ant-test-cli-commands-0123456789"
-ID = r"[0-9a-f]{32}"
-runner = CliRunner()
 
 
 @pytest.fixture(autouse=True)
 def _plain_output(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE", "SEGUE_DB", "ANTHROPIC_BASE_URL"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-
-
-def invoke(*args: str, stdin: str | bytes | None = None) -> Result:
-    return runner.invoke(app, list(args), input=stdin)
-
-
-def one_error_line(result: Result) -> str:
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.output
-    return lines[0]
+    plain_output(monkeypatch, "ANTHROPIC_API_KEY")
 
 
 def digest(path: Path) -> str:
@@ -62,13 +46,7 @@ def digest(path: Path) -> str:
 def demo_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
     """A finished threshold demo: (db, the exhausted parent, its live child)."""
     db = tmp_path_factory.mktemp("demo") / "segue.db"
-    result = runner.invoke(app, ["demo", "--fast", "--db", str(db)])
-    assert result.exit_code == 0, result.output
-    parent = re.search(rf"^conversation ({ID}):", result.stdout, re.MULTILINE)
-    child = re.search(rf"child conversation ({ID})", result.stdout)
-    assert parent is not None
-    assert child is not None
-    return db, parent[1], child[1]
+    return (db, *finished_demo(db))
 
 
 @pytest.fixture
@@ -272,10 +250,6 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAnthropicServer]:
     reply = MessageReply(text="Hello from the fake API.", usage=Usage(input_tokens=1_000))
     with FakeAnthropicServer(default=reply) as server:
         yield server
-
-
-def chat(fake: FakeAnthropicServer, db: Path, stdin: str | bytes, *args: str) -> Result:
-    return invoke("chat", "--base-url", fake.url, "--db", str(db), *args, stdin=stdin)
 
 
 def stored_ids(db: Path) -> list[str]:

@@ -18,26 +18,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner, Result
+from typer.testing import Result
 
+import cli_run
+from cli_run import plain_output
 from segue import Runtime, ScriptedModel, SqliteStore
-from segue.cli import app
 from segue.testing.anthropic_server import FakeAnthropicServer, MessageReply, Usage
 
 KEY = "sk-ant-test-cli-control-0123456789"
 PINNED = "Never touch the migrations folder, whatever the plan says."
-runner = CliRunner()
 
 
 @pytest.fixture(autouse=True)
 def _plain_output(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE", "SEGUE_DB", "ANTHROPIC_BASE_URL"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-
-
-def invoke(*args: str, stdin: str | None = None) -> Result:
-    return runner.invoke(app, list(args), input=stdin)
+    plain_output(monkeypatch, "ANTHROPIC_API_KEY")
 
 
 @pytest.fixture
@@ -49,8 +43,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAnthropicServer]:
 
 
 def chat(fake: FakeAnthropicServer, db: Path, lines: list[str], *args: str) -> Result:
-    stdin = "\n".join(lines) + "\n"
-    return invoke("chat", "--base-url", fake.url, "--db", str(db), *args, stdin=stdin)
+    return cli_run.chat(fake, db, "\n".join(lines) + "\n", *args)
 
 
 def last_user_text(body: dict[str, Any]) -> str:

@@ -21,15 +21,20 @@ from typing import Any, Final
 
 import pytest
 
+from broken_cores import (
+    double_request,
+    forgetting_cancelled_tools,
+    raising_on_stale_results,
+    reopening_exhausted,
+    tools_despite_threshold,
+    unbounded_retries,
+)
 from reference_model import Reference, books, observed
 from segue import (
     HANDLED_PAIRS,
     ContextExhaustionBehavior,
     ConversationState,
-    Idle,
     LlmResponse,
-    RequestLlm,
-    UserMessage,
     continuation_prompt,
     estimate_tokens,
     new_conversation,
@@ -204,13 +209,6 @@ def planted(broken: Any, behavior: ContextExhaustionBehavior, depth: int = DEPTH
     return explore(first, depth=depth, checks=checks, transition_function=broken)
 
 
-def reopening_exhausted(state: ConversationState, event: Any) -> Result:
-    """Lets a read-only conversation take user messages again."""
-    if state.phase.kind == "context_exhausted" and isinstance(event, UserMessage):
-        return transition(state.with_phase(Idle()), event)
-    return transition(state, event)
-
-
 def test_a_read_only_conversation_that_requests_fails_with_the_shortest_path() -> None:
     result = planted(reopening_exhausted, B.THRESHOLD_BASED_CONTINUATION)
     violation = result.violation
@@ -285,13 +283,6 @@ def test_summed_usage_is_found() -> None:
     assert result.violation.check == "never_summed", str(result.violation)
 
 
-def raising_on_stale_results(state: ConversationState, event: Any) -> Result:
-    """Looks a tool result's call up without checking it is still pending."""
-    if event.kind == "tool_result" and state.phase.kind != "tool_executing":
-        raise KeyError(event.tool_call_id)
-    return transition(state, event)
-
-
 def test_an_exception_is_a_totality_violation_at_the_first_move() -> None:
     result = planted(raising_on_stale_results, B.COMPACT_IN_PLACE)
     violation = result.violation
@@ -300,38 +291,6 @@ def test_an_exception_is_a_totality_violation_at_the_first_move() -> None:
     assert "KeyError" in violation.message
     assert len(violation.moves) == 1
     assert violation.path[0].startswith("tool_result")
-
-
-def forgetting_cancelled_tools(state: ConversationState, event: Any) -> Result:
-    """Cancels running tools without recording their error results."""
-    after, effects = transition(state, event)
-    if state.phase.kind == "tool_executing" and event.kind == "user_cancel":
-        effects = tuple(effect for effect in effects if effect.kind != "append_message")
-    return after, effects
-
-
-def double_request(state: ConversationState, event: Any) -> Result:
-    """Sends the first request of a turn twice."""
-    after, effects = transition(state, event)
-    if state.phase.kind == "idle" and after.phase.kind == "llm_requesting":
-        effects = (*effects, RequestLlm())
-    return after, effects
-
-
-def unbounded_retries(state: ConversationState, event: Any) -> Result:
-    """Retries LLM errors past the configured bound."""
-    if event.kind == "llm_error":
-        loose = state.config.model_copy(update={"max_attempts": 20})
-        after, effects = transition(state.model_copy(update={"config": loose}), event)
-        return after.model_copy(update={"config": state.config}), effects
-    return transition(state, event)
-
-
-def tools_despite_threshold(state: ConversationState, event: Any) -> Result:
-    """Reads the threshold only on responses without tool calls."""
-    if isinstance(event, LlmResponse) and event.tool_calls:
-        return transition(state, event.model_copy(update={"usage": None}))
-    return transition(state, event)
 
 
 def acting_on_late_answers(state: ConversationState, event: Any) -> Result:

@@ -16,28 +16,18 @@ from pathlib import Path
 
 import httpx2
 import pytest
-from typer.testing import CliRunner, Result
+from typer.testing import Result
 
-from segue.cli import app
+from cli_run import invoke, one_error_line, plain_output
 from segue.testing.openai_server import ErrorReply, FakeOpenAIServer, Reply, Usage
-from serving import segue_serve
+from serving import free_port, segue_serve
 
 KEY = "sk-openai-cli-test-NEVER-PRINTED-0123456789"
-runner = CliRunner()
 
 
 @pytest.fixture(autouse=True)
 def _plain_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in (
-        "COLUMNS",
-        "FORCE_COLOR",
-        "TTY_COMPATIBLE",
-        "SEGUE_DB",
-        "ANTHROPIC_BASE_URL",
-        "OPENAI_BASE_URL",
-        "ANTHROPIC_API_KEY",
-    ):
-        monkeypatch.delenv(name, raising=False)
+    plain_output(monkeypatch, "OPENAI_BASE_URL", "ANTHROPIC_API_KEY")
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
 
 
@@ -48,30 +38,17 @@ def server() -> Iterator[FakeOpenAIServer]:
         yield fake
 
 
-def invoke(*args: str, stdin: str | None = None) -> Result:
-    return runner.invoke(app, list(args), input=stdin)
-
-
-def one_error_line(result: Result) -> str:
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.output
-    return lines[0]
+def chat(server: FakeOpenAIServer, db: Path, stdin: str) -> Result:
+    """``segue chat --provider openai`` against the fake, typing ``stdin``."""
+    return invoke(
+        "chat", "--provider", "openai", "--base-url", server.url, "--db", str(db), stdin=stdin
+    )
 
 
 def test_chat_with_the_openai_provider_prints_each_reply_and_the_meter(
     server: FakeOpenAIServer, tmp_path: Path
 ) -> None:
-    result = invoke(
-        "chat",
-        "--provider",
-        "openai",
-        "--base-url",
-        server.url,
-        "--db",
-        str(tmp_path / "chat.db"),
-        stdin="hello there\nand again\n",
-    )
+    result = chat(server, tmp_path / "chat.db", "hello there\nand again\n")
     assert result.exit_code == 0, result.output
     assert result.stdout.count("Hello from the fake OpenAI API.") == 2
     assert "gpt-4o" in result.stdout  # the provider's default model
@@ -116,16 +93,7 @@ def test_a_refused_key_is_one_line_that_names_the_variable_never_the_key(
         return ErrorReply(401, f"Incorrect API key provided: {KEY}.", code="invalid_api_key")
 
     server.default = refuse  # the model is known (GET /v1/models/gpt-4o), the key refused
-    result = invoke(
-        "chat",
-        "--provider",
-        "openai",
-        "--base-url",
-        server.url,
-        "--db",
-        str(tmp_path / "chat.db"),
-        stdin="hello\n",
-    )
+    result = chat(server, tmp_path / "chat.db", "hello\n")
     assert result.exit_code == 1
     line = one_error_line(result)
     assert "authentication failed" in line
@@ -137,13 +105,6 @@ def test_an_unknown_provider_is_a_setup_error(tmp_path: Path) -> None:
     result = invoke("chat", "--provider", "mistral", "--db", str(tmp_path / "c.db"), stdin="")
     assert result.exit_code == 2
     assert "unknown provider 'mistral'" in one_error_line(result)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 @pytest.mark.slow

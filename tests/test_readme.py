@@ -10,6 +10,7 @@ from pathlib import Path
 
 from segue.testing import FakeAnthropicServer
 from segue.testing.anthropic_server import ErrorReply, MessageReply
+from segue.testing.openai_server import FakeOpenAIServer, Reply
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -19,10 +20,13 @@ def _python_blocks() -> list[str]:
 
 
 def _run(
-    code: str, tmp_path: Path, env: dict[str, str] | None = None
+    code: str, tmp_path: Path, env: dict[str, str] | None = None, *, unset: str | None = None
 ) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` as a user runs an example: a script of its own in ``tmp_path``, with this
+    environment plus ``env`` and without ``unset``."""
     script = tmp_path / "example.py"
     script.write_text(code, encoding="utf-8")
+    inherited = {k: v for k, v in os.environ.items() if k != unset}
     return subprocess.run(  # noqa: S603  # our own interpreter on our own file
         [sys.executable, str(script)],
         capture_output=True,
@@ -30,7 +34,7 @@ def _run(
         timeout=120,
         cwd=tmp_path,
         check=False,
-        env={**os.environ, **(env or {})},
+        env={**inherited, **(env or {})},
     )
 
 
@@ -72,19 +76,21 @@ def test_real_api_example_runs_against_a_compatible_server(tmp_path: Path) -> No
     assert requests[0].body["system"][0]["text"] == "Answer in one paragraph."
 
 
+def test_openai_example_runs_against_a_compatible_server(tmp_path: Path) -> None:
+    with FakeOpenAIServer(default=Reply(text="Because windows are finite.")) as server:
+        env = {"OPENAI_API_KEY": "sk-readme-test", "OPENAI_BASE_URL": server.url}
+        result = _run(_block("OpenAIModel(AsyncOpenAI()"), tmp_path, env)
+        requests = server.model_requests()
+    assert result.returncode == 0, result.stderr
+    assert (result.stdout, result.stderr) == ("Because windows are finite.\n", "")
+    assert (tmp_path / "chat.db").exists()
+    assert requests[0].body["model"] == "gpt-4o"
+    assert requests[0].path == "/v1/chat/completions"
+
+
 def test_real_api_example_without_a_key_says_so_and_stores_nothing(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
-    script = tmp_path / "example.py"
-    script.write_text(_block("ANTHROPIC_API_KEY from the environment"), encoding="utf-8")
-    result = subprocess.run(  # noqa: S603  # our own interpreter on our own file
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-        check=False,
-        env=env,
-    )
+    example = _block("ANTHROPIC_API_KEY from the environment")
+    result = _run(example, tmp_path, unset="ANTHROPIC_API_KEY")
     assert result.returncode == 1
     assert result.stdout == ""
     assert result.stderr == "set ANTHROPIC_API_KEY first (nothing was stored or sent)\n"
@@ -159,7 +165,7 @@ RUN_BY_A_TEST = (
     "SUB_AGENT =",
     "PostgresStore.from_url",
     "summary_prompt=",
-    "OpenAIModel(AsyncOpenAI()",  # run by test_openai_readme
+    "OpenAIModel(AsyncOpenAI()",
 )
 """What names each Python block for the test that runs it."""
 
@@ -177,8 +183,7 @@ def test_logging_example_is_valid_python(tmp_path: Path) -> None:
 
 
 def test_core_example_prints_what_it_claims(tmp_path: Path) -> None:
-    core = next(block for block in _python_blocks() if "transition(state" in block)
-    result = _run(core, tmp_path)
+    result = _run(_block("transition(state"), tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "awaiting_continuation"
 

@@ -19,18 +19,22 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import INVARIANT_MARKER, run_state_machine_as_test
 
+from broken_cores import (
+    double_request,
+    forgetting_cancelled_tools,
+    raising_on_stale_results,
+    reopening_exhausted,
+    tools_despite_threshold,
+    unbounded_retries,
+)
 from segue import (
     ContextExhaustionBehavior,
     ConversationState,
-    Idle,
-    LlmError,
     LlmRequesting,
     LlmResponse,
     PauseRequested,
     RequestCheckpoint,
-    RequestLlm,
     ToolCall,
-    ToolResult,
     Usage,
     UserCancel,
     UserMessage,
@@ -111,45 +115,6 @@ def summing_usage(state: ConversationState, event: Any) -> Result:
     return after, effects
 
 
-def tools_despite_threshold(state: ConversationState, event: Any) -> Result:
-    """Checks the threshold only on responses without tool calls."""
-    if isinstance(event, LlmResponse) and event.tool_calls:
-        return transition(state, event.model_copy(update={"usage": None}))
-    return transition(state, event)
-
-
-def reopening_exhausted(state: ConversationState, event: Any) -> Result:
-    """Lets a read-only conversation take user messages again."""
-    if state.phase.kind == "context_exhausted" and isinstance(event, UserMessage):
-        return transition(state.with_phase(Idle()), event)
-    return transition(state, event)
-
-
-def forgetting_cancelled_tools(state: ConversationState, event: Any) -> Result:
-    """Cancels running tools without recording error results for them."""
-    after, effects = transition(state, event)
-    if state.phase.kind == "tool_executing" and isinstance(event, UserCancel):
-        effects = tuple(effect for effect in effects if not isinstance(effect, AppendMessage))
-    return after, effects
-
-
-def double_request(state: ConversationState, event: Any) -> Result:
-    """Sends the first request of a turn twice."""
-    after, effects = transition(state, event)
-    if state.phase.kind == "idle" and after.phase.kind == "llm_requesting":
-        effects = (*effects, RequestLlm())
-    return after, effects
-
-
-def unbounded_retries(state: ConversationState, event: Any) -> Result:
-    """Retries LLM errors past the configured bound."""
-    if isinstance(event, LlmError):
-        loose = state.config.model_copy(update={"max_attempts": 20})
-        after, effects = transition(state.model_copy(update={"config": loose}), event)
-        return after.model_copy(update={"config": state.config}), effects
-    return transition(state, event)
-
-
 def unbounded_tool_rounds(state: ConversationState, event: Any) -> Result:
     """Forgets the tool rounds a turn has run: every response's tools run."""
     if isinstance(event, LlmResponse):
@@ -157,13 +122,6 @@ def unbounded_tool_rounds(state: ConversationState, event: Any) -> Result:
         if isinstance(fresh.phase, LlmRequesting):
             fresh = fresh.with_phase(fresh.phase.model_copy(update={"final": False}))
         return transition(fresh, event)
-    return transition(state, event)
-
-
-def raising_on_stale_results(state: ConversationState, event: Any) -> Result:
-    """Looks up a tool result's call without checking it is still pending."""
-    if isinstance(event, ToolResult) and state.phase.kind != "tool_executing":
-        raise KeyError(event.tool_call_id)
     return transition(state, event)
 
 

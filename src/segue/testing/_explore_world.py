@@ -29,12 +29,13 @@ from segue.statemachine.effects import (
 )
 from segue.testing._explore_alphabet import Move
 
-_REQUEST_EFFECTS: Final[dict[type[Any], RequestKind]] = {
+REQUEST_EFFECTS: Final[dict[type[Any], RequestKind]] = {
     RequestLlm: "llm",
     RequestContinuation: "continuation",
     RequestCheckpoint: "checkpoint",
     RequestCompaction: "compaction",
 }
+"""Which request each request effect sends (the books of ``stateful`` keep them too)."""
 ANSWERS: Final[dict[str, RequestKind]] = {
     "llm_response": "llm",
     "llm_error": "llm",
@@ -110,7 +111,7 @@ class _Books:
 
     def perform(self, effect: Effect) -> None:
         """What performing ``effect`` does to the books, as the executor performs it."""
-        request = _REQUEST_EFFECTS.get(type(effect))
+        request = REQUEST_EFFECTS.get(type(effect))
         if request is not None:
             self.in_flight.append((request, effect.__dict__["attempt"]))
         elif isinstance(effect, ScheduleRetry):

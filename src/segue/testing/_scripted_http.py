@@ -3,7 +3,8 @@ scripted replies in order, records every request (credentials hidden in ``repr``
 cleanly, cutting keep-alive connections and abandoning delayed replies.
 
 ``FakeAnthropicServer`` and ``FakeOpenAIServer`` differ only in what they answer (their routes
-and wire shapes); the script, the record, the threads and the connections are here.
+and wire shapes); the script, the record, the threads, the connections and the writing of
+JSON, raw and SSE answers are here.
 """
 
 from __future__ import annotations
@@ -11,15 +12,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
+import json
 import signal
 import socket
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
-from typing import Any, ClassVar, Generic, NamedTuple, Self, TypeVar, cast
+from typing import Any, ClassVar, Generic, NamedTuple, Protocol, Self, TypeVar, cast
 
 SECRET_HEADERS = frozenset({"authorization", "api-key", "x-api-key"})
 """Headers whose values a recorded request never shows."""
@@ -50,11 +52,30 @@ class ScriptedHTTPServer(ThreadingHTTPServer):
     fake: ScriptedServer[Any]
 
 
-class TrackingHandler(BaseHTTPRequestHandler):
-    """A handler whose connections the owning server knows (so ``stop`` can cut them), and
-    that never logs (stderr noise, and headers must never be echoed)."""
+class RawAnswer(Protocol):
+    """Any HTTP answer a script may ask for verbatim (each fake has its ``RawReply``)."""
+
+    @property
+    def status(self) -> int: ...
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def content_type(self) -> str: ...
+
+
+class ScriptedHandler(BaseHTTPRequestHandler):
+    """What both fakes do with a request before and after their own routes: read and parse the
+    JSON body, record the request, answer a responder that raised with a 500 the SDK does not
+    retry (so the test fails once, with the cause in its message), and write JSON, raw or SSE
+    answers. A handler's connections are known to the owning server (so ``stop`` can cut them),
+    and it never logs (stderr noise, and headers must never be echoed).
+
+    Subclasses give ``_route`` (their API), ``_failure_body`` (their error shape) and
+    ``request_id_header`` (the header the real API names its request id in).
+    """
 
     protocol_version = "HTTP/1.1"  # keep-alive, like the real APIs; the SDKs pool connections
+    request_id_header: ClassVar[str]
 
     @property
     def fake(self) -> Any:
@@ -72,13 +93,98 @@ class TrackingHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         """Silence per-request logging."""
 
+    def do_GET(self) -> None:
+        self.do_POST()
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body: Any = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        self.fake._record(RecordedRequest(self.command, self.path, headers, body))
+        try:
+            self._route(self.path.split("?", 1)[0], body)
+        except OSError:
+            self.close_connection = True  # the client went away mid-reply; expected in crash tests
+        except Exception as exc:  # noqa: BLE001  # a broken responder must surface in the test
+            self._send_json(500, self._failure_body(exc), {"x-should-retry": "false"})
+
+    def _route(self, path: str, body: Any) -> None:
+        """Answer one request to ``path`` (query string removed), ``body`` its parsed JSON."""
+        raise NotImplementedError
+
+    def _failure_body(self, exc: Exception) -> object:
+        """The API's 500 body naming ``exc``, for a responder or route that raised."""
+        raise NotImplementedError
+
+    def _held_back(self, delay: float) -> bool:
+        """Wait ``delay`` seconds before a reply; true (and the connection to close) when the
+        server stops meanwhile, so the slow reply is abandoned."""
+        if delay > 0 and self.fake._stopping.wait(delay):
+            self.close_connection = True
+            return True
+        return False
+
+    def _drop(self) -> None:
+        """Close the connection without answering, as a dropped connection does."""
+        self.close_connection = True
+        self.connection.shutdown(socket.SHUT_RDWR)
+
+    def _send_json(self, status: int, data: object, extra: Mapping[str, str] | None = None) -> None:
+        payload = json.dumps(data).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(payload)))
+        self.send_header(self.request_id_header, self.fake._request_id())
+        for name, value in (extra or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _send_raw(self, reply: RawAnswer) -> None:
+        self.send_response(reply.status)
+        self.send_header("content-type", reply.content_type)
+        self.send_header("content-length", str(len(reply.body)))
+        self.end_headers()
+        self.wfile.write(reply.body)
+
+    def _send_sse(
+        self,
+        events: Iterable[tuple[str | None, object]],
+        chunk_delay: float = 0.0,
+        *,
+        done: bool = False,
+    ) -> None:
+        """Stream ``(event name or None, data)`` pairs, then close: with no content-length the
+        body ends at EOF. ``done`` ends with ``data: [DONE]`` (as Chat Completions does); a stream
+        abandoned because the server stops ends without it."""
+        self.close_connection = True
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("connection", "close")
+        self.send_header(self.request_id_header, self.fake._request_id())
+        self.end_headers()
+        for name, data in events:
+            if chunk_delay > 0 and self.fake._stopping.wait(chunk_delay):
+                return
+            line = f"event: {name}\n" if name else ""
+            self.wfile.write(f"{line}data: {json.dumps(data)}\n\n".encode())
+            self.wfile.flush()
+        if done:
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+
 
 class ScriptedServer(Generic[R]):
     """Serves ``R`` replies in script order (``default`` when the script is empty, a callable
     being asked with the request's body); every method is safe to call from any thread.
     Subclasses name their ``handler`` and give the ``url`` a client wants."""
 
-    handler: ClassVar[type[TrackingHandler]]
+    handler: ClassVar[type[ScriptedHandler]]
     thread_name: ClassVar[str] = "fake-server"
 
     def __init__(self, default: R | Callable[[dict[str, Any]], R]) -> None:

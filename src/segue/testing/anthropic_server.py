@@ -16,16 +16,15 @@ was sent. Only the standard library is used, so the server also runs in a child 
 from __future__ import annotations
 
 import json
-import socket
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 from urllib.parse import unquote
 
 from segue.testing._scripted_http import RecordedRequest as RecordedRequest  # noqa: PLC0414  # re-exported: this module's API since it was written here
-from segue.testing._scripted_http import ScriptedServer, TrackingHandler, serve_until_stopped
+from segue.testing._scripted_http import ScriptedHandler, ScriptedServer, serve_until_stopped
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,32 +285,19 @@ def _sse_events(
     return events
 
 
-class _Handler(TrackingHandler):
+def _named(events: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each event under its SSE name, which the Messages API makes its ``type``."""
+    return ((event["type"], event) for event in events)
+
+
+class _Handler(ScriptedHandler):
     """Routes one connection's requests to the owning ``FakeAnthropicServer``."""
 
     fake: FakeAnthropicServer
+    request_id_header = "request-id"
 
-    def do_GET(self) -> None:  # noqa: N802  # http.server's name for it
-        self.do_POST()
-
-    def do_POST(self) -> None:  # noqa: N802  # http.server's name for it
-        length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        try:
-            body: Any = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        headers = {k.lower(): v for k, v in self.headers.items()}
-        path = self.path.split("?", 1)[0]
-        self.fake._record(RecordedRequest(self.command, self.path, headers, body))
-        try:
-            self._route(path, body)
-        except OSError:
-            self.close_connection = True  # client went away mid-reply; expected in crash tests
-        except Exception as exc:  # noqa: BLE001  # a broken responder must surface in the test
-            # Not retried (x-should-retry), so the test fails once with the cause in its message.
-            failure = ErrorReply(500, "api_error", f"fake server error: {exc!r}")
-            self._send_json(500, failure.body(), {"x-should-retry": "false"})
+    def _failure_body(self, exc: Exception) -> object:
+        return ErrorReply(500, "api_error", f"fake server error: {exc!r}").body()
 
     def _route(self, path: str, body: Any) -> None:
         fake = self.fake
@@ -337,12 +323,10 @@ class _Handler(TrackingHandler):
             self._send_error(ErrorReply(404, "not_found_error", f"Not found: {path}"))
 
     def _messages(self, request: dict[str, Any], reply: Reply) -> None:
-        if reply.delay > 0 and self.fake._stopping.wait(reply.delay):
-            self.close_connection = True  # the server is stopping; abandon the slow reply
+        if self._held_back(reply.delay):
             return
         if isinstance(reply, Disconnect):
-            self.close_connection = True
-            self.connection.shutdown(socket.SHUT_RDWR)
+            self._drop()
             return
         if isinstance(reply, RawReply):
             self._send_raw(reply)
@@ -354,47 +338,15 @@ class _Handler(TrackingHandler):
         message_id = f"msg_fake_{uuid.uuid4().hex[:20]}"
         model = str(request["model"])
         if isinstance(reply, ErrorReply):
-            self._send_sse(_sse_events(MessageReply(), message_id, model, reply))
+            self._send_sse(_named(_sse_events(MessageReply(), message_id, model, reply)))
         elif stream:
-            self._send_sse(_sse_events(reply, message_id, reply.model or model), reply.chunk_delay)
+            events = _sse_events(reply, message_id, reply.model or model)
+            self._send_sse(_named(events), reply.chunk_delay)
         else:
             self._send_json(200, _message_json(reply, message_id, reply.model or model))
 
     def _send_error(self, error: ErrorReply) -> None:
         self._send_json(error.status, error.body(), error.headers)
-
-    def _send_json(self, status: int, data: object, extra: Mapping[str, str] | None = None) -> None:
-        payload = json.dumps(data).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(payload)))
-        self.send_header("request-id", self.fake._request_id())
-        for name, value in (extra or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def _send_raw(self, reply: RawReply) -> None:
-        self.send_response(reply.status)
-        self.send_header("content-type", reply.content_type)
-        self.send_header("content-length", str(len(reply.body)))
-        self.end_headers()
-        self.wfile.write(reply.body)
-
-    def _send_sse(self, events: list[dict[str, Any]], chunk_delay: float = 0.0) -> None:
-        """Stream events, then close: with no content-length the body ends at EOF."""
-        self.close_connection = True
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("cache-control", "no-cache")
-        self.send_header("connection", "close")
-        self.send_header("request-id", self.fake._request_id())
-        self.end_headers()
-        for data in events:
-            if chunk_delay > 0 and self.fake._stopping.wait(chunk_delay):
-                return
-            self.wfile.write(f"event: {data['type']}\ndata: {json.dumps(data)}\n\n".encode())
-            self.wfile.flush()
 
 
 class FakeAnthropicServer(ScriptedServer[Reply]):

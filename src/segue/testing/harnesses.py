@@ -10,11 +10,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from segue.executor.ports import LlmCallError, LlmModel, LlmReply, LlmRequest
 from segue.statemachine import ToolCall
 from segue.testing.conformance import Answer, Call, Failure, Harness, Said, Sent, SentTurn
+
+if TYPE_CHECKING:
+    from segue.testing._scripted_http import ScriptedServer
 
 
 @contextlib.asynccontextmanager
@@ -29,10 +32,13 @@ _KEY = "sk-conformance-NEVER-LEAK-0123456789"
 
 
 class _Base:
-    """Script translation shared by the built-in harnesses."""
+    """What the built-in harnesses over a fake server share: the server's lifecycle and the
+    translation of a script into the server's replies (``ScriptedHarness``, with no server,
+    overrides both)."""
 
     name = "base"
     wire = True
+    server: Any  # the running fake; Any, as each harness calls its own fake's methods
 
     def __init__(self, *, key: str = _KEY) -> None:
         self.key = key
@@ -45,26 +51,27 @@ class _Base:
         self._stop()
 
     def _start(self) -> None:
-        raise NotImplementedError
+        self.server = self._fake().start()
 
     def _stop(self) -> None:
-        raise NotImplementedError
+        self.server.stop()
 
-    def _server(self) -> Any:
+    def _fake(self) -> ScriptedServer[Any]:
+        """A new, unstarted fake server of this harness's provider."""
         raise NotImplementedError
 
     def _native(self, answer: Answer) -> Any:
         raise NotImplementedError
 
     def script(self, *answers: Answer) -> None:
-        self._server().enqueue(*(self._native(a) for a in answers))
+        self.server.enqueue(*(self._native(a) for a in answers))
 
     def default(self, answer: Answer | Callable[[], Answer]) -> None:
         if callable(answer):
             make = answer
-            self._server().default = lambda _body: self._native(make())
+            self.server.default = lambda _body: self._native(make())
         else:
-            self._server().default = self._native(answer)
+            self.server.default = self._native(answer)
 
     def respond(self, answer: Callable[[Sent], Answer]) -> None:
         """What the provider answers once the script is used up, decided from each request as
@@ -74,14 +81,14 @@ class _Base:
         def native(body: dict[str, Any]) -> Any:
             return self._native(answer(self._sent_of(body)))
 
-        self._server().default = native
+        self.server.default = native
 
     def _sent_of(self, body: dict[str, Any]) -> Sent:
         raise NotImplementedError
 
     @property
     def pending(self) -> int:
-        return int(self._server().pending)
+        return int(self.server.pending)
 
 
 class AnthropicHarness(_Base):
@@ -89,16 +96,10 @@ class AnthropicHarness(_Base):
 
     name = "anthropic"
 
-    def _start(self) -> None:
+    def _fake(self) -> ScriptedServer[Any]:
         from segue.testing.anthropic_server import FakeAnthropicServer  # noqa: PLC0415
 
-        self.server = FakeAnthropicServer().start()
-
-    def _stop(self) -> None:
-        self.server.stop()
-
-    def _server(self) -> Any:
-        return self.server
+        return FakeAnthropicServer()
 
     def model(self, **options: Any) -> contextlib.AbstractAsyncContextManager[LlmModel]:
         import anthropic  # noqa: PLC0415
@@ -251,16 +252,10 @@ class OpenAIHarness(_Base):
         self.api = api
         self.name = f"openai-{api}"
 
-    def _start(self) -> None:
+    def _fake(self) -> ScriptedServer[Any]:
         from segue.testing.openai_server import FakeOpenAIServer  # noqa: PLC0415
 
-        self.server = FakeOpenAIServer().start()
-
-    def _stop(self) -> None:
-        self.server.stop()
-
-    def _server(self) -> Any:
-        return self.server
+        return FakeOpenAIServer()
 
     def model(self, **options: Any) -> contextlib.AbstractAsyncContextManager[LlmModel]:
         import openai  # noqa: PLC0415

@@ -20,17 +20,15 @@ recorded request hides the credential. Only the standard library is used
 
 from __future__ import annotations
 
-import json
-import socket
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 from urllib.parse import unquote
 
 from segue.testing._scripted_http import (
     RecordedRequest,
+    ScriptedHandler,
     ScriptedServer,
-    TrackingHandler,
     serve_until_stopped,
 )
 from segue.testing.openai_replies import (
@@ -61,31 +59,14 @@ Api = Literal["chat", "responses"]
 _APIS: dict[str, Api] = {"/v1/chat/completions": "chat", "/v1/responses": "responses"}
 
 
-class _Handler(TrackingHandler):
+class _Handler(ScriptedHandler):
     """Routes one connection's requests to the owning ``FakeOpenAIServer``."""
 
     fake: FakeOpenAIServer
+    request_id_header = "x-request-id"
 
-    def do_GET(self) -> None:  # noqa: N802  # http.server's name for it
-        self.do_POST()
-
-    def do_POST(self) -> None:  # noqa: N802  # http.server's name for it
-        length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        try:
-            body: Any = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        headers = {k.lower(): v for k, v in self.headers.items()}
-        path = self.path.split("?", 1)[0]
-        self.fake._record(RecordedRequest(self.command, self.path, headers, body))
-        try:
-            self._route(path, body)
-        except OSError:
-            self.close_connection = True  # the client went away mid-reply
-        except Exception as exc:  # noqa: BLE001  # a broken responder must surface in the test
-            failure = ErrorReply(500, f"fake server error: {exc!r}", "server_error")
-            self._send_json(500, {"error": failure.error()}, {"x-should-retry": "false"})
+    def _failure_body(self, exc: Exception) -> object:
+        return {"error": ErrorReply(500, f"fake server error: {exc!r}", "server_error").error()}
 
     def _route(self, path: str, body: Any) -> None:
         fake = self.fake
@@ -108,12 +89,10 @@ class _Handler(TrackingHandler):
             self._send_error(ErrorReply(404, f"Not found: {path}", code="not_found"))
 
     def _answer(self, api: Api, request: dict[str, Any], reply: Scripted) -> None:
-        if reply.delay > 0 and self.fake._stopping.wait(reply.delay):
-            self.close_connection = True  # the server is stopping; abandon the slow reply
+        if self._held_back(reply.delay):
             return
         if isinstance(reply, Disconnect):
-            self.close_connection = True
-            self.connection.shutdown(socket.SHUT_RDWR)
+            self._drop()
             return
         if isinstance(reply, RawReply):
             self._send_raw(reply)
@@ -153,50 +132,6 @@ class _Handler(TrackingHandler):
 
     def _send_error(self, error: ErrorReply) -> None:
         self._send_json(error.status, {"error": error.error()}, error.headers)
-
-    def _send_json(self, status: int, data: object, extra: Mapping[str, str] | None = None) -> None:
-        payload = json.dumps(data).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(payload)))
-        self.send_header("x-request-id", self.fake._request_id())
-        for name, value in (extra or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def _send_raw(self, reply: RawReply) -> None:
-        self.send_response(reply.status)
-        self.send_header("content-type", reply.content_type)
-        self.send_header("content-length", str(len(reply.body)))
-        self.end_headers()
-        self.wfile.write(reply.body)
-
-    def _send_sse(
-        self,
-        events: Iterator[tuple[str | None, dict[str, Any]]],
-        chunk_delay: float = 0.0,
-        *,
-        done: bool = False,
-    ) -> None:
-        """Stream events, then close: with no content-length the body ends at EOF. Chat
-        Completions ends with ``data: [DONE]`` (``done``); a cut stream ends without it."""
-        self.close_connection = True
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("cache-control", "no-cache")
-        self.send_header("connection", "close")
-        self.send_header("x-request-id", self.fake._request_id())
-        self.end_headers()
-        for name, data in events:
-            if chunk_delay > 0 and self.fake._stopping.wait(chunk_delay):
-                return
-            line = f"event: {name}\n" if name else ""
-            self.wfile.write(f"{line}data: {json.dumps(data)}\n\n".encode())
-            self.wfile.flush()
-        if done:
-            self.wfile.write(b"data: [DONE]\n\n")
-            self.wfile.flush()
 
 
 class FakeOpenAIServer(ScriptedServer[Scripted]):

@@ -84,6 +84,7 @@ from segue.statemachine.phases import (
     LlmRequesting,
     ToolExecuting,
 )
+from segue.testing._explore_world import ANSWERS, REQUEST_EFFECTS
 from segue.testing.strategies import TransitionFunction, conversations, events
 
 __all__ = ["ConversationMachine", "InvariantError", "Step"]
@@ -99,23 +100,6 @@ _BUSY: Final = frozenset(
     }
 )
 _AT_REST: Final = frozenset({"idle", "failed", "context_exhausted"})
-_REQUEST_EFFECTS: Final[dict[type[Effect], RequestKind]] = {
-    RequestLlm: "llm",
-    RequestContinuation: "continuation",
-    RequestCheckpoint: "checkpoint",
-    RequestCompaction: "compaction",
-}
-_ANSWERS: Final[dict[str, RequestKind]] = {
-    "llm_response": "llm",
-    "llm_error": "llm",
-    "continuation_response": "continuation",
-    "continuation_failed": "continuation",
-    "checkpoint_response": "checkpoint",
-    "checkpoint_failed": "checkpoint",
-    "compaction_response": "compaction",
-    "compaction_failed": "compaction",
-}
-"""Which request each answer event answers."""
 _WAITING: Final[dict[type[Any], RequestKind]] = {
     LlmRequesting: "llm",
     AwaitingContinuation: "continuation",
@@ -217,7 +201,7 @@ class ConversationMachine(RuleBasedStateMachine):
         """Settle the world's books for an incoming event; which request it answered, if any."""
         if isinstance(event, ToolResult) and event.tool_call_id in self.running_tools:
             self.running_tools.remove(event.tool_call_id)
-        request = _ANSWERS.get(event.kind)
+        request = ANSWERS.get(event.kind)
         if request is not None and request in self.in_flight:
             self.in_flight.remove(request)
             return request
@@ -225,7 +209,7 @@ class ConversationMachine(RuleBasedStateMachine):
 
     def _perform(self, effect: Effect) -> None:
         """What a runtime does with each effect, as far as the books are concerned."""
-        request = _REQUEST_EFFECTS.get(type(effect))
+        request = REQUEST_EFFECTS.get(type(effect))
         if request is not None:
             self.in_flight.append(request)
             if isinstance(effect, RequestLlm) and effect.final and effect.attempt == 1:
@@ -434,7 +418,7 @@ class ConversationMachine(RuleBasedStateMachine):
     def late_answers_ignored(self) -> None:
         """An answer to no outstanding request (cancelled, or already answered) changes nothing."""
         last = self.last
-        if last is None or last.event.kind not in _ANSWERS or last.answered is not None:
+        if last is None or last.event.kind not in ANSWERS or last.answered is not None:
             return
         if last.effects or last.after != last.before:
             raise last.fail("late_answers_ignored", "a stale answer was acted on")
