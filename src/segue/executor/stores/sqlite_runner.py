@@ -51,8 +51,13 @@ from segue.executor.ports import SegueError
 
 T = TypeVar("T")
 
-CHECKPOINT_PAGES: Final = 1_000
-"""Pages written between two checkpoints (SQLite's own default for its automatic one)."""
+CHECKPOINT_PAGES: Final = 4_000
+"""Pages written (as the steps estimate them) between two checkpoints. Four times SQLite's own
+default for its automatic one: each checkpoint copies the pages steps keep rewriting (the
+conversations' rows, the ends of the b-trees) once more, and its restarting part sends the
+writes of the moment to the thread; with 100 conversations at once beside two CPU-bound
+processes, 4,000 gave 15-20% more steps per second than 1,000 (8% on an idle machine), for a
+WAL file of 22 MB instead of 9 (written over from its start after each checkpoint)."""
 PAGE: Final = 4_096
 INLINE_PAGES: Final = 64
 """A write of more pages than this (a quarter of a megabyte: a tool's large output, a long
