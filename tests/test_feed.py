@@ -84,8 +84,8 @@ def test_a_watch_hears_a_turn_another_runtime_drives(tmp_path: Path, kind: str) 
         watcher = Runtime(store=make(tmp_path), llm=ScriptedModel())
         cid = (await driver.create_conversation(model=MODEL, context_window=20_000)).id
         watch = watcher.watch(cid)
+        await watch.start()  # reading the store from here on: the next commit is heard
         listening = asyncio.create_task(collect(watch))
-        await asyncio.sleep(0.2)  # the watch's first read has its starting point
         await driver.send(cid, "When is high tide?", pinned=True)
         updates = await listening
         kinds = [u.kind for u in updates]
@@ -128,8 +128,8 @@ def test_what_the_watchers_own_runtime_drives_is_heard_once(tmp_path: Path) -> N
         rt = Runtime(store=store, llm=ScriptedModel(reply_chars=40))
         cid = (await rt.create_conversation(model=MODEL)).id
         async with rt.watch(cid) as watch:
+            await watch.start()
             listening = asyncio.create_task(collect(watch))
-            await asyncio.sleep(0.2)
             await rt.send(cid, "hello")
             first = await listening
             # Let the feed read the store a few times: it must not tell the turn again.
@@ -156,6 +156,12 @@ def test_a_watch_of_an_unknown_conversation_raises_on_the_first_read(tmp_path: P
         with pytest.raises(ConversationNotFoundError):
             await anext(watch)
         assert not rt._feeds  # nothing keeps reading
+        started = rt.watch("nobody either")
+        with pytest.raises(ConversationNotFoundError):
+            await started.start()
+        assert not rt._feeds
+        with pytest.raises(StopAsyncIteration):  # a watch that failed to start is over
+            await anext(started)
         await rt.close()
 
     run(scenario())
@@ -174,8 +180,8 @@ def _across_processes(where: str, open_store: Callable[[], Store]) -> None:
     async def watch_the_worker() -> list[Update]:
         async with Runtime(store=open_store(), llm=ScriptedModel()) as rt:
             watch = rt.watch(cid)
+            await watch.start()
             listening = asyncio.create_task(collect(watch))
-            await asyncio.sleep(0.2)
             worker = await asyncio.create_subprocess_exec(
                 sys.executable,
                 str(WORKER),

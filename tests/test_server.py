@@ -332,8 +332,7 @@ def test_a_second_tab_sees_every_update_of_the_conversation(
 
     tab = threading.Thread(target=second_tab)
     tab.start()
-    assert ready.wait(10)
-    time.sleep(0.2)  # the watch is registered once the response has started
+    assert ready.wait(10)  # the watch is in place before the response starts
     events = send(client, cid, "Hello from the first tab.")
     tab.join(timeout=30)
     assert seen == [name for name, _ in events]

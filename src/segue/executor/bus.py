@@ -262,12 +262,7 @@ class Watch(AsyncIterator[Update]):
         if not self._stop.alive:
             raise StopAsyncIteration
         if self._check is not None:
-            check, self._check = self._check, None
-            try:
-                await check()
-            except BaseException:
-                self._stop()
-                raise
+            await self.start()
         update = await self._watcher.queue.get()
         if update is None:
             self._stop()
@@ -277,6 +272,23 @@ class Watch(AsyncIterator[Update]):
             )
             raise UpdatesLostError(msg)
         return update
+
+    async def start(self) -> None:
+        """Check the conversation and start reading what other runtimes commit to it, from the
+        store's state at this moment (the first ``__anext__`` does it otherwise). Turns this
+        runtime drives are heard from ``watch()`` on; another process's commit made after
+        ``watch()`` but before the start is not (the store is read from the start on). So a
+        caller that reads the conversation after watching, to miss nothing (a page: watch,
+        then read the state), awaits this first. ``ConversationNotFoundError`` for an unknown
+        id."""
+        if self._check is None:
+            return
+        check, self._check = self._check, None
+        try:
+            await check()
+        except BaseException:
+            self._stop()
+            raise
 
     async def aclose(self) -> None:
         """Stop receiving."""

@@ -386,9 +386,11 @@ class Runtime(Driver):
         another runtime sharing the store drives (another process, another machine) are read
         back from the store while the watch lasts: their messages, tools, meter, warnings and
         endings arrive as the same updates, the reply whole rather than in deltas, within a
-        fraction of a second. A watcher that falls too far behind gets ``UpdatesLostError`` and
-        should read the store before watching again. An unknown id raises
-        ``ConversationNotFoundError`` on the first read."""
+        fraction of a second, from when the watch starts reading (its first read, or ``await
+        watch.start()``: a caller that reads the conversation next awaits it first). A watcher
+        that falls too far behind gets ``UpdatesLostError`` and should read the store before
+        watching again. An unknown id raises ``ConversationNotFoundError`` on the first read
+        (or the start)."""
         return self._bus.watch(conversation_id, lambda: self._feeds.start(conversation_id))
 
     async def last_reply(self, conversation_id: str) -> str | None:

@@ -229,6 +229,13 @@ def _routes(app: FastAPI, runtime: Runtime, info: Info, guard: Any) -> None:
         reconnected after reading the state)."""
         await runtime.conversation(conversation_id)
         watch = runtime.watch(conversation_id)  # watching from here on, before any byte
+        # Reading the store from here on too, before the client hears the stream is open
+        # (and reads the state): another process's turn starting in between is not missed.
+        try:
+            await watch.start()
+        except BaseException:
+            await watch.aclose()
+            raise
         return EventSourceResponse(_watched(runtime, watch))
 
 
