@@ -40,16 +40,13 @@ Same tables and semantics as ``SqliteStore``, so the same contract tests run aga
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, Self, TypeVar
 from urllib.parse import urlsplit
 
 import psycopg
 from psycopg import errors
-from psycopg_pool import AsyncConnectionPool
 
 from segue.executor.ports import (
     Commit,
@@ -59,8 +56,6 @@ from segue.executor.ports import (
     SegueError,
     StoredConversation,
     StoredMessage,
-    StoreLockedError,
-    StoreUnavailableError,
     TransitionRecord,
 )
 from segue.executor.stores import _outbox
@@ -84,10 +79,9 @@ from segue.executor.stores._shared import (
 )
 from segue.executor.stores.codec import dump_snapshot, load_message, load_snapshot
 from segue.executor.stores.postgres_commits import COMMIT_MANY, document, fast, params, stored
+from segue.executor.stores.postgres_pool import Connection, Pool
 from segue.executor.stores.postgres_schema import (
     COMMIT,
-    MIGRATION_LOCK,
-    MIGRATIONS,
     SCHEMA_VERSION,
     WHY_REFUSED,
 )
@@ -98,7 +92,7 @@ from segue.statemachine.checkpoint import SessionSnapshot
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
 T = TypeVar("T")
-Connection = psycopg.AsyncConnection[tuple[Any, ...]]
+
 
 # psycopg_pool reports failed connection attempts as warnings on "psycopg.pool". An application
 # that configured logging sees them; one that did not must not get them on stderr from Python's
@@ -127,20 +121,6 @@ def _exists_then(rows: Sequence[tuple[Any, ...]], conversation_id: str) -> list[
     return [row[1:] for row in rows if row[1] is not None]
 
 
-async def _close_with_loop(pool: AsyncConnectionPool[Connection]) -> None:
-    """Close ``pool`` when its event loop shuts down with the store still open.
-
-    ``asyncio.run`` ends by cancelling every task and waiting for them. A pool's worker that is
-    cancelled in the middle of its work (opening a connection) catches the cancellation and
-    waits for more work, so the loop would wait for it forever; only ``close()`` stops it. This
-    task waits for that moment and closes the pool then (a no-op after ``close()``)."""
-    try:
-        await asyncio.get_running_loop().create_future()
-    finally:
-        with contextlib.suppress(Exception):
-            await pool.close(timeout=1.0)
-
-
 class PostgresStore:
     """A ``Store`` in a PostgreSQL database named by a libpq ``conninfo`` string or URL.
 
@@ -167,19 +147,15 @@ class PostgresStore:
         if not lock_timeout > 0 or not timeout > 0:
             msg = "lock_timeout and timeout must be positive numbers of seconds"
             raise ValueError(msg)
-        self._conninfo = conninfo
-        self._lock_timeout = lock_timeout
-        self._min_size = min_size
-        self._max_size = max_size
-        self._timeout = timeout
-        self._pool: AsyncConnectionPool[Connection] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        """The loop the pool was opened in: its tasks and connections live there."""
-        self._connections: weakref.WeakSet[Connection] = weakref.WeakSet()
-        """Every connection the pool opened, to close them if that loop ends before the pool."""
-        self._opening: asyncio.Lock | None = None
-        self._guard: asyncio.Task[None] | None = None
-        self._closed = False
+        self._db = Pool(
+            conninfo,
+            lock_timeout=lock_timeout,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=timeout,
+            abandoned=lambda: self._watches.abandon(),  # noqa: PLW0108  # made next
+        )
+        """The connections, opened on first use (``postgres_pool``)."""
         self._batches: dict[
             asyncio.AbstractEventLoop, list[tuple[CommitRows, asyncio.Future[StoredConversation]]]
         ] = {}
@@ -188,7 +164,7 @@ class PostgresStore:
         """The loop that committed last, and to which conversation."""
         self._committing: set[asyncio.Task[None]] = set()
         """Batches being committed (held here: a task nobody holds may be collected)."""
-        self._watches = Watches(conninfo, self._execute)
+        self._watches = Watches(conninfo, self._db.execute)
         """The LISTEN connection of ``wait_for_change`` (opened by the first wait)."""
 
     @classmethod
@@ -201,130 +177,6 @@ class PostgresStore:
             raise ValueError(msg)
         return cls(url, **options)
 
-    # ------------------------------------------------------------------ plumbing
-
-    async def _configure(self, conn: Connection) -> None:
-        """Run on each new connection of the pool, before anyone uses it."""
-        self._connections.add(conn)
-        await conn.execute(f"SET lock_timeout = {int(self._lock_timeout * 1000)}")
-
-    def _abandon(self) -> None:
-        """Let go of a pool whose event loop has ended (``asyncio.run`` returned): its tasks
-        ended with the loop, so only its connections are left to close, which libpq does
-        without a loop."""
-        self._watches.abandon()
-        for conn in list(self._connections):
-            conn.pgconn.finish()
-        self._connections = weakref.WeakSet()
-        self._pool = self._loop = self._opening = self._guard = None
-
-    async def _ready(self) -> AsyncConnectionPool[Connection]:
-        """The pool, opened (and the schema migrated) by the first call that needs it.
-
-        A pool belongs to the event loop it was opened in. Once that loop has ended, a call
-        from a new one (a script or a test running ``asyncio.run`` twice) opens a new pool;
-        a call from another loop while the first still runs is a mistake, refused."""
-        loop = asyncio.get_running_loop()
-        if self._loop is not None and self._loop is not loop:
-            if not self._loop.is_closed():
-                msg = (
-                    "this PostgresStore is in use in another event loop: a store (its pool of "
-                    "connections) serves one loop at a time; make one store per loop"
-                )
-                raise SegueError(msg)
-            self._abandon()
-        pool = self._pool
-        if pool is not None:
-            return pool
-        if self._opening is None:
-            self._opening = asyncio.Lock()
-        async with self._opening:
-            if self._pool is not None:
-                return self._pool
-            pool = AsyncConnectionPool(
-                self._conninfo,
-                min_size=self._min_size,
-                max_size=self._max_size,
-                timeout=self._timeout,
-                kwargs={"autocommit": True},
-                configure=self._configure,
-                open=False,
-                name="segue",
-            )
-            await pool.open()
-            try:
-                async with pool.connection() as conn:
-                    await self._migrate(conn)
-            except BaseException:
-                await pool.close()
-                raise
-            self._pool, self._loop = pool, loop
-            self._guard = loop.create_task(_close_with_loop(pool), name="segue-pool-guard")
-            return pool
-
-    async def _migrate(self, conn: Connection) -> None:
-        """Bring the schema to ``SCHEMA_VERSION`` in one transaction, one process at a time."""
-        async with conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
-            await conn.execute("CREATE TABLE IF NOT EXISTS segue_schema (version integer NOT NULL)")
-            cur = await conn.execute("SELECT max(version) FROM segue_schema")
-            row = await cur.fetchone()
-            current = int(row[0]) if row is not None and row[0] is not None else 0
-            if current > SCHEMA_VERSION:
-                msg = (
-                    f"the database has schema version {current}, newer than this segue "
-                    f"understands ({SCHEMA_VERSION}); upgrade segue to open it"
-                )
-                raise SegueError(msg)
-            for step in MIGRATIONS[current:]:
-                for statement in step:
-                    await conn.execute(statement)
-            if current != SCHEMA_VERSION:
-                await conn.execute("DELETE FROM segue_schema")
-                await conn.execute(
-                    "INSERT INTO segue_schema (version) VALUES (%s)", (SCHEMA_VERSION,)
-                )
-
-    async def _run(self, work: Callable[[Connection], Awaitable[T]]) -> T:
-        """Run ``work`` on a connection of the pool, with the driver's errors made segue's."""
-        if self._closed:
-            msg = "the store is closed"
-            raise SegueError(msg)
-        try:
-            pool = await self._ready()
-            # getconn/putconn, not pool.connection(): its context managers cost more CPU than
-            # a step's encoding, for a transaction handling autocommit has no use for.
-            conn = await pool.getconn()
-            try:
-                return await work(conn)
-            finally:
-                await pool.putconn(conn)
-        except errors.LockNotAvailable as error:
-            msg = (
-                "database is locked: another process holds it for longer than "
-                f"lock_timeout ({self._lock_timeout:g}s)"
-            )
-            raise StoreLockedError(msg) from error
-        except (psycopg.OperationalError, psycopg.InterfaceError) as error:
-            # A dropped session, a server restart (AdminShutdown), no server at all (the
-            # pool's timeout): nothing was committed. The pool throws the broken connection
-            # away; after a restart its idle ones are broken too, so they are checked now
-            # rather than failing the next calls one by one.
-            opened = self._pool
-            if opened is not None and not self._closed:
-                with contextlib.suppress(Exception):  # a check that fails changes nothing
-                    await opened.check()
-            msg = f"PostgreSQL cannot be used: {type(error).__name__}: {error}".strip()
-            raise StoreUnavailableError(msg) from error
-
-    async def _execute(self, statement: str, values: tuple[Any, ...]) -> None:
-        """Run ``statement`` on a connection of the pool."""
-
-        async def work(conn: Connection) -> None:
-            await conn.execute(statement, values)
-
-        await self._run(work)
-
     async def wait_for_change(
         self,
         conversation_id: str,
@@ -334,13 +186,13 @@ class PostgresStore:
         """Wait until another session commits to the conversation (True) or ``timeout``
         seconds pass (False), through LISTEN/NOTIFY (``postgres_watch``); the first wait for a
         conversation returns once it is registered, so that the caller reads it again."""
-        if self._closed:
+        if self._db.closed:
             msg = "the store is closed"
             raise SegueError(msg)
         if not holdable(conversation_id):
             await asyncio.sleep(timeout)
             return False
-        await self._ready()
+        await self._db.ready()
         return await self._watches.wait(conversation_id, timeout)
 
     # ------------------------------------------------------------------ Store
@@ -378,7 +230,7 @@ class PostgresStore:
                 msg = f"conversation {conversation_id!r} already exists"
                 raise ConversationExistsError(msg) from None
 
-        await self._run(work)
+        await self._db.run(work)
         return StoredConversation(
             state=state, version=1, system=system, created_at=at, last_seq=len(seeds)
         )
@@ -395,7 +247,7 @@ class PostgresStore:
             )
             return await cur.fetchone()
 
-        return loaded(conversation_id, await self._run(work))
+        return loaded(conversation_id, await self._db.run(work))
 
     async def commit(self, commit: Commit) -> StoredConversation:
         """Apply ``commit``: with the other commits of this turn of the event loop, in one
@@ -472,7 +324,7 @@ class PostgresStore:
             cur = await conn.execute(COMMIT_MANY, (document(batch),), binary=True)
             return await cur.fetchall()
 
-        returned = {row[0]: row[1:] for row in await self._run(work)}
+        returned = {row[0]: row[1:] for row in await self._db.run(work)}
         outcomes: list[tuple[StoredConversation | None, BaseException | None]] = []
         for n, rows in enumerate(batch):
             if n in returned:
@@ -502,7 +354,7 @@ class PostgresStore:
             return await cur.fetchone()
 
         try:
-            row = await self._run(work)
+            row = await self._db.run(work)
         except errors.UniqueViolation as error:
             if key is None or error.diag.constraint_name != "transitions_by_key":
                 raise
@@ -523,7 +375,7 @@ class PostgresStore:
             cur = await conn.execute(WHY_REFUSED, (conversation_id, key, conversation_id))
             return await cur.fetchone()
 
-        why = await self._run(work)
+        why = await self._db.run(work)
         if why is None:
             raise not_found(conversation_id)
         if why[1]:
@@ -556,7 +408,7 @@ class PostgresStore:
                     )
                 return result
 
-        return await self._run(work)
+        return await self._db.run(work)
 
     async def complete(self, conversation_id: str, effect_ids: Sequence[int]) -> None:
         done = frozenset(effect_ids)
@@ -626,7 +478,7 @@ class PostgresStore:
             )
             return _exists_then(await cur.fetchall(), conversation_id)
 
-        rows = await self._run(work)
+        rows = await self._db.run(work)
         return [StoredMessage(seq=seq, message=load_message(text)) for seq, text in rows]
 
     async def transitions(self, conversation_id: str) -> list[TransitionRecord]:
@@ -643,7 +495,7 @@ class PostgresStore:
             )
             return _exists_then(await cur.fetchall(), conversation_id)
 
-        return [transition_from_row(row) for row in await self._run(work)]
+        return [transition_from_row(row) for row in await self._db.run(work)]
 
     async def list_conversations(self) -> list[StoredConversation]:
         async def work(conn: Connection) -> list[tuple[Any, ...]]:
@@ -653,7 +505,7 @@ class PostgresStore:
             )
             return await cur.fetchall()
 
-        return [listed(row) for row in await self._run(work)]
+        return [listed(row) for row in await self._db.run(work)]
 
     async def with_pending(self) -> list[str]:
         """A scan of the conversations (at startup): an index on what changes with every step
@@ -663,7 +515,7 @@ class PostgresStore:
             cur = await conn.execute("SELECT id FROM conversations WHERE outbox::text <> '[]'")
             return [str(row[0]) for row in await cur.fetchall()]
 
-        return await self._run(work)
+        return await self._db.run(work)
 
     async def link_child(self, parent_id: str, child_id: str) -> str:
         require_holdable(parent_id)
@@ -679,7 +531,7 @@ class PostgresStore:
                 raise not_found(parent_id)
             return str(row[0])
 
-        return await self._run(work)
+        return await self._db.run(work)
 
     async def save_snapshot(self, snapshot: SessionSnapshot) -> None:
         """Insert unless the version is taken; then the snapshot kept under it, to compare
@@ -700,7 +552,7 @@ class PostgresStore:
             )
             return await cur.fetchone()
 
-        row = await self._run(work)
+        row = await self._db.run(work)
         if row is None:
             raise not_found(conversation_id)
         saved, existing = row
@@ -719,30 +571,14 @@ class PostgresStore:
             )
             return _exists_then(await cur.fetchall(), conversation_id)
 
-        return [load_snapshot(text) for (text,) in await self._run(work)]
+        return [load_snapshot(text) for (text,) in await self._db.run(work)]
 
     async def close(self) -> None:
         """Finish the commits under way, close the pool's connections; later calls raise
         ``SegueError``."""
         loop = asyncio.get_running_loop()
-        if loop is self._loop and not self._closed:
+        if loop is self._db.loop and not self._db.closed:
             self._flush(loop)
             await asyncio.gather(*list(self._committing), return_exceptions=True)
             await self._watches.close()  # its registrations are deleted through the pool
-        self._closed = True
-        pool = self._pool
-        if pool is None:
-            return
-        if self._loop is asyncio.get_running_loop():
-            self._pool = self._loop = None
-            await pool.close()
-            guard, self._guard = self._guard, None
-            if guard is not None:
-                guard.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await guard
-        elif self._loop is not None and self._loop.is_closed():
-            self._abandon()
-        else:
-            msg = "close this PostgresStore in the event loop that uses it"
-            raise SegueError(msg)
+        await self._db.close()
