@@ -11,14 +11,16 @@ one, which adds a store rather than a provider, on Anthropic's.
 
 from __future__ import annotations
 
+import re
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
-from playwright.sync_api import expect
+from playwright.sync_api import APIResponse, Route, expect
 
 import backends
 import browsing
@@ -160,4 +162,53 @@ def test_a_pause_asked_on_b_is_taken_by_a_at_its_turns_end(
             asked = fake.sent()
             assert [r.headers["x-server"] for r in asked] == ["a", "a"]  # the turn, the checkpoint
             assert asked[1].tools == ()  # the checkpoint's request
+            tabs.close()
+
+
+def test_a_state_read_an_update_overtook_is_read_again(tabs: Tabs, tmp_path: Path) -> None:
+    """The page reads the state when its watch is in place; if another process's turn begins
+    while that read is on its way, its first update may reach the page before the read's
+    answer, which then describes the conversation before the turn. The page reads again and
+    shows the turn running, rather than settling on the older state (it once showed "idle"
+    with Send enabled until the turn ended)."""
+    held = HeldAnswers()
+    with backends.backend("anthropic") as fake:
+        fake.default(held)
+        args = ["--db", str(tmp_path / "shared.db"), *fake.args, "--context-window", str(WINDOW)]
+        with (
+            segue_serve(*args, env=fake.env) as a,
+            segue_serve(*args, env=fake.env) as b,
+            httpx2.Client(base_url=a, timeout=HOLD_AT_MOST) as http,
+        ):
+            cid = create(http)["id"]
+            page = tabs.open()
+            the_state = re.compile(rf"/api/conversations/{cid}$")
+            early: list[tuple[Route, APIResponse]] = []
+            page.route(the_state, lambda route: early.append((route, route.fetch())))
+            page.goto(f"{b}/c/{cid}")
+            deadline = time.monotonic() + HOLD_AT_MOST
+            while not early:  # the page's first read, answered by B before the turn
+                assert time.monotonic() < deadline, "the page never read the state"
+                page.wait_for_timeout(50)
+            route, idle = early[0]
+            assert idle.json()["phase"] == "idle"
+
+            events: list[Any] = []
+            turn = threading.Thread(target=lambda: events.extend(send(http, cid, "Ask A.")))
+            turn.start()
+            try:
+                assert held.asked.wait(60)
+                # B's watch told the page of the turn while its read is still unanswered
+                expect(page.locator("#messages li.user .text")).to_have_text("Ask A.")
+                route.fulfill(response=idle)  # the read's answer: the state before the turn
+                page.unroute(the_state)  # later reads go to B
+                expect(page.locator("#messages li.user .text")).to_have_text("Ask A.")
+                expect(page.get_by_role("button", name="Send")).to_be_disabled()
+                expect(page.locator("#input-reason")).to_contain_text("busy")
+            finally:
+                held.gate.set()
+                turn.join(timeout=HOLD_AT_MOST)
+            assert events[-1][1]["state"]["phase"] == "idle"
+            expect(page.locator("#messages li.assistant .text")).to_have_text(REPLY)
+            expect(page.get_by_role("button", name="Send")).to_be_enabled()
             tabs.close()

@@ -124,14 +124,13 @@ def serve(
     """Serve the REST API and the web page (offline scripted model without an API key)."""
     try:
         from segue.server.run import (  # noqa: PLC0415
-            SHUTDOWN_GRACE,
             ServerConfig,
             UnsafeBindError,
             build_app,
+            run_app,
         )
     except ImportError as error:  # the extra is not installed
         fail(f"segue serve needs the server extra: pip install 'segue[server]' ({error})", 2)
-    import uvicorn  # noqa: PLC0415
 
     if token is not None and not token.strip():
         fail("the token is empty (--token or SEGUE_TOKEN): give one, or leave it out", 2)
@@ -174,10 +173,4 @@ def serve(
     )
     address = _address(host, port, token)
     typer.echo(f"segue serve: {address} answered by {answered}; Ctrl-C stops it")
-    uvicorn.run(
-        application,
-        host=host,
-        port=port,
-        log_level="warning",
-        timeout_graceful_shutdown=SHUTDOWN_GRACE,
-    )
+    run_app(application, host=host, port=port)

@@ -27,6 +27,7 @@ from segue.executor.runtime import Runtime
 from segue.executor.updates import DoneUpdate, Update
 from segue.server import control, errors, pages
 from segue.server.auth import bearer
+from segue.server.ending import StreamsEnd
 from segue.server.errors import ApiError
 from segue.server.guard import BodyLimit, CrossSiteCheck, HostCheck, Shield
 from segue.server.pausing import Pauses
@@ -88,6 +89,7 @@ def create_app(
     shown = info or default_info(runtime)
     start = _Startup(runtime)
     pauses = Pauses(runtime)
+    end = StreamsEnd()
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -107,10 +109,11 @@ def create_app(
         docs_url=None,  # FastAPI's docs pages load their scripts from a CDN; this works offline
         redoc_url=None,
     )
+    app.state.streams_end = end  # called by the server that runs the app as it stops
     errors.install(app)
     guard = Depends(bearer(token))
     pages.install(app)
-    _routes(app, runtime, shown, guard)
+    _routes(app, runtime, shown, guard, end)
     control.install(app, runtime, guard, pauses)
 
     @app.get("/openapi.json", include_in_schema=False, dependencies=[guard])
@@ -162,7 +165,7 @@ class _StartOnFirstRequest:
         await self.app(scope, receive, send)
 
 
-def _routes(app: FastAPI, runtime: Runtime, info: Info, guard: Any) -> None:
+def _routes(app: FastAPI, runtime: Runtime, info: Info, guard: Any, end: StreamsEnd) -> None:
     async def view(conversation_id: str) -> ConversationView:
         stored = await runtime.conversation(conversation_id)
         return ConversationView.of(stored.state, stored)
@@ -236,7 +239,7 @@ def _routes(app: FastAPI, runtime: Runtime, info: Info, guard: Any) -> None:
         except BaseException:
             await watch.aclose()
             raise
-        return EventSourceResponse(_watched(runtime, watch))
+        return EventSourceResponse(_watched(runtime, watch, end))
 
 
 def _sse(update: Update, state: dict[str, Any] | None = None) -> bytes:
@@ -275,17 +278,27 @@ async def _events(
         await rest.aclose()  # type: ignore[attr-defined]  # an async generator
 
 
-async def _watched(runtime: Runtime, watch: Any) -> AsyncIterator[bytes]:
-    """A conversation's updates as SSE text, until the client goes away."""
+async def _watched(runtime: Runtime, watch: Any, end: StreamsEnd) -> AsyncIterator[bytes]:
+    """A conversation's updates as SSE text, until the client goes away or the server stops."""
+    ended = asyncio.ensure_future(end.ended())
     try:
-        async for update in watch:
+        while True:
+            coming = asyncio.ensure_future(anext(watch))
+            await asyncio.wait((coming, ended), return_when=asyncio.FIRST_COMPLETED)
+            if not coming.done():
+                coming.cancel()
+                return
+            update = coming.result()
             if isinstance(update, DoneUpdate):
                 yield _sse(update, await _done_state(runtime, update))
             else:
                 yield _sse(update)
+    except StopAsyncIteration:
+        return
     except UpdatesLostError as exc:
         yield format_sse_event(event="lost", data_str=json.dumps(str(exc)))
     finally:
+        ended.cancel()
         await watch.aclose()
 
 

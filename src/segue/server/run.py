@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Final
 
 from fastapi import FastAPI
@@ -23,6 +24,7 @@ from segue.executor.ports import LlmModel, SegueError, Store
 from segue.executor.runtime import Runtime
 from segue.executor.tools import ToolRegistry
 from segue.server.app import create_app
+from segue.server.ending import streams_end
 from segue.server.schemas import Info
 from segue.statemachine import ContextExhaustionBehavior
 
@@ -143,19 +145,30 @@ def build_app(
 
 
 SHUTDOWN_GRACE: Final = 3
-"""Seconds a stopping server waits for open connections before closing them: a page holds an
-event stream open for as long as it is shown, so waiting for it would never end."""
+"""Seconds a stopping server waits for open responses (a turn's stream) before closing them.
+The pages' watch streams, open for as long as a page is shown, end as it is told to stop."""
 
 
 def serve(config: ServerConfig) -> None:
     """Run the server until interrupted."""
+    run_app(build_app(config), host=config.host, port=config.port)
+
+
+def run_app(app: FastAPI, *, host: str, port: int) -> None:
+    """Run ``app`` with uvicorn until interrupted. Told to stop (Ctrl-C, SIGTERM), it ends the
+    watch streams of an app ``create_app`` made at once (``segue.server.ending``), and gives
+    what else is open ``SHUTDOWN_GRACE`` seconds."""
     import uvicorn  # noqa: PLC0415  # the server's own dependency
 
-    app = build_app(config)
-    uvicorn.run(
-        app,
-        host=config.host,
-        port=config.port,
-        log_level="warning",
-        timeout_graceful_shutdown=SHUTDOWN_GRACE,
+    end = streams_end(app)
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if end is not None:
+                end()
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=SHUTDOWN_GRACE
     )
+    Server(config).run()

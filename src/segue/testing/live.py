@@ -22,6 +22,8 @@ def live_server(app: Any, *, startup_timeout: float = 30.0) -> Iterator[str]:
     """Serve ``app`` on 127.0.0.1 at a free port until the block ends; yields its base URL."""
     import uvicorn  # noqa: PLC0415  # the server extra's dependency, only when used
 
+    from segue.server.ending import streams_end  # noqa: PLC0415  # the server extra's too
+
     # The standard asyncio loop and h11 whatever else is installed: uvicorn[standard] brings
     # uvloop, whose loop run in a thread other than the main one fails to close cleanly.
     config = uvicorn.Config(
@@ -46,5 +48,8 @@ def live_server(app: Any, *, startup_timeout: float = 30.0) -> Iterator[str]:
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
+        end = streams_end(app)
+        if end is not None:  # a page left open: its watch stream ends, as under segue serve
+            end()
         server.should_exit = True
         thread.join(timeout=30)

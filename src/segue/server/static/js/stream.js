@@ -147,6 +147,7 @@ async function watched(name, data) {
     if (name === "done") view.skipping = false;
     return;
   }
+  view.overtaken = true;
   await apply(name, data, true);
 }
 

@@ -38,6 +38,7 @@ export const view = {
   live: new LiveReplies(),
   tools: new Map(), // tool call id -> its note
   reloads: 0,
+  overtaken: false, // an update from another tab's turn came while the state was being read
 };
 
 // A pause was asked for and waits for the running turn's boundary (said by the stored state,
@@ -218,8 +219,12 @@ function renderSnapshots(snapshots) {
 
 // Read the conversation back from the server and draw it all; an older read that ends after a
 // newer one draws nothing.
+// Read the conversation and draw it. An update that arrives while it is read (on the watch
+// stream, another connection) may describe a change the read came too early to see: the
+// read is then made again, so the page never settles on a state older than what it heard.
 export async function reload() {
   const mine = ++view.reloads;
+  view.overtaken = false;
   const [state, messages, snapshots, chain] = await Promise.all([
     json("GET", view.path),
     json("GET", `${view.path}/messages`),
@@ -227,6 +232,10 @@ export async function reload() {
     json("GET", `${view.path}/lineage`),
   ]);
   if (mine !== view.reloads || view.navigating) return;
+  if (view.overtaken) {
+    await reload();
+    return;
+  }
   view.live.clear();
   view.tools.clear();
   clearMessages();
