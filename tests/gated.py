@@ -31,3 +31,32 @@ class Gated(ScriptedModel):
             self.asked.set()
             await asyncio.to_thread(self.gate.wait, HOLD_AT_MOST)
         return await super().complete(request, on_text=on_text)
+
+
+class HeldMidway(ScriptedModel):
+    """Streams the first half of its first reply, then writes the rest a character every
+    ``HELD_DELTA`` seconds (a model writing slowly, for longer than a page waits) until
+    ``gate`` is set, and what is left at once: a reply being written for as long as the test
+    needs (``halfway`` says it is)."""
+
+    HELD_DELTA = 0.005
+
+    def __init__(self, *, reply_chars: int = 18_000, chunk_delay: float = 0.002) -> None:
+        super().__init__(reply_chars=reply_chars, chunk_delay=chunk_delay)
+        self.gate = threading.Event()
+        self.halfway = threading.Event()
+
+    async def _stream(self, text: str, on_text: TextSink) -> None:
+        if self.halfway.is_set():
+            await super()._stream(text, on_text)
+            return
+        half = len(text) // 2
+        await super()._stream(text[:half], on_text)
+        self.halfway.set()
+        rest = text[half:]
+        while len(rest) > 1 and not self.gate.is_set():
+            await asyncio.sleep(self.HELD_DELTA)
+            on_text(rest[0])
+            rest = rest[1:]
+        await asyncio.to_thread(self.gate.wait, HOLD_AT_MOST)
+        on_text(rest)

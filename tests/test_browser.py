@@ -36,7 +36,9 @@ from browsing import (
     stored,
     turn_over,
 )
-from segue.server.run import ServerConfig, build_app
+from gated import HOLD_AT_MOST, HeldMidway
+from segue import Runtime, SqliteStore
+from segue.server import create_app
 from segue.testing import live_server
 
 pytestmark = pytest.mark.slow
@@ -227,19 +229,28 @@ def test_the_reply_streams_in_and_tools_show_as_they_run(served: Served, page: P
 
 
 def test_a_reload_in_the_middle_of_a_reply_loses_nothing(tabs: Tabs, tmp_path: Path) -> None:
-    slow = build_app(ServerConfig(db=tmp_path / "slow.db", chunk_delay=0.04))
-    with live_server(slow) as url:
+    """Reloaded while the reply is half written (its deltas still coming every few
+    milliseconds until the page has shown the turn running again, each on the watch stream
+    while the page reads the state): the turn goes on, and the page ends with the whole
+    reply, once."""
+    model = HeldMidway()
+    app = create_app(Runtime(store=SqliteStore(tmp_path / "slow.db"), llm=model))
+    with live_server(app) as url:
         page = tabs.open()
         cid = new_conversation(page, url, window=200_000)
         page.get_by_label("Your message").fill("A long answer, please.")
         page.get_by_role("button", name="Send").click()
-        expect(page.locator("#messages li.streaming .text").last).not_to_have_text("")
-        page.reload()
-        expect(page.locator("#input-reason")).to_contain_text("busy")  # the turn goes on
+        try:
+            assert model.halfway.wait(HOLD_AT_MOST)
+            expect(page.locator("#messages li.streaming .text").last).not_to_have_text("")
+            page.reload()
+            expect(page.locator("#input-reason")).to_contain_text("busy")  # the turn goes on
+        finally:
+            model.gate.set()
         expect(page.get_by_label("Your message")).to_be_enabled()  # until it is over
         reply = [m["text"] for m in stored(url, cid) if m["kind"] == "assistant"]
         assert len(reply) == 1
-        assert len(str(reply[0])) == 1_200
+        assert len(str(reply[0])) == 18_000
         expect(page.locator("#messages li.user")).to_have_count(1)
         expect(page.locator("#messages li.assistant .text")).to_have_text(str(reply[0]).strip())
         tabs.close()

@@ -135,6 +135,10 @@ export async function send() {
   }
 }
 
+// Updates that leave the stored conversation as it was (a reply's delta is stored only with
+// the whole reply): one of them arriving while the state is read does not make it old.
+const PASSING = new Set(["text", "retry", "notice"]);
+
 async function watched(name, data) {
   if (name === "user_message") {
     view.skipping = view.mine > 0;
@@ -147,7 +151,7 @@ async function watched(name, data) {
     if (name === "done") view.skipping = false;
     return;
   }
-  view.overtaken = true;
+  if (!PASSING.has(name)) view.overtaken = true;
   await apply(name, data, true);
 }
 

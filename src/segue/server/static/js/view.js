@@ -143,7 +143,8 @@ function renderControls(state) {
   $("text").disabled = reason !== null;
   $("pin").disabled = reason !== null;
   $("send").disabled = reason !== null || busy();
-  $("messages").setAttribute("aria-busy", String(busy()));
+  const unread = view.state === null && !view.missing; // the state is still being read
+  $("messages").setAttribute("aria-busy", String(busy() || unread));
   $("input-reason").hidden = reason === null;
   $("input-reason").textContent = reason || "";
   const ended = phase === "paused" || phase === "context_exhausted" || phase === "failed";
