@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import json
 import threading
-import time
+from pathlib import Path
 from typing import Any
 
 import httpx2
+from fastapi import FastAPI
+
+from gated import HOLD_AT_MOST, Gated
+from segue import Runtime, SqliteStore
+from segue.server import create_app
 
 Event = tuple[str, dict[str, Any]]
 
@@ -42,17 +47,21 @@ def send(http: httpx2.Client, conversation_id: str, text: str) -> list[Event]:
     return sse(response)
 
 
-def long_turn(http: httpx2.Client, cid: str) -> tuple[threading.Thread, list[Event]]:
-    """A turn sent from another thread, returned once the server is answering it; the thread
-    and the list its events land in when it ends."""
+def held_turn(http: httpx2.Client, cid: str, model: Gated) -> tuple[threading.Thread, list[Event]]:
+    """A turn sent from another thread, returned once ``model`` has its request, which it
+    holds until the test opens ``model.gate``; the thread and the list its events land in
+    when it ends."""
     events: list[Event] = []
     sending = threading.Thread(target=lambda: events.extend(send(http, cid, "A long answer.")))
     sending.start()
-    deadline = time.monotonic() + 10
-    while http.get(f"/api/conversations/{cid}").json()["phase"] == "idle":
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    assert model.asked.wait(HOLD_AT_MOST), "the model was never asked"
     return sending, events
+
+
+def gated_app(db: Path) -> tuple[FastAPI, Gated]:
+    """The server over a SQLite file at ``db``, its model holding its first answer."""
+    model = Gated()
+    return create_app(Runtime(store=SqliteStore(db), llm=model)), model
 
 
 def error(response: httpx2.Response, status: int, code: str) -> str:

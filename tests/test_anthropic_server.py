@@ -200,17 +200,27 @@ def test_context_limit_message() -> None:
     )
 
 
-def test_rate_limit_then_success_with_sdk_retries() -> None:
+def test_rate_limit_then_success_with_sdk_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake's 429 says how long to wait (retry-after-ms), and the SDK waits that long:
+    its own backoff would be at least 0.375 s per retry."""
+    waits: list[float] = []
+    calculate = anthropic._base_client.BaseClient._calculate_retry_timeout
+
+    def recorded(self: Any, *args: Any, **kwargs: Any) -> float:
+        wait: float = calculate(self, *args, **kwargs)
+        waits.append(wait)
+        return wait
+
+    monkeypatch.setattr(anthropic._base_client.BaseClient, "_calculate_retry_timeout", recorded)
     with FakeAnthropicServer() as server:
         server.enqueue(rate_limited(), rate_limited(), MessageReply(text="finally"))
-        started = time.monotonic()
         message = call(server, create, max_retries=2)
-        elapsed = time.monotonic() - started
         sent = server.message_requests()
     assert message.content[0].type == "text"
     assert message.content[0].text == "finally"
     assert [r.headers["x-stainless-retry-count"] for r in sent] == ["0", "1", "2"]
-    assert elapsed < 1.0  # without retry-after-ms the SDK's backoff takes >= 1.1 s for 2 retries
+    assert len(waits) == 2
+    assert all(0 < wait < 0.1 for wait in waits), waits
 
 
 def test_rate_limit_exhausts_retries() -> None:

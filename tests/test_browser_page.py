@@ -18,9 +18,9 @@ import backends
 import browsing
 from backends import PROVIDERS
 from browsing import Tabs, meter, new_conversation, send, state, stored, turn_over
+from gated import HeldMidway
 from segue import Runtime, ScriptedModel, SqliteStore
 from segue.server import create_app
-from segue.server.run import ServerConfig, build_app
 from segue.testing import live_server
 from segue.testing.conformance import Said
 
@@ -69,7 +69,8 @@ def test_at_375_pixels_nothing_is_wider_than_the_screen(tabs: Tabs, server: str)
 def test_a_second_tab_shows_the_running_turn_and_takes_no_message(
     tabs: Tabs, tmp_path: Path
 ) -> None:
-    slow = build_app(ServerConfig(db=tmp_path / "tabs.db", chunk_delay=0.03))
+    model = HeldMidway(reply_chars=1_200)  # written until the test has seen the second tab
+    slow = create_app(Runtime(store=SqliteStore(tmp_path / "tabs.db"), llm=model))
     with live_server(slow) as url:
         first = tabs.open()
         cid = new_conversation(first, url, window=200_000)
@@ -80,11 +81,14 @@ def test_a_second_tab_shows_the_running_turn_and_takes_no_message(
 
         first.get_by_label("Your message").fill("Tell the other tab.")
         first.get_by_role("button", name="Send").click()
-        expect(second.locator("#messages li.user .text")).to_have_text("Tell the other tab.")
-        expect(second.get_by_role("button", name="Send")).to_be_disabled()
-        expect(second.locator("#input-reason")).to_contain_text("busy")
-        expect(second.locator("#phase")).not_to_contain_text("idle")
-        expect(second.locator("#messages li.streaming .text").last).not_to_have_text("")
+        try:
+            expect(second.locator("#messages li.user .text")).to_have_text("Tell the other tab.")
+            expect(second.get_by_role("button", name="Send")).to_be_disabled()
+            expect(second.locator("#input-reason")).to_contain_text("busy")
+            expect(second.locator("#phase")).not_to_contain_text("idle")
+            expect(second.locator("#messages li.streaming .text").last).not_to_have_text("")
+        finally:
+            model.gate.set()
         turn_over(first)
         turn_over(second)
         expect(second.get_by_role("button", name="Send")).to_be_enabled()

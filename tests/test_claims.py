@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from gated import HOLD_AT_MOST, Gated
 from segue import (
     DuplicateMessageError,
     InvalidMessageError,
@@ -84,13 +85,16 @@ def test_a_message_sent_while_another_runtime_answers_waits_then_is_answered(
 ) -> None:
     async def scenario() -> None:
         store = SqliteStore(tmp_path / "s.db")
-        first_model, second_model = ScriptedModel(delay=0.3), ScriptedModel()
+        first_model, second_model = Gated(), ScriptedModel()
         first = Runtime(store=store, llm=first_model)
         second = Runtime(store=store, llm=second_model)
         cid = (await first.create_conversation(model=MODEL)).id
         sending = asyncio.create_task(first.send(cid, "first"))
-        await asyncio.sleep(0.1)
-        state = await second.send(cid, "second")  # refused as busy by the core, then taken
+        assert await asyncio.to_thread(first_model.asked.wait, HOLD_AT_MOST)
+        answering = asyncio.create_task(second.send(cid, "second"))
+        await asyncio.sleep(0.1)  # the second is refused as busy by the core, then waits...
+        first_model.gate.set()  # ...for the first turn, and is then taken
+        state = await answering
         assert state.phase.kind == "idle"
         assert (await sending).phase.kind == "idle"
         assert (len(first_model.requests), len(second_model.requests)) == (1, 1)
@@ -118,7 +122,7 @@ def test_recover_leaves_live_work_alone_and_takes_it_once_the_lease_ends(
         store = SqliteStore(tmp_path / "s.db")
         stuck = Hanging()
         cut_off = Unreachable(tmp_path / "s.db")
-        gone = Runtime(store=cut_off, llm=stuck, owner="elsewhere/1/a", lease=0.5)
+        gone = Runtime(store=cut_off, llm=stuck, owner="elsewhere/1/a", lease=2.0)
         cid = (await gone.create_conversation(model=MODEL)).id
         sending = asyncio.create_task(gone.send(cid, "hello"))
         await stuck.asked.wait()
@@ -131,7 +135,7 @@ def test_recover_leaves_live_work_alone_and_takes_it_once_the_lease_ends(
         assert model.requests == []  # the lease is still running
         (pending,) = (await store.load(cid)).pending
         assert pending.owner == "elsewhere/1/a"
-        await asyncio.sleep(0.6)
+        await asyncio.sleep(2.1)
         await other.recover()
         assert len(model.requests) == 1
         assert kinds(await store.messages(cid)) == ["user", "assistant"]
@@ -144,11 +148,11 @@ def test_recover_leaves_live_work_alone_and_takes_it_once_the_lease_ends(
 def test_a_claim_is_renewed_while_its_work_runs(tmp_path: Path) -> None:
     async def scenario() -> None:
         store = SqliteStore(tmp_path / "s.db")
-        slow = ScriptedModel(delay=1.0)
-        first = Runtime(store=store, llm=slow, owner="elsewhere/1/a", lease=0.3)
+        slow = ScriptedModel(delay=3.0)
+        first = Runtime(store=store, llm=slow, owner="elsewhere/1/a", lease=1.0)
         cid = (await first.create_conversation(model=MODEL)).id
         sending = asyncio.create_task(first.send(cid, "hello"))
-        await asyncio.sleep(0.7)  # more than twice the lease: renewed meanwhile
+        await asyncio.sleep(2.2)  # more than twice the lease: renewed meanwhile
         model = ScriptedModel()
         await Runtime(store=store, llm=model).recover()
         assert model.requests == []

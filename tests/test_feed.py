@@ -88,28 +88,32 @@ def test_a_watch_hears_a_turn_another_runtime_drives(tmp_path: Path, kind: str) 
         listening = asyncio.create_task(collect(watch))
         await driver.send(cid, "When is high tide?", pinned=True)
         updates = await listening
-        kinds = [u.kind for u in updates]
-        assert kinds == [
+        # The meter comes with each read that saw it move: once when one read saw the whole
+        # turn, more often when the feed read while it ran (a poll can fall mid-turn).
+        told = [u for u in updates if u.kind != "occupancy"]
+        assert [u.kind for u in told] == [
             "user_message",
             "text",
             "tool_started",
             "tool_finished",
             "text",
-            "occupancy",
             "warning",
             "done",
         ]
-        assert getattr(updates[0], "pinned", None) is True  # another tab marks it at once
-        texts = [getattr(u, "text", None) for u in updates]
+        assert getattr(told[0], "pinned", None) is True  # another tab marks it at once
+        texts = [getattr(u, "text", None) for u in told]
         assert texts[:2] == ["When is high tide?", "Looking."]
         assert texts[4] == "High tide at noon."
-        finished: Any = updates[3]
+        finished: Any = told[3]
         assert (finished.name, finished.output, finished.is_error) == (
             "lookup",
             "found tides",
             False,
         )
-        meter: Any = updates[5]
+        kinds = [u.kind for u in updates]
+        last_meter = max(i for i, kind in enumerate(kinds) if kind == "occupancy")
+        assert last_meter < kinds.index("warning")  # the meter shows the warning's figure
+        meter: Any = updates[last_meter]
         assert (meter.tokens, meter.level) == (17_020, "warning")
         done: Any = updates[-1]
         assert done.reply == "High tide at noon."

@@ -16,7 +16,7 @@ import httpx2
 import pytest
 
 import backends
-from api import create, error, long_turn, send, sse
+from api import create, error, gated_app, held_turn, send, sse
 from backends import PROVIDERS, chat
 from segue.executor.models.providers import Provider
 from segue.server.run import ServerConfig, UnsafeBindError, build_app
@@ -249,13 +249,16 @@ def test_a_body_sent_in_chunks_is_bounded_too(client: httpx2.Client) -> None:
 
 
 def test_a_running_turn_is_cancelled(tmp_path: Path) -> None:
-    app = build_app(ServerConfig(db=tmp_path / "cancel.db", chunk_delay=0.05))
+    app, model = gated_app(tmp_path / "cancel.db")
     with live_server(app) as url, httpx2.Client(base_url=url, timeout=60) as http:
         cid = create(http)["id"]
-        sending, turn = long_turn(http, cid)
-        cancelled = http.post(f"/api/conversations/{cid}/cancel", json={})
-        assert cancelled.status_code == 200
-        sending.join(timeout=60)
+        sending, turn = held_turn(http, cid, model)
+        try:
+            cancelled = http.post(f"/api/conversations/{cid}/cancel", json={})
+            assert cancelled.status_code == 200
+            sending.join(timeout=60)
+        finally:
+            model.gate.set()
         assert turn[-1][0] == "done"
         assert http.get(f"/api/conversations/{cid}").json()["phase"] == "idle"
         kinds = [m["kind"] for m in http.get(f"/api/conversations/{cid}/messages").json()]
@@ -280,12 +283,15 @@ def test_a_failed_conversation_says_so(provider: Provider, tmp_path: Path) -> No
 
 
 def test_a_message_while_a_turn_runs_is_409_and_performs_nothing(tmp_path: Path) -> None:
-    app = build_app(ServerConfig(db=tmp_path / "slow.db", chunk_delay=0.05))
+    app, model = gated_app(tmp_path / "slow.db")
     with live_server(app) as url, httpx2.Client(base_url=url, timeout=60) as http:
         cid = create(http)["id"]
-        sending, first = long_turn(http, cid)
-        busy = http.post(f"/api/conversations/{cid}/messages", json={"text": "And now?"})
-        assert "a turn is running" in error(busy, 409, "busy")
+        sending, first = held_turn(http, cid, model)
+        try:
+            busy = http.post(f"/api/conversations/{cid}/messages", json={"text": "And now?"})
+            assert "a turn is running" in error(busy, 409, "busy")
+        finally:
+            model.gate.set()
         sending.join(timeout=60)
         assert first[-1][0] == "done"
         kinds = [m["kind"] for m in http.get(f"/api/conversations/{cid}/messages").json()]

@@ -15,7 +15,7 @@ import httpx2
 import pytest
 from fastapi import FastAPI
 
-from api import create, error, long_turn, send
+from api import create, error, gated_app, held_turn, send
 from segue import AnthropicModel, MemoryStore, OpenAIModel, Runtime, ScriptedModel, SqliteStore
 from segue.server import create_app
 from segue.server.run import ServerConfig, build_app, build_model
@@ -51,12 +51,15 @@ def test_continue_is_409_unless_the_conversation_is_idle(http: httpx2.Client) ->
 
 
 def test_continue_while_a_turn_runs_is_409_busy(tmp_path: Path) -> None:
-    app = build_app(ServerConfig(db=tmp_path / "busy.db", chunk_delay=0.05))
+    app, model = gated_app(tmp_path / "busy.db")
     with live_server(app) as url, httpx2.Client(base_url=url, timeout=60) as client:
         cid = create(client)["id"]
-        sending, events = long_turn(client, cid)
-        busy = client.post(f"/api/conversations/{cid}/continue", json={})
-        error(busy, 409, "busy")
+        sending, events = held_turn(client, cid, model)
+        try:
+            busy = client.post(f"/api/conversations/{cid}/continue", json={})
+            error(busy, 409, "busy")
+        finally:
+            model.gate.set()
         sending.join(timeout=60)
         assert events[-1][1]["state"]["phase"] == "idle"  # the turn went on, not continued
 

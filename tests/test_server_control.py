@@ -17,12 +17,11 @@ import httpx2
 import pytest
 
 import backends
-from api import create, error, long_turn, send
+from api import create, error, gated_app, held_turn, send
 from backends import PROVIDERS, SUMMARY_MODELS, Backend, prompt_of
 from gated import Gated
 from segue import Runtime, ScriptedModel, SqliteStore
 from segue.server import create_app
-from segue.server.run import ServerConfig, build_app
 from segue.testing import live_server
 from segue.testing.conformance import Said, Sent
 
@@ -222,15 +221,18 @@ def test_nothing_to_pause_is_409(http: httpx2.Client) -> None:
 
 
 def test_a_pause_during_a_turn_waits_for_its_boundary(tmp_path: Path) -> None:
-    app = build_app(ServerConfig(db=tmp_path / "turn.db", chunk_delay=0.05))
+    app, model = gated_app(tmp_path / "turn.db")
     with live_server(app) as url, httpx2.Client(base_url=url, timeout=60) as client:
         cid = create(client)["id"]
-        sending, events = long_turn(client, cid)
-        asked = client.post(f"/api/conversations/{cid}/pause", json={"reason": "at the end"})
-        assert asked.status_code == 200, asked.text
-        assert asked.json()["snapshot_version"] is None
-        assert asked.json()["pause_requested"] is True
-        assert asked.json()["phase"] != "paused"
+        sending, events = held_turn(client, cid, model)
+        try:
+            asked = client.post(f"/api/conversations/{cid}/pause", json={"reason": "at the end"})
+            assert asked.status_code == 200, asked.text
+            assert asked.json()["snapshot_version"] is None
+            assert asked.json()["pause_requested"] is True
+            assert asked.json()["phase"] != "paused"
+        finally:
+            model.gate.set()
         sending.join(timeout=60)
         assert events[-1][1]["state"]["phase"] == "paused"
         listed = client.get(f"/api/conversations/{cid}/snapshots").json()
