@@ -213,9 +213,11 @@ def test_the_reply_streams_in_and_tools_show_as_they_run(served: Served, page: P
     cid = new_conversation(page, served.url, window=200_000, offline=served.offline)
     page.evaluate(WATCH_THE_TURN)
     send(page, "Stream this, please.")
-    assert page.evaluate("window.grew"), "the reply was never seen while it was written"
     for turn in range(3):  # the model calls its tool every third question
         send(page, f"And more {turn}.")
+    # Seen growing in one of the four replies (a busy machine may hand the page a short
+    # reply's deltas all at once, and then it is drawn once).
+    assert page.evaluate("window.grew"), "no reply was ever seen while it was written"
     lines = page.evaluate("window.toolLines")
     assert any(line.startswith("Running lookup(") for line in lines), lines
     assert any(line.startswith("lookup finished: Notes on") for line in lines), lines
