@@ -10,6 +10,7 @@ import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -190,3 +191,45 @@ def test_the_config_names_the_provider_whose_model_answers(tmp_path: Path) -> No
     assert ServerConfig(provider="openai", model="gpt-4.1").default_model == "gpt-4.1"
     with pytest.raises(ValueError, match="unknown provider 'mistral'"):
         ServerConfig(provider="mistral")  # type: ignore[arg-type]
+
+
+def test_a_watch_stream_ends_when_the_server_stops_and_leaves_nothing_running() -> None:
+    """``/events`` streams end as the server is told to stop (``StreamsEnd``), and a client
+    that goes away (the stream is cancelled) leaves no task waiting for updates."""
+    from segue.server.app import _watched  # the stream behind /events
+    from segue.server.ending import StreamsEnd
+
+    async def settled(others: set[asyncio.Task[Any]]) -> bool:
+        """Whether the tasks running come back to ``others`` (cancelled ones finish)."""
+        for _ in range(200):
+            if asyncio.all_tasks() == others:
+                return True
+            await asyncio.sleep(0.01)
+        return False
+
+    async def scenario() -> None:
+        async with Runtime(store=MemoryStore(), llm=ScriptedModel()) as runtime:
+            cid = (await runtime.create_conversation(model="claude-sonnet-4-6")).id
+            others = asyncio.all_tasks()
+
+            end = StreamsEnd()
+            watch = runtime.watch(cid)
+            await watch.start()
+            stream = _watched(runtime, watch, end)
+            reading = asyncio.ensure_future(anext(stream))
+            await asyncio.sleep(0.05)
+            assert not reading.done()  # nothing happened to the conversation
+            end()  # the server is stopping
+            with pytest.raises(StopAsyncIteration):
+                await asyncio.wait_for(reading, 10)
+            assert await settled(others)
+
+            gone = _watched(runtime, runtime.watch(cid), StreamsEnd())
+            reading = asyncio.ensure_future(anext(gone))
+            await asyncio.sleep(0.05)
+            reading.cancel()  # the client went away
+            with pytest.raises(asyncio.CancelledError):
+                await reading
+            assert await settled(others)
+
+    asyncio.run(scenario())

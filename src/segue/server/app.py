@@ -281,12 +281,12 @@ async def _events(
 async def _watched(runtime: Runtime, watch: Any, end: StreamsEnd) -> AsyncIterator[bytes]:
     """A conversation's updates as SSE text, until the client goes away or the server stops."""
     ended = asyncio.ensure_future(end.ended())
+    coming: asyncio.Future[Update] | None = None
     try:
         while True:
             coming = asyncio.ensure_future(anext(watch))
             await asyncio.wait((coming, ended), return_when=asyncio.FIRST_COMPLETED)
             if not coming.done():
-                coming.cancel()
                 return
             update = coming.result()
             if isinstance(update, DoneUpdate):
@@ -297,8 +297,10 @@ async def _watched(runtime: Runtime, watch: Any, end: StreamsEnd) -> AsyncIterat
         return
     except UpdatesLostError as exc:
         yield format_sse_event(event="lost", data_str=json.dumps(str(exc)))
-    finally:
+    finally:  # the server stopped, the client went away (this is cancelled), or it ended
         ended.cancel()
+        if coming is not None:
+            coming.cancel()
         await watch.aclose()
 
 
