@@ -19,6 +19,8 @@ from fastapi import FastAPI
 from api import create, error, gated_app, held_turn, send
 from segue import AnthropicModel, MemoryStore, OpenAIModel, Runtime, ScriptedModel, SqliteStore
 from segue.server import create_app
+from segue.server.app import _watched  # the stream behind /events
+from segue.server.ending import StreamsEnd
 from segue.server.run import ServerConfig, build_app, build_model
 from segue.testing import live_server
 
@@ -196,8 +198,6 @@ def test_the_config_names_the_provider_whose_model_answers(tmp_path: Path) -> No
 def test_a_watch_stream_ends_when_the_server_stops_and_leaves_nothing_running() -> None:
     """``/events`` streams end as the server is told to stop (``StreamsEnd``), and a client
     that goes away (the stream is cancelled) leaves no task waiting for updates."""
-    from segue.server.app import _watched  # the stream behind /events
-    from segue.server.ending import StreamsEnd
 
     async def settled(others: set[asyncio.Task[Any]]) -> bool:
         """Whether the tasks running come back to ``others`` (cancelled ones finish)."""
