@@ -209,6 +209,7 @@ def test_a_state_read_an_update_overtook_is_read_again(tabs: Tabs, tmp_path: Pat
                 expect(page.locator("#messages li.user .text")).to_have_text("Ask A.")
                 route.fulfill(response=idle)  # the read's answer: the state before the turn
                 page.unroute(the_state)  # later reads go to B
+                expect(page.locator("#phase")).to_contain_text("llm requesting")
                 expect(page.locator("#messages li.user .text")).to_have_text("Ask A.")
                 expect(page.get_by_role("button", name="Send")).to_be_disabled()
                 expect(page.locator("#input-reason")).to_contain_text("busy")

@@ -146,16 +146,32 @@ def test_recover_leaves_live_work_alone_and_takes_it_once_the_lease_ends(
 
 
 def test_a_claim_is_renewed_while_its_work_runs(tmp_path: Path) -> None:
+    """The model's request outlives its first lease: the claim's end moves on while it runs,
+    past the first lease, and another runtime's recovery leaves the work to its owner."""
+
     async def scenario() -> None:
         store = SqliteStore(tmp_path / "s.db")
-        slow = ScriptedModel(delay=3.0)
+        slow = Gated()
         first = Runtime(store=store, llm=slow, owner="elsewhere/1/a", lease=1.0)
         cid = (await first.create_conversation(model=MODEL)).id
         sending = asyncio.create_task(first.send(cid, "hello"))
-        await asyncio.sleep(2.2)  # more than twice the lease: renewed meanwhile
-        model = ScriptedModel()
-        await Runtime(store=store, llm=model).recover()
-        assert model.requests == []
+        try:
+            assert await asyncio.to_thread(slow.asked.wait, HOLD_AT_MOST)
+            (claimed,) = (await store.load(cid)).pending
+            assert claimed.lease_until is not None
+            renewed = claimed.lease_until
+            async with asyncio.timeout(30):
+                while renewed <= claimed.lease_until + 1.0:  # renewed past the first lease
+                    await asyncio.sleep(0.05)
+                    (pending,) = (await store.load(cid)).pending
+                    assert pending.owner == "elsewhere/1/a"
+                    assert pending.lease_until is not None
+                    renewed = pending.lease_until
+            model = ScriptedModel()
+            await Runtime(store=store, llm=model).recover()
+            assert model.requests == []
+        finally:
+            slow.gate.set()
         assert (await sending).phase.kind == "idle"
         assert len(slow.requests) == 1
         await store.close()

@@ -441,6 +441,7 @@ def test_segue_serve_stops_on_ctrl_c_with_a_page_open(tmp_path: Path) -> None:
         watcher.join(10)
         assert ended == ["cleanly"]
         assert err == "", err
+        assert server.returncode == 0
     finally:
         if server.poll() is None:
             server.kill()

@@ -93,6 +93,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        end.reset()  # served (again): its watch streams run until it stops
         async with runtime:
             start.started = True
             try:

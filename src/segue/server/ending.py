@@ -19,7 +19,8 @@ class StreamsEnd:
     """Said once the server stops; watch streams wait on ``ended()`` beside their updates.
 
     Callable from any thread or from a signal handler (the server's own runs in the loop's
-    thread, between two steps of the loop): the event is set by the loop itself."""
+    thread, between any two bytecodes): the event is set by the loop itself. ``reset()`` as
+    the app starts again (served once more, perhaps on another loop)."""
 
     __slots__ = ("_event", "_loop", "_said")
 
@@ -31,15 +32,21 @@ class StreamsEnd:
     def __call__(self) -> None:
         """The server is stopping: end the streams."""
         self._said = True
-        if self._event is not None and self._loop is not None:
+        event, loop = self._event, self._loop
+        if event is not None and loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop has closed: nothing is open
-                self._loop.call_soon_threadsafe(self._event.set)
+                loop.call_soon_threadsafe(event.set)
+
+    def reset(self) -> None:
+        """The app starts (again): streams run until the next stop."""
+        self._said = False
+        self._event = self._loop = None
 
     async def ended(self) -> None:
         """Return once the server stops (at once if it already did)."""
-        if self._event is None:
-            self._loop = asyncio.get_running_loop()
-            self._event = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        if self._event is None or self._loop is not loop:
+            self._event, self._loop = asyncio.Event(), loop
             if self._said:
                 self._event.set()
         await self._event.wait()

@@ -9,6 +9,7 @@ and anywhere else only with a token.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,4 +172,5 @@ def run_app(app: FastAPI, *, host: str, port: int) -> None:
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=SHUTDOWN_GRACE
     )
-    Server(config).run()
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how it is meant to stop
+        Server(config).run()

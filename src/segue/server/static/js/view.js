@@ -219,24 +219,29 @@ function renderSnapshots(snapshots) {
 }
 
 // Read the conversation back from the server and draw it all; an older read that ends after a
-// newer one draws nothing.
-// Read the conversation and draw it. An update that arrives while it is read (on the watch
-// stream, another connection) may describe a change the read came too early to see: the
-// read is then made again, so the page never settles on a state older than what it heard.
+// newer one draws nothing. An update that arrives while it is read (on the watch stream,
+// another connection) may describe a change the read came too early to see: what was read is
+// drawn, then read again, a few times at most while updates keep coming (the page shows
+// something meanwhile, and each turn's "done" reads it once more).
+const READS_OVERTAKEN = 3;
+
 export async function reload() {
-  const mine = ++view.reloads;
-  view.overtaken = false;
-  const [state, messages, snapshots, chain] = await Promise.all([
-    json("GET", view.path),
-    json("GET", `${view.path}/messages`),
-    json("GET", `${view.path}/snapshots`),
-    json("GET", `${view.path}/lineage`),
-  ]);
-  if (mine !== view.reloads || view.navigating) return;
-  if (view.overtaken) {
-    await reload();
-    return;
+  for (let read = 1; ; read += 1) {
+    const mine = ++view.reloads;
+    view.overtaken = false;
+    const found = await Promise.all([
+      json("GET", view.path),
+      json("GET", `${view.path}/messages`),
+      json("GET", `${view.path}/snapshots`),
+      json("GET", `${view.path}/lineage`),
+    ]);
+    if (mine !== view.reloads || view.navigating) return;
+    draw(...found);
+    if (!view.overtaken || read === READS_OVERTAKEN) return;
   }
+}
+
+function draw(state, messages, snapshots, chain) {
   view.live.clear();
   view.tools.clear();
   clearMessages();
