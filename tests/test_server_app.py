@@ -215,7 +215,8 @@ def test_a_watch_stream_ends_when_the_server_stops_and_leaves_nothing_running() 
             end = StreamsEnd()
             watch = runtime.watch(cid)
             await watch.start()
-            stream = _watched(runtime, watch, end)
+            end.add(watch)
+            stream = _watched(runtime, watch)
             reading = asyncio.ensure_future(anext(stream))
             await asyncio.sleep(0.05)
             assert not reading.done()  # nothing happened to the conversation
@@ -224,7 +225,14 @@ def test_a_watch_stream_ends_when_the_server_stops_and_leaves_nothing_running() 
                 await asyncio.wait_for(reading, 10)
             assert await settled(others)
 
-            gone = _watched(runtime, runtime.watch(cid), StreamsEnd())
+            late = runtime.watch(cid)  # a stream opened as the server stops ends at once
+            await late.start()
+            end.add(late)
+            with pytest.raises(StopAsyncIteration):
+                await asyncio.wait_for(anext(_watched(runtime, late)), 10)
+            assert await settled(others)
+
+            gone = _watched(runtime, runtime.watch(cid))
             reading = asyncio.ensure_future(anext(gone))
             await asyncio.sleep(0.05)
             reading.cancel()  # the client went away

@@ -84,6 +84,15 @@ _SINK: contextvars.ContextVar[Sink | None] = contextvars.ContextVar("segue_sink"
 class _Watcher:
     queue: asyncio.Queue[Update | None] = field(default_factory=lambda: asyncio.Queue(WATCH_BUFFER))
     lost: bool = False
+    ended: bool = False
+
+    def close_with_marker(self) -> None:
+        """Queue the marker (None) that ends the watch, making room for it if need be."""
+        try:
+            self.queue.put_nowait(None)
+        except asyncio.QueueFull:
+            self.queue.get_nowait()
+            self.queue.put_nowait(None)
 
 
 @dataclass(slots=True)
@@ -140,14 +149,13 @@ class UpdateBus:
         if sink is not None:
             sink.put(update)
         for watcher in self._watchers.get(conversation_id, ()):
-            if watcher.lost:
+            if watcher.lost or watcher.ended:
                 continue
             try:
                 watcher.queue.put_nowait(update)
             except asyncio.QueueFull:
                 watcher.lost = True
-                watcher.queue.get_nowait()  # room for the marker that ends the watch
-                watcher.queue.put_nowait(None)
+                watcher.close_with_marker()
 
     # ------------------------------------------------------------------ streamed text
 
@@ -266,6 +274,8 @@ class Watch(AsyncIterator[Update]):
         update = await self._watcher.queue.get()
         if update is None:
             self._stop()
+            if self._watcher.ended:
+                raise StopAsyncIteration
             msg = (
                 f"the watcher of {self.conversation_id} fell {WATCH_BUFFER} updates behind; "
                 "read the conversation from the store and watch again"
@@ -293,6 +303,17 @@ class Watch(AsyncIterator[Update]):
     async def aclose(self) -> None:
         """Stop receiving."""
         self._stop()
+
+    def end(self) -> None:
+        """End the watch from outside its reader: what was delivered is still read, then
+        the iteration stops (a server that stops ends its open streams so). Call it in the
+        watch's event loop."""
+        watcher = self._watcher
+        if watcher.ended or not self._stop.alive:
+            return
+        watcher.ended = True
+        if not watcher.lost:  # a lost watch has its marker queued already
+            watcher.close_with_marker()
 
     async def __aenter__(self) -> Watch:
         return self

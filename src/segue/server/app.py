@@ -231,16 +231,13 @@ def _routes(app: FastAPI, runtime: Runtime, info: Info, guard: Any, end: Streams
     async def events(conversation_id: str) -> EventSourceResponse:
         """Every update of the conversation from now on (a second tab, a client that
         reconnected after reading the state)."""
-        await runtime.conversation(conversation_id)
         watch = runtime.watch(conversation_id)  # watching from here on, before any byte
         # Reading the store from here on too, before the client hears the stream is open
         # (and reads the state): another process's turn starting in between is not missed.
-        try:
-            await watch.start()
-        except BaseException:
-            await watch.aclose()
-            raise
-        return EventSourceResponse(_watched(runtime, watch, end))
+        # An unknown id raises here (a 404), and the watch is over.
+        await watch.start()
+        end.add(watch)
+        return EventSourceResponse(_watched(runtime, watch))
 
 
 def _sse(update: Update, state: dict[str, Any] | None = None) -> bytes:
@@ -279,29 +276,18 @@ async def _events(
         await rest.aclose()  # type: ignore[attr-defined]  # an async generator
 
 
-async def _watched(runtime: Runtime, watch: Any, end: StreamsEnd) -> AsyncIterator[bytes]:
-    """A conversation's updates as SSE text, until the client goes away or the server stops."""
-    ended = asyncio.ensure_future(end.ended())
-    coming: asyncio.Future[Update] | None = None
+async def _watched(runtime: Runtime, watch: Any) -> AsyncIterator[bytes]:
+    """A conversation's updates as SSE text, until the client goes away or the watch is
+    ended (the server stops)."""
     try:
-        while True:
-            coming = asyncio.ensure_future(anext(watch))
-            await asyncio.wait((coming, ended), return_when=asyncio.FIRST_COMPLETED)
-            if not coming.done():
-                return
-            update = coming.result()
+        async for update in watch:
             if isinstance(update, DoneUpdate):
                 yield _sse(update, await _done_state(runtime, update))
             else:
                 yield _sse(update)
-    except StopAsyncIteration:
-        return
     except UpdatesLostError as exc:
         yield format_sse_event(event="lost", data_str=json.dumps(str(exc)))
-    finally:  # the server stopped, the client went away (this is cancelled), or it ended
-        ended.cancel()
-        if coming is not None:
-            coming.cancel()
+    finally:
         await watch.aclose()
 
 

@@ -13,43 +13,52 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import weakref
+
+from segue.executor.bus import Watch
 
 
 class StreamsEnd:
-    """Said once the server stops; watch streams wait on ``ended()`` beside their updates.
+    """The watches behind the open ``/events`` streams, ended together as the server stops.
 
     Callable from any thread or from a signal handler (the server's own runs in the loop's
-    thread, between any two bytecodes): the event is set by the loop itself. ``reset()`` as
-    the app starts again (served once more, perhaps on another loop)."""
+    thread, between any two bytecodes): the watches are ended by the loop itself. ``reset()``
+    as the app starts again."""
 
-    __slots__ = ("_event", "_loop", "_said")
+    __slots__ = ("_loop", "_said", "_watches")
 
     def __init__(self) -> None:
         self._said = False
-        self._event: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._watches: weakref.WeakSet[Watch] = weakref.WeakSet()
 
     def __call__(self) -> None:
         """The server is stopping: end the streams."""
         self._said = True
-        event, loop = self._event, self._loop
-        if event is not None and loop is not None:
+        loop = self._loop
+        if loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop has closed: nothing is open
-                loop.call_soon_threadsafe(event.set)
+                loop.call_soon_threadsafe(self._end_all)
 
     def reset(self) -> None:
         """The app starts (again): streams run until the next stop."""
         self._said = False
-        self._event = self._loop = None
+        self._loop = None
+        self._watches = weakref.WeakSet()
 
-    async def ended(self) -> None:
-        """Return once the server stops (at once if it already did)."""
-        loop = asyncio.get_running_loop()
-        if self._event is None or self._loop is not loop:
-            self._event, self._loop = asyncio.Event(), loop
-            if self._said:
-                self._event.set()
-        await self._event.wait()
+    def add(self, watch: Watch) -> None:
+        """``watch`` feeds a stream (called in the loop that serves it); ended at once if the
+        server is already stopping."""
+        self._loop = asyncio.get_running_loop()
+        if self._said:
+            watch.end()
+        else:
+            self._watches.add(watch)
+
+    def _end_all(self) -> None:
+        for watch in list(self._watches):
+            watch.end()
+        self._watches.clear()
 
 
 def streams_end(app: object) -> StreamsEnd | None:
