@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from pathlib import Path
 from typing import Annotated, Final
 
@@ -23,7 +22,7 @@ from segue.cli._app import BaseUrlOption, CliError, DbOption, HeaderOption, app,
 from segue.cli._models import model_for
 from segue.cli._output import clip, console, existing_store, last_text, meter, narrate, resolve, say
 from segue.cli.inspection import IdArgument
-from segue.executor.claims import owner_is_dead
+from segue.executor.claims import live_holder
 from segue.executor.ports import StoredConversation
 from segue.executor.runtime import Runtime
 from segue.statemachine import ConversationState
@@ -40,16 +39,7 @@ _FIRST_LOOK, _LONGEST_LOOK = 0.01, 0.2
 def _running_elsewhere(stored: StoredConversation) -> str | None:
     """The live process performing the conversation's work (its owner id), or None: no work,
     or work whose process died (its claim lapsed, or its process is gone from this host)."""
-    if not stored.pending:
-        return None
-    head = stored.pending[0]
-    alive = (
-        head.owner is not None
-        and head.lease_until is not None
-        and head.lease_until > time.time()
-        and not owner_is_dead(head.owner)
-    )
-    return head.owner if alive else None
+    return live_holder(stored.pending)
 
 
 def _must_be_still(stored: StoredConversation) -> None:

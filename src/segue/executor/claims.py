@@ -20,7 +20,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from segue.executor._log import get_logger
@@ -56,6 +56,19 @@ def owner_is_dead(owner: str) -> bool:
     except OSError:
         return False  # it exists (owned by someone else), or we cannot tell
     return False
+
+
+def live_holder(pending: Sequence[PendingEffect]) -> str | None:
+    """Who holds the conversation's next work (the head of ``pending``) under a live claim:
+    its owner, or None when there is no work, nobody claimed it, its lease ended, or its
+    owner is a process on this host that is gone."""
+    if not pending:
+        return None
+    head = pending[0]
+    owner = head.owner
+    if owner is None or head.lease_until is None or head.lease_until <= time.time():
+        return None
+    return None if owner_is_dead(owner) else owner
 
 
 class Claims:

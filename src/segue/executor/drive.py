@@ -31,7 +31,6 @@ import itertools
 import logging
 import random
 import secrets
-import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
@@ -39,7 +38,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from segue.executor._log import get_logger
 from segue.executor.bus import Committed, Sink, UpdateBus
-from segue.executor.claims import DEFAULT_LEASE, Claims, owner_is_dead
+from segue.executor.claims import DEFAULT_LEASE, Claims, live_holder
 from segue.executor.feed import Feeds
 from segue.executor.perform import Performer
 from segue.executor.ports import (
@@ -383,11 +382,8 @@ class Driver:
                 or conversation_id in self._pause_requests
             ):
                 return stored
-            head = stored.pending[0]
-            if head.owner is None or head.lease_until is None or head.lease_until < time.time():
-                return stored  # let go of, or lapsed: the drive claims it
-            if owner_is_dead(head.owner):
-                return stored
+            if live_holder(stored.pending) is None:
+                return stored  # let go of, lapsed, or its process died: the drive claims it
 
     async def _retrying(
         self,

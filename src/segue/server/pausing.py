@@ -16,7 +16,7 @@ import time
 from typing import Final
 
 from segue.executor._log import get_logger
-from segue.executor.claims import owner_is_dead
+from segue.executor.claims import live_holder
 from segue.executor.ports import StoredConversation
 from segue.executor.runtime import Runtime
 from segue.server.errors import ApiError
@@ -32,16 +32,8 @@ _FIRST_LOOK, _LONGEST_LOOK = 0.01, 0.2
 
 def held_elsewhere(runtime: Runtime, stored: StoredConversation) -> bool:
     """Whether another live runtime (another process) is performing the conversation's work."""
-    if not stored.pending:
-        return False
-    head = stored.pending[0]
-    return (
-        head.owner is not None
-        and head.owner != runtime.owner
-        and head.lease_until is not None
-        and head.lease_until > time.time()
-        and not owner_is_dead(head.owner)
-    )
+    holder = live_holder(stored.pending)
+    return holder is not None and holder != runtime.owner
 
 
 class Pauses:
