@@ -3,8 +3,10 @@ Server-Sent Events of a turn out."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,15 +49,20 @@ def send(http: httpx2.Client, conversation_id: str, text: str) -> list[Event]:
     return sse(response)
 
 
-def held_turn(http: httpx2.Client, cid: str, model: Gated) -> tuple[threading.Thread, list[Event]]:
-    """A turn sent from another thread, returned once ``model`` has its request, which it
-    holds until the test opens ``model.gate``; the thread and the list its events land in
-    when it ends."""
+@contextlib.contextmanager
+def held_turn(http: httpx2.Client, cid: str, model: Gated) -> Iterator[list[Event]]:
+    """A turn sent from another thread. Inside the block ``model`` has its request and holds
+    it; leaving the block lets it answer and waits for the turn to end, whose events are
+    then in the list."""
     events: list[Event] = []
     sending = threading.Thread(target=lambda: events.extend(send(http, cid, "A long answer.")))
     sending.start()
-    assert model.asked.wait(HOLD_AT_MOST), "the model was never asked"
-    return sending, events
+    try:
+        assert model.asked.wait(HOLD_AT_MOST), "the model was never asked"
+        yield events
+    finally:
+        model.gate.set()
+        sending.join(timeout=HOLD_AT_MOST)
 
 
 def gated_app(db: Path) -> tuple[FastAPI, Gated]:

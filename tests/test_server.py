@@ -252,13 +252,9 @@ def test_a_running_turn_is_cancelled(tmp_path: Path) -> None:
     app, model = gated_app(tmp_path / "cancel.db")
     with live_server(app) as url, httpx2.Client(base_url=url, timeout=60) as http:
         cid = create(http)["id"]
-        sending, turn = held_turn(http, cid, model)
-        try:
+        with held_turn(http, cid, model) as turn:
             cancelled = http.post(f"/api/conversations/{cid}/cancel", json={})
             assert cancelled.status_code == 200
-            sending.join(timeout=60)
-        finally:
-            model.gate.set()
         assert turn[-1][0] == "done"
         assert http.get(f"/api/conversations/{cid}").json()["phase"] == "idle"
         kinds = [m["kind"] for m in http.get(f"/api/conversations/{cid}/messages").json()]
@@ -286,13 +282,9 @@ def test_a_message_while_a_turn_runs_is_409_and_performs_nothing(tmp_path: Path)
     app, model = gated_app(tmp_path / "slow.db")
     with live_server(app) as url, httpx2.Client(base_url=url, timeout=60) as http:
         cid = create(http)["id"]
-        sending, first = held_turn(http, cid, model)
-        try:
+        with held_turn(http, cid, model) as first:
             busy = http.post(f"/api/conversations/{cid}/messages", json={"text": "And now?"})
             assert "a turn is running" in error(busy, 409, "busy")
-        finally:
-            model.gate.set()
-        sending.join(timeout=60)
         assert first[-1][0] == "done"
         kinds = [m["kind"] for m in http.get(f"/api/conversations/{cid}/messages").json()]
         assert kinds == ["user", "assistant"]

@@ -57,13 +57,9 @@ def test_continue_while_a_turn_runs_is_409_busy(tmp_path: Path) -> None:
     app, model = gated_app(tmp_path / "busy.db")
     with live_server(app) as url, httpx2.Client(base_url=url, timeout=60) as client:
         cid = create(client)["id"]
-        sending, events = held_turn(client, cid, model)
-        try:
+        with held_turn(client, cid, model) as events:
             busy = client.post(f"/api/conversations/{cid}/continue", json={})
             error(busy, 409, "busy")
-        finally:
-            model.gate.set()
-        sending.join(timeout=60)
         assert events[-1][1]["state"]["phase"] == "idle"  # the turn went on, not continued
 
 

@@ -224,16 +224,12 @@ def test_a_pause_during_a_turn_waits_for_its_boundary(tmp_path: Path) -> None:
     app, model = gated_app(tmp_path / "turn.db")
     with live_server(app) as url, httpx2.Client(base_url=url, timeout=60) as client:
         cid = create(client)["id"]
-        sending, events = held_turn(client, cid, model)
-        try:
+        with held_turn(client, cid, model) as events:
             asked = client.post(f"/api/conversations/{cid}/pause", json={"reason": "at the end"})
             assert asked.status_code == 200, asked.text
             assert asked.json()["snapshot_version"] is None
             assert asked.json()["pause_requested"] is True
             assert asked.json()["phase"] != "paused"
-        finally:
-            model.gate.set()
-        sending.join(timeout=60)
         assert events[-1][1]["state"]["phase"] == "paused"
         listed = client.get(f"/api/conversations/{cid}/snapshots").json()
         assert [(s["version"], s["reason"]) for s in listed] == [(1, "at the end")]
