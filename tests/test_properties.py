@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, get_args
 
 import pytest
-from hypothesis import HealthCheck, Phase, find, given, settings
+from hypothesis import Phase, find, given, settings
 from hypothesis import strategies as st
 
 from segue import (
@@ -96,10 +96,6 @@ EFFECT_TYPES = (
 
 properties = settings(
     max_examples=100,
-    deadline=None,
-    # Drawing a reachable state runs transition() up to 30 times; on a busy machine that may
-    # pass hypothesis' generation-speed check, which measures the machine, not the property.
-    suppress_health_check=[HealthCheck.too_slow],
 )
 
 
@@ -272,7 +268,6 @@ def test_states_reach_every_phase() -> None:
             max_examples=2_000,
             phases=[Phase.generate],
             derandomize=True,
-            suppress_health_check=[HealthCheck.too_slow],
         ),
     )
     assert seen == every_phase

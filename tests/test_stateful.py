@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import INVARIANT_MARKER, run_state_machine_as_test
 
@@ -48,10 +48,6 @@ TestConversationMachine = ConversationMachine.TestCase
 TestConversationMachine.settings = settings(
     max_examples=150,
     stateful_step_count=40,
-    deadline=None,
-    # Each step draws and runs events; on a busy machine that may pass hypothesis'
-    # generation-speed check, which measures the machine, not the invariants.
-    suppress_health_check=[HealthCheck.too_slow],
 )
 
 Result = tuple[ConversationState, tuple[Effect, ...]]
@@ -181,14 +177,12 @@ def test_a_broken_transition_is_caught(
     quick = settings(
         max_examples=2_000 if invariant == "turns_bounded" else 400,
         stateful_step_count=40,
-        deadline=None,
         database=None,
         phases=[Phase.generate],  # finding the bug is the point; shrinking it costs seconds
         report_multiple_bugs=False,
         # The same examples on every run: a search that found each bug once finds it again
         # (a random one missed the rarest bug, a second tool round, about one run in ten).
         derandomize=True,
-        suppress_health_check=[HealthCheck.too_slow],
     )
     with pytest.raises(InvariantError, match=f"^{invariant}"):
         # Older hypothesis releases leave this untyped, newer ones type it: hold for both.
@@ -204,8 +198,6 @@ def test_the_real_transition_passes_each_isolated_invariant() -> None:
         settings=settings(
             max_examples=20,
             stateful_step_count=20,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow],
         ),
     )
 

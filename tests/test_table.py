@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import pytest
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
 from reference_model import GUARDS, Reference, observed
@@ -637,7 +637,7 @@ def runs(draw: st.DrawFn) -> Run:
     return state, (event, *sequence.events)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200)
 @given(runs())
 def test_the_reference_model_follows_transition(run: Run) -> None:
     state, events = run

@@ -8,25 +8,15 @@ returning ``None`` when it holds and a sentence saying what broke otherwise.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Final
 
 from segue.statemachine import HANDLED_PAIRS, ContinuationResponse, LlmResponse
-from segue.statemachine.effects import ExecuteTools, RequestKind, RequestLlm
+from segue.statemachine.effects import ExecuteTools, RequestLlm
 from segue.statemachine.phases import (
-    AwaitingCheckpoint,
-    AwaitingContinuation,
-    Compacting,
-    LlmRequesting,
     ToolExecuting,
 )
-from segue.testing._explore_world import Check, Edge
+from segue.testing._explore_world import WAITS_FOR, Check, Edge
 
-_WAITS_FOR: Final[dict[type[Any], RequestKind]] = {
-    LlmRequesting: "llm",
-    AwaitingContinuation: "continuation",
-    AwaitingCheckpoint: "checkpoint",
-    Compacting: "compaction",
-}
 _MEASURED_BY: Final = (LlmResponse, ContinuationResponse)
 """Events whose usage may become the conversation's occupancy."""
 
@@ -59,7 +49,7 @@ def _one_request(edge: Edge) -> str | None:
     world, phase = edge.world_after, edge.after.phase
     if len(world.in_flight) > 1:
         return f"{len(world.in_flight)} requests in flight: {world.in_flight}"
-    request = _WAITS_FOR.get(type(phase))
+    request = WAITS_FOR.get(type(phase))
     if request is not None:
         attempt = getattr(phase, "attempt", 1)
         if getattr(phase, "retry_pending", False):

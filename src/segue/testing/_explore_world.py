@@ -27,6 +27,12 @@ from segue.statemachine.effects import (
     RequestLlm,
     ScheduleRetry,
 )
+from segue.statemachine.phases import (
+    AwaitingCheckpoint,
+    AwaitingContinuation,
+    Compacting,
+    LlmRequesting,
+)
 from segue.testing._explore_alphabet import Move
 
 REQUEST_EFFECTS: Final[dict[type[Any], RequestKind]] = {
@@ -47,6 +53,13 @@ ANSWERS: Final[dict[str, RequestKind]] = {
     "compaction_failed": "compaction",
 }
 """Which request each answer event answers (``provider_compacted`` precedes an answer)."""
+WAITS_FOR: Final[dict[type[Any], RequestKind]] = {
+    LlmRequesting: "llm",
+    AwaitingContinuation: "continuation",
+    AwaitingCheckpoint: "checkpoint",
+    Compacting: "compaction",
+}
+"""Which request each requesting phase waits for."""
 
 
 @dataclass(frozen=True, slots=True)

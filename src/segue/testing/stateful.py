@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final, get_args
+from typing import ClassVar, Final, get_args
 
 from hypothesis import note
 from hypothesis import strategies as st
@@ -84,7 +84,7 @@ from segue.statemachine.phases import (
     LlmRequesting,
     ToolExecuting,
 )
-from segue.testing._explore_world import ANSWERS, REQUEST_EFFECTS
+from segue.testing._explore_world import ANSWERS, REQUEST_EFFECTS, WAITS_FOR
 from segue.testing.strategies import TransitionFunction, conversations, events
 
 __all__ = ["ConversationMachine", "InvariantError", "Step"]
@@ -100,13 +100,6 @@ _BUSY: Final = frozenset(
     }
 )
 _AT_REST: Final = frozenset({"idle", "failed", "context_exhausted"})
-_WAITING: Final[dict[type[Any], RequestKind]] = {
-    LlmRequesting: "llm",
-    AwaitingContinuation: "continuation",
-    AwaitingCheckpoint: "checkpoint",
-    Compacting: "compaction",
-}
-"""Which request each requesting phase waits for."""
 _MEASURED_BY: Final = (LlmResponse, ContinuationResponse, CheckpointResponse)
 """Events whose usage may become the conversation's occupancy."""
 _ATTEMPTED: Final = (
@@ -398,7 +391,7 @@ class ConversationMachine(RuleBasedStateMachine):
         if last is None:
             return
         phase = last.after.phase
-        request = _WAITING.get(type(phase))
+        request = WAITS_FOR.get(type(phase))
         if isinstance(
             phase, LlmRequesting | AwaitingContinuation | AwaitingCheckpoint | Compacting
         ):
