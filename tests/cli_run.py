@@ -12,6 +12,7 @@ from typer.testing import CliRunner, Result
 
 from segue.cli import app
 from segue.testing.anthropic_server import FakeAnthropicServer
+from segue.testing.openai_server import FakeOpenAIServer
 
 ID = r"[0-9a-f]{32}"
 """A conversation id as the CLI prints it."""
@@ -30,8 +31,11 @@ def invoke(*args: str, stdin: str | bytes | None = None) -> Result:
     return runner.invoke(app, list(args), input=stdin)
 
 
-def chat(fake: FakeAnthropicServer, db: Path, stdin: str | bytes, *args: str) -> Result:
-    """``segue chat`` against the fake Anthropic API, on ``db``, typing ``stdin``."""
+def chat(
+    fake: FakeAnthropicServer | FakeOpenAIServer, db: Path, stdin: str | bytes, *args: str
+) -> Result:
+    """``segue chat`` against a fake provider API (Anthropic's unless ``args`` name another
+    ``--provider``), on ``db``, typing ``stdin``."""
     return invoke("chat", "--base-url", fake.url, "--db", str(db), *args, stdin=stdin)
 
 

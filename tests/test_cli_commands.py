@@ -29,6 +29,7 @@ import pytest
 from cli_run import ID, chat, finished_demo, invoke, one_error_line, plain_output
 from segue import Runtime, ScriptedModel, SqliteStore
 from segue.testing.anthropic_server import FakeAnthropicServer, MessageReply, Usage
+from serving import free_port
 
 KEY = "sk-ant-test-cli-commands-0123456789"
 
@@ -382,9 +383,7 @@ def _serving(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], str, di
     """``segue serve`` started offline on a free port; the process, its URL and its info."""
     segue = shutil.which("segue")
     assert segue is not None, "the console script is not installed (pip install -e .)"
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
     server = subprocess.Popen(  # noqa: S603  # the installed console script, no shell
         [segue, "serve", "--db", str(tmp_path / "served.db"), "--port", str(port), *args],

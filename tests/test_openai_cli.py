@@ -18,6 +18,7 @@ import httpx2
 import pytest
 from typer.testing import Result
 
+import cli_run
 from cli_run import invoke, one_error_line, plain_output
 from segue.testing.openai_server import ErrorReply, FakeOpenAIServer, Reply, Usage
 from serving import free_port, segue_serve
@@ -40,9 +41,7 @@ def server() -> Iterator[FakeOpenAIServer]:
 
 def chat(server: FakeOpenAIServer, db: Path, stdin: str) -> Result:
     """``segue chat --provider openai`` against the fake, typing ``stdin``."""
-    return invoke(
-        "chat", "--provider", "openai", "--base-url", server.url, "--db", str(db), stdin=stdin
-    )
+    return cli_run.chat(server, db, stdin, "--provider", "openai")
 
 
 def test_chat_with_the_openai_provider_prints_each_reply_and_the_meter(
