@@ -54,8 +54,9 @@ from typing import Any
 
 from segue import Message, Usage
 from segue.executor.bus import UpdateBus
-from segue.executor.ports import LlmReply, LlmRequest, Store, TextSink
+from segue.executor.model_port import LlmReply, LlmRequest, TextSink
 from segue.executor.runtime import Runtime
+from segue.executor.store_port import Store
 from segue.executor.stores.memory import MemoryStore
 from segue.executor.stores.sqlite import SqliteStore
 

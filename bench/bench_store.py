@@ -30,7 +30,7 @@ from typing import Any
 
 from segue import LlmResponse, ToolCall, ToolResult, Usage, UserMessage, new_conversation
 from segue import transition as core_transition
-from segue.executor.ports import Commit, Store, StoredConversation
+from segue.executor.store_port import Commit, Store, StoredConversation
 from segue.executor.stores.codec import dump_event
 from segue.executor.stores.memory import MemoryStore
 from segue.executor.stores.sqlite import SqliteStore

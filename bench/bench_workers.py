@@ -68,7 +68,7 @@ class InstantModel:
 
     async def complete(self, request: Any, *, on_text: Any = None) -> Any:
         from segue import Usage  # noqa: PLC0415  # the worker's segue (maybe the baseline's)
-        from segue.executor.ports import LlmReply  # noqa: PLC0415
+        from segue.executor.model_port import LlmReply  # noqa: PLC0415
 
         self.calls += 1
         if on_text is not None:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from segue import Usage
-from segue.executor.ports import LlmReply, LlmRequest, TextSink
+from segue.executor.model_port import LlmReply, LlmRequest
 from segue.executor.runtime import Runtime
 from segue.executor.stores.postgres import PostgresStore
 from segue.executor.stores.sqlite import SqliteStore
@@ -75,10 +75,10 @@ class InstantModel:
     def __init__(self) -> None:
         self.calls = 0
 
-    async def complete(self, request: LlmRequest, *, on_text: TextSink | None = None) -> LlmReply:
+    async def complete(self, request: LlmRequest) -> LlmReply:
         self.calls += 1
-        if on_text is not None:
-            on_text(ANSWER)
+        if request.on_text is not None:
+            request.on_text(ANSWER)
         return LlmReply(text=ANSWER, usage=Usage(input_tokens=40, output_tokens=5))
 
     async def context_window(self, model: str) -> int | None:

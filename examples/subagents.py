@@ -118,7 +118,7 @@ async def main() -> None:
             if failure is None:
                 outcome = f"answered, {used}"
             else:
-                outcome = f"failed with {failure[0].value} at {used}; the parent was told"
+                outcome = f"failed with {failure.error_kind.value} at {used}; the parent was told"
             print(f"- {task[:44]}... {outcome}")
         print(f"\nThe coordinator is {state.phase.kind}; its answer:")
         print(await rt.last_reply(coordinator.id))

@@ -11,7 +11,7 @@ import asyncio
 import threading
 
 from segue import ScriptedModel
-from segue.executor.ports import LlmReply, LlmRequest, TextSink
+from segue.executor.model_port import LlmReply, LlmRequest, TextSink
 
 HOLD_AT_MOST = 120.0
 """Seconds the gate holds the request if the test never opens it (a failing test ends)."""
@@ -26,11 +26,11 @@ class Gated(ScriptedModel):
         self.gate = threading.Event()
         self.asked = threading.Event()
 
-    async def complete(self, request: LlmRequest, *, on_text: TextSink | None = None) -> LlmReply:
+    async def complete(self, request: LlmRequest) -> LlmReply:
         if not self.asked.is_set():
             self.asked.set()
             await asyncio.to_thread(self.gate.wait, HOLD_AT_MOST)
-        return await super().complete(request, on_text=on_text)
+        return await super().complete(request)
 
 
 class HeldMidway(ScriptedModel):

@@ -16,8 +16,9 @@ import sys
 import time
 
 from segue import Runtime
+from segue.executor.model_port import LlmReply, LlmRequest
 from segue.executor.models.scripted import ScriptedModel
-from segue.executor.ports import LlmReply, LlmRequest, Store, TextSink
+from segue.executor.store_port import Store
 from segue.executor.stores.postgres import PostgresStore
 from segue.executor.stores.sqlite import SqliteStore
 
@@ -29,13 +30,13 @@ class Gated(ScriptedModel):
         super().__init__(reply_chars=30)
         self.opened_at: float | None = None
 
-    async def complete(self, request: LlmRequest, *, on_text: TextSink | None = None) -> LlmReply:
+    async def complete(self, request: LlmRequest) -> LlmReply:
         if self.opened_at is None:  # only the first request waits for the gate
             sys.stdout.write(json.dumps({"asked": True}) + "\n")
             sys.stdout.flush()
             await asyncio.to_thread(sys.stdin.readline)
             self.opened_at = time.monotonic()
-        return await super().complete(request, on_text=on_text)
+        return await super().complete(request)
 
 
 def open_store(where: str) -> Store:

@@ -18,8 +18,10 @@ import os
 import sys
 
 from segue import Runtime
+from segue.executor.errors import SegueError
+from segue.executor.model_port import LlmReply, LlmRequest
 from segue.executor.models.scripted import ScriptedModel
-from segue.executor.ports import LlmReply, LlmRequest, SegueError, Store, TextSink
+from segue.executor.store_port import Store
 from segue.executor.stores.postgres import PostgresStore
 from segue.executor.stores.sqlite import SqliteStore
 
@@ -27,7 +29,7 @@ from segue.executor.stores.sqlite import SqliteStore
 class Hanging(ScriptedModel):
     """Says it was asked (a line on stdout), then never answers."""
 
-    async def complete(self, request: LlmRequest, *, on_text: TextSink | None = None) -> LlmReply:
+    async def complete(self, request: LlmRequest) -> LlmReply:
         self.requests.append(request)
         sys.stdout.write(json.dumps({"asked": True, "pid": os.getpid()}) + "\n")
         sys.stdout.flush()

@@ -42,7 +42,7 @@ from segue import (
 from segue.agent_sdk import CONTINUE_PROMPT, AgentSdkModel, archive_transcript
 from segue.agent_sdk._reading import QueryReader, summary_of
 from segue.executor.instructions import CONTINUATION_INSTRUCTION
-from segue.executor.ports import LlmReply
+from segue.executor.model_port import LlmReply
 from segue.executor.subagent import subagent_tool
 from segue.statemachine import ToolCall
 from segue.testing.anthropic_server import (

@@ -8,6 +8,7 @@ exception classes after its own retries.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import email.utils
 import itertools
 import json
@@ -20,13 +21,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from segue.executor.errors import LlmCallError
+from segue.executor.model_port import LlmModel, LlmReply, LlmRequest, Purpose, ToolSpec
 from segue.executor.models.anthropic import AnthropicModel, call_error
 from segue.executor.models.anthropic_payload import (
     MIN_KEPT_MESSAGES,
     TOOL_RESULT_CHARS,
     turn_messages,
 )
-from segue.executor.ports import LlmCallError, LlmModel, LlmReply, LlmRequest, Purpose, ToolSpec
 from segue.statemachine import Message, ToolCall
 from segue.statemachine import Usage as SegueUsage
 from segue.testing.anthropic_server import (
@@ -534,7 +536,10 @@ def test_text_is_streamed_as_it_arrives_and_joins_to_the_reply() -> None:
     deltas: list[str] = []
     with FakeAnthropicServer() as server:
         server.enqueue(MessageReply(text="The quick brown fox jumps over the dog.", pieces=6))
-        reply = run(server, lambda model: model.complete(request(), on_text=deltas.append))
+        reply = run(
+            server,
+            lambda model: model.complete(dataclasses.replace(request(), on_text=deltas.append)),
+        )
     assert len(deltas) == 6
     assert "".join(deltas) == reply.text == "The quick brown fox jumps over the dog."
 

@@ -27,7 +27,8 @@ from segue import (
     SqliteStore,
     StoreUnavailableError,
 )
-from segue.executor.ports import Commit, LlmReply, LlmRequest, Store, StoredConversation, TextSink
+from segue.executor.model_port import LlmReply, LlmRequest
+from segue.executor.store_port import Commit, Store, StoredConversation
 
 T = TypeVar("T")
 MODEL = "claude-sonnet-4-5"
@@ -47,7 +48,7 @@ class Hanging(ScriptedModel):
         super().__init__()
         self.asked = asyncio.Event()
 
-    async def complete(self, request: LlmRequest, *, on_text: TextSink | None = None) -> LlmReply:
+    async def complete(self, request: LlmRequest) -> LlmReply:
         self.requests.append(request)
         self.asked.set()
         await asyncio.Event().wait()

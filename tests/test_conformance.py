@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from segue.executor.ports import LlmReply, LlmRequest
+from segue.executor.model_port import LlmReply, LlmRequest
 from segue.statemachine import Usage
 from segue.testing.conformance import CHECKS, Check, Harness, run, run_check
 from segue.testing.harnesses import HARNESSES, OpenAIHarness

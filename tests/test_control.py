@@ -492,7 +492,7 @@ def test_a_pause_asked_from_another_process_is_taken_at_the_turns_boundary(
 @requirement("REQ-SEG-019")
 def test_seg019_a_pause_from_another_runtime_waits_at_most_its_timeout(tmp_path: Path) -> None:
     from segue import ScriptedModel
-    from segue.executor.ports import LlmReply, LlmRequest, TextSink
+    from segue.executor.model_port import LlmReply, LlmRequest
 
     class Gated(ScriptedModel):
         def __init__(self) -> None:
@@ -500,12 +500,10 @@ def test_seg019_a_pause_from_another_runtime_waits_at_most_its_timeout(tmp_path:
             self.asked = asyncio.Event()
             self.gate = asyncio.Event()
 
-        async def complete(
-            self, request: LlmRequest, *, on_text: TextSink | None = None
-        ) -> LlmReply:
+        async def complete(self, request: LlmRequest) -> LlmReply:
             self.asked.set()
             await self.gate.wait()
-            return await super().complete(request, on_text=on_text)
+            return await super().complete(request)
 
     async def main() -> None:
         model = Gated()

@@ -22,8 +22,9 @@ from typing import Any
 import pytest
 
 from segue import ContextExhausted, ContextExhaustionBehavior
+from segue.executor.errors import ConversationExhaustedError
 from segue.executor.models.scripted import ScriptedModel
-from segue.executor.runtime import ConversationExhaustedError, Runtime
+from segue.executor.runtime import Runtime
 from segue.executor.stores.postgres import PostgresStore
 from segue.executor.stores.sqlite import SqliteStore
 from segue.testing.conformance import Said

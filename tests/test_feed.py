@@ -20,7 +20,7 @@ import pytest
 
 from segue import LlmReply, Runtime, ScriptedModel, ToolCall, Update, Usage
 from segue.executor import feed
-from segue.executor.ports import Store, StoredConversation
+from segue.executor.store_port import Store, StoredConversation
 from segue.executor.stores.memory import MemoryStore
 from segue.executor.stores.postgres import PostgresStore
 from segue.executor.stores.sqlite import SqliteStore

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Literal
@@ -16,8 +17,9 @@ import openai
 import pytest
 import tiktoken
 
+from segue.executor.errors import LlmCallError
+from segue.executor.model_port import LlmReply, LlmRequest, ToolSpec
 from segue.executor.models.openai import OpenAIModel, UnsupportedContentError
-from segue.executor.ports import LlmCallError, LlmReply, LlmRequest, ToolSpec
 from segue.statemachine import Message, ModelSettings, ToolCall
 from segue.statemachine.content import (
     DocumentBlock,
@@ -176,7 +178,7 @@ def test_text_streams_as_it_comes(server: FakeOpenAIServer, api: Api) -> None:
 
     async def main() -> LlmReply:
         async with adapter(server, api) as model:
-            return await model.complete(request(), on_text=deltas.append)
+            return await model.complete(dataclasses.replace(request(), on_text=deltas.append))
 
     reply = asyncio.run(main())
     assert "".join(deltas) == reply.text == "High tide is at noon today."

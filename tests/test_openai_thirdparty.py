@@ -23,7 +23,7 @@ import pytest
 import tiktoken
 
 from segue import ContextExhausted, MemoryStore, OpenAIModel, Runtime
-from segue.executor.runtime import CONTINUATION_INSTRUCTION
+from segue.executor.instructions import CONTINUATION_INSTRUCTION
 from segue.testing.live import live_server
 
 ANSWER = " ".join(f"observation-{i:02d}-of-the-tides" for i in range(40))  # streamed per word

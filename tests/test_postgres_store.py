@@ -32,9 +32,10 @@ import test_crash
 import test_processes
 import test_stores
 from segue import LlmResponse, Message, Usage, UserMessage, new_conversation
+from segue.executor.errors import SegueError, StoreUnavailableError
 from segue.executor.models.scripted import ScriptedModel
-from segue.executor.ports import SegueError, Store, StoreUnavailableError
 from segue.executor.runtime import Runtime
+from segue.executor.store_port import Store
 from segue.executor.stores.postgres import SCHEMA_VERSION, PostgresStore
 from segue.executor.stores.postgres_commits import COMMIT_MANY
 from segue.executor.stores.postgres_schema import COMMIT, MIGRATIONS, fast_commit

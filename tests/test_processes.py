@@ -24,7 +24,7 @@ import pytest
 
 from segue import Runtime
 from segue.executor.models.scripted import ScriptedModel
-from segue.executor.ports import Store
+from segue.executor.store_port import Store
 from segue.executor.stores.postgres import PostgresStore
 from segue.executor.stores.sqlite import SqliteStore
 

@@ -22,8 +22,9 @@ import pytest
 
 from segue import MessageRejectedError, Runtime
 from segue.executor.claims import DEFAULT_LEASE
+from segue.executor.model_port import LlmReply, LlmRequest
 from segue.executor.models.scripted import ScriptedModel
-from segue.executor.ports import LlmReply, LlmRequest, Store, TextSink
+from segue.executor.store_port import Store
 from segue.executor.stores.memory import MemoryStore
 from segue.executor.stores.postgres import PostgresStore
 from segue.executor.stores.sqlite import SqliteStore
@@ -50,16 +51,16 @@ class Gated(ScriptedModel):
         self.asked = asyncio.Event()
         self.gate = asyncio.Event()
 
-    async def complete(self, request: LlmRequest, *, on_text: TextSink | None = None) -> LlmReply:
+    async def complete(self, request: LlmRequest) -> LlmReply:
         self.asked.set()
         await self.gate.wait()
-        return await super().complete(request, on_text=on_text)
+        return await super().complete(request)
 
 
 class Broken(ScriptedModel):
     """An adapter with a bug: it raises what the port does not allow."""
 
-    async def complete(self, request: LlmRequest, *, on_text: TextSink | None = None) -> LlmReply:
+    async def complete(self, request: LlmRequest) -> LlmReply:
         self.requests.append(request)
         raise RuntimeError("an adapter bug")
 

@@ -37,30 +37,22 @@ from segue import (
     Usage,
     extract_checkpoint,
 )
-from segue.executor.models.scripted import ScriptedModel, prompt_tokens
-from segue.executor.ports import (
-    Commit,
-    LlmCallError,
-    LlmReply,
-    LlmRequest,
-    SegueError,
-    Store,
-    StoredConversation,
-    StoredMessage,
-    TextSink,
-)
-from segue.executor.runtime import (
-    COMPACTION_INSTRUCTION,
-    CONTINUATION_INSTRUCTION,
+from segue.executor.errors import (
     ConversationExhaustedError,
+    LlmCallError,
     MessageRejectedError,
-    Runtime,
+    SegueError,
 )
+from segue.executor.instructions import COMPACTION_INSTRUCTION, CONTINUATION_INSTRUCTION
+from segue.executor.model_port import LlmReply, LlmRequest
+from segue.executor.models.scripted import ScriptedModel, prompt_tokens
+from segue.executor.runtime import Runtime
+from segue.executor.store_port import Commit, Store, StoredConversation, StoredMessage
 from segue.executor.stores.memory import MemoryStore
 from segue.executor.stores.sqlite import SqliteStore
 from segue.executor.subagent import subagent_tool
 from segue.executor.tools import Tool
-from segue.executor.views import TranscriptView, ViewSnapshot, current_view
+from segue.executor.transcript import TranscriptView, ViewSnapshot, current_view
 from segue.testing.logs import capture_logs
 
 MODEL = "claude-sonnet-4-5"
@@ -1137,9 +1129,9 @@ class SlowModel(ScriptedModel):
         super().__init__(delay=0.2)
         self.asked = asyncio.Event()
 
-    async def complete(self, request: LlmRequest, *, on_text: TextSink | None = None) -> LlmReply:
+    async def complete(self, request: LlmRequest) -> LlmReply:
         self.asked.set()
-        return await super().complete(request, on_text=on_text)
+        return await super().complete(request)
 
 
 async def sending(store: Store) -> tuple[Runtime, SlowModel, str, asyncio.Task[Any]]:

@@ -28,8 +28,9 @@ from segue import (
     Failed,
     Paused,
 )
-from segue.executor.ports import Store
-from segue.executor.runtime import COMPACTION_INSTRUCTION, CONTINUATION_INSTRUCTION, Runtime
+from segue.executor.instructions import COMPACTION_INSTRUCTION, CONTINUATION_INSTRUCTION
+from segue.executor.runtime import Runtime
+from segue.executor.store_port import Store
 from segue.executor.stores.memory import MemoryStore
 from segue.executor.stores.sqlite import SqliteStore
 from segue.executor.tools import Tool

@@ -43,18 +43,16 @@ from segue import (
     transition,
 )
 from segue.effects import SaveSnapshot
-from segue.executor.ports import (
-    Commit,
+from segue.executor.errors import (
     ConcurrentUpdateError,
     ConversationExistsError,
     ConversationNotFoundError,
     DuplicateMessageError,
     InvalidTextError,
     SegueError,
-    Store,
-    StoredConversation,
     StoreLockedError,
 )
+from segue.executor.store_port import Commit, Store, StoredConversation
 from segue.executor.stores.codec import dump_effect, dump_event, load_event
 from segue.executor.stores.memory import MemoryStore
 from segue.executor.stores.sqlite import SCHEMA_VERSION, SqliteStore

@@ -35,47 +35,47 @@ from segue.statemachine import *  # noqa: F403  # the core's __all__ is the publ
 from segue.statemachine import __all__ as _core_all
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a re-export)
-    from segue.executor.bus import UpdatesLostError as UpdatesLostError
     from segue.executor.bus import Watch as Watch
     from segue.executor.chains import Link as Link
     from segue.executor.chains import UsageReport as UsageReport
+    from segue.executor.errors import ConcurrentUpdateError as ConcurrentUpdateError
+    from segue.executor.errors import ConversationExhaustedError as ConversationExhaustedError
+    from segue.executor.errors import ConversationExistsError as ConversationExistsError
+    from segue.executor.errors import ConversationNotFoundError as ConversationNotFoundError
+    from segue.executor.errors import DuplicateMessageError as DuplicateMessageError
+    from segue.executor.errors import InvalidMessageError as InvalidMessageError
+    from segue.executor.errors import InvalidTextError as InvalidTextError
+    from segue.executor.errors import LlmCallError as LlmCallError
+    from segue.executor.errors import MessageRejectedError as MessageRejectedError
+    from segue.executor.errors import SegueError as SegueError
+    from segue.executor.errors import StoreLockedError as StoreLockedError
+    from segue.executor.errors import StoreUnavailableError as StoreUnavailableError
+    from segue.executor.errors import SubAgentFailedError as SubAgentFailedError
+    from segue.executor.errors import UpdatesLostError as UpdatesLostError
+    from segue.executor.inputs import failure_of as failure_of
+    from segue.executor.model_port import AgentToolActivity as AgentToolActivity
+    from segue.executor.model_port import LlmModel as LlmModel
+    from segue.executor.model_port import LlmReply as LlmReply
+    from segue.executor.model_port import LlmRequest as LlmRequest
+    from segue.executor.model_port import ProviderCompaction as ProviderCompaction
+    from segue.executor.model_port import StreamingLlmModel as StreamingLlmModel
+    from segue.executor.model_port import TextSink as TextSink
+    from segue.executor.model_port import ToolSink as ToolSink
+    from segue.executor.model_port import ToolSpec as ToolSpec
     from segue.executor.models.anthropic import AnthropicModel as AnthropicModel
     from segue.executor.models.openai import OpenAIModel as OpenAIModel
     from segue.executor.models.scripted import ScriptedModel as ScriptedModel
-    from segue.executor.ports import AgentToolActivity as AgentToolActivity
-    from segue.executor.ports import ConcurrentUpdateError as ConcurrentUpdateError
-    from segue.executor.ports import ConversationExistsError as ConversationExistsError
-    from segue.executor.ports import ConversationNotFoundError as ConversationNotFoundError
-    from segue.executor.ports import DuplicateMessageError as DuplicateMessageError
-    from segue.executor.ports import InvalidMessageError as InvalidMessageError
-    from segue.executor.ports import InvalidTextError as InvalidTextError
-    from segue.executor.ports import LlmCallError as LlmCallError
-    from segue.executor.ports import LlmModel as LlmModel
-    from segue.executor.ports import LlmReply as LlmReply
-    from segue.executor.ports import LlmRequest as LlmRequest
-    from segue.executor.ports import ProviderCompaction as ProviderCompaction
-    from segue.executor.ports import SegueError as SegueError
-    from segue.executor.ports import Store as Store
-    from segue.executor.ports import StoredConversation as StoredConversation
-    from segue.executor.ports import StoredMessage as StoredMessage
-    from segue.executor.ports import StoreLockedError as StoreLockedError
-    from segue.executor.ports import StoreUnavailableError as StoreUnavailableError
-    from segue.executor.ports import StreamingLlmModel as StreamingLlmModel
-    from segue.executor.ports import TextSink as TextSink
-    from segue.executor.ports import ToolSink as ToolSink
-    from segue.executor.ports import ToolSpec as ToolSpec
-    from segue.executor.ports import TransitionRecord as TransitionRecord
-    from segue.executor.runtime import ConversationExhaustedError as ConversationExhaustedError
-    from segue.executor.runtime import MessageRejectedError as MessageRejectedError
+    from segue.executor.perform import current_conversation_id as current_conversation_id
     from segue.executor.runtime import Runtime as Runtime
-    from segue.executor.runtime import current_conversation_id as current_conversation_id
-    from segue.executor.runtime import failure_of as failure_of
     from segue.executor.snapshots import SnapshotContext as SnapshotContext
     from segue.executor.snapshots import git_context as git_context
+    from segue.executor.store_port import Store as Store
+    from segue.executor.store_port import StoredConversation as StoredConversation
+    from segue.executor.store_port import StoredMessage as StoredMessage
+    from segue.executor.store_port import TransitionRecord as TransitionRecord
     from segue.executor.stores.memory import MemoryStore as MemoryStore
     from segue.executor.stores.postgres import PostgresStore as PostgresStore
     from segue.executor.stores.sqlite import SqliteStore as SqliteStore
-    from segue.executor.subagent import SubAgentFailedError as SubAgentFailedError
     from segue.executor.subagent import subagent_tool as subagent_tool
     from segue.executor.tools import Tool as Tool
     from segue.executor.tools import ToolRegistry as ToolRegistry
@@ -103,44 +103,44 @@ _LAZY = {
     "MemoryStore": "segue.executor.stores.memory",
     "SqliteStore": "segue.executor.stores.sqlite",
     "PostgresStore": "segue.executor.stores.postgres",
-    "AgentToolActivity": "segue.executor.ports",
-    "ConcurrentUpdateError": "segue.executor.ports",
-    "ConversationExistsError": "segue.executor.ports",
-    "ConversationNotFoundError": "segue.executor.ports",
-    "DuplicateMessageError": "segue.executor.ports",
-    "InvalidMessageError": "segue.executor.ports",
-    "InvalidTextError": "segue.executor.ports",
-    "LlmCallError": "segue.executor.ports",
-    "LlmModel": "segue.executor.ports",
-    "LlmReply": "segue.executor.ports",
-    "LlmRequest": "segue.executor.ports",
-    "ProviderCompaction": "segue.executor.ports",
-    "SegueError": "segue.executor.ports",
-    "Store": "segue.executor.ports",
-    "StoredConversation": "segue.executor.ports",
-    "StoredMessage": "segue.executor.ports",
-    "StoreLockedError": "segue.executor.ports",
-    "StoreUnavailableError": "segue.executor.ports",
-    "StreamingLlmModel": "segue.executor.ports",
-    "TextSink": "segue.executor.ports",
-    "ToolSink": "segue.executor.ports",
-    "ToolSpec": "segue.executor.ports",
-    "TransitionRecord": "segue.executor.ports",
-    "ConversationExhaustedError": "segue.executor.runtime",
-    "MessageRejectedError": "segue.executor.runtime",
+    "AgentToolActivity": "segue.executor.model_port",
+    "ConcurrentUpdateError": "segue.executor.errors",
+    "ConversationExistsError": "segue.executor.errors",
+    "ConversationNotFoundError": "segue.executor.errors",
+    "DuplicateMessageError": "segue.executor.errors",
+    "InvalidMessageError": "segue.executor.errors",
+    "InvalidTextError": "segue.executor.errors",
+    "LlmCallError": "segue.executor.errors",
+    "LlmModel": "segue.executor.model_port",
+    "LlmReply": "segue.executor.model_port",
+    "LlmRequest": "segue.executor.model_port",
+    "ProviderCompaction": "segue.executor.model_port",
+    "SegueError": "segue.executor.errors",
+    "Store": "segue.executor.store_port",
+    "StoredConversation": "segue.executor.store_port",
+    "StoredMessage": "segue.executor.store_port",
+    "StoreLockedError": "segue.executor.errors",
+    "StoreUnavailableError": "segue.executor.errors",
+    "StreamingLlmModel": "segue.executor.model_port",
+    "TextSink": "segue.executor.model_port",
+    "ToolSink": "segue.executor.model_port",
+    "ToolSpec": "segue.executor.model_port",
+    "TransitionRecord": "segue.executor.store_port",
+    "ConversationExhaustedError": "segue.executor.errors",
+    "MessageRejectedError": "segue.executor.errors",
     "Runtime": "segue.executor.runtime",
-    "current_conversation_id": "segue.executor.runtime",
-    "failure_of": "segue.executor.runtime",
+    "current_conversation_id": "segue.executor.perform",
+    "failure_of": "segue.executor.inputs",
     "ScriptedModel": "segue.executor.models.scripted",
     "subagent_tool": "segue.executor.subagent",
     "git_context": "segue.executor.snapshots",
     "SnapshotContext": "segue.executor.snapshots",
     "Link": "segue.executor.chains",
     "UsageReport": "segue.executor.chains",
-    "SubAgentFailedError": "segue.executor.subagent",
+    "SubAgentFailedError": "segue.executor.errors",
     "Tool": "segue.executor.tools",
     "ToolRegistry": "segue.executor.tools",
-    "UpdatesLostError": "segue.executor.bus",
+    "UpdatesLostError": "segue.executor.errors",
     "Watch": "segue.executor.bus",
     "Update": "segue.executor.updates",
     "UserMessageUpdate": "segue.executor.updates",

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from segue.executor.chains import Link
-from segue.executor.ports import StoredConversation, StoredMessage
+from segue.executor.store_port import StoredConversation, StoredMessage
 from segue.statemachine import ContextExhaustionBehavior, ConversationState
 from segue.statemachine.checkpoint import SessionSnapshot
 

@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, Final, Literal
 
-from segue.executor.ports import AgentToolActivity, ProviderCompaction
+from segue.executor.model_port import AgentToolActivity, ProviderCompaction
 from segue.statemachine import (
     ContentBlock,
     TextBlock,

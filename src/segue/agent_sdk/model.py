@@ -45,7 +45,8 @@ from claude_agent_sdk import (
 from segue.agent_sdk._reading import QueryReader
 from segue.agent_sdk.archive import archive_transcript
 from segue.executor._log import get_logger
-from segue.executor.ports import LlmCallError, LlmReply, LlmRequest, TextSink, ToolSink
+from segue.executor.errors import LlmCallError
+from segue.executor.model_port import LlmReply, LlmRequest, TextSink, ToolSink
 from segue.statemachine import ContextExhaustionBehavior, Message
 
 _log = get_logger("segue.agent_sdk")
@@ -106,20 +107,14 @@ class AgentSdkModel:
     async def count_tokens(self, request: LlmRequest) -> int | None:
         return None
 
-    async def complete(
-        self,
-        request: LlmRequest,
-        *,
-        on_text: TextSink | None = None,
-        on_tool: ToolSink | None = None,
-    ) -> LlmReply:
+    async def complete(self, request: LlmRequest) -> LlmReply:
         """Run one query for ``request`` (see the module docstring).
 
         A session the SDK no longer has (its files were removed, ``HOME`` changed) is not the
         end of the conversation: the query runs again in a new session, sent segue's own view
         of the history instead."""
         try:
-            return await self._query(request, on_text, on_tool)
+            return await self._query(request, request.on_text, request.on_tool)
         except _SessionMissing:
             _log.warning(
                 "sdk_session_missing",
@@ -127,7 +122,9 @@ class AgentSdkModel:
                 session_id=request.provider_session,
             )
             return await self._query(
-                dataclasses.replace(request, provider_session=None), on_text, on_tool
+                dataclasses.replace(request, provider_session=None),
+                request.on_text,
+                request.on_tool,
             )
 
     async def _query(

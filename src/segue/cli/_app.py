@@ -19,7 +19,7 @@ import structlog
 import typer
 
 from segue import __version__
-from segue.executor.ports import ConversationNotFoundError, SegueError
+from segue.executor.errors import ConversationNotFoundError, SegueError
 from segue.executor.stores.sqlite import StoreLockedError
 from segue.statemachine import ContextExhaustionBehavior as Behavior
 

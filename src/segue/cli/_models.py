@@ -17,13 +17,13 @@ from typing import Any, Final
 
 from segue.cli._app import CliError
 from segue.cli.demo import DEMO_MODEL, demo_model
+from segue.executor.model_port import LlmModel
 from segue.executor.models.providers import (
     DEFAULT_MODELS,
     KEY_VARIABLES,
     PROVIDERS,
     Provider,
 )
-from segue.executor.ports import LlmModel
 from segue.statemachine import ConversationState
 from segue.statemachine.models import provider_of
 

@@ -24,7 +24,7 @@ from rich.text import Text
 
 from segue import effects as fx
 from segue.cli._app import CliError
-from segue.executor.ports import ConversationNotFoundError
+from segue.executor.errors import ConversationNotFoundError
 from segue.executor.runtime import Runtime
 from segue.executor.stores.sqlite import SqliteStore
 from segue.statemachine import ConversationState

@@ -48,13 +48,9 @@ from segue.cli._output import (
     say,
 )
 from segue.cli.inspection import print_status
-from segue.executor.ports import SegueError
-from segue.executor.runtime import (
-    ConversationExhaustedError,
-    MessageRejectedError,
-    Runtime,
-    failure_of,
-)
+from segue.executor.errors import ConversationExhaustedError, MessageRejectedError, SegueError
+from segue.executor.inputs import failure_of
+from segue.executor.runtime import Runtime
 from segue.executor.stores.sqlite import SqliteStore
 from segue.statemachine import ContextExhaustionBehavior as Behavior
 from segue.statemachine import ConversationState
@@ -111,7 +107,7 @@ class _Chat:
             self.refused = True
             return
         if (failure := failure_of(self.state)) is not None:
-            raise CliError(f"{failure[1]} ({failure[0].value})", 1)
+            raise CliError(f"{failure.message} ({failure.error_kind.value})", 1)
         self.refused = False
         self.out.print(Text(printable(await last_text(self.runtime, cid))))
         await self._after_turn()
@@ -167,7 +163,11 @@ class _Chat:
             say(self.out, f"restarted from a checkpoint in session {after.session}")
             meter(self.out, "context", after)
         elif (failure := failure_of(after)) is not None:
-            say(self.out, f"it failed ({failure[0].value}): {printable(failure[1])}", "bold")
+            say(
+                self.out,
+                f"it failed ({failure.error_kind.value}): {printable(failure.message)}",
+                "bold",
+            )
         else:
             say(self.out, f"not now: the conversation is {after.phase.kind}")
 

@@ -23,8 +23,8 @@ from segue.cli._models import model_for
 from segue.cli._output import clip, console, existing_store, last_text, meter, narrate, resolve, say
 from segue.cli.inspection import IdArgument
 from segue.executor.claims import live_holder
-from segue.executor.ports import StoredConversation
 from segue.executor.runtime import Runtime
+from segue.executor.store_port import StoredConversation
 from segue.statemachine import ConversationState
 
 OfflineOption = Annotated[

@@ -19,13 +19,10 @@ from rich.text import Text
 
 from segue.cli._app import BehaviorOption, CliError, app, run
 from segue.cli._output import clip, console, last_text, meter, narrate, printable, say
+from segue.executor.errors import ConversationExhaustedError, MessageRejectedError
+from segue.executor.inputs import failure_of
 from segue.executor.models.scripted import ScriptedModel
-from segue.executor.runtime import (
-    ConversationExhaustedError,
-    MessageRejectedError,
-    Runtime,
-    failure_of,
-)
+from segue.executor.runtime import Runtime
 from segue.executor.stores.sqlite import SqliteStore
 from segue.executor.tools import ToolRegistry
 from segue.statemachine import ContextExhaustionBehavior as Behavior
@@ -161,7 +158,11 @@ async def _ending(
         meter(out, "child", await rt.send(child.id, "Let us carry on where we left off."))
         say(out, f"  assistant: {clip(await last_text(rt, child.id), 90)}")
     elif behavior is Behavior.INTENTIONALLY_UNHANDLED and failure is not None:
-        say(out, f"typed failure: Failed(error_kind={failure[0].name}): {failure[1]}", "bold")
+        say(
+            out,
+            f"typed failure: Failed(error_kind={failure.error_kind.name}): {failure.message}",
+            "bold",
+        )
         try:
             await rt.send(cid, "One more question?")
         except MessageRejectedError as error:
@@ -193,7 +194,7 @@ async def _ending(
         )
         say(out, f"{moved}; continuations: {state.continuations}; still going", "bold")
     else:
-        shown = f"{failure[0].value}: {failure[1]}" if failure else state.phase.kind
+        shown = f"{failure.error_kind.value}: {failure.message}" if failure else state.phase.kind
         raise CliError(f"the demo ended unexpectedly ({shown})", 1)
 
 

@@ -27,8 +27,8 @@ from segue.cli._output import (
     table,
 )
 from segue.executor.chains import lineage, usage_report
-from segue.executor.ports import StoredConversation, TransitionRecord
-from segue.executor.runtime import failure_of
+from segue.executor.inputs import failure_of
+from segue.executor.store_port import StoredConversation, TransitionRecord
 from segue.statemachine import ConversationState, Message
 from segue.statemachine.checkpoint import SessionSnapshot
 from segue.views import ConversationView, LinkView, MessageView, SnapshotView
@@ -227,7 +227,7 @@ def print_status(
     meter(out, "context", state)
     phase: Any = state.phase
     if (failure := failure_of(state)) is not None:
-        say(out, f"failed: {failure[0].value}: {failure[1]}", "bold red")
+        say(out, f"failed: {failure.error_kind.value}: {failure.message}", "bold red")
     elif phase.kind == "paused":
         say(out, f"paused: {phase.snapshot.reason or phase.snapshot.trigger}", "bold cyan")
     summary = getattr(phase, "summary", None)

@@ -18,18 +18,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from segue.executor.ports import SegueError
+from segue.executor.errors import UpdatesLostError
 from segue.executor.updates import TextUpdate, Update, UserMessageUpdate, occupancy_update
 from segue.statemachine import ConversationState, Event, LlmError, LlmResponse
 from segue.statemachine.effects import AppendMessage, Effect
 
 WATCH_BUFFER: Final = 10_000
 """Updates a watcher may fall behind by before it is dropped (it reads the store to catch up)."""
-
-
-class UpdatesLostError(SegueError):
-    """A watcher fell more than ``WATCH_BUFFER`` updates behind and was dropped; read the state
-    and transcript from the store, then watch again."""
 
 
 @dataclass(frozen=True, slots=True)

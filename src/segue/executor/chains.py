@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from segue.executor.ports import Store, StoredConversation, StoredMessage, TransitionRecord
+from segue.executor.store_port import Store, StoredConversation, StoredMessage, TransitionRecord
 from segue.statemachine import ConversationState, Usage
 
 PURPOSES: Final = {

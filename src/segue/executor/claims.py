@@ -24,7 +24,8 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from segue.executor._log import get_logger
-from segue.executor.ports import PendingEffect, SegueError, Store
+from segue.executor.errors import SegueError
+from segue.executor.store_port import PendingEffect, Store
 
 DEFAULT_LEASE: Final = 30.0
 """Seconds a claim on pending work lasts unless renewed (every third of it while it runs): how

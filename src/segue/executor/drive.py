@@ -39,28 +39,25 @@ from typing import Any, ParamSpec, TypeVar
 from segue.executor._log import get_logger
 from segue.executor.bus import Committed, Sink, UpdateBus
 from segue.executor.claims import DEFAULT_LEASE, Claims, live_holder
-from segue.executor.feed import Feeds
-from segue.executor.perform import Performer
-from segue.executor.ports import (
-    Commit,
+from segue.executor.errors import (
     ConcurrentUpdateError,
     ConversationExhaustedError,
     DuplicateMessageError,
-    LlmModel,
-    PendingEffect,
     SegueError,
-    Store,
-    StoredConversation,
     StoreLockedError,
     StoreUnavailableError,
 )
+from segue.executor.feed import Feeds
+from segue.executor.model_port import LlmModel
+from segue.executor.perform import Performer
 from segue.executor.snapshots import SnapshotContext
+from segue.executor.store_port import Commit, PendingEffect, Store, StoredConversation
 from segue.executor.tools import Tool, ToolRegistry
+from segue.executor.transcript import TranscriptView
 from segue.executor.updates import (
     DoneUpdate,
     effect_update,
 )
-from segue.executor.views import TranscriptView
 from segue.statemachine import (
     ConversationState,
     Event,

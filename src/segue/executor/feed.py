@@ -19,13 +19,13 @@ point, so only what came after from elsewhere is emitted.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Final
 
 from segue.executor._log import get_logger
 from segue.executor.bus import UpdateBus
-from segue.executor.ports import SegueError, Store, StoredConversation, StoredMessage
+from segue.executor.errors import SegueError
+from segue.executor.store_port import ChangeNotifier, Store, StoredConversation, StoredMessage
 from segue.executor.updates import (
     CompactedUpdate,
     DoneUpdate,
@@ -164,12 +164,11 @@ class Feed:
             pause = BUSY_POLL if changed or busy else min(pause * 2, IDLE_POLL)
 
     async def _wait(self, pause: float) -> None:
-        wait = getattr(self._store, "wait_for_change", None)
-        if wait is None:
+        store = self._store
+        if isinstance(store, ChangeNotifier):
+            await store.wait_for_change(self._state.id, timeout=pause)
+        else:
             await asyncio.sleep(pause)
-            return
-        with contextlib.suppress(TimeoutError):
-            await wait(self._state.id, timeout=pause)
 
     async def _read(self) -> bool:
         """One read; whether the conversation changed."""

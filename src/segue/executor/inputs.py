@@ -10,16 +10,17 @@ conversation (busy, read-only, paused, failed, too large) comes back from the co
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import NamedTuple
 
 from pydantic import ValidationError
 
-from segue.executor.ports import (
+from segue.executor.errors import (
     ConversationExhaustedError,
     InvalidMessageError,
     MessageRejectedError,
 )
-from segue.statemachine import ConversationState, ErrorKind, UserMessage
+from segue.executor.model_port import ContentChecker, LlmModel
+from segue.statemachine import ConversationState, ErrorKind, Failed, UserMessage
 from segue.statemachine.effects import Effect, RejectUserMessage
 
 MAX_KEY = 256
@@ -56,16 +57,15 @@ def user_message(text: object, *, pinned: bool = False) -> UserMessage:
     return message
 
 
-def check_content(llm: object, message: UserMessage) -> None:
+def check_content(llm: LlmModel, message: UserMessage) -> None:
     """Refuse a message whose blocks the model's API cannot take (a PDF on Chat Completions),
     by the adapter's optional ``check_content(blocks)``, before the message is stored: sent
     anyway, it would fail the turn with the message already in the transcript. The adapter
     raises ``ValueError`` saying why; a message of text alone is not checked."""
-    check = getattr(llm, "check_content", None)
-    if check is None or not message.content:
+    if not isinstance(llm, ContentChecker) or not message.content:
         return
     try:
-        check(message.content)
+        llm.check_content(message.content)
     except ValueError as refused:
         raise InvalidMessageError(str(refused)) from refused
 
@@ -102,10 +102,16 @@ def raise_if_rejected(
     raise MessageRejectedError(conversation_id, rejection.reason, rejection.cause)
 
 
-def failure_of(state: ConversationState) -> tuple[ErrorKind, str] | None:
-    """``(error_kind, message)`` of a failed conversation, else None."""
+class Failure(NamedTuple):
+    """Why a conversation failed: its ``ErrorKind`` and the message that says what happened."""
+
+    error_kind: ErrorKind
+    message: str
+
+
+def failure_of(state: ConversationState) -> Failure | None:
+    """Why a failed conversation failed (``Failure``), else None."""
     phase = state.phase
-    if phase.kind != "failed":
+    if not isinstance(phase, Failed):
         return None
-    failed = cast(Any, phase)
-    return failed.error_kind, failed.message
+    return Failure(phase.error_kind, phase.message)

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from segue.executor._log import get_logger
 from segue.executor.archive import write_archive, write_tool_output
 from segue.executor.bus import UpdateBus
+from segue.executor.errors import LlmCallError, SegueError
 from segue.executor.instructions import (
     ALTERNATE_COMPACTION_INSTRUCTION,
     ALTERNATE_CONTINUATION_INSTRUCTION,
@@ -31,23 +33,19 @@ from segue.executor.instructions import (
     at_the_limit,
     limit_instruction,
 )
-from segue.executor.ports import (
+from segue.executor.model_port import (
     AgentToolActivity,
-    LlmCallError,
     LlmModel,
     LlmReply,
     LlmRequest,
     Purpose,
-    SegueError,
-    Store,
-    StoredConversation,
     ToolSink,
-    takes,
 )
 from segue.executor.snapshots import SnapshotContext, context_of, stored_snapshot
+from segue.executor.store_port import Store, StoredConversation
 from segue.executor.tools import ToolRegistry
+from segue.executor.transcript import TranscriptView, ViewSnapshot, split_for_compaction
 from segue.executor.updates import ToolFinishedUpdate, ToolStartedUpdate
-from segue.executor.views import TranscriptView, ViewSnapshot, split_for_compaction
 from segue.statemachine import (
     CHECKPOINT_PROMPT,
     CheckpointFailed,
@@ -340,19 +338,12 @@ class Performer:
             trim_level=trim_level,
             final=final,
         )
-        llm = self._parts.llm
         cid = request.conversation_id
         on_text = self._bus.text_sink(cid) if purpose == "turn" else None
-        extra: dict[str, Any] = {}
-        if on_text is not None and takes(llm, "on_text"):
-            extra["on_text"] = on_text
-        if purpose == "turn" and self._bus.listening(cid) and takes(llm, "on_tool"):
-            extra["on_tool"] = self._tool_sink(cid)
+        if on_text is not None:  # someone watches the turn
+            request = dataclasses.replace(request, on_text=on_text, on_tool=self._tool_sink(cid))
         try:
-            if extra:
-                reply = await cast(Any, llm).complete(request, **extra)
-            else:
-                reply = await llm.complete(request)
+            reply = await self._parts.llm.complete(request)
         except LlmCallError as error:
             _log.warning(
                 "llm_error",

@@ -28,6 +28,12 @@ from segue.executor.chains import (
 )
 from segue.executor.claims import DEFAULT_LEASE
 from segue.executor.drive import ANSWERED_BY_EVENTS, Driver, Listener
+from segue.executor.errors import (
+    ConversationExhaustedError,
+    InvalidMessageError,
+    MessageRejectedError,
+    SegueError,
+)
 from segue.executor.inputs import (
     check_content,
     check_key,
@@ -36,24 +42,16 @@ from segue.executor.inputs import (
     user_message,
 )
 from segue.executor.instructions import COMPACTION_INSTRUCTION, CONTINUATION_INSTRUCTION
+from segue.executor.model_port import LlmModel
 from segue.executor.perform import current_conversation_id
-from segue.executor.ports import (
-    ConversationExhaustedError,
-    InvalidMessageError,
-    LlmModel,
-    MessageRejectedError,
-    SegueError,
-    Store,
-    StoredConversation,
-    StoredMessage,
-)
 from segue.executor.snapshots import SnapshotContext, context_of
+from segue.executor.store_port import Store, StoredConversation, StoredMessage
 from segue.executor.tools import Tool, ToolRegistry
+from segue.executor.transcript import DEFAULT_KEEP_RECENT
 from segue.executor.updates import (
     DoneUpdate,
     Update,
 )
-from segue.executor.views import DEFAULT_KEEP_RECENT
 from segue.statemachine import (
     ContentBlock,
     ContextExhausted,

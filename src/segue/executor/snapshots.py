@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from segue.executor._log import get_logger
-from segue.executor.ports import Store, StoredMessage, TransitionRecord
+from segue.executor.store_port import Store, StoredMessage, TransitionRecord
 from segue.statemachine import Usage
 from segue.statemachine.checkpoint import (
     ERROR_CHARS,

@@ -10,20 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from segue.executor.errors import SubAgentFailedError
 from segue.executor.tools import Tool
 from segue.statemachine import ContextExhaustionBehavior
 
 if TYPE_CHECKING:
     from segue.executor.runtime import Runtime
-
-
-class SubAgentFailedError(Exception):
-    """The child conversation ended in ``Failed``; the message names its ``ErrorKind``."""
-
-    def __init__(self, child_id: str, error_kind: str, message: str) -> None:
-        super().__init__(f"sub-agent {child_id} failed ({error_kind}): {message}")
-        self.child_id = child_id
-        self.error_kind = error_kind
 
 
 SUBAGENT_SCHEMA: dict[str, Any] = {
@@ -52,7 +44,8 @@ def subagent_tool(
     ``context_window`` gives each child a window of its own (a cheaper model's, or a budget
     smaller than the model's); ``max_tool_rounds`` bounds each child's turn (past it the child
     fails with ``TOOL_ROUNDS_EXHAUSTED`` for the parent, as it does at its context limit)."""
-    from segue.executor.runtime import current_conversation_id, failure_of  # noqa: PLC0415  # cycle
+    from segue.executor.inputs import failure_of  # noqa: PLC0415  # cycle
+    from segue.executor.perform import current_conversation_id  # noqa: PLC0415  # cycle
 
     async def run(tool_input: dict[str, Any]) -> str:
         task = str(tool_input.get("task", "")).strip()
@@ -70,7 +63,7 @@ def subagent_tool(
         state = await runtime.send(child.id, task)
         failure = failure_of(state)
         if failure is not None:
-            raise SubAgentFailedError(child.id, failure[0].value, failure[1])
+            raise SubAgentFailedError(child.id, failure.error_kind.value, failure.message)
         transcript = await runtime.messages(child.id)
         answers = [m.text for m in transcript if m.kind == "assistant" and m.text]
         return answers[-1] if answers else ""

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from segue.executor._log import get_logger
-from segue.executor.ports import ToolSpec
+from segue.executor.model_port import ToolSpec
 from segue.statemachine import ToolCall, ToolResult
 from segue.statemachine.content import ToolResultBlock
 from segue.statemachine.events import content_text
@@ -122,10 +122,6 @@ class ToolRegistry:
         if blocks is not None:
             return ToolResult(tool_call_id=call.id, output=content_text(blocks), content=blocks)
         return ToolResult(tool_call_id=call.id, output=json.dumps(output, default=str))
-
-    async def run_all(self, calls: Iterable[ToolCall]) -> list[ToolResult]:
-        """Run calls concurrently; results come back in the order of the calls."""
-        return list(await asyncio.gather(*(self.run(call) for call in calls)))
 
 
 def _result_blocks(output: object) -> tuple[Any, ...] | None:

@@ -20,10 +20,10 @@ from fastapi.sse import EventSourceResponse, format_sse_event
 
 from segue import __version__
 from segue.executor._log import get_logger
-from segue.executor.bus import UpdatesLostError
+from segue.executor.errors import ConversationNotFoundError, UpdatesLostError
 from segue.executor.models.scripted import ScriptedModel
-from segue.executor.ports import ConversationNotFoundError, StoredConversation
 from segue.executor.runtime import Runtime
+from segue.executor.store_port import StoredConversation
 from segue.executor.updates import DoneUpdate, Update
 from segue.server import control, errors, pages
 from segue.server.auth import bearer

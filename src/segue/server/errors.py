@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from segue.executor._log import get_logger
-from segue.executor.ports import (
+from segue.executor.errors import (
     ConversationExhaustedError,
     ConversationNotFoundError,
     InvalidMessageError,

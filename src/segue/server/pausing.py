@@ -17,8 +17,8 @@ from typing import Final
 
 from segue.executor._log import get_logger
 from segue.executor.claims import live_holder
-from segue.executor.ports import StoredConversation
 from segue.executor.runtime import Runtime
+from segue.executor.store_port import StoredConversation
 from segue.server.errors import ApiError
 from segue.statemachine import ConversationState, Paused
 

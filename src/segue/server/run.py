@@ -19,10 +19,12 @@ from typing import Final
 from fastapi import FastAPI
 
 from segue import __version__
+from segue.executor.errors import SegueError
+from segue.executor.model_port import LlmModel
 from segue.executor.models.providers import DEFAULT_MODELS, PROVIDERS, Provider, build_llm
 from segue.executor.models.scripted import ScriptedModel
-from segue.executor.ports import LlmModel, SegueError, Store
 from segue.executor.runtime import Runtime
+from segue.executor.store_port import Store
 from segue.executor.tools import ToolRegistry
 from segue.server.app import create_app
 from segue.server.ending import streams_end

@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import traceback
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, Self
 
-from segue.executor.ports import LlmCallError, LlmModel, LlmReply, LlmRequest, ToolSpec, takes
+from segue.executor.errors import LlmCallError
+from segue.executor.model_port import LlmModel, LlmReply, LlmRequest, ToolSpec
 from segue.statemachine import Message, ToolCall
 from segue.statemachine.content import ImageBase64Source, ImageBlock, TextBlock
 
@@ -204,10 +206,8 @@ LOOKUP = ToolSpec(
 
 
 async def _ask(model: LlmModel, request: LlmRequest, deltas: list[str] | None = None) -> LlmReply:
-    if deltas is not None and takes(model, "on_text"):
-        complete: Any = model.complete
-        reply: LlmReply = await complete(request, on_text=deltas.append)
-        return reply
+    if deltas is not None:
+        request = dataclasses.replace(request, on_text=deltas.append)
     return await model.complete(request)
 
 
@@ -235,7 +235,7 @@ async def text_streams(harness: Harness) -> None:
         deltas: list[str] = []
         reply = await _ask(model, _request(), deltas)
         _require(reply.text == text, f"reply.text is {reply.text!r}, the provider wrote {text!r}")
-        if takes(model, "on_text"):
+        if deltas:  # an adapter that does not stream leaves them empty, and is shown whole
             _require(
                 "".join(deltas) == text, f"on_text got {deltas!r}, which do not join to the text"
             )

@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal, Self
 
-from segue.executor.ports import LlmCallError, LlmModel, LlmReply, LlmRequest
+from segue.executor.errors import LlmCallError
+from segue.executor.model_port import LlmModel, LlmReply, LlmRequest
 from segue.statemachine import ToolCall
 from segue.testing.conformance import Answer, Call, Failure, Harness, Said, Sent, SentTurn
 

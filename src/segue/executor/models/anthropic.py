@@ -27,6 +27,8 @@ import anthropic
 import httpx2
 
 from segue.executor._log import get_logger
+from segue.executor.errors import LlmCallError
+from segue.executor.model_port import LlmReply, LlmRequest, TextSink
 from segue.executor.models.anthropic_payload import Payload, build_payload
 from segue.executor.models.anthropic_stream import read_stream
 from segue.executor.models.calls import guarded
@@ -36,7 +38,6 @@ from segue.executor.models.helpers import (
     retry_after,
     secrets_of,
 )
-from segue.executor.ports import LlmCallError, LlmReply, LlmRequest, TextSink
 
 log = get_logger(__name__)
 
@@ -179,13 +180,13 @@ class AnthropicModel:
             raise _not_a_stream(stream.response)
         return reader.reply()
 
-    async def complete(self, request: LlmRequest, *, on_text: TextSink | None = None) -> LlmReply:
-        """One streamed call, its text streamed to ``on_text``; every failure is raised as
+    async def complete(self, request: LlmRequest) -> LlmReply:
+        """One streamed call, its text streamed to ``request.on_text``; every failure is raised as
         ``LlmCallError``."""
         secrets = self._secrets
         return await guarded(
             request,
-            lambda: self._send(request, on_text),
+            lambda: self._send(request, request.on_text),
             to_error=lambda exc: call_error(exc, model=request.model, secrets=secrets),
             secrets=secrets,
             log=log,

@@ -33,6 +33,7 @@ from anthropic.types import (
     UserMessageParam,
 )
 
+from segue.executor.model_port import LlmRequest
 from segue.executor.models.helpers import (
     MIN_KEPT_MESSAGES,
     REJECTED_INPUT_CHARS,
@@ -47,7 +48,6 @@ from segue.executor.models.helpers import (
     text_turns,
     trim,
 )
-from segue.executor.ports import LlmRequest
 from segue.statemachine import Message, ToolCall
 
 Role = Literal["user", "assistant"]

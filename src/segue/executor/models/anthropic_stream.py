@@ -24,7 +24,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from segue.executor.ports import LlmCallError, LlmReply, TextSink
+from segue.executor.errors import LlmCallError
+from segue.executor.model_port import LlmReply, TextSink
 from segue.statemachine import ToolCall, Usage
 from segue.statemachine.content import (
     ContentBlock,

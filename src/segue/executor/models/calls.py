@@ -13,8 +13,9 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from segue.executor.errors import LlmCallError
+from segue.executor.model_port import LlmReply, LlmRequest
 from segue.executor.models.helpers import scrub_secrets
-from segue.executor.ports import LlmCallError, LlmReply, LlmRequest
 
 
 async def guarded(

@@ -29,7 +29,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from segue.executor.ports import LlmCallError, LlmRequest
+from segue.executor.errors import LlmCallError
+from segue.executor.model_port import LlmRequest
 from segue.statemachine import Message, ToolCall, Usage
 
 Role = Literal["user", "assistant"]

@@ -32,6 +32,8 @@ from typing import Any, Final, Literal, Protocol
 import openai
 
 from segue.executor._log import get_logger
+from segue.executor.errors import LlmCallError
+from segue.executor.model_port import LlmReply, LlmRequest, TextSink
 from segue.executor.models.calls import guarded
 from segue.executor.models.helpers import (
     http_error,
@@ -47,7 +49,6 @@ from segue.executor.models.openai_payload import (
     check_content,
 )
 from segue.executor.models.openai_stream import ChatReader, ResponsesReader, failure
-from segue.executor.ports import LlmCallError, LlmReply, LlmRequest, TextSink
 from segue.statemachine.content import document_tokens, image_tokens
 
 log = get_logger(__name__)
@@ -274,13 +275,13 @@ class OpenAIModel:
                 reader.feed(data)
         return reader.reply()
 
-    async def complete(self, request: LlmRequest, *, on_text: TextSink | None = None) -> LlmReply:
-        """One streamed call, its text streamed to ``on_text``; every failure is raised as
+    async def complete(self, request: LlmRequest) -> LlmReply:
+        """One streamed call, its text streamed to ``request.on_text``; every failure is raised as
         ``LlmCallError`` (with the API key scrubbed from the whole exception chain)."""
         secrets = self._secrets
         return await guarded(
             request,
-            lambda: self._send(request, on_text),
+            lambda: self._send(request, request.on_text),
             to_error=lambda exc: call_error(exc, model=request.model, secrets=secrets),
             secrets=secrets,
             log=log,

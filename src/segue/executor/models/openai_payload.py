@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from segue.executor.errors import SegueError
+from segue.executor.model_port import LlmRequest, ToolSpec
 from segue.executor.models.helpers import (
     agent_prose,
     offers_tools,
@@ -34,7 +36,6 @@ from segue.executor.models.helpers import (
     text_turns,
     to_json,
 )
-from segue.executor.ports import LlmRequest, SegueError, ToolSpec
 from segue.statemachine import Message, ModelSettings, ToolCall
 
 Api = Literal["chat", "responses"]

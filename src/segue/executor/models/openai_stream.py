@@ -25,8 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from segue.executor.errors import LlmCallError
+from segue.executor.model_port import LlmReply, TextSink
 from segue.executor.models.helpers import ToolCallParts, usage_from_prompt
-from segue.executor.ports import LlmCallError, LlmReply, TextSink
 from segue.statemachine import ToolCall, Usage
 
 FINISH_REASONS: Final = {

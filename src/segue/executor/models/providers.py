@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Final, Literal
 
-from segue.executor.ports import LlmModel
+from segue.executor.model_port import LlmModel
 
 Provider = Literal["anthropic", "openai"]
 PROVIDERS: Final[tuple[Provider, ...]] = ("anthropic", "openai")

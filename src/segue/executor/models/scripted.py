@@ -12,19 +12,13 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from segue.executor.ports import LlmCallError, LlmReply, LlmRequest, TextSink
+from segue.executor.errors import LlmCallError
+from segue.executor.model_port import LlmReply, LlmRequest, TextSink
 from segue.statemachine import ToolCall, Usage, estimate_tokens
 
 Step = LlmReply | LlmCallError | Callable[[LlmRequest], LlmReply]
-
-
-@dataclass(frozen=True, slots=True)
-class ScriptedModelInfo:
-    """The window the scripted model claims for a model name (``context_window()``)."""
-
-    context_window: int | None = None
 
 
 def prompt_tokens(request: LlmRequest) -> int:
@@ -85,9 +79,11 @@ class ScriptedModel:
         """Queue more scripted steps."""
         self._script.extend(steps)
 
-    async def complete(self, request: LlmRequest, *, on_text: TextSink | None = None) -> LlmReply:
-        """Answer one request (see the class docstring), streaming its text to ``on_text``."""
+    async def complete(self, request: LlmRequest) -> LlmReply:
+        """Answer one request (see the class docstring), streaming its text to
+        ``request.on_text``."""
         self.requests.append(request)
+        on_text = request.on_text
         if self._delay:
             await asyncio.sleep(self._delay)
         if request.trim_level and request.purpose != "turn":

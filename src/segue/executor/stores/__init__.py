@@ -1,5 +1,5 @@
 """Stores: where conversations persist (``MemoryStore``, ``SqliteStore``, ``PostgresStore``).
 
-Every store keeps the contract of ``segue.executor.ports.Store``; ``_shared`` holds what the
+Every store keeps the contract of ``segue.executor.store_port.Store``; ``_shared`` holds what the
 three have in common and ``codec`` the JSON encoding of the core's values.
 """

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from segue.executor.ports import Commit, PendingEffect, StoredConversation
+from segue.executor.store_port import Commit, PendingEffect, StoredConversation
 from segue.executor.stores import _outbox
 from segue.executor.stores._outbox import Entry
 from segue.executor.stores._shared import check_commit_target, log_line, not_found

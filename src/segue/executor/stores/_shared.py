@@ -20,15 +20,13 @@ from typing import Any, Final
 
 from annotated_types import MaxLen
 
-from segue.executor.ports import (
-    Commit,
+from segue.executor.errors import (
     ConcurrentUpdateError,
     ConversationNotFoundError,
     InvalidTextError,
-    PendingEffect,
     SegueError,
-    TransitionRecord,
 )
+from segue.executor.store_port import Commit, PendingEffect, TransitionRecord
 from segue.statemachine import ConversationState
 from segue.statemachine.checkpoint import SessionSnapshot
 from segue.statemachine.state import ConversationConfig

@@ -17,10 +17,9 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from segue.executor.ports import (
+from segue.executor.errors import ConversationExistsError, DuplicateMessageError
+from segue.executor.store_port import (
     Commit,
-    ConversationExistsError,
-    DuplicateMessageError,
     PendingEffect,
     StoredConversation,
     StoredMessage,

@@ -48,12 +48,10 @@ from urllib.parse import urlsplit
 import psycopg
 from psycopg import errors
 
-from segue.executor.ports import (
+from segue.executor.errors import ConversationExistsError, DuplicateMessageError, SegueError
+from segue.executor.store_port import (
     Commit,
-    ConversationExistsError,
-    DuplicateMessageError,
     PendingEffect,
-    SegueError,
     StoredConversation,
     StoredMessage,
     TransitionRecord,

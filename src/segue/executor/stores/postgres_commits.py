@@ -17,7 +17,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, Final
 
-from segue.executor.ports import StoredConversation
+from segue.executor.store_port import StoredConversation
 from segue.executor.stores import _outbox
 from segue.executor.stores._rows import CommitRows, Counters
 from segue.executor.stores.postgres_schema import fast_commit

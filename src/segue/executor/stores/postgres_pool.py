@@ -22,7 +22,7 @@ import psycopg
 from psycopg import errors
 from psycopg_pool import AsyncConnectionPool
 
-from segue.executor.ports import SegueError, StoreLockedError, StoreUnavailableError
+from segue.executor.errors import SegueError, StoreLockedError, StoreUnavailableError
 from segue.executor.stores.postgres_schema import MIGRATION_LOCK, MIGRATIONS, SCHEMA_VERSION
 
 T = TypeVar("T")

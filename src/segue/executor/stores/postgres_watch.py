@@ -34,7 +34,7 @@ from typing import Any, Final
 import psycopg
 
 from segue.executor._log import get_logger
-from segue.executor.ports import SegueError
+from segue.executor.errors import SegueError
 
 CHANNEL: Final = "segue_changes"
 FORGET: Final = 30.0

@@ -39,16 +39,18 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeVar
 
-from segue.executor.ports import (
-    Commit,
+from segue.executor.errors import (
     ConversationExistsError,
     DuplicateMessageError,
-    PendingEffect,
     SegueError,
-    StoredConversation,
-    StoredMessage,
     StoreLockedError,
     StoreUnavailableError,
+)
+from segue.executor.store_port import (
+    Commit,
+    PendingEffect,
+    StoredConversation,
+    StoredMessage,
     TransitionRecord,
 )
 from segue.executor.stores import _outbox

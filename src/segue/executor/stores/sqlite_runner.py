@@ -47,7 +47,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Final, NamedTuple, TypeVar
 
-from segue.executor.ports import SegueError
+from segue.executor.errors import SegueError
 
 T = TypeVar("T")
 

@@ -13,7 +13,7 @@ import sqlite3
 from pathlib import Path
 from typing import Final
 
-from segue.executor.ports import SegueError
+from segue.executor.errors import SegueError
 
 SCHEMA_VERSION: Final = 6
 """What ``PRAGMA user_version`` says once every migration below has run."""

@@ -1,0 +1,124 @@
+"""Every exception segue raises, in one place.
+
+A caller's mistake or an unusable setup is a ``SegueError`` (a subclass says which); what the
+world does wrong during a turn (a model that fails, a tool that raises) is not an exception at
+all but an event the core answers. ``LlmCallError`` is the one an adapter raises for the
+executor to turn into such an event. Each carries its facts as attributes, so a caller tells
+them apart by type and data, never by reading the message.
+"""
+
+from __future__ import annotations
+
+
+class SegueError(Exception):
+    """Base of every exception segue raises for a caller's mistake or an unusable setup."""
+
+
+class InvalidMessageError(SegueError, ValueError):
+    """A message the caller sent cannot be a message: empty, only whitespace, or text that
+    cannot be encoded. Nothing was stored and nothing was sent."""
+
+
+class ConversationExhaustedError(SegueError):
+    """A message was sent to a conversation that reached its context limit (it is read-only)."""
+
+    def __init__(self, conversation_id: str, reason: str) -> None:
+        super().__init__(
+            f"Conversation {conversation_id} is read-only: {reason} "
+            f"Call start_new_from({conversation_id!r}) to continue in a new conversation."
+        )
+        self.conversation_id = conversation_id
+
+
+class MessageRejectedError(SegueError):
+    """The conversation did not accept the message; ``cause`` says why as data: ``too_large``
+    (the message alone could never fit), ``busy``, ``paused`` or ``failed``."""
+
+    def __init__(self, conversation_id: str, reason: str, cause: str = "busy") -> None:
+        super().__init__(f"Conversation {conversation_id} rejected the message: {reason}")
+        self.conversation_id = conversation_id
+        self.reason = reason
+        self.cause = cause
+
+
+class ConversationNotFoundError(SegueError, LookupError):
+    """No conversation has this id in the store."""
+
+
+class ConversationExistsError(SegueError):
+    """``Store.create`` was given an id the store already holds; the first one is kept."""
+
+
+class ConcurrentUpdateError(SegueError):
+    """Another writer committed to this conversation first (optimistic versioning)."""
+
+
+class StoreLockedError(SegueError):
+    """Another connection held the store's write lock for longer than the store waits
+    (``SqliteStore``'s ``busy_timeout``, ``PostgresStore``'s ``lock_timeout``)."""
+
+
+class StoreUnavailableError(SegueError):
+    """The store could not be used (a dropped database session, a server restart, a disk
+    error): the driver's own error is the ``__cause__``. Nothing half-written was kept; the
+    call may be retried once the store is back."""
+
+
+class InvalidTextError(SegueError, ValueError):
+    """An id, model name or system prompt holds what a store cannot keep (a NUL character),
+    refused the same way by every store before anything is written."""
+
+
+class DuplicateMessageError(SegueError):
+    """A message with this idempotency key is already stored in the conversation (the commit
+    carrying it again wrote nothing)."""
+
+    def __init__(self, conversation_id: str, key: str) -> None:
+        super().__init__(
+            f"conversation {conversation_id!r} already holds the message with idempotency key "
+            f"{key!r}"
+        )
+        self.conversation_id = conversation_id
+        self.key = key
+
+
+class LlmCallError(SegueError):
+    """An LLM call failed. Adapters raise it; the executor turns it into an event.
+
+    ``retryable``: another attempt may succeed (408/409/429/5xx/529, connection errors).
+    ``context_overflow``: the provider said the prompt does not fit the window.
+    ``fatal``: a setup problem no retry or trim can fix (401/403, unknown model).
+    ``retry_after``: seconds the provider asked to wait before the next attempt, if it said.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool = False,
+        context_overflow: bool = False,
+        fatal: bool = False,
+        status_code: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retryable = retryable
+        self.context_overflow = context_overflow
+        self.fatal = fatal
+        self.status_code = status_code
+        self.retry_after = retry_after
+
+
+class UpdatesLostError(SegueError):
+    """A watcher fell more than ``bus.WATCH_BUFFER`` updates behind and was dropped; read the
+    state and transcript from the store, then watch again."""
+
+
+class SubAgentFailedError(Exception):
+    """The child conversation ended in ``Failed``; the message names its ``ErrorKind``."""
+
+    def __init__(self, child_id: str, error_kind: str, message: str) -> None:
+        super().__init__(f"sub-agent {child_id} failed ({error_kind}): {message}")
+        self.child_id = child_id
+        self.error_kind = error_kind

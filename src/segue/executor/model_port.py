@@ -1,0 +1,226 @@
+"""The model port: what an LLM adapter is given, what it answers, and what it must do.
+
+The executor talks to a model only through ``LlmModel``. Adapters translate to and from a
+provider (``AnthropicModel``, ``OpenAIModel``, the offline ``ScriptedModel``;
+``docs/adapters.md`` for writing another) and never decide: everything an adapter needs for one
+call is in the ``LlmRequest``, everything the core needs back is in the ``LlmReply`` (or the
+``LlmCallError`` it raises). What an adapter may do beyond the four members is declared here
+too (``ContentChecker``), with defaults in ``BaseLlmModel``, so the runtime never has to guess
+what an adapter can do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from segue.statemachine import (
+    ContentBlock,
+    ContextExhaustionBehavior,
+    Message,
+    ModelSettings,
+    ToolCall,
+    Usage,
+)
+from segue.statemachine.models import DEFAULT_SETTINGS
+
+Purpose = Literal["turn", "continuation", "checkpoint", "compaction"]
+"""Why the LLM is asked: a normal turn (with tools), or one of the tool-less summary requests."""
+
+TextSink = Callable[[str], None]
+"""Receives the text of a reply as the model writes it, one delta at a time."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentToolActivity:
+    """A tool the provider's own agent started, or finished, while answering (an agent loop
+    such as the Claude Agent SDK runs its tools itself): told as it happens, for a UI."""
+
+    id: str
+    name: str
+    input: dict[str, Any] = field(default_factory=dict)
+    finished: bool = False
+    is_error: bool = False
+    output: str = ""
+
+
+ToolSink = Callable[[AgentToolActivity], None]
+"""Receives the provider's own tool activity as it happens (see ``AgentToolActivity``)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolSpec:
+    """A tool as the LLM sees it: name, description and JSON schema of its input."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LlmRequest:
+    """Everything an adapter needs for one call; the executor builds it from the store.
+
+    ``messages`` is the view the model must see: the current session and generation only, with
+    every ``tool_use`` paired (the core guarantees this outside ``ToolExecuting``). For the
+    tool-less purposes ``tools`` is empty and ``instruction`` is the request to append (the
+    summary prompt, the checkpoint prompt); the adapter must turn tool blocks into text, name
+    ``rejected_tool_calls`` in prose, and drop ``trim_level`` slices of the oldest history.
+    """
+
+    conversation_id: str
+    model: str
+    purpose: Purpose
+    system: str | None
+    messages: Sequence[Message]
+    tools: Sequence[ToolSpec] = ()
+    instruction: str | None = None
+    rejected_tool_calls: Sequence[ToolCall] = ()
+    trim_level: int = 0
+    max_tokens: int = 4096
+    settings: ModelSettings = DEFAULT_SETTINGS
+    """The conversation's temperature, extended thinking and tool choice."""
+    final: bool = False
+    """The grace request of a turn that reached its tool-round limit: tools stay declared (the
+    history holds tool blocks) but must not be called; ``instruction`` says to answer now."""
+    behavior: ContextExhaustionBehavior = ContextExhaustionBehavior.THRESHOLD_BASED_CONTINUATION
+    """What the conversation does at the limit (an adapter whose provider compacts on its own
+    lets it only for ``COMPACT_IN_PLACE``)."""
+    context_window: int | None = None
+    """The conversation's window in tokens (what its thresholds are fractions of)."""
+    stop_at_tokens: int | None = None
+    """The conversation's continuation threshold in tokens: an adapter whose one request runs
+    several model calls (an agent loop) stops it when a call's occupancy reaches this, and
+    answers with ``stop_reason="pause_turn"`` (REQ-SEG-034)."""
+    provider_session: str | None = None
+    """The provider's own session to resume (``LlmReply.session_ref`` of an earlier answer in
+    this session, REQ-SEG-032); None: start one."""
+    on_text: TextSink | None = field(default=None, compare=False, repr=False)
+    """Someone watches this turn: call it with each piece of the reply's text as the model
+    writes it. The pieces of one call join to exactly the ``text`` of the reply it returns (an
+    attempt that fails voids what it streamed). None: nobody watches; an adapter that cannot
+    stream ignores it, and its reply is shown whole once it is complete."""
+    on_tool: ToolSink | None = field(default=None, compare=False, repr=False)
+    """Someone watches this turn: call it as the provider's own agent starts and finishes
+    tools (an adapter that runs an agent loop, such as the Claude Agent SDK's). None: nobody
+    watches, or tell nothing."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProviderCompaction:
+    """A compaction the provider made of its own context during a request (REQ-SEG-033)."""
+
+    summary: str
+    trigger: Literal["auto", "manual"] = "auto"
+    pre_tokens: int | None = None
+    """What the provider said its context held before, if it said."""
+    post_tokens: int | None = None
+    """What the provider estimates its context holds after, if it said."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LlmReply:
+    """What the model answered. ``usage`` is the per-request usage of THIS call, or None."""
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage | None = None
+    stop_reason: str = "end_turn"
+    content: tuple[ContentBlock, ...] = ()
+    """The reply's blocks in order when it holds more than text and tool calls (thinking, which
+    the transcript must keep to send back unchanged); empty otherwise."""
+    session_ref: str | None = None
+    """The provider's own session this answer belongs to, for a provider that keeps one."""
+    compactions: tuple[ProviderCompaction, ...] = ()
+    """Compactions the provider made of its own context while answering, in order."""
+
+
+class LlmModel(Protocol):
+    """An LLM adapter: one provider behind four members (``docs/adapters.md`` walks through
+    writing one; ``segue.testing.conformance`` checks one against a fake of its provider).
+
+    What ``complete`` must do depends on ``request.purpose``:
+
+    - ``turn``: send the history with its tool calls and results (each call answered once,
+      ``helpers.paired``) and ``request.tools`` as callable tools; with ``request.final`` (the
+      grace request at ``max_tool_rounds``) keep the tools declared but not callable (the
+      provider's "none" tool choice) and send ``request.instruction`` last.
+    - ``continuation``, ``checkpoint``, ``compaction`` (the requests at the limit): offer no
+      callable tool; send the history as text (``helpers.text_turns``: tool blocks as prose,
+      ``rejected_tool_calls`` named, ``trim_level`` honoured, ``instruction`` last).
+
+    The reply's ``usage`` is this one call's, in the four fields whose sum is the occupancy
+    after it (``helpers.usage_from_prompt`` maps a report whose prompt holds its cached part),
+    or None when the provider said nothing. Failures are ``LlmCallError`` and nothing else:
+    ``context_overflow`` when the prompt does not fit, ``retryable`` (with ``retry_after``)
+    when another attempt may succeed, ``fatal`` when nothing will; never with the API key in
+    the message or in any exception chained below it. A stream that did not end properly is an
+    error, never a reply. Cancellation is let through as ``asyncio.CancelledError``.
+
+    A request someone watches carries ``on_text`` (and ``on_tool``): an adapter that streams
+    calls it with each piece of reply text as it arrives (see ``LlmRequest.on_text``).
+
+    An adapter whose API cannot take some content blocks (a PDF on OpenAI's Chat Completions)
+    is also a ``ContentChecker``: ``Runtime.send`` and ``stream`` ask it before anything is
+    stored or sent. ``BaseLlmModel`` gives every optional member a default.
+    """
+
+    @property
+    def exact_preflight(self) -> bool:
+        """Whether ``count_tokens`` answers: the runtime counts before each message it records
+        only then (each count costs a request to the provider)."""
+        ...
+
+    async def complete(self, request: LlmRequest) -> LlmReply:
+        """Perform one call; raise ``LlmCallError`` on failure (never another exception)."""
+        ...
+
+    async def context_window(self, model: str) -> int | None:
+        """The model's input window if the provider says so, else None (static table used)."""
+        ...
+
+    async def count_tokens(self, request: LlmRequest) -> int | None:
+        """Exact prompt tokens of ``request``, or None to let pre-flight use its estimate (always
+        None unless ``exact_preflight``; also on any failure to count)."""
+        ...
+
+
+class StreamingLlmModel(LlmModel, Protocol):
+    """An adapter that streams: it calls ``request.on_text`` with each delta of the reply's
+    text as the model writes it, and the deltas of one call join to exactly the ``text`` of the
+    reply it returns (an attempt that fails voids what it streamed). The same members as
+    ``LlmModel``: the promise is in how ``complete`` behaves."""
+
+
+@runtime_checkable
+class ContentChecker(Protocol):
+    """An adapter that can tell, before a message is stored, that its API cannot take some of
+    the message's content blocks."""
+
+    def check_content(self, blocks: Sequence[ContentBlock]) -> None:
+        """Raise ``ValueError`` saying why the API cannot take ``blocks``; return if it can.
+        ``Runtime.send`` raises ``InvalidMessageError`` with that reason, and nothing is
+        stored or sent. Without the check, such content fails the turn (``LlmCallError``,
+        ``fatal``) once the message is in the transcript."""
+        ...
+
+
+class BaseLlmModel:
+    """Defaults for every member of the port but ``complete``: an adapter subclasses it and
+    writes only what its provider does (counting prompts, reporting windows, checking content).
+    """
+
+    exact_preflight: bool = False
+    """No counting: pre-flight uses segue's estimate."""
+
+    async def context_window(self, model: str) -> int | None:
+        """Nothing said: segue's table of models decides the window."""
+        return None
+
+    async def count_tokens(self, request: LlmRequest) -> int | None:
+        """Nothing counted: pre-flight uses segue's estimate."""
+        return None
+
+    def check_content(self, blocks: Sequence[ContentBlock]) -> None:
+        """Every block is taken (a provider's refusal still fails the turn)."""

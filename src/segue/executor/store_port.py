@@ -1,0 +1,245 @@
+"""The store port: what persisting conversations means, as a protocol and plain data.
+
+Stores (``MemoryStore``, ``SqliteStore``, ``PostgresStore``) keep conversations, their
+transcripts, event logs, outboxes and snapshots behind ``Store``; the runtime never talks to a
+database any other way. One ``Commit`` is one transaction, and everything a store returns is
+the plain data below, so every store is held to the same contract tests
+(``tests/test_stores.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from segue.statemachine import ConversationState, Message
+from segue.statemachine.checkpoint import SessionSnapshot
+from segue.statemachine.effects import Effect
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredMessage:
+    """A transcript entry as stored: the core's ``Message`` plus its position."""
+
+    seq: int
+    """1-based position in the conversation's transcript (append-only, never reused)."""
+    message: Message
+
+    @property
+    def kind(self) -> str:
+        """``user``, ``assistant``, ``tool_result``, ``continuation``, ``checkpoint``..."""
+        return self.message.kind
+
+    @property
+    def text(self) -> str:
+        """The message text."""
+        return self.message.text
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransitionRecord:
+    """One line of a conversation's event log."""
+
+    seq: int
+    event_kind: str
+    event_json: str
+    from_phase: str
+    to_phase: str
+    context_tokens: int | None
+    reason: str
+    effect_kinds: tuple[str, ...]
+    at: float
+    """Unix time of the commit (the executor's clock, never the core's)."""
+    session: int | None = None
+    """The session the event happened in (before any new session it started); None in logs
+    written before segue kept it."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PendingEffect:
+    """An effect committed to the outbox and not yet performed, and who has claimed it."""
+
+    id: int
+    """Unique within the conversation, increasing in commit order."""
+    effect: Effect
+    owner: str | None = None
+    """The runtime that claimed it (only the claimer performs it), None while unclaimed."""
+    lease_until: float | None = None
+    """Unix time the claim lasts until unless renewed; past it, anyone may take the work over."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredConversation:
+    """A conversation as loaded: state, version for optimistic concurrency, what is pending."""
+
+    state: ConversationState
+    version: int
+    system: str | None
+    pending: tuple[PendingEffect, ...] = ()
+    child_id: str | None = None
+    created_at: float = 0.0
+    last_seq: int = 0
+    """Seq of the transcript's last message when this was read (0: none), from the same read as
+    ``state``. Seqs are never reused, so a reader holding messages up to ``last_seq`` holds the
+    whole transcript that goes with ``state``; the runtime's view cache relies on it."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Commit:
+    """One atomic step: the new state, the event that caused it, and what it asks for.
+
+    A store applies it in ONE transaction: check ``expected_version``; write ``state`` with
+    version + 1; append a ``TransitionRecord``; append every message of an ``AppendMessage``
+    effect to the transcript (appending IS performing those effects, so they can be neither lost
+    nor doubled); put every other effect in the outbox; delete ``completes`` (ids of outbox
+    effects this step finished) from the outbox.
+    """
+
+    conversation_id: str
+    expected_version: int
+    state: ConversationState
+    event_kind: str
+    event_json: str
+    from_phase: str
+    reason: str
+    effects: tuple[Effect, ...]
+    completes: tuple[int, ...] = ()
+    at: float = 0.0
+    owner: str | None = None
+    """Claims every effect this commit queues for ``owner`` until ``lease_until``: the runtime
+    that committed a request performs it, without a second round trip to claim it."""
+    lease_until: float | None = None
+    idempotency_key: str | None = None
+    """Recorded with the commit; a second commit with the same key for the conversation writes
+    nothing and raises ``DuplicateMessageError``."""
+    session: int | None = None
+    """The session the event happened in (the state's before the event), for the log."""
+
+
+class Store(Protocol):
+    """Persistence of conversations. Every method is atomic on its own.
+
+    Behaviours every store shares (the contract tests in ``tests/test_stores.py`` check them):
+
+    - **Transcript seqs** are 1, 2, 3... per conversation in append order, seed messages first,
+      with no gaps and never reused; ``StoredConversation.last_seq`` is the last one.
+    - **Outbox ids** are unique within a conversation and increase in commit order; an id is
+      never handed out again, even after its effect was completed.
+    - **Versions** start at 1 and grow by one per commit; ``complete``, ``link_child`` and
+      snapshots do not change them.
+    - **Snapshots** are never overwritten: saving the same snapshot again is a no-op (a runtime
+      finishing its outbox after a crash does that), a different one under a used version
+      raises ``SegueError``.
+    - **Claims**: an outbox effect is performed by the runtime that claimed it (``claim``, or
+      ``Commit.owner`` for what a commit queues); a claim lasts until its lease ends.
+    - Every call about an unknown id raises ``ConversationNotFoundError``; a lock held elsewhere
+      for too long raises ``StoreLockedError``; a store that cannot be reached raises
+      ``StoreUnavailableError``; an id, model or system prompt with a NUL raises
+      ``InvalidTextError`` before anything is written.
+    """
+
+    async def create(
+        self,
+        state: ConversationState,
+        *,
+        system: str | None,
+        messages: Sequence[Message] = (),
+        at: float = 0.0,
+    ) -> StoredConversation:
+        """Insert a new conversation (version 1) with optional seed messages (seqs 1..n); raise
+        ``ConversationExistsError`` if the id exists."""
+        ...
+
+    async def load(self, conversation_id: str) -> StoredConversation:
+        """The current state, version, ``last_seq`` and pending outbox, read together;
+        ``ConversationNotFoundError`` if none."""
+        ...
+
+    async def commit(self, commit: Commit) -> StoredConversation:
+        """Apply ``commit`` atomically (see ``Commit``); ``ConcurrentUpdateError`` if the
+        version moved. Returns the conversation as it now is (as ``load`` would return it), so
+        a writer never needs to load again after committing."""
+        ...
+
+    async def complete(self, conversation_id: str, effect_ids: Sequence[int]) -> None:
+        """Remove performed effects that produced no event (notifications, archives); ids no
+        longer pending are ignored (completing twice after a crash is harmless)."""
+        ...
+
+    async def claim(
+        self,
+        conversation_id: str,
+        effect_id: int,
+        *,
+        owner: str,
+        lease_until: float,
+        now: float,
+        take_from: str | None = None,
+    ) -> PendingEffect | None:
+        """Claim a pending effect for ``owner`` until ``lease_until``, atomically, if nobody
+        holds it, its lease ended before ``now``, ``owner`` holds it already, or it is held by
+        ``take_from`` (an owner the caller knows is dead). Returns the effect as it now is (its
+        ``owner`` says who holds it: the caller, or whoever kept it), None if it is no longer
+        pending."""
+        ...
+
+    async def renew(
+        self, conversation_id: str, effect_ids: Sequence[int], *, owner: str, lease_until: float
+    ) -> bool:
+        """Extend ``owner``'s claims; False if any of them is no longer ``owner``'s."""
+        ...
+
+    async def release(self, conversation_id: str, effect_ids: Sequence[int], *, owner: str) -> None:
+        """Give up ``owner``'s claims (the next drive may take the work at once)."""
+        ...
+
+    async def messages(self, conversation_id: str, *, after_seq: int = 0) -> list[StoredMessage]:
+        """The transcript in order, from ``after_seq`` + 1 (a reader that has the first
+        ``after_seq`` messages fetches only what is new)."""
+        ...
+
+    async def transitions(self, conversation_id: str) -> list[TransitionRecord]:
+        """The event log in order."""
+        ...
+
+    async def list_conversations(self) -> list[StoredConversation]:
+        """All conversations, oldest first (without their pending effects)."""
+        ...
+
+    async def with_pending(self) -> list[str]:
+        """Ids of conversations with a non-empty outbox (to finish after a crash)."""
+        ...
+
+    async def link_child(self, parent_id: str, child_id: str) -> str:
+        """Record ``child_id`` as THE child of ``parent_id`` unless one exists; return the
+        child that is recorded (the existing one wins, so asking twice gives one child)."""
+        ...
+
+    async def save_snapshot(self, snapshot: SessionSnapshot) -> None:
+        """Store a pause snapshot (versions are per conversation, never overwritten)."""
+        ...
+
+    async def snapshots(self, conversation_id: str) -> list[SessionSnapshot]:
+        """The conversation's snapshots, oldest first."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections and files."""
+        ...
+
+
+@runtime_checkable
+class ChangeNotifier(Protocol):
+    """A store that can say when a conversation changed (PostgreSQL's LISTEN/NOTIFY), so a
+    watcher of another process's turn wakes at once instead of reading on a timer."""
+
+    async def wait_for_change(
+        self,
+        conversation_id: str,
+        *,
+        timeout: float,  # noqa: ASYNC109  # a wait bounded by the watcher's longest pause
+    ) -> bool:
+        """Wait until another process may have committed to the conversation (True) or
+        ``timeout`` seconds pass (False); a wake-up with nothing new is harmless."""
+        ...
