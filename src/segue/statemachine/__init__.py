@@ -80,6 +80,16 @@ from segue.statemachine.phases import (
     PhaseKind,
     ToolExecuting,
 )
+from segue.statemachine.rules import (
+    BUSY_PHASES,
+    CONTEXT_FAILURES,
+    ENDED_PHASES,
+    RECOVERABLE_ERRORS,
+    REQUEST_PHASES,
+    WAITING_PHASES,
+    accepts_message,
+    continues_in_new,
+)
 from segue.statemachine.state import (
     ConversationConfig,
     ConversationState,
@@ -88,12 +98,18 @@ from segue.statemachine.state import (
 )
 
 __all__ = [
+    "BUSY_PHASES",
     "CANCELLED_SUMMARY",
     "CHECKPOINT_PROMPT",
+    "CONTEXT_FAILURES",
+    "ENDED_PHASES",
     "EVENT_TYPES",
     "FALLBACK_SUMMARY",
     "HANDLED_PAIRS",
     "PHASE_TYPES",
+    "RECOVERABLE_ERRORS",
+    "REQUEST_PHASES",
+    "WAITING_PHASES",
     "AgentToolResultBlock",
     "AgentToolUseBlock",
     "AwaitingCheckpoint",
@@ -146,9 +162,11 @@ __all__ = [
     "Usage",
     "UserCancel",
     "UserMessage",
+    "accepts_message",
     "checkpoint_sections",
     "compile_resume_context",
     "continuation_prompt",
+    "continues_in_new",
     "estimate_content",
     "estimate_tokens",
     "extract_checkpoint",

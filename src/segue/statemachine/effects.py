@@ -8,7 +8,7 @@ so a runtime restarted after a crash can perform what is pending from the store 
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import Field, StrictInt
 
@@ -248,7 +248,19 @@ Effect = Annotated[
 ]
 """Every effect the core can ask for."""
 
+ANSWERED_BY_EVENTS: Final = (
+    RequestLlm,
+    ExecuteTools,
+    RequestContinuation,
+    RequestCheckpoint,
+    RequestCompaction,
+    ScheduleRetry,
+)
+"""Effects whose outcome comes back as an event: the work a ``CancelRequest`` makes stale (its
+answer would change nothing), and what a cancel stops while it is in flight."""
+
 __all__ = [
+    "ANSWERED_BY_EVENTS",
     "AppendMessage",
     "ArchiveTranscript",
     "CancelRequest",
