@@ -41,12 +41,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import os
 import sys
 import tempfile
 import time
 import tracemalloc
+import unittest.mock
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +56,7 @@ from typing import Any
 
 from segue import Message, Usage
 from segue.executor.bus import UpdateBus
-from segue.executor.model_port import LlmReply, LlmRequest, TextSink
+from segue.executor.model_port import LlmReply, LlmRequest
 from segue.executor.runtime import Runtime
 from segue.executor.store_port import Store
 from segue.executor.stores.memory import MemoryStore
@@ -86,7 +88,8 @@ class InstantModel:
     def __init__(self) -> None:
         self.calls = 0
 
-    async def complete(self, request: LlmRequest, *, on_text: TextSink | None = None) -> LlmReply:
+    async def complete(self, request: LlmRequest) -> LlmReply:
+        on_text = request.on_text
         self.calls += 1
         if on_text is not None:
             on_text(REPLY.text)  # the whole reply as one delta: a model that answers at once
@@ -176,12 +179,9 @@ class _DeafBus(UpdateBus):
 async def streaming_support(sizes: Sizes) -> tuple[float, float]:
     """Best seconds per event through ``send`` with the real bus and with a deaf one."""
     best = {True: float("inf"), False: float("inf")}
-    runtimes = {
-        True: Runtime(store=MemoryStore(), llm=InstantModel()),
-        False: Runtime(store=MemoryStore(), llm=InstantModel()),
-    }
-    deaf = runtimes[False]
-    deaf._bus = deaf._performer._bus = _DeafBus()  # the reference, by design
+    with unittest.mock.patch("segue.executor.runtime.UpdateBus", _DeafBus):  # the reference
+        deaf = Runtime(store=MemoryStore(), llm=InstantModel())
+    runtimes = {True: Runtime(store=MemoryStore(), llm=InstantModel()), False: deaf}
     for batch in range(sizes.batches * 2):
         real = batch % 2 == 0
         rt = runtimes[real]
@@ -361,7 +361,9 @@ async def adapter_streaming(sizes: Sizes) -> dict[str, float]:
                     fake.default = _raw(fake, recorded[name])
                     deltas: list[str] = []
                     started = time.perf_counter()
-                    reply = await model.complete(request, on_text=deltas.append)
+                    reply = await model.complete(
+                        dataclasses.replace(request, on_text=deltas.append)
+                    )
                     elapsed = time.perf_counter() - started
                     assert reply.text == text, name
                     best[name] = min(best[name], elapsed / len(deltas))

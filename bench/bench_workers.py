@@ -66,9 +66,11 @@ class InstantModel:
     def __init__(self) -> None:
         self.calls = 0
 
-    async def complete(self, request: Any, *, on_text: Any = None) -> Any:
-        from segue import Usage  # noqa: PLC0415  # the worker's segue (maybe the baseline's)
-        from segue.executor.model_port import LlmReply  # noqa: PLC0415
+    async def complete(self, request: Any, **listeners: Any) -> Any:
+        # The worker's segue may be the baseline's: its request carries no listener and its
+        # runtime passes ``on_text`` as a keyword; its port module has another name.
+        on_text = getattr(request, "on_text", None) or listeners.get("on_text")
+        from segue import LlmReply, Usage  # noqa: PLC0415
 
         self.calls += 1
         if on_text is not None:

@@ -939,7 +939,7 @@ def test_locks_are_dropped_once_nobody_holds_or_awaits_them(make_store: StoreFac
             await rt.cancel(conv.id)
             others = [(await rt.create_conversation(model=MODEL)).id for _ in range(20)]
             await asyncio.gather(*(rt.send(cid, "hello") for cid in others))
-            assert rt._gates == {}
+            assert not rt._locks  # every conversation's lock was let go
 
     asyncio.run(main())
 
@@ -1045,7 +1045,7 @@ def test_a_runtime_whose_copy_is_behind_still_refuses_an_exhausted_conversation(
 def test_conversations_evicted_from_the_cache_are_read_back_whole(
     make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("segue.executor.drive._CACHE_SIZE", 2)
+    monkeypatch.setattr("segue.executor.cache.CACHE_SIZE", 2)
 
     async def main() -> None:
         model = ScriptedModel()
@@ -1057,7 +1057,7 @@ def test_conversations_evicted_from_the_cache_are_read_back_whole(
                     sent = [m.text for m in model.requests[-1].messages if m.kind == "user"]
                     assert sent == [f"{cid} turn {t}" for t in range(turn + 1)]
                     assert len(model.requests[-1].messages) == 2 * turn + 1
-            assert len(rt._known) == 2
+            assert len(rt._cache) == 2
 
     asyncio.run(main())
 

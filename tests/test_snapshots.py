@@ -25,7 +25,9 @@ from segue import (
     Usage,
     git_context,
 )
+from segue.executor.store_port import Commit
 from segue.executor.tools import Tool
+from segue.statemachine.effects import SaveSnapshot
 
 MODEL = "claude-sonnet-4-5"
 GIT = shutil.which("git") or "git"
@@ -112,9 +114,25 @@ def test_saving_the_same_snapshot_again_after_a_crash_keeps_the_first() -> None:
             conv = await rt.create_conversation(model=MODEL)
             await rt.pause(conv.id)
             first = (await store.snapshots(conv.id))[-1]
-            # What a restarted runtime does with an effect left pending: perform it again.
-            phase: Any = (await rt.state(conv.id)).phase
-            await rt._performer._save_snapshot(phase.snapshot)  # the outbox's call
+            # A crash after the snapshot was saved, before its effect left the outbox: the
+            # restarted runtime performs the effect again.
+            stored = await store.load(conv.id)
+            phase: Any = stored.state.phase
+            await store.commit(
+                Commit(
+                    conversation_id=conv.id,
+                    expected_version=stored.version,
+                    state=stored.state,
+                    event_kind="pause_requested",
+                    event_json="{}",
+                    from_phase="paused",
+                    reason="",
+                    effects=(SaveSnapshot(snapshot=phase.snapshot),),
+                )
+            )
+            assert [p.effect.kind for p in (await store.load(conv.id)).pending] == ["save_snapshot"]
+            await rt.recover()
+            assert not (await store.load(conv.id)).pending
             assert await store.snapshots(conv.id) == [first]
 
     asyncio.run(main())

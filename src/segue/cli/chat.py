@@ -53,7 +53,7 @@ from segue.executor.inputs import failure_of
 from segue.executor.runtime import Runtime
 from segue.executor.stores.sqlite import SqliteStore
 from segue.statemachine import ContextExhaustionBehavior as Behavior
-from segue.statemachine import ConversationState
+from segue.statemachine import ConversationState, continues_in_new
 
 NEW_HINT: Final = "type /new to continue in a new conversation seeded with its summary"
 HELP: Final = """commands:
@@ -176,7 +176,7 @@ class _Chat:
             say(self.out, f"/new takes --no-seed or nothing, not {argument!r}\n{HELP}")
             return
         state = self.state
-        if state is not None and state.phase.kind in ("context_exhausted", "failed"):
+        if state is not None and continues_in_new(state):
             try:
                 child = await self.runtime.start_new_from(
                     state.id, seed_with_summary=argument != "--no-seed"

@@ -25,7 +25,7 @@ from segue.cli.inspection import IdArgument
 from segue.executor.claims import live_holder
 from segue.executor.runtime import Runtime
 from segue.executor.store_port import StoredConversation
-from segue.statemachine import ConversationState
+from segue.statemachine import WAITING_PHASES, ConversationState
 
 OfflineOption = Annotated[
     bool, typer.Option(help="Answer with the offline scripted model instead of Claude.")
@@ -45,7 +45,7 @@ def _running_elsewhere(stored: StoredConversation) -> str | None:
 def _must_be_still(stored: StoredConversation) -> None:
     """Refuse a conversation with a turn in flight (or work a crash left pending)."""
     phase = stored.state.phase.kind
-    if stored.pending or phase not in ("idle", "paused", "context_exhausted", "failed"):
+    if stored.pending or phase not in WAITING_PHASES:
         msg = (
             f"conversation {stored.state.id} is {phase} with work in flight that no running "
             "process holds (left by one that stopped or crashed): segue serve or segue chat "

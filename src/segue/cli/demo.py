@@ -25,8 +25,8 @@ from segue.executor.models.scripted import ScriptedModel
 from segue.executor.runtime import Runtime
 from segue.executor.stores.sqlite import SqliteStore
 from segue.executor.tools import ToolRegistry
+from segue.statemachine import WAITING_PHASES, ConversationState
 from segue.statemachine import ContextExhaustionBehavior as Behavior
-from segue.statemachine import ConversationState
 
 DEMO_MODEL = "segue-demo"
 """The model name demo conversations carry: ``pause``/``resume`` answer them offline too."""
@@ -96,7 +96,7 @@ async def _demo(db: Path, behavior: Behavior, fast: bool, out: Console) -> str:
             if not moved and (state.session, state.generation) != start:
                 await _crossing(rt, out, state)  # one more turn shows that it goes on
             meter(out, f"turn {turn}", state)
-            if state.phase.kind in ("context_exhausted", "failed", "paused") or moved:
+            if moved or (state.phase.kind != "idle" and state.phase.kind in WAITING_PHASES):
                 break
             if not fast:
                 await asyncio.sleep(DEMO_PACE)

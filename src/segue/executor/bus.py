@@ -19,7 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from segue.executor.errors import UpdatesLostError
-from segue.executor.updates import TextUpdate, Update, UserMessageUpdate, occupancy_update
+from segue.executor.updates import (
+    DoneUpdate,
+    TextUpdate,
+    Update,
+    UserMessageUpdate,
+    occupancy_update,
+)
 from segue.statemachine import ConversationState, Event, LlmError, LlmResponse
 from segue.statemachine.effects import AppendMessage, Effect
 
@@ -104,6 +110,8 @@ class UpdateBus:
     def __init__(self, *, unwatched: Callable[[str], None] | None = None) -> None:
         self._watchers: dict[str, set[_Watcher]] = {}
         self._streamed: dict[str, _Streamed] = {}
+        self._replies: dict[str, str] = {}
+        """The last assistant text each listened-to turn recorded (for its ``done``)."""
         self._responses = 0
         self._unwatched = unwatched
         """Told the id of a conversation whose last watcher left (its store feed can stop)."""
@@ -168,7 +176,7 @@ class UpdateBus:
         def on_text(delta: str) -> None:
             if delta:
                 streamed.parts.append(delta)
-                self.emit(conversation_id, TextUpdate._make(text=delta, response=streamed.response))
+                self.emit(conversation_id, TextUpdate(text=delta, response=streamed.response))
 
         return on_text
 
@@ -193,7 +201,7 @@ class UpdateBus:
             self._responses += 1
             response, rest = self._responses, stored_text
         if rest:
-            self.emit(conversation_id, TextUpdate._make(text=rest, response=response))
+            self.emit(conversation_id, TextUpdate(text=rest, response=response))
 
     def committed(
         self,
@@ -201,27 +209,35 @@ class UpdateBus:
         after: ConversationState,
         event: Event,
         effects: tuple[Effect, ...],
-    ) -> str | None:
+    ) -> None:
         """Emit what a listener learns from a commit: recorded user text, the settled reply,
-        the meter (notifications become updates when they are performed, in outbox order).
-        The reply's text, if the commit recorded one."""
+        the meter (notifications become updates when they are performed, in outbox order). A
+        reply's text is kept for the turn's ``done``."""
         cid = before.id
-        reply = None
         for effect in effects:
             if not isinstance(effect, AppendMessage):
                 continue
             message = effect.message
             if message.kind == "user":
-                self.emit(cid, UserMessageUpdate._make(text=message.text, pinned=message.pinned))
+                self.emit(cid, UserMessageUpdate(text=message.text, pinned=message.pinned))
             elif message.kind == "assistant" and isinstance(event, LlmResponse):
                 self.settle(cid, message.text)
-                reply = message.text
+                self._replies[cid] = message.text
         if isinstance(event, LlmError):
             self.forget_response(cid)
         meter = occupancy_update(before, after)
         if meter is not None:
             self.emit(cid, meter)
-        return reply
+
+    def turn_begins(self, conversation_id: str) -> None:
+        """A drive of the conversation begins: no reply of an earlier turn is its reply."""
+        self._replies.pop(conversation_id, None)
+
+    def turn_ends(self, conversation_id: str, state: ConversationState) -> None:
+        """The drive ended in ``state``: tell the listeners the turn is over, with its reply."""
+        reply = self._replies.pop(conversation_id, None)
+        if self.listening(conversation_id):
+            self.emit(conversation_id, DoneUpdate(state=state, reply=reply))
 
     def forget_response(self, conversation_id: str) -> None:
         """The response being streamed will not be stored (it failed or was cancelled)."""

@@ -41,10 +41,8 @@ from segue.executor.updates import (
     WarningUpdate,
     occupancy_update,
 )
-from segue.statemachine import ConversationState
+from segue.statemachine import WAITING_PHASES, ConversationState
 
-WAITING: Final = frozenset({"idle", "context_exhausted", "failed", "paused"})
-"""Phases in which a conversation waits for input: a turn that reaches one is over."""
 BUSY_POLL: Final = 0.05
 """Seconds between reads while the conversation is in a turn (replies land within a tick)."""
 IDLE_POLL: Final = 1.0
@@ -100,7 +98,9 @@ def updates_between(
         updates.append(WarningUpdate(tokens=tokens, window=after.context_window))
     updates += _ending(before, after)
     phase = after.phase.kind
-    if phase in WAITING and (before.phase.kind not in WAITING or took_message or reply):
+    if phase in WAITING_PHASES and (
+        before.phase.kind not in WAITING_PHASES or took_message or reply
+    ):
         updates.append(DoneUpdate(state=after, reply=reply))
     return updates
 
@@ -160,7 +160,7 @@ class Feed:
                 _log.warning("feed_read_failed", conversation_id=cid, error=type(error).__name__)
                 pause = IDLE_POLL
                 continue
-            busy = self._state.phase.kind not in WAITING
+            busy = self._state.phase.kind not in WAITING_PHASES
             pause = BUSY_POLL if changed or busy else min(pause * 2, IDLE_POLL)
 
     async def _wait(self, pause: float) -> None:

@@ -1,9 +1,12 @@
 """The runtime: what a chat backend calls to run conversations.
 
 ``Runtime`` is the facade: create a conversation, send or stream a message, read the state and
-the transcript, cancel, pause, resume, continue in a new conversation. What it runs on, the loop
-that commits each event and performs the outbox, is ``drive.Driver``; what performing an effect
-means (asking the model, running tools, compacting, archiving) is ``perform``.
+the transcript, cancel, pause, resume, continue in a new conversation. It holds the parts that
+do the work and owns none of their state: ``Setup`` (the store, the model, the tools), ``Locks``
+(one drive per conversation), ``Signals`` (cancel and pause), ``ViewCache`` (the copy last seen
+and the model's view), ``Commits`` (every store call, under one retry policy), ``Claims`` (work
+shared with other processes), ``Driver`` (the loop that commits and performs), ``UpdateBus`` and
+``Feeds`` (what watchers hear). ``docs/design.md`` draws them.
 """
 
 from __future__ import annotations
@@ -12,100 +15,93 @@ import asyncio
 import dataclasses
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, NotRequired, TypedDict, Unpack
 
 from segue.executor._log import get_logger
-from segue.executor.bus import Committed, Sink, Watch
-from segue.executor.chains import (
-    LIMIT_PURPOSES,
-    Link,
-    UsageReport,
-    lineage,
-    usage_from_log,
-    usage_report,
-)
-from segue.executor.claims import DEFAULT_LEASE
-from segue.executor.drive import ANSWERED_BY_EVENTS, Driver, Listener
-from segue.executor.errors import (
-    ConversationExhaustedError,
-    InvalidMessageError,
-    MessageRejectedError,
-    SegueError,
-)
-from segue.executor.inputs import (
-    check_content,
-    check_key,
-    failure_of,
-    raise_if_rejected,
-    user_message,
-)
-from segue.executor.instructions import COMPACTION_INSTRUCTION, CONTINUATION_INSTRUCTION
+from segue.executor.bus import Committed, Sink, UpdateBus, Watch
+from segue.executor.cache import ViewCache
+from segue.executor.chains import LIMIT_PURPOSES, Link, UsageReport, lineage, usage_from_log
+from segue.executor.chains import usage_report as usage_of_messages
+from segue.executor.claims import DEFAULT_LEASE, Claims
+from segue.executor.commits import Commits
+from segue.executor.drive import Driver, Listener
+from segue.executor.errors import MessageRejectedError, SegueError
+from segue.executor.feed import Feeds
+from segue.executor.inputs import check_content, check_key, raise_if_rejected, user_message
+from segue.executor.locks import Locks
 from segue.executor.model_port import LlmModel
-from segue.executor.perform import current_conversation_id
+from segue.executor.pausing import PauseRequest, where_it_runs
+from segue.executor.perform import Performer
+from segue.executor.requests import Requests
+from segue.executor.setup import Setup
+from segue.executor.signals import Signals
 from segue.executor.snapshots import SnapshotContext, context_of
 from segue.executor.store_port import Store, StoredConversation, StoredMessage
 from segue.executor.tools import Tool, ToolRegistry
 from segue.executor.transcript import DEFAULT_KEEP_RECENT
-from segue.executor.updates import (
-    DoneUpdate,
-    Update,
-)
+from segue.executor.updates import DoneUpdate, Update
 from segue.statemachine import (
+    CONTEXT_FAILURES,
     ContentBlock,
     ContextExhausted,
-    ContextExhaustionBehavior,
     ConversationState,
-    ErrorKind,
     Failed,
     ManualContinuation,
     Message,
-    ModelSettings,
-    PauseRequested,
     ResumeRequested,
+    continues_in_new,
     estimate_tokens,
     model_info,
-    new_conversation,
 )
-
-__all__ = [  # also what callers found here before it moved (``instructions``, ``inputs``)
-    "COMPACTION_INSTRUCTION",
-    "CONTINUATION_INSTRUCTION",
-    "ConversationExhaustedError",
-    "InvalidMessageError",
-    "Listener",
-    "MessageRejectedError",
-    "Runtime",
-    "current_conversation_id",
-    "failure_of",
-    "user_message",
-]
+from segue.statemachine.options import ConversationOptions
 
 _log = get_logger("segue.runtime")
-DEFAULT_OUTPUT_TOKENS = 8192
+DEFAULT_OUTPUT_TOKENS: Final = 8192
 """A conversation's bound on one answer unless it says otherwise: room for a long reply, while a
 prompt at the continuation threshold plus this still fits the smallest window."""
-AUTO_CONTINUE_PROMPT = (
+AUTO_CONTINUE_PROMPT: Final = (
     "Continue from the summary of our earlier conversation above: pick up where we left off."
 )
 """The first message of a child started with ``auto_continue``."""
-_FAILED_FOR_CONTEXT = frozenset(
-    {
-        ErrorKind.CONTEXT_EXHAUSTED,
-        ErrorKind.CHECKPOINT_OVERFLOW,
-        ErrorKind.COMPACTION_INEFFECTIVE,
-        ErrorKind.RUN_TIME_LIMIT,
-    }
-)
-"""Failures of a conversation whose context (or its run's time) ran out: it may be continued in
-a new one, seeded with the last summary or checkpoint it wrote."""
-_REPLY_SCAN = 64
+_REPLY_SCAN: Final = 64
 """Messages read per step when ``last_reply`` looks back for the latest assistant message."""
 
 
-class Runtime(Driver):
-    """Runs conversations: ``send`` a message and get back the state once it waits for input."""
+class RuntimeSettings(TypedDict):
+    """What a ``Runtime`` may be set up with besides its store, model and tools."""
+
+    archive_dir: NotRequired[Path | str | None]
+    """Where transcripts are archived before a compaction, and tool output beyond its cap is
+    kept (private files); None: ``~/.segue/archives`` for archives, no tool-output files."""
+    keep_recent: NotRequired[int]
+    """Messages a compaction keeps verbatim (``transcript.DEFAULT_KEEP_RECENT``)."""
+    max_tokens: NotRequired[int | None]
+    """A bound on every answer, below each conversation's own."""
+    snapshot_context: NotRequired[SnapshotContext | None]
+    """Called with a conversation id when it pauses and when it resumes; what it returns (JSON
+    data: task, test or git state; ``git_context(dir)`` is a built-in one) is stored with the
+    snapshot and compiled into the resume context."""
+    owner: NotRequired[str | None]
+    """Who this runtime is in the store's claims (default: host, process id, a random part)."""
+    lease: NotRequired[float]
+    """Seconds a claim of this runtime lasts unless renewed (``claims.DEFAULT_LEASE``)."""
+    clock: NotRequired[Callable[[], float]]
+    """The time commits are recorded at (``time.time``)."""
+    sleep: NotRequired[Callable[[float], Any]]
+    """How a retry's delay is waited out (``asyncio.sleep``)."""
+
+
+class Runtime:
+    """Runs conversations: ``send`` a message and get back the state once it waits for input.
+
+    Several runtimes (processes, machines) may share one store. Each model request or tool run
+    is claimed in the store by the runtime that performs it, for ``lease`` seconds, renewed
+    while it runs: no other runtime performs it meanwhile, and one that needs its outcome waits
+    for it. Work whose runtime died is taken over once the lease ends (at once when it was a
+    process on this host). See ``RuntimeSettings`` for the rest of what it is set up with.
+    """
 
     def __init__(
         self,
@@ -113,38 +109,94 @@ class Runtime(Driver):
         store: Store,
         llm: LlmModel,
         tools: ToolRegistry | Iterable[Tool] | None = None,
-        archive_dir: Path | str | None = None,
-        keep_recent: int = DEFAULT_KEEP_RECENT,
-        max_tokens: int | None = None,
-        clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], Any] = asyncio.sleep,
-        snapshot_context: SnapshotContext | None = None,
-        owner: str | None = None,
-        lease: float = DEFAULT_LEASE,
+        **settings: Unpack[RuntimeSettings],
     ) -> None:
-        """``snapshot_context``: called with a conversation id when it pauses and when it
-        resumes; what it returns (JSON data: task, test or git state; ``git_context(dir)`` is a
-        built-in one) is stored with the snapshot and compiled into the resume context.
-
-        Several runtimes (processes, machines) may share one store. Each model request or tool
-        run is claimed in the store by the runtime that performs it, as ``owner`` (default: host,
-        process id and a random part), for ``lease`` seconds, renewed while it runs: no other
-        runtime performs it meanwhile, and one that needs its outcome waits for it. Work whose
-        runtime died is taken over once the lease ends (at once when it was a process on this
-        host)."""
-        super().__init__(
+        archive_dir = settings.get("archive_dir")
+        self._setup = setup = Setup(
             store=store,
             llm=llm,
-            tools=tools,
-            archive_dir=archive_dir,
-            keep_recent=keep_recent,
-            max_tokens=max_tokens,
-            clock=clock,
-            sleep=sleep,
-            snapshot_context=snapshot_context,
-            owner=owner,
-            lease=lease,
+            tools=tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools or ()),
+            archive_dir=Path(archive_dir) if archive_dir is not None else None,
+            keep_recent=settings.get("keep_recent", DEFAULT_KEEP_RECENT),
+            max_tokens=settings.get("max_tokens"),
+            snapshot_context=settings.get("snapshot_context"),
+            clock=settings.get("clock", time.time),
+            sleep=settings.get("sleep", asyncio.sleep),
         )
+        self.claims = Claims(
+            store=lambda: setup.store,
+            owner=settings.get("owner"),
+            lease=settings.get("lease", DEFAULT_LEASE),
+        )
+        """This runtime's claims on pending work."""
+        self._locks = Locks()
+        self._signals = Signals()
+        self._cache = ViewCache(lambda: setup.store)
+        feeds: Feeds | None = None
+        self._bus = UpdateBus(unwatched=lambda cid: feeds.stop(cid) if feeds else None)
+        self._feeds = feeds = Feeds(store=lambda: setup.store, bus=self._bus)
+        requests = Requests(setup, self._cache)
+        self._commits = Commits(
+            setup=setup,
+            cache=self._cache,
+            claims=self.claims,
+            feeds=feeds,
+            bus=self._bus,
+            requests=requests,
+        )
+        performer = Performer(setup, requests=requests, cache=self._cache, bus=self._bus)
+        self._driver = Driver(
+            locks=self._locks,
+            signals=self._signals,
+            commits=self._commits,
+            claims=self.claims,
+            performer=performer,
+            bus=self._bus,
+        )
+        self._turns: set[asyncio.Task[None]] = set()
+        """Streamed turns running on their own, so a consumer that leaves does not stop them."""
+
+    # ------------------------------------------------------------------ setup
+
+    @property
+    def store(self) -> Store:
+        """Where conversations are kept (assigning another is heard by every part at once)."""
+        return self._setup.store
+
+    @store.setter
+    def store(self, store: Store) -> None:
+        self._setup.store = store
+
+    @property
+    def llm(self) -> LlmModel:
+        """The model adapter (assigning another takes effect at the next request)."""
+        return self._setup.llm
+
+    @llm.setter
+    def llm(self, llm: LlmModel) -> None:
+        self._setup.llm = llm
+
+    @property
+    def tools(self) -> ToolRegistry:
+        """The tools ordinary turns may call."""
+        return self._setup.tools
+
+    @property
+    def owner(self) -> str:
+        """Who this runtime is in the store's claims (``claims.default_owner`` unless given)."""
+        return self.claims.owner
+
+    @property
+    def lease(self) -> float:
+        """Seconds a claim of this runtime lasts unless renewed (``claims.DEFAULT_LEASE``)."""
+        return self.claims.lease
+
+    @lease.setter
+    def lease(self, seconds: float) -> None:
+        if not seconds > 0:
+            msg = f"lease must be a positive number of seconds, not {seconds!r}"
+            raise ValueError(msg)
+        self.claims.lease = seconds
 
     async def __aenter__(self) -> Runtime:
         await self.recover()
@@ -157,8 +209,7 @@ class Runtime(Driver):
         """Cancel what is in flight and close the store (what was pending stays in the outbox,
         performed again by the next ``recover()``)."""
         self._feeds.stop_all()
-        for task, _effect in list(self._inflight.values()):
-            task.cancel()
+        self._signals.stop_all()
         claims = self.claims.in_flight()
         for turn in list(self._turns):
             turn.cancel()
@@ -168,119 +219,151 @@ class Runtime(Driver):
         # when its lease ends.
         for cid, effect_id in claims.items():
             await self.claims.let_go(cid, (effect_id,))
-        await self.store.close()
+        await self._setup.store.close()
 
     def subscribe(self, listener: Listener) -> None:
         """Call ``listener(conversation_id, effect)`` for every effect performed (UI hooks)."""
-        self._listeners.append(listener)
+        self._driver.listeners.append(listener)
 
-    # ------------------------------------------------------------------ public API
+    async def recover(self) -> None:
+        """Perform what a crash left pending, for every conversation with a non-empty outbox."""
+        ids = await self._setup.store.with_pending()
+        if ids:
+            _log.info("recovering", conversations=len(ids))
+            await asyncio.gather(*(self._driver.drive(cid, None) for cid in ids))
+
+    # ------------------------------------------------------------------ conversations
 
     async def create_conversation(
         self,
+        options: ConversationOptions | None = None,
+        /,
         *,
-        model: str,
-        behavior: ContextExhaustionBehavior | str = (
-            ContextExhaustionBehavior.THRESHOLD_BASED_CONTINUATION
-        ),
-        system: str | None = None,
-        parent_id: str | None = None,
         conversation_id: str | None = None,
-        warning_threshold: float = 0.80,
-        continuation_threshold: float = 0.90,
-        max_continuations: int = 10,
-        max_attempts: int = 4,
-        max_tool_rounds: int = 50,
-        context_window: int | None = None,
-        max_output_tokens: int | None = None,
-        temperature: float | None = None,
-        thinking_budget: int | None = None,
-        tool_choice: Mapping[str, Any] | None = None,
-        summary_prompt: str | None = None,
-        summary_model: str | None = None,
-        max_tool_output_tokens: int | None = None,
-        max_run_seconds: float | None = None,
+        parent_id: str | None = None,
         seed: Sequence[Message] = (),
+        **fields: Any,
     ) -> ConversationState:
-        """Create and store a new idle conversation.
+        """Create and store a new idle conversation with ``options`` (``ConversationOptions``),
+        or with its fields as keywords (``model=``, ``behavior=``, ``system=``...): invalid
+        values raise ``pydantic.ValidationError`` before anything is stored.
 
         The window is ``context_window`` when given (a proxy or compatible server often has no
         model endpoint), else what the provider reports, else segue's table of models (with a
         warning in the log: a lookup that fails never fails the conversation). Each answer may
         hold ``max_output_tokens`` (default: ``DEFAULT_OUTPUT_TOKENS``, or room for the thinking
-        budget, within the model's limit). ``max_tool_rounds`` bounds the tool rounds one message
-        may start (then the model is asked, without tools, for its answer). ``temperature``,
-        ``thinking_budget`` (extended thinking) and ``tool_choice`` (as the Messages API takes
-        it) are how the model is asked; combinations the API refuses raise
-        ``pydantic.ValidationError`` here.
-
-        What is kept at the limit is the caller's to steer: ``summary_prompt`` replaces segue's
-        instruction of the request the behaviour sends there (the continuation summary, the
-        checkpoint, the compaction summary); ``summary_model`` answers those requests while
-        ``model`` answers the turns; ``max_tool_output_tokens`` caps one tool result (default:
-        25,000 tokens, or an eighth of a smaller window), the rest cut from its middle and,
-        with the runtime's ``archive_dir``, saved whole to a private file the note names;
-        ``max_run_seconds`` bounds a ``CHECKPOINT_RESTART`` run: reaching the limit after it,
-        the run stops (``Failed(RUN_TIME_LIMIT)``, its checkpoint recorded) instead of
-        restarting.
+        budget, within the model's limit). ``seed``: messages the conversation starts with (a
+        summary, pinned messages: what a continued conversation carries over).
         """
-        window = context_window
-        if window is None:
-            window = await self.llm.context_window(model)
-            if window is None:
-                _log.warning(
-                    "model_window_unknown",
-                    model=model,
-                    assumed_window=model_info(model).context_window,
-                    known_model=model_info(model).known,
-                )
-        settings = ModelSettings(
-            temperature=temperature,
-            thinking_budget=thinking_budget,
-            tool_choice=dict(tool_choice) if tool_choice is not None else None,
-        )
-        if max_output_tokens is None:
-            limit = model_info(model).max_output_tokens
+        if options is None:
+            options = ConversationOptions(**fields)
+        elif fields:
+            options = options.model_copy(update=fields)
+            options = ConversationOptions.model_validate(options.model_dump())
+        window = options.context_window or await self._window(options.model)
+        output = options.max_output_tokens
+        if output is None:
             wanted = DEFAULT_OUTPUT_TOKENS
-            if thinking_budget is not None:
-                wanted = max(wanted, thinking_budget + DEFAULT_OUTPUT_TOKENS)
-            max_output_tokens = min(limit, wanted)
-        state = new_conversation(
-            model=model,
-            behavior=behavior,
-            warning_threshold=warning_threshold,
-            continuation_threshold=continuation_threshold,
+            if options.thinking_budget is not None:
+                wanted = max(wanted, options.thinking_budget + DEFAULT_OUTPUT_TOKENS)
+            output = min(model_info(options.model).max_output_tokens, wanted)
+        config = options.config(
             conversation_id=conversation_id or uuid.uuid4().hex,
             parent_id=parent_id,
             context_window=window,
-            max_output_tokens=max_output_tokens,
-            system_tokens=estimate_tokens(system) if system else 0,
-            max_attempts=max_attempts,
-            max_continuations=max_continuations,
-            max_tool_rounds=max_tool_rounds,
-            settings=settings,
-            summary_prompt=summary_prompt,
-            summary_model=summary_model,
-            max_tool_output_tokens=max_tool_output_tokens,
-            max_run_seconds=max_run_seconds,
+            max_output_tokens=output,
         )
-        if seed:
-            seeded = sum(estimate_tokens(message.text) for message in seed)
-            pinned = sum(estimate_tokens(m.text) for m in seed if m.pinned)
-            state = state.model_copy(
-                update={"pending_tokens": state.pending_tokens + seeded, "pinned_tokens": pinned}
-            )
-        stored = await self.store.create(state, system=system, messages=seed, at=self._clock())
-        self._entry(state.id).stored = stored
+        seeded = sum(estimate_tokens(message.text) for message in seed)
+        pinned = sum(estimate_tokens(m.text) for m in seed if m.pinned)
+        state = ConversationState(
+            config=config, pending_tokens=config.system_tokens + seeded, pinned_tokens=pinned
+        )
+        stored = await self._setup.store.create(
+            state, system=options.system, messages=seed, at=self._setup.clock()
+        )
+        self._cache.keep(stored)
         _log.info(
             "conversation_created",
             conversation_id=state.id,
-            model=model,
+            model=options.model,
             behavior=state.behavior.value,
             context_window=state.context_window,
             parent_id=parent_id,
         )
         return stored.state
+
+    async def _window(self, model: str) -> int:
+        """The model's window as the provider reports it, else segue's table (logged)."""
+        window = await self._setup.llm.context_window(model)
+        if window is not None:
+            return window
+        info = model_info(model)
+        _log.warning(
+            "model_window_unknown",
+            model=model,
+            assumed_window=info.context_window,
+            known_model=info.known,
+        )
+        return info.context_window
+
+    async def options(self, conversation_id: str) -> ConversationOptions:
+        """The options the conversation was created with (as ``start_new_from`` passes them
+        on: its window and bound on output as they were resolved)."""
+        stored = await self._setup.store.load(conversation_id)
+        return ConversationOptions.of(stored.state.config, stored.system)
+
+    async def state(self, conversation_id: str) -> ConversationState:
+        """The conversation's current state."""
+        return (await self._setup.store.load(conversation_id)).state
+
+    async def conversation(self, conversation_id: str) -> StoredConversation:
+        """The conversation as stored: its state, system prompt, child (if it was continued in
+        a new one), creation time and pending work."""
+        return await self._setup.store.load(conversation_id)
+
+    async def conversations(self) -> list[StoredConversation]:
+        """Every conversation in the store, newest first (without their pending work)."""
+        listed = await self._setup.store.list_conversations()
+        return listed[::-1]
+
+    async def messages(self, conversation_id: str) -> list[StoredMessage]:
+        """The whole transcript (every session and generation), in order."""
+        return await self._setup.store.messages(conversation_id)
+
+    async def last_reply(self, conversation_id: str) -> str | None:
+        """The text of the conversation's latest assistant reply, or None if it has none."""
+        store = self._setup.store
+        after = (await store.load(conversation_id)).last_seq
+        while after > 0:
+            start = max(0, after - _REPLY_SCAN)
+            messages = await store.messages(conversation_id, after_seq=start)
+            for message in reversed(messages[: after - start]):
+                if message.kind == "assistant":
+                    return message.text
+            after = start
+        return None
+
+    async def lineage(self, conversation_id: str) -> list[Link]:
+        """The continuation chain ``conversation_id`` belongs to, root first, each link with
+        its place (``label``: ``root``, ``2``, ``3``...) and the summary it ended with."""
+        return await lineage(self._setup.store, conversation_id)
+
+    async def usage(self, conversation_id: str) -> UsageReport:
+        """What the conversation's requests cost, by purpose (turn, continuation, checkpoint,
+        compaction) and by session: sums of the per-request usage of every answer, read from
+        the event log (an answer that was not kept, such as a refused summary asked for again,
+        was paid for too)."""
+        store = self._setup.store
+        stored = await store.load(conversation_id)
+        config = stored.state.config
+        limit_model = config.summary_model or config.model
+        models = {"turn": config.model, **dict.fromkeys(LIMIT_PURPOSES, limit_model)}
+        logged = usage_from_log(await store.transitions(conversation_id))
+        if logged is None:
+            logged = usage_of_messages(await store.messages(conversation_id))
+        return dataclasses.replace(logged, models=models)
+
+    # ------------------------------------------------------------------ turns
 
     async def send(
         self,
@@ -318,10 +401,12 @@ class Runtime(Driver):
         refused (``MessageRejectedError``, cause ``too_large``), nothing stored.
         """
         event = user_message(text, pinned=pinned)
-        check_content(self.llm, event)
+        check_content(self._setup.llm, event)
         check_key(idempotency_key)
         self._refuse_if_busy(conversation_id, wait=wait)
-        state, effects = await self._drive(conversation_id, event, wait=wait, key=idempotency_key)
+        state, effects = await self._driver.drive(
+            conversation_id, event, wait=wait, key=idempotency_key
+        )
         raise_if_rejected(conversation_id, state, effects)
         return state
 
@@ -342,13 +427,13 @@ class Runtime(Driver):
         ``idempotency_key`` and ``pinned`` are as for ``send()``.
         """
         event = user_message(text, pinned=pinned)
-        check_content(self.llm, event)
+        check_content(self._setup.llm, event)
         check_key(idempotency_key)
         self._refuse_if_busy(conversation_id, wait=wait)
         sink = Sink(conversation_id)
-        self._streaming[conversation_id] = self._streaming.get(conversation_id, 0) + 1
+        self._locks.schedule(conversation_id)
         turn = asyncio.ensure_future(
-            self._streamed_turn(sink, event, wait=wait, key=idempotency_key)
+            self._driver.streamed(sink, event, wait=wait, key=idempotency_key)
         )
         self._turns.add(turn)
         turn.add_done_callback(self._turns.discard)
@@ -371,7 +456,7 @@ class Runtime(Driver):
 
         Checked and followed by the drive's lock request in the same step of the event loop,
         so no other turn can slip in between."""
-        if not wait and self._busy(conversation_id):
+        if not wait and self._locks.busy(conversation_id):
             reason = "a turn is running; wait for it to end (or cancel it) and send again"
             raise MessageRejectedError(conversation_id, reason, "busy")
 
@@ -391,36 +476,7 @@ class Runtime(Driver):
         (or the start)."""
         return self._bus.watch(conversation_id, lambda: self._feeds.start(conversation_id))
 
-    async def last_reply(self, conversation_id: str) -> str | None:
-        """The text of the conversation's latest assistant reply, or None if it has none."""
-        stored = await self.store.load(conversation_id)
-        after = stored.last_seq
-        while after > 0:
-            start = max(0, after - _REPLY_SCAN)
-            messages = await self.store.messages(conversation_id, after_seq=start)
-            for message in reversed(messages[: after - start]):
-                if message.kind == "assistant":
-                    return message.text
-            after = start
-        return None
-
-    async def state(self, conversation_id: str) -> ConversationState:
-        """The conversation's current state."""
-        return (await self.store.load(conversation_id)).state
-
-    async def conversation(self, conversation_id: str) -> StoredConversation:
-        """The conversation as stored: its state, system prompt, child (if it was continued in
-        a new one), creation time and pending work."""
-        return await self.store.load(conversation_id)
-
-    async def conversations(self) -> list[StoredConversation]:
-        """Every conversation in the store, newest first (without their pending work)."""
-        listed = await self.store.list_conversations()
-        return listed[::-1]
-
-    async def messages(self, conversation_id: str) -> list[StoredMessage]:
-        """The whole transcript (every session and generation), in order."""
-        return await self.store.messages(conversation_id)  # ConversationNotFoundError if none
+    # ------------------------------------------------------------------ control
 
     async def continue_manually(
         self, conversation_id: str, focus: str | None = None
@@ -433,33 +489,45 @@ class Runtime(Driver):
         for the turn to end and then ends the conversation the user was still using.
         """
         event = ManualContinuation(focus=focus)  # a blank focus is refused here, as a ValueError
-        gate = self._gates.get(conversation_id)
-        if gate is not None and gate.lock.locked():
-            return (await self.store.load(conversation_id)).state
-        state, _ = await self._drive(conversation_id, event)
+        if self._locks.is_held(conversation_id):
+            return await self.state(conversation_id)
+        state, _ = await self._driver.drive(conversation_id, event)
         return state
 
     async def cancel(self, conversation_id: str) -> ConversationState:
         """Stop the turn now; a running ``send`` returns with the cancelled state.
 
-        The cancel is a flag the running drive reads before its next step, so it lands whether
-        a request is in flight (that request is cancelled) or the drive is between two effects
-        (waiting on the store): it never queues behind the turn it is meant to stop. It also
-        drops a pause asked for in the meantime (REQ-SEG-021). A notification in flight (a
-        snapshot, an archive) is let finish: cancelling it would lose it. The flag is cleared
-        only by the commit of the cancel, or by a drive that ends with nothing left to cancel,
-        so neither a failed commit nor this caller giving up can let the turn run on. This call
-        then takes the lock itself, and commits the cancel if no drive did.
-        """
-        self._cancel_requests.add(conversation_id)
-        self._pause_requests.pop(conversation_id, None)
-        inflight = self._inflight.get(conversation_id)
-        if inflight is not None:
-            task, effect = inflight
-            if isinstance(effect, ANSWERED_BY_EVENTS) and not task.done():
-                task.cancel()
-        state, _ = await self._drive(conversation_id, None)
+        The cancel lands whether a request is in flight (that request is cancelled) or the drive
+        is between two effects (waiting on the store): it never queues behind the turn it is
+        meant to stop (see ``signals``). It also drops a pause asked for in the meantime
+        (REQ-SEG-021). This call then takes the lock itself, and commits the cancel if no drive
+        did; a turn another runtime runs is cancelled through the store (its answer is then
+        stale)."""
+        self._signals.ask_cancel(conversation_id)
+        state, _ = await self._driver.drive(conversation_id, None)
         return state
+
+    async def request_pause(self, conversation_id: str, reason: str = "") -> PauseRequest:
+        """Ask the conversation to pause at its turn's next boundary, wherever the turn runs,
+        and return the request: ``recorded()``, ``taken(timeout)``, ``forced()`` (see
+        ``pausing``). ``pause()`` is the common use of it."""
+        setup = self._setup
+        where, holder = await where_it_runs(
+            conversation_id, store=setup.store, locks=self._locks, owner=self.owner
+        )
+        request = PauseRequest(
+            conversation_id,
+            reason,
+            where=where,
+            holder=holder,
+            store=lambda: setup.store,
+            driver=self._driver,
+            locks=self._locks,
+            signals=self._signals,
+            cancel=self.cancel,
+        )
+        request.start()
+        return request
 
     async def pause(
         self,
@@ -471,53 +539,32 @@ class Runtime(Driver):
         """Pause at the next turn boundary (at once when idle) and store a snapshot.
 
         While a turn runs in this runtime the pause is taken at its next boundary, and this
-        returns at once; with ``timeout`` it waits for that at most ``timeout`` seconds, then
-        cancels what is in flight (recorded as cancelled, never lost) and pauses: a forced pause.
-        While another runtime sharing the store runs the turn, the request goes through the
-        store and that runtime pauses at the boundary; this waits for it (at most ``timeout``
-        seconds, then returns the state with ``pause_requested`` set: the pause still comes).
+        returns at once; while another runtime sharing the store runs it, the request goes
+        through the store, that runtime pauses at the boundary, and this waits for it. With
+        ``timeout``, either waits at most ``timeout`` seconds, then ends the turn (what was in
+        flight is recorded as cancelled, never lost) and pauses: a forced pause.
         """
-        local = conversation_id in self._driving
-        if local:
-            # The running drive commits the request before its next effect, so the pause
-            # takes effect at the next turn boundary. (Only a drive reads the request: while
-            # anything else holds the lock, the pause waits for the lock below.)
-            self._pause_requests[conversation_id] = reason
-            if timeout is None:
-                return (await self.store.load(conversation_id)).state
-            try:
-                async with asyncio.timeout(timeout), self._exclusive(conversation_id):
-                    pass  # the running turn is over, and its pause was taken at its boundary
-            except TimeoutError:
-                await self.cancel(conversation_id)  # which also drops the pending pause
-            else:
-                state = (await self.store.load(conversation_id)).state
-                if state.phase.kind == "paused":
-                    return state
-        if timeout is None or local:  # a local turn was waited for, or cancelled, above
-            state, _ = await self._drive(conversation_id, PauseRequested(reason=reason))
-            return state
-        # Another runtime may be running the turn: the request is stored at once, and that
-        # runtime pauses at the turn's boundary; wait for it at most ``timeout`` seconds.
-        try:
-            async with asyncio.timeout(timeout):
-                state, _ = await self._drive(conversation_id, PauseRequested(reason=reason))
-        except TimeoutError:
-            state = (await self.store.load(conversation_id)).state
-        return state
+        request = await self.request_pause(conversation_id, reason)
+        if request.where == "nobody":
+            return await request.taken()  # this runtime's own checkpoint: never cut short
+        if timeout is None:
+            return await (request.recorded() if request.where == "here" else request.taken())
+        state = await request.taken(timeout)
+        return state if state.phase.kind == "paused" else await request.forced()
 
     async def resume(self, conversation_id: str, prompt: str | None = None) -> ConversationState:
         """Resume a paused conversation in a new session with the compiled resume context: from
         its snapshot as stored (what the session did, the application's context), and what the
         ``snapshot_context`` says now (a git HEAD that moved is stated)."""
-        snapshots = await self.store.snapshots(conversation_id)
-        current = await context_of(self.snapshot_context, conversation_id)
+        setup = self._setup
+        snapshots = await setup.store.snapshots(conversation_id)
+        current = await context_of(setup.snapshot_context, conversation_id)
         event = ResumeRequested(
             prompt=prompt,
             snapshot=snapshots[-1] if snapshots else None,
             current_context=current,
         )
-        state, _ = await self._drive(conversation_id, event)
+        state, _ = await self._driver.drive(conversation_id, event)
         return state
 
     async def start_new_from(
@@ -527,7 +574,8 @@ class Runtime(Driver):
         seed_with_summary: bool = True,
         auto_continue: bool = False,
     ) -> ConversationState:
-        """The one child of an exhausted conversation (asking twice returns the same child).
+        """The one child of an exhausted conversation (asking twice returns the same child),
+        with the parent's options (``ConversationOptions``) whole.
 
         A conversation that failed because its context was exhausted (a sub-agent, a checkpoint
         that could not fit) can be continued too; it is seeded with the last summary or
@@ -538,10 +586,11 @@ class Runtime(Driver):
         if auto_continue and not seed_with_summary:
             msg = "auto_continue needs the summary to continue from (seed_with_summary=True)"
             raise ValueError(msg)
-        async with self._exclusive(conversation_id):
-            parent = await self.store.load(conversation_id)
+        store = self._setup.store
+        async with self._locks.holding(conversation_id):
+            parent = await store.load(conversation_id)
             if parent.child_id is not None:
-                return (await self.store.load(parent.child_id)).state
+                return (await store.load(parent.child_id)).state
             summary = await self._summary_to_seed(parent)
             seed = [Message(kind="summary", text=summary)] if seed_with_summary and summary else []
             if parent.state.pinned_tokens:  # pinned messages go on, whatever the summary says
@@ -549,73 +598,29 @@ class Runtime(Driver):
                 # its generation is what it summarised).
                 seed += [
                     Message(kind="user", text=m.text, content=m.message.content, pinned=True)
-                    for m in await self.store.messages(conversation_id)
+                    for m in await store.messages(conversation_id)
                     if m.message.pinned
                 ]
-            config = parent.state.config
-            child = await self.create_conversation(
-                model=config.model,
-                behavior=config.behavior,
-                system=parent.system,
-                parent_id=conversation_id,
-                warning_threshold=config.warning_threshold,
-                continuation_threshold=config.continuation_threshold,
-                max_continuations=config.max_continuations,
-                max_attempts=config.max_attempts,
-                max_tool_rounds=config.max_tool_rounds,
-                context_window=config.context_window,
-                max_output_tokens=config.max_output_tokens,
-                temperature=config.settings.temperature,
-                thinking_budget=config.settings.thinking_budget,
-                tool_choice=config.settings.tool_choice,
-                summary_prompt=config.summary_prompt,
-                summary_model=config.summary_model,
-                max_tool_output_tokens=config.max_tool_output_tokens,
-                max_run_seconds=config.max_run_seconds,
-                seed=seed,
-            )
-            winner = await self.store.link_child(conversation_id, child.id)
+            options = ConversationOptions.of(parent.state.config, parent.system)
+            child = await self.create_conversation(options, parent_id=conversation_id, seed=seed)
+            winner = await store.link_child(conversation_id, child.id)
         if winner != child.id or not auto_continue or not seed_with_summary or not summary:
-            return (await self.store.load(winner)).state
+            return (await store.load(winner)).state
         return await self.send(winner, AUTO_CONTINUE_PROMPT)
 
     async def _summary_to_seed(self, parent: StoredConversation) -> str | None:
-        phase = parent.state.phase
+        state = parent.state
+        phase = state.phase
+        if not continues_in_new(state):
+            msg = (
+                f"Conversation {state.id} is {phase.kind}, not context_exhausted (nor failed): "
+                "only a conversation that ended is continued in a new one."
+            )
+            raise SegueError(msg)
         if isinstance(phase, ContextExhausted):
             return phase.summary
-        if isinstance(phase, Failed) and phase.error_kind in _FAILED_FOR_CONTEXT:
-            for message in reversed(await self.store.messages(parent.state.id)):
+        if isinstance(phase, Failed) and phase.error_kind in CONTEXT_FAILURES:
+            for message in reversed(await self._setup.store.messages(state.id)):
                 if message.kind in ("continuation", "checkpoint", "summary") and message.text:
                     return message.text
-            return None
-        msg = (
-            f"Conversation {parent.state.id} is {phase.kind}, not context_exhausted (nor failed "
-            "for its context): only an exhausted conversation is continued in a new one."
-        )
-        raise SegueError(msg)
-
-    async def lineage(self, conversation_id: str) -> list[Link]:
-        """The continuation chain ``conversation_id`` belongs to, root first, each link with
-        its place (``label``: ``root``, ``2``, ``3``...) and the summary it ended with."""
-        return await lineage(self.store, conversation_id)
-
-    async def usage(self, conversation_id: str) -> UsageReport:
-        """What the conversation's requests cost, by purpose (turn, continuation, checkpoint,
-        compaction) and by session: sums of the per-request usage of every answer, read from
-        the event log (an answer that was not kept, such as a refused summary asked for again,
-        was paid for too)."""
-        stored = await self.store.load(conversation_id)
-        config = stored.state.config
-        limit_model = config.summary_model or config.model
-        models = {"turn": config.model, **dict.fromkeys(LIMIT_PURPOSES, limit_model)}
-        logged = usage_from_log(await self.store.transitions(conversation_id))
-        if logged is None:
-            logged = usage_report(await self.store.messages(conversation_id))
-        return dataclasses.replace(logged, models=models)
-
-    async def recover(self) -> None:
-        """Perform what a crash left pending, for every conversation with a non-empty outbox."""
-        ids = await self.store.with_pending()
-        if ids:
-            _log.info("recovering", conversations=len(ids))
-            await asyncio.gather(*(self._drive(cid, None) for cid in ids))
+        return None

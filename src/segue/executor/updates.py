@@ -212,24 +212,24 @@ def effect_update(effect: Any) -> Update | None:
     """The update a performed notification stands for (None for effects no UI needs)."""
     kind = effect.kind
     if kind == "notify_context_warning":
-        return WarningUpdate._make(tokens=effect.context_tokens, window=effect.context_window)
+        return WarningUpdate(tokens=effect.context_tokens, window=effect.context_window)
     if kind == "notify_context_exhausted":
-        return ExhaustedUpdate._make(summary=effect.summary)
+        return ExhaustedUpdate(summary=effect.summary)
     if kind == "notify_failed":
-        return FailedUpdate._make(error_kind=effect.error_kind, message=effect.message)
+        return FailedUpdate(error_kind=effect.error_kind, message=effect.message)
     if kind == "schedule_retry":
-        return RetryUpdate._make(
+        return RetryUpdate(
             request=effect.request, attempt=effect.attempt, delay_seconds=effect.delay_seconds
         )
     if kind == "save_snapshot":
-        return PausedUpdate._make(version=effect.snapshot.version, reason=effect.snapshot.reason)
+        return PausedUpdate(version=effect.snapshot.version, reason=effect.snapshot.reason)
     if kind == "start_session":
-        return SessionUpdate._make(session=effect.session, reason=effect.reason)
+        return SessionUpdate(session=effect.session, reason=effect.reason)
     if kind == "start_generation":
-        return CompactedUpdate._make(generation=effect.generation, summary=effect.summary)
+        return CompactedUpdate(generation=effect.generation, summary=effect.summary)
     if kind.startswith(("notify_", "report_")):
         data = effect.model_dump(mode="json", exclude={"kind"})
-        return NoticeUpdate._make(effect=kind, data=data)
+        return NoticeUpdate(effect=kind, data=data)
     return None
 
 
@@ -239,7 +239,7 @@ def occupancy_update(before: ConversationState, after: ConversationState) -> Upd
     if shown == _shown(before):
         return None
     tokens, measured = shown
-    return OccupancyUpdate._make(
+    return OccupancyUpdate(
         tokens=tokens, window=after.context_window, level=level(tokens, after), measured=measured
     )
 

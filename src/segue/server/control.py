@@ -22,7 +22,8 @@ from segue.server.schemas import (
     SnapshotView,
     StartChild,
 )
-from segue.server.turns import BUSY_PHASES, continue_now
+from segue.server.turns import continue_now
+from segue.statemachine import BUSY_PHASES
 from segue.statemachine.checkpoint import SessionSnapshot
 
 

@@ -3,22 +3,9 @@ API answers what happened (409 when nothing could) rather than a 200 for a no-op
 
 from __future__ import annotations
 
-from typing import Final
-
 from segue.executor.runtime import Runtime
 from segue.server.errors import ApiError
-from segue.statemachine import ConversationState
-
-BUSY_PHASES: Final = frozenset(
-    {
-        "llm_requesting",
-        "tool_executing",
-        "awaiting_continuation",
-        "awaiting_checkpoint",
-        "compacting",
-    }
-)
-"""Phases in which a turn (or the work at the limit) is running."""
+from segue.statemachine import BUSY_PHASES, ConversationState
 
 
 async def continue_now(
@@ -50,4 +37,4 @@ def _must_be_idle(state: ConversationState) -> None:
         raise ApiError(409, "conflict", message)
 
 
-__all__ = ["BUSY_PHASES", "continue_now"]
+__all__ = ["continue_now"]

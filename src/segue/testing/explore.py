@@ -44,12 +44,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from segue.executor.stores.codec import dump_state, load_state
 from segue.statemachine import (
+    RECOVERABLE_ERRORS,
     ConversationState,
-    ErrorKind,
     ToolCall,
     compile_resume_context,
     estimate_tokens,
@@ -85,9 +85,6 @@ __all__ = [
     "abstract_key",
     "explore",
 ]
-
-_RECOVERABLE: Final = frozenset({ErrorKind.LLM_ERROR, ErrorKind.RETRIES_EXHAUSTED})
-"""Failures a user message recovers from (REQ-SEG-023); every other failure is absorbing."""
 
 
 # --------------------------------------------------------------------------- abstraction
@@ -143,7 +140,7 @@ def _fresh_before_read(phase: Any) -> bool:
     if isinstance(phase, AwaitingCheckpoint):
         return phase.purpose == "restart" or phase.exhausted  # a new session, or paused
     if isinstance(phase, Failed):
-        return phase.error_kind not in _RECOVERABLE  # absorbing
+        return phase.error_kind not in RECOVERABLE_ERRORS  # absorbing
     return False
 
 

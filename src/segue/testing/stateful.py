@@ -51,7 +51,10 @@ from pydantic import ValidationError
 
 from segue.executor.stores.codec import dump_effect, dump_state, load_effect, load_state
 from segue.statemachine import (
+    BUSY_PHASES,
+    ENDED_PHASES,
     PHASE_TYPES,
+    WAITING_PHASES,
     CheckpointResponse,
     ContinuationResponse,
     ConversationState,
@@ -90,16 +93,7 @@ from segue.testing.strategies import TransitionFunction, conversations, events
 __all__ = ["ConversationMachine", "InvariantError", "Step"]
 
 _PHASE_KINDS: Final = frozenset(get_args(PhaseKind))
-_BUSY: Final = frozenset(
-    {
-        "llm_requesting",
-        "tool_executing",
-        "awaiting_continuation",
-        "awaiting_checkpoint",
-        "compacting",
-    }
-)
-_AT_REST: Final = frozenset({"idle", "failed", "context_exhausted"})
+_AT_REST: Final = WAITING_PHASES - {"paused"}
 _MEASURED_BY: Final = (LlmResponse, ContinuationResponse, CheckpointResponse)
 """Events whose usage may become the conversation's occupancy."""
 _ATTEMPTED: Final = (
@@ -235,7 +229,7 @@ class ConversationMachine(RuleBasedStateMachine):
         self.state = data.draw(self.initial_states(), label="conversation")
         note(f"start: {self.state.config!r}")
 
-    @precondition(lambda self: self.state.phase.kind in {"context_exhausted", "failed"})
+    @precondition(lambda self: self.state.phase.kind in ENDED_PHASES)
     @rule(data=st.data())
     def start_over(self, data: st.DataObject) -> None:
         """The user leaves a finished conversation for a new one (which gets fresh books), so a
@@ -327,7 +321,7 @@ class ConversationMachine(RuleBasedStateMachine):
         self.timers.remove(timer)
         self.step(RetryDue(attempt=timer[1]))
 
-    @precondition(lambda self: self.state.phase.kind in _BUSY)
+    @precondition(lambda self: self.state.phase.kind in BUSY_PHASES)
     @rule(data=st.data())
     def user_cancel(self, data: st.DataObject) -> None:
         """The user stops what is in flight."""

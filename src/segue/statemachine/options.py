@@ -1,0 +1,137 @@
+"""``ConversationOptions``: what a conversation is created with, as one value.
+
+A backend creates conversations with the same settings over and over, and a conversation that
+goes on in a new one (``Runtime.start_new_from``) passes its settings on: as one value, httpx's
+``Timeout`` and ``Limits`` are passed whole, not field by field. ``Runtime.create_conversation``
+takes this value (or its fields as keywords), the server's create request is this value, and the
+CLI builds one from its flags. The core turns it into the conversation's fixed
+``ConversationConfig`` once the runtime has resolved what the model decides (its window, its
+bound on output); ``of`` reads one back from a config, so that a child inherits it whole.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Self
+
+from pydantic import Field, StrictInt, model_validator
+
+from segue.statemachine._values import Frozen
+from segue.statemachine.accounting import estimate_tokens
+from segue.statemachine.models import ContextExhaustionBehavior, ModelSettings
+from segue.statemachine.state import MAX_PROMPT_CHARS, MIN_TOOL_OUTPUT_TOKENS, ConversationConfig
+
+_SETTINGS = ("temperature", "thinking_budget", "tool_choice")
+"""The options that say how the model is asked: kept together in ``ModelSettings``."""
+
+
+class ConversationOptions(Frozen):
+    """How a conversation is to be created: its model and system prompt, what it does at the
+    limit, and the bounds it runs within. Every field but ``model`` has a default; invalid
+    values raise ``pydantic.ValidationError`` when the value is made, before anything is stored.
+    """
+
+    model: Annotated[str, Field(min_length=1)]
+    """The model that answers the conversation's turns."""
+    behavior: ContextExhaustionBehavior = ContextExhaustionBehavior.THRESHOLD_BASED_CONTINUATION
+    """What happens at the limit."""
+    system: str | None = None
+    """The system prompt."""
+    warning_threshold: Annotated[float, Field(gt=0, le=1)] = 0.80
+    """The fraction of the window from which the user is warned (and may continue by hand)."""
+    continuation_threshold: Annotated[float, Field(gt=0, le=1)] = 0.90
+    """The fraction of the window at which the behaviour's path at the limit starts."""
+    max_continuations: Annotated[StrictInt, Field(ge=0, le=10_000)] = 10
+    """Checkpoint restarts or compactions allowed in one conversation: the loop breaker."""
+    max_attempts: Annotated[StrictInt, Field(ge=1, le=20)] = 4
+    """Attempts per request (LLM, summary, checkpoint, compaction) before giving up."""
+    retry_base_delay: Annotated[float, Field(ge=0, le=600)] = 1.0
+    """Seconds before the first retry of a failed request (doubled for each one after it)."""
+    retry_max_delay: Annotated[float, Field(ge=0, le=3600)] = 30.0
+    """The longest wait before a retry."""
+    max_tool_rounds: Annotated[StrictInt, Field(ge=1, le=10_000)] = 50
+    """Tool rounds one turn may run; past it the model is asked, without tools, for its answer."""
+    context_window: Annotated[StrictInt, Field(gt=0)] | None = None
+    """The window in tokens; None: what the provider reports, else segue's table of models."""
+    max_output_tokens: Annotated[StrictInt, Field(gt=0)] | None = None
+    """The bound on one answer; None: room for a long reply (and a thinking budget)."""
+    temperature: Annotated[float, Field(ge=0, le=1)] | None = None
+    """Sampling temperature, for servers that take one."""
+    thinking_budget: Annotated[StrictInt, Field(ge=1024)] | None = None
+    """Extended thinking's budget in tokens."""
+    tool_choice: dict[str, Any] | None = None
+    """As the Messages API takes it (``{"type": "auto" | "any" | "none" | "tool", ...}``)."""
+    summary_prompt: Annotated[str, Field(max_length=MAX_PROMPT_CHARS, pattern=r"\S")] | None = None
+    """The instruction of the request sent at the limit, in place of segue's (REQ-SEG-040)."""
+    summary_model: Annotated[str, Field(min_length=1)] | None = None
+    """The model the limit's requests go to (REQ-SEG-045); None: ``model``."""
+    max_tool_output_tokens: Annotated[StrictInt, Field(ge=MIN_TOOL_OUTPUT_TOKENS)] | None = None
+    """The most one tool result may hold (REQ-SEG-043); None: from the window."""
+    max_run_seconds: Annotated[float, Field(gt=0)] | None = None
+    """``CHECKPOINT_RESTART``: past this many seconds, the limit ends the run (REQ-SEG-044)."""
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Self:
+        if self.warning_threshold > self.continuation_threshold:
+            msg = (
+                f"warning_threshold ({self.warning_threshold}) must not exceed "
+                f"continuation_threshold ({self.continuation_threshold})"
+            )
+            raise ValueError(msg)
+        self.settings  # noqa: B018  # refuses the combinations the Messages API refuses
+        return self
+
+    @property
+    def settings(self) -> ModelSettings:
+        """How the model is asked (temperature, thinking, tool choice), as the core keeps it."""
+        return ModelSettings(**{name: getattr(self, name) for name in _SETTINGS})
+
+    @classmethod
+    def of(cls, config: ConversationConfig, system: str | None) -> Self:
+        """The options ``config`` was made with (what a conversation continued in a new one
+        passes on): its window and bound on output as they were resolved."""
+        fields: dict[str, Any] = {
+            name: getattr(config, name) for name in cls.model_fields if name in _CONFIG_FIELDS
+        }
+        fields |= {name: getattr(config.settings, name) for name in _SETTINGS}
+        return cls(
+            **fields,
+            system=system,
+            context_window=config.context_window,
+            max_output_tokens=config.max_output_tokens,
+        )
+
+    def config(
+        self,
+        *,
+        conversation_id: str,
+        parent_id: str | None,
+        context_window: int,
+        max_output_tokens: int,
+    ) -> ConversationConfig:
+        """The conversation's fixed config, once the runtime resolved its window and its bound
+        on output (what the provider reports, segue's table, the defaults)."""
+        fields: dict[str, Any] = {
+            name: getattr(self, name) for name in _CONFIG_FIELDS if name in type(self).model_fields
+        }
+        return ConversationConfig(
+            **fields,
+            id=conversation_id,
+            parent_id=parent_id,
+            context_window=context_window,
+            max_output_tokens=max_output_tokens,
+            system_tokens=estimate_tokens(self.system) if self.system else 0,
+            settings=self.settings,
+        )
+
+
+_CONFIG_FIELDS = frozenset(ConversationConfig.model_fields) - {
+    "id",
+    "parent_id",
+    "context_window",
+    "max_output_tokens",
+    "warning_tokens",
+    "continuation_tokens",
+    "system_tokens",
+    "settings",
+}
+"""The options the config keeps as they are (the rest it derives or resolves)."""
