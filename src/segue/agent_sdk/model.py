@@ -47,6 +47,7 @@ from segue.agent_sdk.archive import archive_transcript
 from segue.executor._log import get_logger
 from segue.executor.errors import LlmCallError
 from segue.executor.model_port import LlmReply, LlmRequest, TextSink, ToolSink
+from segue.executor.models.helpers import RETRYABLE_STATUS
 from segue.statemachine import ContextExhaustionBehavior, Message
 
 _log = get_logger("segue.agent_sdk")
@@ -55,7 +56,6 @@ _cli_log = logging.getLogger("segue.agent_sdk.cli")
 CONTINUE_PROMPT: Final = "Continue the task from where you left off."
 """Sent when segue asks the session to go on with nothing new from the user (the first request
 of a generation that resumes mid-task)."""
-_RETRYABLE_STATUS: Final = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 _OVERFLOW_REASONS: Final = frozenset({"prompt_too_long", "blocking_limit"})
 _INTERRUPTED: Final = frozenset({"aborted_streaming", "aborted_tools"})
 _MISSING_SESSION: Final = "No conversation found"
@@ -307,7 +307,7 @@ def _reply(request: LlmRequest, reader: QueryReader) -> LlmReply:
         detail = (said or result.subtype)[:500]
         raise LlmCallError(
             f"the Claude Agent SDK query failed ({reason or result.subtype}): {detail}",
-            retryable=status in _RETRYABLE_STATUS,
+            retryable=status in RETRYABLE_STATUS,
             status_code=status,
         )
     if result is None and not reader.reached:

@@ -33,6 +33,7 @@ from segue.executor.models.anthropic_payload import Payload, build_payload
 from segue.executor.models.anthropic_stream import read_stream
 from segue.executor.models.calls import guarded
 from segue.executor.models.helpers import (
+    Meaning,
     http_error,
     redact,
     retry_after,
@@ -47,8 +48,14 @@ _COUNTED_OPTIONS: Final = frozenset({"thinking", "tool_choice"})
 _OVERFLOW_MARKERS: Final = ("prompt is too long", "exceed context limit", "exceeds context limit")
 # A stream that already got HTTP 200 carries its failure as an SSE ``error`` event: the SDK raises
 # a plain APIStatusError with status 200, so only the error type says what happened.
-_RETRYABLE_TYPES: Final = frozenset({"rate_limit_error", "overloaded_error", "api_error"})
-_AUTH_TYPES: Final = frozenset({"authentication_error", "permission_error"})
+_MEANINGS: Final[dict[str, Meaning]] = {
+    "rate_limit_error": "retryable",
+    "overloaded_error": "retryable",
+    "api_error": "retryable",
+    "authentication_error": "auth",
+    "permission_error": "auth",
+    "not_found_error": "not_found",
+}
 
 
 # --------------------------------------------------------------------------- errors
@@ -91,9 +98,7 @@ def _status_error(
         model=model,
         overflow=status in (400, None) and any(m in lowered for m in _OVERFLOW_MARKERS),
         kind=kind,
-        retryable_kind=kind in _RETRYABLE_TYPES,
-        auth_kind=kind in _AUTH_TYPES,
-        not_found_kind=kind == "not_found_error",
+        means=_MEANINGS.get(kind),
         wait=retry_after(exc.response.headers) if status is not None else None,
     )
 

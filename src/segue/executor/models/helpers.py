@@ -368,6 +368,11 @@ def _bounded(seconds: float) -> float | None:
     return min(max(seconds, 0.0), MAX_RETRY_AFTER)
 
 
+Meaning = Literal["retryable", "auth", "not_found"]
+"""What a provider's own error type means when its HTTP status alone does not say (an error
+event in a stream that had started has no status): try again, a refused key, an unknown model."""
+
+
 def http_error(
     status: int | None,
     detail: str,
@@ -377,9 +382,7 @@ def http_error(
     model: str,
     overflow: bool = False,
     kind: str = "",
-    retryable_kind: bool = False,
-    auth_kind: bool = False,
-    not_found_kind: bool = False,
+    means: Meaning | None = None,
     wait: float | None = None,
 ) -> LlmCallError:
     """The ``LlmCallError`` for a provider's HTTP failure (``status`` None: an error event in
@@ -388,9 +391,8 @@ def http_error(
     ``overflow`` (the provider said the prompt does not fit) and 413 take the exhaustion path;
     401/403 are fatal and name ``key_variable``; 404 is an unknown model; 408, 409, 429 and 5xx
     are retried by segue after ``wait`` seconds if the provider said. ``kind`` is the
-    provider's error type, shown in the message; the ``*_kind`` flags say what it means when
-    the status alone does not (a stream's error event has none). ``detail`` must already be
-    redacted.
+    provider's error type, shown in the message; ``means`` is what that type says when the
+    status does not (``Meaning``). ``detail`` must already be redacted.
     """
     shown = f"HTTP {status}" if status is not None else "stream error"
     if kind:
@@ -403,20 +405,20 @@ def http_error(
             context_overflow=True,
             status_code=status,
         )
-    if status in (401, 403) or auth_kind:
+    if status in (401, 403) or means == "auth":
         return LlmCallError(
             f"authentication failed: check {key_variable} ({shown}: {detail})",
             fatal=True,
             status_code=status,
         )
-    if status == 404 or not_found_kind:
+    if status == 404 or means == "not_found":
         return LlmCallError(
             f"unknown model {model!r} ({shown}: {detail})", fatal=True, status_code=status
         )
     if (
         status in RETRYABLE_STATUS
         or (status is not None and status >= 500 and status != 501)
-        or (status is None and retryable_kind)
+        or (status is None and means == "retryable")
     ):
         return LlmCallError(
             f"the {provider} API is unavailable ({shown}): {detail}",
@@ -491,10 +493,12 @@ __all__ = [
     "MIN_KEPT_MESSAGES",
     "NOT_RECORDED",
     "REJECTED_INPUT_CHARS",
+    "RETRYABLE_STATUS",
     "START_PLACEHOLDER",
     "TOOL_INPUT_CHARS",
     "TOOL_RESULT_CHARS",
     "TRIM_FRACTION",
+    "Meaning",
     "TextTurn",
     "ToolCallParts",
     "agent_prose",

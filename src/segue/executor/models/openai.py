@@ -36,6 +36,7 @@ from segue.executor.errors import LlmCallError
 from segue.executor.model_port import LlmReply, LlmRequest, TextSink
 from segue.executor.models.calls import guarded
 from segue.executor.models.helpers import (
+    Meaning,
     http_error,
     redact,
     retry_after,
@@ -59,8 +60,14 @@ _OVERFLOW: Final = re.compile(
     r"input tokens exceed the configured limit",
     re.IGNORECASE,
 )
-_RETRYABLE_CODES: Final = frozenset({"rate_limit_exceeded", "server_error", "server_is_overloaded"})
-_AUTH_CODES: Final = frozenset({"invalid_api_key", "invalid_authentication"})
+_MEANINGS: Final[dict[str, Meaning]] = {
+    "rate_limit_exceeded": "retryable",
+    "server_error": "retryable",
+    "server_is_overloaded": "retryable",
+    "invalid_api_key": "auth",
+    "invalid_authentication": "auth",
+    "model_not_found": "not_found",
+}
 _TRANSPORTS: Final = frozenset({"httpx", "httpx2", "httpcore", "httpcore2", "h11", "anyio"})
 _WINDOW_FIELDS: Final = (
     "context_window",
@@ -134,9 +141,7 @@ def _status_error(
         overflow=status == 400
         and (code == "context_length_exceeded" or bool(_OVERFLOW.search(detail))),
         kind=code or "",
-        retryable_kind=code in _RETRYABLE_CODES,
-        auth_kind=code in _AUTH_CODES,
-        not_found_kind=code == "model_not_found",
+        means=_MEANINGS.get(code or ""),
         wait=retry_after(exc.response.headers),
     )
 
