@@ -83,6 +83,17 @@ class Payload:
     max_tokens: int
     options: dict[str, Any] = field(default_factory=dict)
 
+    def arguments(self) -> dict[str, Any]:
+        """The prompt as keyword arguments, the same for ``messages.create`` and
+        ``messages.count_tokens``: the messages, and the system prompt and tools when there
+        are any (the API refuses an empty tool list)."""
+        arguments: dict[str, Any] = {"messages": self.messages}
+        if self.system is not None:
+            arguments["system"] = self.system
+        if self.tools:
+            arguments["tools"] = self.tools
+        return arguments
+
 
 class _Turns:
     """Accumulates blocks into alternating turns, merging consecutive same-role blocks."""

@@ -18,7 +18,6 @@ cumulative counts of ``message_delta`` when it carries them (a null field is "no
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,7 +58,6 @@ class StreamReader:
     """Accumulates the events of one response; ``reply()`` once ``message_stop`` has come."""
 
     on_text: TextSink | None = None
-    started: bool = False
     stopped: bool = False
     stop_reason: str | None = None
     usage: dict[str, int] = field(default_factory=dict)
@@ -70,7 +68,6 @@ class StreamReader:
         """Take one raw stream event (an SDK ``RawMessageStreamEvent``)."""
         kind = getattr(event, "type", None)
         if kind == "message_start":
-            self.started = True
             self._take_usage(getattr(getattr(event, "message", None), "usage", None))
         elif kind == "content_block_start":
             start = event.content_block
@@ -171,11 +168,3 @@ def _tool_call(block: _Block) -> ToolCall:
     if not isinstance(arguments, dict):
         arguments = {"input": arguments}
     return ToolCall(id=start.id, name=start.name, input=arguments)
-
-
-async def read_stream(events: AsyncIterable[Any], on_text: TextSink | None) -> StreamReader:
-    """Feed every event of ``events`` to a new reader and return it."""
-    reader = StreamReader(on_text=on_text)
-    async for event in events:
-        reader.feed(event)
-    return reader

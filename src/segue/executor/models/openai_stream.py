@@ -89,7 +89,6 @@ def failure(code: str | None, message: str, *, where: str) -> LlmCallError:
 @dataclass(slots=True)
 class _Reader:
     on_text: TextSink | None = None
-    started: bool = False
     texts: list[str] = field(default_factory=list)
     calls: ToolCallParts = field(default_factory=ToolCallParts)
     usage: Usage | None = None
@@ -132,7 +131,6 @@ class ChatReader(_Reader):
 
     def feed(self, chunk: dict[str, Any]) -> None:
         """Take one chunk (its JSON)."""
-        self.started = True
         error = chunk.get("error")
         if error is not None:
             self.error = failure(
@@ -188,8 +186,6 @@ class ResponsesReader(_Reader):
             self._text(event.get("delta"))
         elif kind == "response.function_call_arguments.delta":
             self.calls.add(event.get("output_index", 0), arguments=event.get("delta") or "")
-        elif kind == "response.created":
-            self.started = True
         elif kind == "response.output_item.added":
             item = event.get("item") or {}
             if item.get("type") == "function_call":
