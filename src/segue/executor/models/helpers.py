@@ -310,13 +310,15 @@ def _scrubbed(value: Any, secrets: Sequence[str], depth: int = 0) -> Any:
 
 
 _SCRUBBED_ATTRIBUTES: Final = ("message", "body", "api_message", "detail", "doc")
+_OS_ERROR_ATTRIBUTES: Final = ("strerror", "filename", "filename2")
+"""What an ``OSError`` shows besides its args (a path holding a credential, a CLI's own)."""
 
 
 def scrub_secrets(exc: BaseException | None, secrets: Sequence[str]) -> None:
     """Redact ``secrets`` in ``exc`` and every exception chained below it (``__cause__`` and
-    ``__context__``), in place: their ``args``, notes and the message and body attributes
-    clients keep. A provider that echoes the key in an error body then shows it in no
-    ``str``, ``repr`` or traceback of the error segue raises."""
+    ``__context__``), in place: their ``args``, notes, the message and body attributes
+    clients keep and an ``OSError``'s file names. A provider that echoes the key in an error
+    body then shows it in no ``str``, ``repr`` or traceback of the error segue raises."""
     if not secrets:
         return
     seen: set[int] = set()
@@ -336,6 +338,11 @@ def scrub_secrets(exc: BaseException | None, secrets: Sequence[str]) -> None:
             if value is not None:
                 with contextlib.suppress(AttributeError, TypeError):
                     setattr(current, name, _scrubbed(value, secrets))
+        if isinstance(current, OSError):
+            for name in _OS_ERROR_ATTRIBUTES:
+                value = getattr(current, name)
+                if isinstance(value, str):
+                    setattr(current, name, redact(value, secrets))
         pending += [current.__cause__, current.__context__]
         if isinstance(current, BaseExceptionGroup):
             pending += list(current.exceptions)
