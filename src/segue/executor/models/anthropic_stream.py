@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from segue.executor.errors import LlmCallError
 from segue.executor.model_port import LlmReply, TextSink
+from segue.executor.models.helpers import token_count
 from segue.statemachine import ToolCall, Usage
 from segue.statemachine.content import (
     ContentBlock,
@@ -103,8 +104,8 @@ class StreamReader:
         if usage is None:
             return
         for name in _USAGE_FIELDS:
-            value = getattr(usage, name, None)
-            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            value = token_count(getattr(usage, name, None))
+            if value is not None:
                 self.usage[name] = value
                 self.usage_said = True
 

@@ -101,6 +101,10 @@ def attachments_prose(message: Message) -> str:
     return f"[attached: {', '.join(names)}]" if names else ""
 
 
+AGENT_BLOCKS: Final = frozenset({"agent_tool_use", "agent_tool_result"})
+"""Blocks that record what another provider's own agent ran: sent as prose (``agent_prose``)."""
+
+
 def agent_prose(block: Any) -> str:
     """A tool another provider's own agent ran (``agent_tool_use`` / ``agent_tool_result``), as a
     bounded line of the reply's text: no provider can be sent it as a tool block."""
@@ -261,20 +265,20 @@ def usage_from_prompt(
     token is counted twice. None when the prompt is not said (the core keeps its last figure);
     a cache figure larger than the prompt is bounded by it.
     """
-    prompt = _count(prompt_tokens)
+    prompt = token_count(prompt_tokens)
     if prompt is None:
         return None
-    read = min(_count(cache_read) or 0, prompt)
-    written = min(_count(cache_write) or 0, prompt - read)
+    read = min(token_count(cache_read) or 0, prompt)
+    written = min(token_count(cache_write) or 0, prompt - read)
     return Usage(
         input_tokens=prompt - read - written,
         cache_read_input_tokens=read,
         cache_creation_input_tokens=written,
-        output_tokens=_count(output_tokens) or 0,
+        output_tokens=token_count(output_tokens) or 0,
     )
 
 
-def _count(value: object) -> int | None:
+def token_count(value: object) -> int | None:
     """A token count a report really gave: a non-negative int (not a bool), else None."""
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
@@ -495,6 +499,7 @@ class ToolCallParts:
 
 
 __all__ = [
+    "AGENT_BLOCKS",
     "CONTINUE",
     "MAX_RETRY_AFTER",
     "MIN_KEPT_MESSAGES",
@@ -522,6 +527,7 @@ __all__ = [
     "secrets_of",
     "text_turns",
     "to_json",
+    "token_count",
     "tool_call_prose",
     "tool_result_prose",
     "trim",
