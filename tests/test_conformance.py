@@ -4,13 +4,18 @@ an adapter that gets one behaviour wrong is told which, by name."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import dataclasses
+import re
+import traceback
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from segue.executor.model_port import LlmReply, LlmRequest
-from segue.statemachine import Usage
+from segue.executor.errors import LlmCallError
+from segue.executor.model_port import LlmReply, LlmRequest, ToolSpec
+from segue.statemachine import Message, ToolCall, Usage
 from segue.testing.conformance import CHECKS, Check, Harness, run, run_check
 from segue.testing.harnesses import HARNESSES, OpenAIHarness
 
@@ -85,13 +90,117 @@ def test_the_report_names_what_an_adapter_gets_wrong() -> None:
     assert "is not prompt + output" in report.explain()
 
 
-def test_the_adapter_guides_examples_are_python() -> None:
-    """docs/adapters.md shows code; it must at least be valid Python."""
-    import re
-    from pathlib import Path
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "adapters.md"
 
-    guide = Path(__file__).resolve().parents[1] / "docs" / "adapters.md"
-    blocks = re.findall(r"```python\n(.*?)```", guide.read_text(encoding="utf-8"), re.DOTALL)
+
+def guide_blocks() -> list[str]:
+    """The Python blocks of docs/adapters.md: the port, the page of code, the kit's use."""
+    return re.findall(r"```python\n(.*?)```", GUIDE.read_text(encoding="utf-8"), re.DOTALL)
+
+
+def test_the_adapter_guides_examples_are_python() -> None:
+    """docs/adapters.md shows code; it must at least be valid Python (the page of code also
+    runs, below)."""
+    blocks = guide_blocks()
     assert len(blocks) == 3
     for block in blocks:
-        compile(block, str(guide), "exec")
+        compile(block, str(GUIDE), "exec")
+
+
+class AcmeError(Exception):
+    """What the guide's Acme client raises when its API refuses."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+
+class Acme:
+    """The client the guide describes, answering from a script: each answer is the events of
+    one ``chat`` call, or the exception it raises."""
+
+    Error = AcmeError
+    api_key = "acme-DO-NOT-LEAK-0123456789"
+
+    def __init__(self, *answers: list[dict[str, Any]] | Exception) -> None:
+        self.answers = list(answers)
+        self.sent: list[tuple[list[Any], list[Any], str | None]] = []
+
+    async def chat(
+        self, messages: list[Any], *, tools: list[Any], tool_choice: str | None
+    ) -> AsyncIterator[dict[str, Any]]:
+        self.sent.append((messages, tools, tool_choice))
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        for event in answer:
+            yield event
+
+
+def test_the_adapter_guides_page_of_code_runs_as_written() -> None:
+    """The guide's ``AcmeModel``, run as the page shows it over the client it describes: text
+    streamed to ``on_text`` and joined, usage counted once, tool calls joined from pieces, the
+    requests at the limit sent as text without tools, and each failure the ``LlmCallError``
+    that says what can help, never showing the key."""
+    namespace: dict[str, Any] = {}
+    exec(compile(guide_blocks()[1], str(GUIDE), "exec"), namespace)  # noqa: S102  # our own page
+    spec = ToolSpec(name="bash", description="Run a command.", input_schema={"type": "object"})
+    call = ToolCall(id="t1", name="bash", input={"cmd": "ls"})
+    history = (
+        Message(kind="user", text="What is here?"),
+        Message(kind="assistant", text="Let me look.", tool_calls=(call,)),
+        Message(kind="tool_result", text="README.md", tool_call_id="t1"),
+    )
+    turn = LlmRequest(
+        conversation_id="c", model="acme-1", purpose="turn", system=None, messages=history
+    )
+    deltas: list[str] = []
+    done = {"type": "done", "usage": {"prompt": 100, "cached": 60, "completion": 7}}
+    client = Acme(
+        [
+            {"type": "text", "text": "Rea"},
+            {"type": "text", "text": "ding."},
+            {"type": "tool_call", "index": 0, "id": "t2", "name": "bash", "arguments": '{"cmd"'},
+            {"type": "tool_call", "index": 0, "arguments": ': "cat README.md"}'},
+            done,
+        ],
+        [{"type": "text", "text": "A summary."}, done],
+        [{"type": "text", "text": "Cut"}],
+        AcmeError(401, f"bad key {Acme.api_key}"),
+        ConnectionError("refused"),
+    )
+    model = namespace["AcmeModel"](client)
+
+    async def ask(request: LlmRequest) -> LlmReply:
+        reply: LlmReply = await model.complete(request)
+        return reply
+
+    async def fails(request: LlmRequest) -> LlmCallError:
+        with pytest.raises(LlmCallError) as info:
+            await model.complete(request)
+        return info.value
+
+    async def scenario() -> None:
+        reply = await ask(dataclasses.replace(turn, tools=(spec,), on_text=deltas.append))
+        assert deltas == ["Rea", "ding."]
+        assert reply.text == "Reading."
+        assert reply.tool_calls == (ToolCall(id="t2", name="bash", input={"cmd": "cat README.md"}),)
+        assert reply.usage == Usage(input_tokens=40, cache_read_input_tokens=60, output_tokens=7)
+        messages, tools, choice = client.sent[-1]
+        assert (tools, choice) == ([{"name": "bash", "schema": {"type": "object"}}], "auto")
+        assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+        summary = dataclasses.replace(turn, purpose="continuation", instruction="Summarise.")
+        assert (await ask(summary)).text == "A summary."
+        messages, tools, choice = client.sent[-1]
+        assert (tools, choice) == ([], None)
+        assert messages[-1]["text"].endswith("Summarise.")
+        assert (await fails(turn)).retryable  # no "done": cut off
+        refused = await fails(turn)
+        assert refused.fatal
+        assert "ACME_API_KEY" in refused.message
+        assert Acme.api_key not in "".join(traceback.format_exception(refused))
+        assert (await fails(turn)).retryable  # unreachable
+
+    asyncio.run(scenario())

@@ -363,12 +363,10 @@ def _log_query(request: LlmRequest, reader: QueryReader) -> None:
     )
 
 
-def _call_error(error: BaseException, secrets: Sequence[str]) -> LlmCallError:
+def _call_error(error: Exception, secrets: Sequence[str]) -> LlmCallError:
     """Any failure of a query as segue's: no CLI is a setup problem (fatal); a lost connection
     to it may be transient (retryable); a CLI that exited with an error is neither, nor is
     anything else the SDK raised."""
-    if isinstance(error, LlmCallError):
-        return error
     said = redact(f"{type(error).__name__}: {error}", secrets)
     if not isinstance(error, ClaudeSDKError):
         return LlmCallError(f"unexpected {said[:600]} from the Claude Agent SDK")

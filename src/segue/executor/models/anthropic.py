@@ -142,7 +142,7 @@ class AnthropicModel(EventStreamModel[Payload, Any]):
         # A credential too short to be real (a test's "k") would blank out letters of messages.
         return secrets_of(self._client.api_key, getattr(self._client, "auth_token", None))
 
-    def _error(self, exc: BaseException, *, model: str, secrets: Sequence[str]) -> LlmCallError:
+    def _error(self, exc: Exception, *, model: str, secrets: Sequence[str]) -> LlmCallError:
         return call_error(exc, model=model, secrets=secrets)
 
     def _described(self, payload: Payload) -> dict[str, object]:

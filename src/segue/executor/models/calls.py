@@ -20,26 +20,30 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar, Generic, NamedTuple, Protocol, TypeVar
 
+from segue.executor._log import get_logger
 from segue.executor.errors import LlmCallError
 from segue.executor.model_port import BaseLlmModel, LlmReply, LlmRequest, TextSink
 from segue.executor.models.helpers import scrub_secrets
+
+_log = get_logger(__name__)
 
 
 async def guarded(
     request: LlmRequest,
     call: Callable[[], Awaitable[LlmReply]],
     *,
-    to_error: Callable[[BaseException], LlmCallError],
+    to_error: Callable[[Exception], LlmCallError],
     secrets: Sequence[str],
-    log: Any,
+    log: Any = _log,
 ) -> LlmReply:
-    """``await call()``, logged; any failure raised as ``to_error(exc)`` from ``exc`` (itself
-    when it is already an ``LlmCallError``), ``secrets`` scrubbed from the whole chain."""
+    """``await call()``, logged (to ``log``, a segue logger: the adapter's own, or this
+    module's); any failure raised as ``to_error(exc)`` from ``exc``, or as itself when it is
+    already an ``LlmCallError`` (a cut stream), ``secrets`` scrubbed from the whole chain."""
     started = time.monotonic()
     try:
         reply = await call()
     except Exception as exc:  # the port promises LlmCallError and nothing else
-        error = to_error(exc)
+        error = exc if isinstance(exc, LlmCallError) else to_error(exc)
         scrub_secrets(exc, secrets)  # the chain below the error must not hold the key
         log.debug(
             "llm.error",
@@ -174,7 +178,7 @@ class EventStreamModel(BaseLlmModel, ABC, Generic[PayloadT, Event]):
         """A new reader of one answer's events, passing its text to ``on_text``."""
 
     @abstractmethod
-    def _error(self, exc: BaseException, *, model: str, secrets: Sequence[str]) -> LlmCallError:
+    def _error(self, exc: Exception, *, model: str, secrets: Sequence[str]) -> LlmCallError:
         """Any failure of a call as the ``LlmCallError`` it means, ``secrets`` redacted."""
 
     @abstractmethod
@@ -257,7 +261,7 @@ class EventStreamModel(BaseLlmModel, ABC, Generic[PayloadT, Event]):
         self._windows[model] = window
         return window
 
-    def _unanswered(self, event: str, model: str, exc: BaseException) -> LlmCallError:
+    def _unanswered(self, event: str, model: str, exc: Exception) -> LlmCallError:
         """A side question's failure (a window, a count), logged as ``event`` and returned: its
         answer is None, and the conversation goes on."""
         error = self._error(exc, model=model, secrets=self._secrets())

@@ -236,7 +236,7 @@ class OpenAIModel(EventStreamModel[Payload, dict[str, Any]]):
     def _secrets(self) -> tuple[str, ...]:
         return secrets_of(self._client.api_key)
 
-    def _error(self, exc: BaseException, *, model: str, secrets: Sequence[str]) -> LlmCallError:
+    def _error(self, exc: Exception, *, model: str, secrets: Sequence[str]) -> LlmCallError:
         return call_error(exc, model=model, secrets=secrets)
 
     def _described(self, payload: Payload) -> dict[str, object]:
