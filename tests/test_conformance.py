@@ -16,7 +16,8 @@ import pytest
 from segue.executor.errors import LlmCallError
 from segue.executor.model_port import LlmReply, LlmRequest, ToolSpec
 from segue.statemachine import Message, ToolCall, Usage
-from segue.testing.conformance import CHECKS, Check, Harness, run, run_check
+from segue.testing.conformance import Check, Harness, run, run_check
+from segue.testing.conformance.checks import CHECKS
 from segue.testing.harnesses import HARNESSES, OpenAIHarness
 
 WIRE_CHECKS = {
@@ -139,68 +140,82 @@ class Acme:
             yield event
 
 
-def test_the_adapter_guides_page_of_code_runs_as_written() -> None:
-    """The guide's ``AcmeModel``, run as the page shows it over the client it describes: text
-    streamed to ``on_text`` and joined, usage counted once, tool calls joined from pieces, the
-    requests at the limit sent as text without tools, and each failure the ``LlmCallError``
-    that says what can help, never showing the key."""
+def guide_adapter(client: Acme) -> Any:
+    """The guide's ``AcmeModel``, defined by running the page's code as it stands, over
+    ``client``."""
     namespace: dict[str, Any] = {}
     exec(compile(guide_blocks()[1], str(GUIDE), "exec"), namespace)  # noqa: S102  # our own page
-    spec = ToolSpec(name="bash", description="Run a command.", input_schema={"type": "object"})
-    call = ToolCall(id="t1", name="bash", input={"cmd": "ls"})
-    history = (
+    return namespace["AcmeModel"](client)
+
+
+LS = ToolCall(id="t1", name="bash", input={"cmd": "ls"})
+ACME_TURN = LlmRequest(
+    conversation_id="c",
+    model="acme-1",
+    purpose="turn",
+    system=None,
+    messages=(
         Message(kind="user", text="What is here?"),
-        Message(kind="assistant", text="Let me look.", tool_calls=(call,)),
+        Message(kind="assistant", text="Let me look.", tool_calls=(LS,)),
         Message(kind="tool_result", text="README.md", tool_call_id="t1"),
-    )
-    turn = LlmRequest(
-        conversation_id="c", model="acme-1", purpose="turn", system=None, messages=history
-    )
-    deltas: list[str] = []
-    done = {"type": "done", "usage": {"prompt": 100, "cached": 60, "completion": 7}}
+    ),
+    tools=(ToolSpec(name="bash", description="Run it.", input_schema={"type": "object"}),),
+)
+ACME_DONE = {"type": "done", "usage": {"prompt": 100, "cached": 60, "completion": 7}}
+
+
+def test_the_guides_adapter_streams_a_turn_with_its_tool_calls() -> None:
+    """Text passed to ``on_text`` as it comes and joined, usage counted once, a tool call
+    joined from its pieces; the history sent paired, the tools callable."""
     client = Acme(
         [
             {"type": "text", "text": "Rea"},
             {"type": "text", "text": "ding."},
             {"type": "tool_call", "index": 0, "id": "t2", "name": "bash", "arguments": '{"cmd"'},
             {"type": "tool_call", "index": 0, "arguments": ': "cat README.md"}'},
-            done,
-        ],
-        [{"type": "text", "text": "A summary."}, done],
-        [{"type": "text", "text": "Cut"}],
-        AcmeError(401, f"bad key {Acme.api_key}"),
-        ConnectionError("refused"),
+            ACME_DONE,
+        ]
     )
-    model = namespace["AcmeModel"](client)
+    deltas: list[str] = []
+    turn = dataclasses.replace(ACME_TURN, on_text=deltas.append)
+    reply: LlmReply = asyncio.run(guide_adapter(client).complete(turn))
+    assert deltas == ["Rea", "ding."]
+    assert reply.text == "Reading."
+    assert reply.tool_calls == (ToolCall(id="t2", name="bash", input={"cmd": "cat README.md"}),)
+    assert reply.usage == Usage(input_tokens=40, cache_read_input_tokens=60, output_tokens=7)
+    messages, tools, choice = client.sent[0]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+    assert (tools, choice) == ([{"name": "bash", "schema": {"type": "object"}}], "auto")
 
-    async def ask(request: LlmRequest) -> LlmReply:
-        reply: LlmReply = await model.complete(request)
-        return reply
 
-    async def fails(request: LlmRequest) -> LlmCallError:
-        with pytest.raises(LlmCallError) as info:
-            await model.complete(request)
-        return info.value
+def test_the_guides_adapter_sends_a_request_at_the_limit_as_text_without_tools() -> None:
+    client = Acme([{"type": "text", "text": "A summary."}, ACME_DONE])
+    summary = dataclasses.replace(ACME_TURN, purpose="continuation", instruction="Summarise.")
+    reply: LlmReply = asyncio.run(guide_adapter(client).complete(summary))
+    assert reply.text == "A summary."
+    messages, tools, choice = client.sent[0]
+    assert (tools, choice) == ([], None)
+    assert messages[-1]["text"].endswith("Summarise.")
 
-    async def scenario() -> None:
-        reply = await ask(dataclasses.replace(turn, tools=(spec,), on_text=deltas.append))
-        assert deltas == ["Rea", "ding."]
-        assert reply.text == "Reading."
-        assert reply.tool_calls == (ToolCall(id="t2", name="bash", input={"cmd": "cat README.md"}),)
-        assert reply.usage == Usage(input_tokens=40, cache_read_input_tokens=60, output_tokens=7)
-        messages, tools, choice = client.sent[-1]
-        assert (tools, choice) == ([{"name": "bash", "schema": {"type": "object"}}], "auto")
-        assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
-        summary = dataclasses.replace(turn, purpose="continuation", instruction="Summarise.")
-        assert (await ask(summary)).text == "A summary."
-        messages, tools, choice = client.sent[-1]
-        assert (tools, choice) == ([], None)
-        assert messages[-1]["text"].endswith("Summarise.")
-        assert (await fails(turn)).retryable  # no "done": cut off
-        refused = await fails(turn)
-        assert refused.fatal
-        assert "ACME_API_KEY" in refused.message
-        assert Acme.api_key not in "".join(traceback.format_exception(refused))
-        assert (await fails(turn)).retryable  # unreachable
 
-    asyncio.run(scenario())
+@pytest.mark.parametrize(
+    ("answer", "flag"),
+    [
+        ([{"type": "text", "text": "Cut"}], "retryable"),  # no "done": cut off
+        (AcmeError(401, f"bad key {Acme.api_key}"), "fatal"),
+        (AcmeError(429, "slow down", {"retry-after": "3"}), "retryable"),
+        (ConnectionError("refused"), "retryable"),
+    ],
+)
+def test_the_guides_adapter_says_what_can_help_and_never_the_key(
+    answer: list[dict[str, Any]] | Exception, flag: str
+) -> None:
+    model = guide_adapter(Acme(answer))
+    with pytest.raises(LlmCallError) as info:
+        asyncio.run(model.complete(ACME_TURN))
+    assert getattr(info.value, flag)
+    assert Acme.api_key not in "".join(traceback.format_exception(info.value))
+    if isinstance(answer, AcmeError) and answer.status == 401:
+        assert "ACME_API_KEY" in info.value.message
+    if isinstance(answer, AcmeError) and answer.status == 429:
+        assert info.value.retry_after == 3
