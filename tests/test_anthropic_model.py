@@ -26,7 +26,7 @@ from segue.executor.errors import LlmCallError
 from segue.executor.model_port import LlmModel, LlmReply, LlmRequest, Purpose, ToolSpec
 from segue.executor.models.anthropic import AnthropicModel, call_error
 from segue.executor.models.anthropic_payload import turn_messages
-from segue.executor.models.helpers import MIN_KEPT_MESSAGES, TOOL_RESULT_CHARS
+from segue.executor.models.history import MIN_KEPT_MESSAGES, TOOL_RESULT_CHARS
 from segue.statemachine import Message, ToolCall
 from segue.statemachine import Usage as SegueUsage
 from segue.testing.anthropic_server import (

@@ -17,7 +17,7 @@ import pytest
 from segue.executor.errors import LlmCallError
 from segue.executor.model_port import LlmModel, LlmRequest
 from segue.executor.models.anthropic import AnthropicModel
-from segue.executor.models.helpers import scrub_secrets
+from segue.executor.models.call_errors import scrub_secrets
 from segue.executor.models.openai import OpenAIModel
 from segue.statemachine import Message
 from segue.testing import anthropic_server, openai_server

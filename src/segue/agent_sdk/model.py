@@ -48,8 +48,8 @@ from segue.agent_sdk.archive import archive_transcript
 from segue.executor._log import get_logger
 from segue.executor.errors import LlmCallError
 from segue.executor.model_port import BaseLlmModel, LlmReply, LlmRequest
+from segue.executor.models.call_errors import RETRYABLE_STATUS, redact, secrets_of
 from segue.executor.models.calls import guarded
-from segue.executor.models.helpers import RETRYABLE_STATUS, redact, secrets_of
 from segue.statemachine import ContextExhaustionBehavior, Message
 
 _log = get_logger("segue.agent_sdk")

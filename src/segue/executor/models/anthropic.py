@@ -34,14 +34,8 @@ from segue.executor.errors import LlmCallError
 from segue.executor.model_port import LlmRequest, TextSink
 from segue.executor.models.anthropic_payload import Payload, build_payload
 from segue.executor.models.anthropic_stream import StreamReader
+from segue.executor.models.call_errors import Meaning, http_error, redact, retry_after, secrets_of
 from segue.executor.models.calls import EventStreamModel, Opened
-from segue.executor.models.helpers import (
-    Meaning,
-    http_error,
-    redact,
-    retry_after,
-    secrets_of,
-)
 
 log = get_logger(__name__)
 

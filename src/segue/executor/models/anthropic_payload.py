@@ -34,7 +34,7 @@ from anthropic.types import (
 )
 
 from segue.executor.model_port import LlmRequest
-from segue.executor.models.helpers import (
+from segue.executor.models.history import (
     AGENT_BLOCKS,
     NOT_RECORDED,
     START_PLACEHOLDER,
@@ -224,7 +224,7 @@ def _tool_use(call: ToolCall) -> Block:
 
 
 def text_messages(request: LlmRequest) -> list[MessageParam]:
-    """The history as plain text, for the tool-less requests (``helpers.text_turns``), each
+    """The history as plain text, for the tool-less requests (``history.text_turns``), each
     paragraph a text block."""
     return [
         _message(turn.role, [{"type": "text", "text": part} for part in turn.parts])

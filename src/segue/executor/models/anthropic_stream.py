@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from segue.executor.errors import LlmCallError
 from segue.executor.model_port import LlmReply, TextSink
-from segue.executor.models.helpers import token_count
+from segue.executor.models.replies import token_count
 from segue.statemachine import ToolCall, Usage
 from segue.statemachine.content import (
     ContentBlock,

@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Generic, NamedTuple, Protocol, TypeVar
 from segue.executor._log import get_logger
 from segue.executor.errors import LlmCallError
 from segue.executor.model_port import BaseLlmModel, LlmReply, LlmRequest, TextSink
-from segue.executor.models.helpers import scrub_secrets
+from segue.executor.models.call_errors import scrub_secrets
 
 _log = get_logger(__name__)
 

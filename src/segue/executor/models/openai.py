@@ -36,14 +36,8 @@ import openai
 from segue.executor._log import get_logger
 from segue.executor.errors import LlmCallError
 from segue.executor.model_port import LlmRequest, TextSink
+from segue.executor.models.call_errors import Meaning, http_error, redact, retry_after, secrets_of
 from segue.executor.models.calls import EventStreamModel, Opened
-from segue.executor.models.helpers import (
-    Meaning,
-    http_error,
-    redact,
-    retry_after,
-    secrets_of,
-)
 from segue.executor.models.openai_payload import (
     Api,
     Payload,

@@ -5,14 +5,14 @@
   reply's tool calls (``tool_calls`` on the assistant message; ``function_call`` items), each
   result right after them (``tool`` messages with their ``tool_call_id``;
   ``function_call_output`` items with their ``call_id``), every call answered once
-  (``helpers.paired``). Images go as data URLs in each API's shape (``image_url`` parts;
+  (``history.paired``). Images go as data URLs in each API's shape (``image_url`` parts;
   ``input_image`` items); a PDF goes as an ``input_file`` on the Responses API, and Chat
   Completions, which cannot take one, is refused before anything is sent
   (``UnsupportedContentError``). Thinking blocks (another provider's) are left out.
 * **The grace request** of a turn at its tool-round limit keeps the tools declared (the
   history holds calls) with ``tool_choice: "none"`` and the instruction last.
 * **The tool-less requests** (continuation, checkpoint, compaction) send the history as plain
-  text turns (``helpers.text_turns``): no tool is declared, so none can be called.
+  text turns (``history.text_turns``): no tool is declared, so none can be called.
 * **Model settings.** Reasoning models (the o-series, gpt-5) take ``max_completion_tokens``
   and refuse a temperature other than the default, so none is sent to them; other models take
   ``max_tokens`` (what every compatible server knows) and the conversation's temperature. A
@@ -28,7 +28,7 @@ from typing import Any, Final, Literal
 
 from segue.executor.errors import SegueError
 from segue.executor.model_port import LlmRequest, ToolSpec
-from segue.executor.models.helpers import (
+from segue.executor.models.history import (
     AGENT_BLOCKS,
     agent_prose,
     offers_tools,
