@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import stat
+import traceback
 from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,10 +42,11 @@ from segue import (
 )
 from segue.agent_sdk import CONTINUE_PROMPT, AgentSdkModel, archive_transcript
 from segue.agent_sdk._reading import QueryReader, summary_of
+from segue.executor.errors import LlmCallError
 from segue.executor.instructions import CONTINUATION_INSTRUCTION
-from segue.executor.model_port import LlmReply
+from segue.executor.model_port import LlmReply, LlmRequest
 from segue.executor.subagent import subagent_tool
-from segue.statemachine import ToolCall
+from segue.statemachine import Message, ToolCall
 from segue.testing.anthropic_server import (
     FakeAnthropicServer,
     MessageReply,
@@ -298,6 +300,29 @@ def test_an_api_error_is_retried_by_segue(
             assert len(server.message_requests()) == 2
 
     run(scenario())
+
+
+def test_a_cli_that_cannot_start_is_fatal_and_shows_no_credential(tmp_path: Path) -> None:
+    """The port's promise holds here too: the SDK's failure comes out as an ``LlmCallError``,
+    and the credentials the CLI was given appear nowhere in its chain (here a path holds one,
+    which the SDK's error and the ``OSError`` below it both show)."""
+    key = "sk-ant-sdk-DO-NOT-LEAK-0123456789"
+    options = ClaudeAgentOptions(
+        cli_path=str(tmp_path / key / "claude"), env={"ANTHROPIC_API_KEY": key}
+    )
+    model = AgentSdkModel(options, archive_dir=tmp_path / "archives")
+    request = LlmRequest(
+        conversation_id="c",
+        model=MODEL,
+        purpose="turn",
+        system=None,
+        messages=(Message(kind="user", text="Hello."),),
+    )
+    with pytest.raises(LlmCallError) as info:
+        run(model.complete(request))
+    assert info.value.fatal
+    assert "not found" in info.value.message
+    assert key not in "".join(traceback.format_exception(info.value))
 
 
 # --------------------------------------------------------------------------- at the limit

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import anthropic
+import httpx2
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -24,11 +25,8 @@ from hypothesis import strategies as st
 from segue.executor.errors import LlmCallError
 from segue.executor.model_port import LlmModel, LlmReply, LlmRequest, Purpose, ToolSpec
 from segue.executor.models.anthropic import AnthropicModel, call_error
-from segue.executor.models.anthropic_payload import (
-    MIN_KEPT_MESSAGES,
-    TOOL_RESULT_CHARS,
-    turn_messages,
-)
+from segue.executor.models.anthropic_payload import turn_messages
+from segue.executor.models.history import MIN_KEPT_MESSAGES, TOOL_RESULT_CHARS
 from segue.statemachine import Message, ToolCall
 from segue.statemachine import Usage as SegueUsage
 from segue.testing.anthropic_server import (
@@ -580,6 +578,15 @@ def test_a_200_that_is_not_a_message_says_what_it_was(body: bytes, content_type:
     assert not error.retryable
 
 
+def test_an_event_stream_that_ends_before_any_message_is_a_cut_stream() -> None:
+    """An event stream closed before its first event (a proxy timing out) is what a stream
+    cut later is: incomplete, and worth another attempt; as on OpenAI's adapter."""
+    with FakeAnthropicServer() as server:
+        error = failure(server, RawReply(body=b"", content_type="text/event-stream"))
+    assert error.retryable
+    assert "message_stop" in error.message
+
+
 @pytest.mark.parametrize(
     ("reply", "status"),
     [
@@ -702,6 +709,43 @@ def test_context_window_is_none_when_the_api_is_unreachable() -> None:
             return await AnthropicModel(client).context_window(MODEL)
 
     assert asyncio.run(ask()) is None
+
+
+class _Flaky(httpx2.AsyncHTTPTransport):
+    """A connection that fails while ``down``: an API unreachable for a while."""
+
+    down = True
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        if self.down:
+            raise httpx2.ConnectError("connection refused", request=request)
+        return await super().handle_async_request(request)
+
+
+def test_a_window_is_asked_again_after_a_failure_but_not_after_an_answer() -> None:
+    """An unknown model's 404 is an answer, kept like a window; an unreachable API is not,
+    so the next conversation asks again instead of living with the table's guess."""
+    transport = _Flaky()
+
+    async def ask(url: str) -> list[int | None]:
+        async with (
+            httpx2.AsyncClient(transport=transport) as http,
+            anthropic.AsyncAnthropic(api_key=KEY, base_url=url, http_client=http) as client,
+        ):
+            model = AnthropicModel(client)
+            unreachable = await model.context_window(MODEL)
+            transport.down = False
+            return [
+                unreachable,
+                await model.context_window(MODEL),
+                await model.context_window("claude-unknown"),
+                await model.context_window("claude-unknown"),
+            ]
+
+    with FakeAnthropicServer(models={MODEL: ModelSpec(max_input_tokens=1_000_000)}) as server:
+        assert asyncio.run(ask(server.url)) == [None, 1_000_000, None, None]
+        paths = [r.path for r in server.requests]
+    assert paths.count("/v1/models/claude-unknown") == 1
 
 
 def test_count_tokens_uses_the_same_payload_when_enabled() -> None:

@@ -4,14 +4,20 @@ an adapter that gets one behaviour wrong is told which, by name."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import dataclasses
+import re
+import traceback
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from segue.executor.model_port import LlmReply, LlmRequest
-from segue.statemachine import Usage
-from segue.testing.conformance import CHECKS, Check, Harness, run, run_check
+from segue.executor.errors import LlmCallError
+from segue.executor.model_port import LlmReply, LlmRequest, ToolSpec
+from segue.statemachine import Message, ToolCall, Usage
+from segue.testing.conformance import Check, Harness, run, run_check
+from segue.testing.conformance.checks import CHECKS
 from segue.testing.harnesses import HARNESSES, OpenAIHarness
 
 WIRE_CHECKS = {
@@ -85,13 +91,131 @@ def test_the_report_names_what_an_adapter_gets_wrong() -> None:
     assert "is not prompt + output" in report.explain()
 
 
-def test_the_adapter_guides_examples_are_python() -> None:
-    """docs/adapters.md shows code; it must at least be valid Python."""
-    import re
-    from pathlib import Path
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "adapters.md"
 
-    guide = Path(__file__).resolve().parents[1] / "docs" / "adapters.md"
-    blocks = re.findall(r"```python\n(.*?)```", guide.read_text(encoding="utf-8"), re.DOTALL)
+
+def guide_blocks() -> list[str]:
+    """The Python blocks of docs/adapters.md: the port, the page of code, the kit's use."""
+    return re.findall(r"```python\n(.*?)```", GUIDE.read_text(encoding="utf-8"), re.DOTALL)
+
+
+def test_the_adapter_guides_examples_are_python() -> None:
+    """docs/adapters.md shows code; it must at least be valid Python (the page of code also
+    runs, below)."""
+    blocks = guide_blocks()
     assert len(blocks) == 3
     for block in blocks:
-        compile(block, str(guide), "exec")
+        compile(block, str(GUIDE), "exec")
+
+
+class AcmeError(Exception):
+    """What the guide's Acme client raises when its API refuses."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+
+class Acme:
+    """The client the guide describes, answering from a script: each answer is the events of
+    one ``chat`` call, or the exception it raises."""
+
+    Error = AcmeError
+    api_key = "acme-DO-NOT-LEAK-0123456789"
+
+    def __init__(self, *answers: list[dict[str, Any]] | Exception) -> None:
+        self.answers = list(answers)
+        self.sent: list[tuple[list[Any], list[Any], str | None]] = []
+
+    async def chat(
+        self, messages: list[Any], *, tools: list[Any], tool_choice: str | None
+    ) -> AsyncIterator[dict[str, Any]]:
+        self.sent.append((messages, tools, tool_choice))
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        for event in answer:
+            yield event
+
+
+def guide_adapter(client: Acme) -> Any:
+    """The guide's ``AcmeModel``, defined by running the page's code as it stands, over
+    ``client``."""
+    namespace: dict[str, Any] = {}
+    exec(compile(guide_blocks()[1], str(GUIDE), "exec"), namespace)  # noqa: S102  # our own page
+    return namespace["AcmeModel"](client)
+
+
+LS = ToolCall(id="t1", name="bash", input={"cmd": "ls"})
+ACME_TURN = LlmRequest(
+    conversation_id="c",
+    model="acme-1",
+    purpose="turn",
+    system=None,
+    messages=(
+        Message(kind="user", text="What is here?"),
+        Message(kind="assistant", text="Let me look.", tool_calls=(LS,)),
+        Message(kind="tool_result", text="README.md", tool_call_id="t1"),
+    ),
+    tools=(ToolSpec(name="bash", description="Run it.", input_schema={"type": "object"}),),
+)
+ACME_DONE = {"type": "done", "usage": {"prompt": 100, "cached": 60, "completion": 7}}
+
+
+def test_the_guides_adapter_streams_a_turn_with_its_tool_calls() -> None:
+    """Text passed to ``on_text`` as it comes and joined, usage counted once, a tool call
+    joined from its pieces; the history sent paired, the tools callable."""
+    client = Acme(
+        [
+            {"type": "text", "text": "Rea"},
+            {"type": "text", "text": "ding."},
+            {"type": "tool_call", "index": 0, "id": "t2", "name": "bash", "arguments": '{"cmd"'},
+            {"type": "tool_call", "index": 0, "arguments": ': "cat README.md"}'},
+            ACME_DONE,
+        ]
+    )
+    deltas: list[str] = []
+    turn = dataclasses.replace(ACME_TURN, on_text=deltas.append)
+    reply: LlmReply = asyncio.run(guide_adapter(client).complete(turn))
+    assert deltas == ["Rea", "ding."]
+    assert reply.text == "Reading."
+    assert reply.tool_calls == (ToolCall(id="t2", name="bash", input={"cmd": "cat README.md"}),)
+    assert reply.usage == Usage(input_tokens=40, cache_read_input_tokens=60, output_tokens=7)
+    messages, tools, choice = client.sent[0]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+    assert (tools, choice) == ([{"name": "bash", "schema": {"type": "object"}}], "auto")
+
+
+def test_the_guides_adapter_sends_a_request_at_the_limit_as_text_without_tools() -> None:
+    client = Acme([{"type": "text", "text": "A summary."}, ACME_DONE])
+    summary = dataclasses.replace(ACME_TURN, purpose="continuation", instruction="Summarise.")
+    reply: LlmReply = asyncio.run(guide_adapter(client).complete(summary))
+    assert reply.text == "A summary."
+    messages, tools, choice = client.sent[0]
+    assert (tools, choice) == ([], None)
+    assert messages[-1]["text"].endswith("Summarise.")
+
+
+@pytest.mark.parametrize(
+    ("answer", "flag"),
+    [
+        ([{"type": "text", "text": "Cut"}], "retryable"),  # no "done": cut off
+        (AcmeError(401, f"bad key {Acme.api_key}"), "fatal"),
+        (AcmeError(429, "slow down", {"retry-after": "3"}), "retryable"),
+        (ConnectionError("refused"), "retryable"),
+    ],
+)
+def test_the_guides_adapter_says_what_can_help_and_never_the_key(
+    answer: list[dict[str, Any]] | Exception, flag: str
+) -> None:
+    model = guide_adapter(Acme(answer))
+    with pytest.raises(LlmCallError) as info:
+        asyncio.run(model.complete(ACME_TURN))
+    assert getattr(info.value, flag)
+    assert Acme.api_key not in "".join(traceback.format_exception(info.value))
+    if isinstance(answer, AcmeError) and answer.status == 401:
+        assert "ACME_API_KEY" in info.value.message
+    if isinstance(answer, AcmeError) and answer.status == 429:
+        assert info.value.retry_after == 3

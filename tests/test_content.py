@@ -26,9 +26,12 @@ from segue import (
     AppendMessage,
     ImageBlock,
     InvalidMessageError,
+    LlmReply,
+    LlmRequest,
     MemoryStore,
     Message,
     Runtime,
+    ScriptedModel,
     SqliteStore,
     Store,
     TextBlock,
@@ -472,3 +475,20 @@ def test_bad_blocks_are_the_callers_mistake() -> None:
 
     asyncio.run(main())
     assert Message(kind="user", text="x").content == ()
+
+
+def test_a_scripted_reply_keeps_its_blocks_when_the_model_adds_usage() -> None:
+    """ScriptedModel fills in the usage a provider would report; whatever else the script said
+    (thinking blocks the transcript must send back, the provider's session) stays as it said."""
+    thinking = ThinkingBlock(thinking="Six times seven.", signature="sig-1")
+    said = LlmReply(text="42", content=(thinking, TextBlock(text="42")), session_ref="s-1")
+    asked = LlmRequest(
+        conversation_id="c",
+        model=MODEL,
+        purpose="turn",
+        system=None,
+        messages=(Message(kind="user", text="Six times seven?"),),
+    )
+    reply = asyncio.run(ScriptedModel([said]).complete(asked))
+    assert reply.usage is not None
+    assert (reply.text, reply.content, reply.session_ref) == ("42", said.content, "s-1")

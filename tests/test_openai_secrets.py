@@ -17,7 +17,7 @@ import pytest
 from segue.executor.errors import LlmCallError
 from segue.executor.model_port import LlmModel, LlmRequest
 from segue.executor.models.anthropic import AnthropicModel
-from segue.executor.models.helpers import scrub_secrets
+from segue.executor.models.call_errors import scrub_secrets
 from segue.executor.models.openai import OpenAIModel
 from segue.statemachine import Message
 from segue.testing import anthropic_server, openai_server
@@ -141,3 +141,14 @@ def test_scrubbing_walks_both_chains_args_notes_and_bodies() -> None:
     assert KEY not in everything_shown(caught.value)
     assert caught.value.__context__ is inner
     assert inner.args == ("inner", {"detail": ["key=[redacted]"]})
+
+
+def test_scrubbing_reaches_the_file_names_an_os_error_shows() -> None:
+    """``str(OSError)`` is built from its ``filename``, which is not in its args: a path that
+    holds the key (a CLI's, a credentials file's) must not show it either."""
+    missing = FileNotFoundError(2, "No such file or directory", f"/keys/{KEY}/claude")
+    error = RuntimeError("the CLI cannot start")
+    error.__cause__ = missing
+    scrub_secrets(error, (KEY,))
+    assert KEY not in everything_shown(error)
+    assert missing.filename == "/keys/[redacted]/claude"

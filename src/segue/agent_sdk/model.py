@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -46,7 +47,9 @@ from segue.agent_sdk._reading import QueryReader
 from segue.agent_sdk.archive import archive_transcript
 from segue.executor._log import get_logger
 from segue.executor.errors import LlmCallError
-from segue.executor.model_port import LlmReply, LlmRequest, TextSink, ToolSink
+from segue.executor.model_port import BaseLlmModel, LlmReply, LlmRequest
+from segue.executor.models.call_errors import RETRYABLE_STATUS, redact, secrets_of
+from segue.executor.models.calls import guarded
 from segue.statemachine import ContextExhaustionBehavior, Message
 
 _log = get_logger("segue.agent_sdk")
@@ -55,17 +58,18 @@ _cli_log = logging.getLogger("segue.agent_sdk.cli")
 CONTINUE_PROMPT: Final = "Continue the task from where you left off."
 """Sent when segue asks the session to go on with nothing new from the user (the first request
 of a generation that resumes mid-task)."""
-_RETRYABLE_STATUS: Final = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 _OVERFLOW_REASONS: Final = frozenset({"prompt_too_long", "blocking_limit"})
 _INTERRUPTED: Final = frozenset({"aborted_streaming", "aborted_tools"})
 _MISSING_SESSION: Final = "No conversation found"
 """How the CLI says the session to resume does not exist."""
+_SECRET_ENDS: Final = ("_API_KEY", "_AUTH_TOKEN", "_OAUTH_TOKEN")
+"""Environment variables whose values are credentials (``ANTHROPIC_API_KEY``...)."""
 _SEEN_BY_SESSION: Final = frozenset({"assistant", "summary"})
 """Message kinds the SDK session holds already (it wrote them): a resumed session is sent only
 what comes after the last of them."""
 
 
-class AgentSdkModel:
+class AgentSdkModel(BaseLlmModel):
     """An ``LlmModel`` whose requests are Claude Agent SDK queries (see the module docstring).
 
     ``options`` are the SDK's own (working directory, permission mode, allowed tools, ``env``
@@ -78,8 +82,6 @@ class AgentSdkModel:
     ``claude-sonnet-4-6`` in the CLI, where segue's table says 1,000,000 for the API with its
     long-context option), so that segue's thresholds are fractions of the CLI's window.
     """
-
-    exact_preflight = False
 
     def __init__(
         self,
@@ -104,37 +106,44 @@ class AgentSdkModel:
         no model endpoint to ask)."""
         return self.window
 
-    async def count_tokens(self, request: LlmRequest) -> int | None:
-        return None
-
     async def complete(self, request: LlmRequest) -> LlmReply:
-        """Run one query for ``request`` (see the module docstring).
+        """Run one query for ``request`` (see the module docstring); every failure is raised as
+        ``LlmCallError``, with the credentials the CLI is given scrubbed from the whole
+        exception chain (its errors carry its stderr)."""
+        secrets = self._secrets()
+        return await guarded(
+            request,
+            lambda: self._answer(request),
+            to_error=lambda exc: _call_error(exc, secrets),
+            secrets=secrets,
+            log=_log,
+        )
 
-        A session the SDK no longer has (its files were removed, ``HOME`` changed) is not the
+    def _secrets(self) -> tuple[str, ...]:
+        """The credentials the CLI runs with: its own ``env``'s and those it inherits."""
+        env = {**os.environ, **self.options.env}
+        return secrets_of(*(value for name, value in env.items() if name.endswith(_SECRET_ENDS)))
+
+    async def _answer(self, request: LlmRequest) -> LlmReply:
+        """A session the SDK no longer has (its files were removed, ``HOME`` changed) is not the
         end of the conversation: the query runs again in a new session, sent segue's own view
         of the history instead."""
         try:
-            return await self._query(request, request.on_text, request.on_tool)
+            return await self._query(request)
         except _SessionMissing:
             _log.warning(
                 "sdk_session_missing",
                 conversation_id=request.conversation_id,
                 session_id=request.provider_session,
             )
-            return await self._query(
-                dataclasses.replace(request, provider_session=None),
-                request.on_text,
-                request.on_tool,
-            )
+            return await self._query(dataclasses.replace(request, provider_session=None))
 
-    async def _query(
-        self, request: LlmRequest, on_text: TextSink | None, on_tool: ToolSink | None
-    ) -> LlmReply:
+    async def _query(self, request: LlmRequest) -> LlmReply:
         turn = request.purpose == "turn"
         reader = QueryReader(
             stop_at=request.stop_at_tokens if turn else None,
-            on_text=on_text if turn else None,
-            on_tool=on_tool if turn else None,
+            on_text=request.on_text if turn else None,
+            on_tool=request.on_tool if turn else None,
         )
         options = self._options(request)
         prompt = _prompt(request)
@@ -153,7 +162,7 @@ class AgentSdkModel:
         except ClaudeSDKError as error:
             if request.provider_session and _MISSING_SESSION in str(error):
                 raise _SessionMissing from error
-            raise _call_error(error) from error
+            raise
         _log_query(request, reader)
         return _reply(request, reader)
 
@@ -307,7 +316,7 @@ def _reply(request: LlmRequest, reader: QueryReader) -> LlmReply:
         detail = (said or result.subtype)[:500]
         raise LlmCallError(
             f"the Claude Agent SDK query failed ({reason or result.subtype}): {detail}",
-            retryable=status in _RETRYABLE_STATUS,
+            retryable=status in RETRYABLE_STATUS,
             status_code=status,
         )
     if result is None and not reader.reached:
@@ -354,11 +363,15 @@ def _log_query(request: LlmRequest, reader: QueryReader) -> None:
     )
 
 
-def _call_error(error: ClaudeSDKError) -> LlmCallError:
-    """The SDK's failure as segue's: no CLI is a setup problem (fatal); a lost connection to it
-    may be transient (retryable); a CLI that exited with an error is neither."""
+def _call_error(error: Exception, secrets: Sequence[str]) -> LlmCallError:
+    """Any failure of a query as segue's: no CLI is a setup problem (fatal); a lost connection
+    to it may be transient (retryable); a CLI that exited with an error is neither, nor is
+    anything else the SDK raised."""
+    said = redact(f"{type(error).__name__}: {error}", secrets)
+    if not isinstance(error, ClaudeSDKError):
+        return LlmCallError(f"unexpected {said[:600]} from the Claude Agent SDK")
     return LlmCallError(
-        f"Claude Agent SDK: {type(error).__name__}: {error}"[:600],
+        f"Claude Agent SDK: {said}"[:600],
         retryable=isinstance(error, CLIConnectionError) and not isinstance(error, CLINotFoundError),
         fatal=isinstance(error, CLINotFoundError),
     )

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, cast
+from typing import Any, Final, cast
 
 from anthropic.types import (
     AssistantMessageParam,
@@ -34,29 +34,24 @@ from anthropic.types import (
 )
 
 from segue.executor.model_port import LlmRequest
-from segue.executor.models.helpers import (
-    MIN_KEPT_MESSAGES,
-    REJECTED_INPUT_CHARS,
+from segue.executor.models.history import (
+    AGENT_BLOCKS,
+    NOT_RECORDED,
     START_PLACEHOLDER,
-    TOOL_INPUT_CHARS,
     TOOL_RESULT_CHARS,
-    TRIM_FRACTION,
+    Role,
     agent_prose,
     clip,
-    rejected_prose,
     role_text,
     text_turns,
-    trim,
 )
 from segue.statemachine import Message, ToolCall
 
-Role = Literal["user", "assistant"]
 Block = dict[str, Any]
 
 CACHE: Final = {"type": "ephemeral"}
 """A prompt-cache breakpoint (the default five-minute cache)."""
 
-_NOT_RECORDED: Final = "Not run: no result was recorded for this tool call."
 _UNCACHEABLE: Final = frozenset({"thinking", "redacted_thinking"})
 """Blocks the API refuses a ``cache_control`` on."""
 
@@ -82,6 +77,17 @@ class Payload:
     tools: list[ToolParam]
     max_tokens: int
     options: dict[str, Any] = field(default_factory=dict)
+
+    def arguments(self) -> dict[str, Any]:
+        """The prompt as keyword arguments, the same for ``messages.create`` and
+        ``messages.count_tokens``: the messages, and the system prompt and tools when there
+        are any (the API refuses an empty tool list)."""
+        arguments: dict[str, Any] = {"messages": self.messages}
+        if self.system is not None:
+            arguments["system"] = self.system
+        if self.tools:
+            arguments["tools"] = self.tools
+        return arguments
 
 
 class _Turns:
@@ -112,14 +118,14 @@ class _Turns:
         """The finished messages, a user turn first as the API requires."""
         if not self.turns or self.turns[0].role != "user":
             self.turns.insert(0, _Turn("user", [{"type": "text", "text": START_PLACEHOLDER}]))
-        messages: list[MessageParam] = []
-        for turn in self.turns:
-            blocks = cast(Any, turn.blocks)
-            if turn.role == "user":
-                messages.append(UserMessageParam(role="user", content=blocks))
-            else:
-                messages.append(AssistantMessageParam(role="assistant", content=blocks))
-        return messages
+        return [_message(turn.role, turn.blocks) for turn in self.turns]
+
+
+def _message(role: Role, blocks: list[Block]) -> MessageParam:
+    content = cast(Any, blocks)
+    if role == "user":
+        return UserMessageParam(role="user", content=content)
+    return AssistantMessageParam(role="assistant", content=content)
 
 
 def _param(block: Any) -> Block:
@@ -148,7 +154,7 @@ def turn_messages(messages: Sequence[Message]) -> list[MessageParam]:
                 {
                     "type": "tool_result",
                     "tool_use_id": call_id,
-                    "content": _NOT_RECORDED,
+                    "content": NOT_RECORDED,
                     "is_error": True,
                 }
             )
@@ -194,7 +200,7 @@ def _add_blocks(turns: _Turns, role: Role, message: Message, add_call: Any) -> N
         if block.type == "tool_use":
             placed.add(block.id)
             add_call(block.id, _param(block))
-        elif block.type in _AGENT_BLOCKS:
+        elif block.type in AGENT_BLOCKS:
             turns.add_text(role, agent_prose(block))
         elif _sendable(block):
             turns.add(role, _param(block))
@@ -205,12 +211,9 @@ def _add_blocks(turns: _Turns, role: Role, message: Message, add_call: Any) -> N
 
 def _sendable(block: Any) -> bool:
     kind = block.type
-    if kind in _AGENT_BLOCKS:
-        return False  # what another provider's agent did: told in prose (``_agent_prose``)
+    if kind in AGENT_BLOCKS:
+        return False  # what another provider's agent did: told in prose (``agent_prose``)
     return kind != "text" or bool(block.text.strip())
-
-
-_AGENT_BLOCKS = frozenset({"agent_tool_use", "agent_tool_result"})
 
 
 def _tool_use(call: ToolCall) -> Block:
@@ -221,16 +224,12 @@ def _tool_use(call: ToolCall) -> Block:
 
 
 def text_messages(request: LlmRequest) -> list[MessageParam]:
-    """The history as plain text, for the tool-less requests (``helpers.text_turns``), each
+    """The history as plain text, for the tool-less requests (``history.text_turns``), each
     paragraph a text block."""
-    messages: list[MessageParam] = []
-    for turn in text_turns(request):
-        blocks: Any = [{"type": "text", "text": part} for part in turn.parts]
-        if turn.role == "user":
-            messages.append(UserMessageParam(role="user", content=blocks))
-        else:
-            messages.append(AssistantMessageParam(role="assistant", content=blocks))
-    return messages
+    return [
+        _message(turn.role, [{"type": "text", "text": part} for part in turn.parts])
+        for turn in text_turns(request)
+    ]
 
 
 # --------------------------------------------------------------------------- the payload
@@ -307,17 +306,4 @@ def _with_final_user_text(messages: list[MessageParam], text: str) -> list[Messa
     return [*messages, UserMessageParam(role="user", content=cast(Any, [block]))]
 
 
-__all__ = [
-    "CACHE",
-    "MIN_KEPT_MESSAGES",
-    "REJECTED_INPUT_CHARS",
-    "TOOL_INPUT_CHARS",
-    "TOOL_RESULT_CHARS",
-    "TRIM_FRACTION",
-    "Payload",
-    "build_payload",
-    "rejected_prose",
-    "text_messages",
-    "trim",
-    "turn_messages",
-]
+__all__ = ["CACHE", "Payload", "build_payload", "text_messages", "turn_messages"]

@@ -18,7 +18,6 @@ cumulative counts of ``message_delta`` when it carries them (a null field is "no
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +25,7 @@ from pydantic import ValidationError
 
 from segue.executor.errors import LlmCallError
 from segue.executor.model_port import LlmReply, TextSink
+from segue.executor.models.replies import token_count
 from segue.statemachine import ToolCall, Usage
 from segue.statemachine.content import (
     ContentBlock,
@@ -59,7 +59,6 @@ class StreamReader:
     """Accumulates the events of one response; ``reply()`` once ``message_stop`` has come."""
 
     on_text: TextSink | None = None
-    started: bool = False
     stopped: bool = False
     stop_reason: str | None = None
     usage: dict[str, int] = field(default_factory=dict)
@@ -70,7 +69,6 @@ class StreamReader:
         """Take one raw stream event (an SDK ``RawMessageStreamEvent``)."""
         kind = getattr(event, "type", None)
         if kind == "message_start":
-            self.started = True
             self._take_usage(getattr(getattr(event, "message", None), "usage", None))
         elif kind == "content_block_start":
             start = event.content_block
@@ -106,8 +104,8 @@ class StreamReader:
         if usage is None:
             return
         for name in _USAGE_FIELDS:
-            value = getattr(usage, name, None)
-            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            value = token_count(getattr(usage, name, None))
+            if value is not None:
                 self.usage[name] = value
                 self.usage_said = True
 
@@ -171,11 +169,3 @@ def _tool_call(block: _Block) -> ToolCall:
     if not isinstance(arguments, dict):
         arguments = {"input": arguments}
     return ToolCall(id=start.id, name=start.name, input=arguments)
-
-
-async def read_stream(events: AsyncIterable[Any], on_text: TextSink | None) -> StreamReader:
-    """Feed every event of ``events`` to a new reader and return it."""
-    reader = StreamReader(on_text=on_text)
-    async for event in events:
-        reader.feed(event)
-    return reader

@@ -2,7 +2,9 @@
 OpenAI, Azure OpenAI and any OpenAI-compatible server (vLLM, Ollama, a LiteLLM proxy...).
 
 ``OpenAIModel(client, api="chat")`` streams Chat Completions; ``api="responses"`` the
-Responses API. Three jobs, each in its own place:
+Responses API. Three jobs, each in its own place (what every streamed call does whatever the
+provider, the guard, the debug lines, the check that a 200 is an event stream, is
+``calls.EventStreamModel``'s):
 
 * **Payload** (``openai_payload``): the transcript as messages or input items, tools as
   function tools, images as data URLs, the model's settings as the model takes them.
@@ -33,14 +35,9 @@ import openai
 
 from segue.executor._log import get_logger
 from segue.executor.errors import LlmCallError
-from segue.executor.model_port import LlmReply, LlmRequest, TextSink
-from segue.executor.models.calls import guarded
-from segue.executor.models.helpers import (
-    http_error,
-    redact,
-    retry_after,
-    secrets_of,
-)
+from segue.executor.model_port import LlmRequest, TextSink
+from segue.executor.models.call_errors import Meaning, http_error, redact, retry_after, secrets_of
+from segue.executor.models.calls import EventStreamModel, Opened
 from segue.executor.models.openai_payload import (
     Api,
     Payload,
@@ -49,7 +46,7 @@ from segue.executor.models.openai_payload import (
     check_content,
 )
 from segue.executor.models.openai_stream import ChatReader, ResponsesReader, failure
-from segue.statemachine.content import document_tokens, image_tokens
+from segue.statemachine.content import ContentBlock, document_tokens, image_tokens
 
 log = get_logger(__name__)
 
@@ -59,8 +56,14 @@ _OVERFLOW: Final = re.compile(
     r"input tokens exceed the configured limit",
     re.IGNORECASE,
 )
-_RETRYABLE_CODES: Final = frozenset({"rate_limit_exceeded", "server_error", "server_is_overloaded"})
-_AUTH_CODES: Final = frozenset({"invalid_api_key", "invalid_authentication"})
+_MEANINGS: Final[dict[str, Meaning]] = {
+    "rate_limit_exceeded": "retryable",
+    "server_error": "retryable",
+    "server_is_overloaded": "retryable",
+    "invalid_api_key": "auth",
+    "invalid_authentication": "auth",
+    "model_not_found": "not_found",
+}
 _TRANSPORTS: Final = frozenset({"httpx", "httpx2", "httpcore", "httpcore2", "h11", "anyio"})
 _WINDOW_FIELDS: Final = (
     "context_window",
@@ -134,9 +137,7 @@ def _status_error(
         overflow=status == 400
         and (code == "context_length_exceeded" or bool(_OVERFLOW.search(detail))),
         kind=code or "",
-        retryable_kind=code in _RETRYABLE_CODES,
-        auth_kind=code in _AUTH_CODES,
-        not_found_kind=code == "model_not_found",
+        means=_MEANINGS.get(code or ""),
         wait=retry_after(exc.response.headers),
     )
 
@@ -165,19 +166,10 @@ async def _events(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:
                 yield event
 
 
-def _not_a_stream(response: Any) -> LlmCallError:
-    content_type = response.headers.get("content-type", "no content type")
-    return LlmCallError(
-        f"the server answered HTTP {response.status_code} with {content_type}, not an event "
-        "stream: is the base URL an OpenAI-compatible API (ending in /v1)?",
-        status_code=response.status_code,
-    )
-
-
 # --------------------------------------------------------------------------- the adapter
 
 
-class OpenAIModel:
+class OpenAIModel(EventStreamModel[Payload, dict[str, Any]]):
     """``LlmModel`` for OpenAI's Chat Completions (``api="chat"``) or Responses API.
 
     ``client``: a configured ``AsyncOpenAI`` (or ``AsyncAzureOpenAI``); the adapter uses a copy
@@ -187,7 +179,11 @@ class OpenAIModel:
     model is a reasoning model (``max_completion_tokens``, no temperature); None tells by its
     name (o-series, gpt-5). ``exact_preflight``: ``count_tokens`` counts with ``encoding`` (a
     ``tiktoken.Encoding``), or the model's ``tiktoken`` encoding; otherwise None (estimate).
+    A ``ContentChecker``: a message the API cannot take is refused before it is stored.
     """
+
+    _log = log
+    _not_its_api = "is the base URL an OpenAI-compatible API (ending in /v1)?"
 
     def __init__(
         self,
@@ -202,121 +198,76 @@ class OpenAIModel:
     ) -> None:
         if api not in ("chat", "responses"):
             raise ValueError(f'api must be "chat" or "responses", not {api!r}')
-        if max_tokens is not None and max_tokens < 1:
-            raise ValueError("max_tokens must be at least 1")
-        if summary_max_tokens < 1:
-            raise ValueError("summary_max_tokens must be at least 1")
+        super().__init__(
+            max_tokens=max_tokens,
+            summary_max_tokens=summary_max_tokens,
+            exact_preflight=exact_preflight,
+        )
         self._client = client.with_options(max_retries=0)
         self._api: Api = api
-        self._max_tokens = max_tokens
-        self._summary_max_tokens = summary_max_tokens
         self._reasoning = reasoning
-        self._exact_preflight = exact_preflight
         self._encoding = encoding
         self._encodings: dict[str, Encoding | None] = {}
-        self._windows: dict[str, int | None] = {}
 
     @property
     def api(self) -> Api:
         """Which API the adapter calls."""
         return self._api
 
-    @property
-    def exact_preflight(self) -> bool:
-        """Whether ``count_tokens`` counts (see the class docstring)."""
-        return self._exact_preflight
-
     def payload(self, request: LlmRequest) -> Payload:
         """What ``complete`` would send for ``request`` (``UnsupportedContentError`` for
         content the API cannot take)."""
-        if request.purpose == "turn":
-            bound = self._max_tokens if self._max_tokens is not None else request.max_tokens
-        else:
-            bound = min(request.max_tokens, self._summary_max_tokens)
-        return build_payload(request, api=self._api, max_tokens=bound, reasoning=self._reasoning)
+        return build_payload(
+            request, api=self._api, max_tokens=self.output_bound(request), reasoning=self._reasoning
+        )
 
-    def check_content(self, blocks: Sequence[Any]) -> None:
+    def check_content(self, blocks: Sequence[ContentBlock]) -> None:
         """Raise ``UnsupportedContentError`` (a ``SegueError`` and ``ValueError``) if the API
         cannot take one of a message's ``blocks``: ``Runtime.send`` and ``stream`` call it, so
         such a message is refused (``InvalidMessageError``) before it is stored."""
         check_content(blocks, api=self._api)
 
-    @property
     def _secrets(self) -> tuple[str, ...]:
         return secrets_of(self._client.api_key)
 
-    async def _stream(
-        self, request: LlmRequest, payload: Payload, on_text: TextSink | None
-    ) -> LlmReply:
-        """One streamed call read into a reply, its text passed to ``on_text`` as it comes.
+    def _error(self, exc: Exception, *, model: str, secrets: Sequence[str]) -> LlmCallError:
+        return call_error(exc, model=model, secrets=secrets)
 
-        The client makes the request (auth, headers, status errors as its exceptions); the
-        event stream's lines are read here (``openai_stream``). A 200 that is not an event
-        stream at all is named for what it is."""
+    def _described(self, payload: Payload) -> dict[str, object]:
+        return {"api": self._api, "items": len(payload.items)}
+
+    @contextlib.asynccontextmanager
+    async def _open(
+        self, request: LlmRequest, payload: Payload
+    ) -> AsyncIterator[Opened[dict[str, Any]]]:
+        """The client makes the request (auth, headers, status errors as its exceptions); the
+        event stream's lines are read as JSON here (``openai_stream`` says why)."""
         arguments = payload.arguments()
-        reader: ChatReader | ResponsesReader
+        call: Any
         if self._api == "chat":
-            call: Any = self._client.chat.completions.with_streaming_response.create(
+            call = self._client.chat.completions.with_streaming_response.create(
                 model=request.model,
                 stream=True,
                 stream_options={"include_usage": True},
                 **arguments,
             )
-            reader = ChatReader(on_text=on_text)
         else:
             call = self._client.responses.with_streaming_response.create(
                 model=request.model, stream=True, **arguments
             )
-            reader = ResponsesReader(on_text=on_text)
         async with call as response:
-            if "event-stream" not in response.headers.get("content-type", ""):
-                raise _not_a_stream(response.http_response)
-            async for data in _events(response.iter_lines()):
-                reader.feed(data)
-        return reader.reply()
+            yield Opened(response.http_response, _events(response.iter_lines()))
 
-    async def complete(self, request: LlmRequest) -> LlmReply:
-        """One streamed call, its text streamed to ``request.on_text``; every failure is raised as
-        ``LlmCallError`` (with the API key scrubbed from the whole exception chain)."""
-        secrets = self._secrets
-        return await guarded(
-            request,
-            lambda: self._send(request, request.on_text),
-            to_error=lambda exc: call_error(exc, model=request.model, secrets=secrets),
-            secrets=secrets,
-            log=log,
-        )
+    def _reader(self, on_text: TextSink | None) -> ChatReader | ResponsesReader:
+        if self._api == "chat":
+            return ChatReader(on_text=on_text)
+        return ResponsesReader(on_text=on_text)
 
-    async def _send(self, request: LlmRequest, on_text: TextSink | None) -> LlmReply:
-        payload = self.payload(request)
-        log.debug(
-            "llm.request",
-            conversation_id=request.conversation_id,
-            purpose=request.purpose,
-            model=request.model,
-            api=self._api,
-            items=len(payload.items),
-            tools=len(payload.tools),
-            max_tokens=payload.max_tokens,
-            trim_level=request.trim_level,
-        )
-        return await self._stream(request, payload, on_text)
-
-    async def context_window(self, model: str) -> int | None:
-        """The window a compatible server reports for ``model`` in ``GET /models/{id}``
-        (vLLM's ``max_model_len``, ``context_length``...), cached per model; None when it says
-        none (OpenAI itself does not) or cannot be asked: segue's table is used then."""
-        if model in self._windows:
-            return self._windows[model]
-        try:
-            info = await self._client.models.retrieve(model)
-        except Exception as exc:  # noqa: BLE001  # None means "use the static table"
-            error = call_error(exc, model=model, secrets=self._secrets)
-            log.debug("llm.context_window_unavailable", model=model, error=error.message)
-            self._windows[model] = None
-            return None
-        extra = info.model_extra or {}
-        window = next(
+    async def _ask_window(self, model: str) -> int | None:
+        """The window a compatible server reports in ``GET /models/{id}`` (vLLM's
+        ``max_model_len``, ``context_length``...); OpenAI itself reports none."""
+        extra = (await self._client.models.retrieve(model)).model_extra or {}
+        return next(
             (
                 value
                 for name in _WINDOW_FIELDS
@@ -326,13 +277,11 @@ class OpenAIModel:
             ),
             None,
         )
-        self._windows[model] = window
-        return window
 
     async def count_tokens(self, request: LlmRequest) -> int | None:
         """The prompt's tokens as the model's tokenizer counts them, or None (not enabled, no
         encoding, content the API cannot take)."""
-        if not self._exact_preflight:
+        if not self.exact_preflight:
             return None
         encoding = await self._encoding_for(request.model)
         if encoding is None:

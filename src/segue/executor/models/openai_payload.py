@@ -5,14 +5,14 @@
   reply's tool calls (``tool_calls`` on the assistant message; ``function_call`` items), each
   result right after them (``tool`` messages with their ``tool_call_id``;
   ``function_call_output`` items with their ``call_id``), every call answered once
-  (``helpers.paired``). Images go as data URLs in each API's shape (``image_url`` parts;
+  (``history.paired``). Images go as data URLs in each API's shape (``image_url`` parts;
   ``input_image`` items); a PDF goes as an ``input_file`` on the Responses API, and Chat
   Completions, which cannot take one, is refused before anything is sent
   (``UnsupportedContentError``). Thinking blocks (another provider's) are left out.
 * **The grace request** of a turn at its tool-round limit keeps the tools declared (the
   history holds calls) with ``tool_choice: "none"`` and the instruction last.
 * **The tool-less requests** (continuation, checkpoint, compaction) send the history as plain
-  text turns (``helpers.text_turns``): no tool is declared, so none can be called.
+  text turns (``history.text_turns``): no tool is declared, so none can be called.
 * **Model settings.** Reasoning models (the o-series, gpt-5) take ``max_completion_tokens``
   and refuse a temperature other than the default, so none is sent to them; other models take
   ``max_tokens`` (what every compatible server knows) and the conversation's temperature. A
@@ -28,7 +28,8 @@ from typing import Any, Final, Literal
 
 from segue.executor.errors import SegueError
 from segue.executor.model_port import LlmRequest, ToolSpec
-from segue.executor.models.helpers import (
+from segue.executor.models.history import (
+    AGENT_BLOCKS,
     agent_prose,
     offers_tools,
     paired,
@@ -42,7 +43,6 @@ Api = Literal["chat", "responses"]
 Item = dict[str, Any]
 
 _REASONING = re.compile(r"^(?:o\d+(?:-|$)|gpt-5(?!-chat)|codex-)")
-_AGENT_BLOCKS: Final = frozenset({"agent_tool_use", "agent_tool_result"})
 _IMAGES_FOLLOW: Final = "[the images this tool returned follow]"
 
 
@@ -222,9 +222,17 @@ def _user_parts(api: Api, message: Message) -> list[Item]:
                 raise UnsupportedContentError(msg)
             else:
                 parts.append(_input_file(block))
-        elif kind in _AGENT_BLOCKS:
+        elif kind in AGENT_BLOCKS:
             parts.append({"type": text_kind, "text": agent_prose(block)})
     return parts
+
+
+def _user_item(api: Api, message: Message) -> Item:
+    """A message sent as the user's (a user's own, a summary...): a user's blocks as content
+    parts, any other as its text."""
+    if message.content and message.kind == "user":
+        return {"role": "user", "content": _user_parts(api, message)}
+    return {"role": "user", "content": role_text(message)[1]}
 
 
 def _input_file(block: Any) -> Item:
@@ -245,7 +253,7 @@ def _assistant_text(message: Message) -> str:
     for block in message.content:
         if block.type == "text":
             texts.append(block.text)
-        elif block.type in _AGENT_BLOCKS:
+        elif block.type in AGENT_BLOCKS:
             texts.append(agent_prose(block))
     return "".join(texts) if texts else message.text
 
@@ -292,12 +300,8 @@ def _chat_history(request: LlmRequest) -> list[Item]:
             items.append({"role": "tool", "tool_call_id": message.tool_call_id, "content": text})
             continue
         flush_images()
-        role, text = role_text(message)
-        if role == "user":
-            if message.content and message.kind == "user":
-                items.append({"role": "user", "content": _user_parts("chat", message)})
-            else:
-                items.append({"role": "user", "content": text})
+        if role_text(message)[0] == "user":
+            items.append(_user_item("chat", message))
             continue
         calls = _calls(message) if message.kind == "assistant" else []
         item: Item = {"role": "assistant", "content": _assistant_text(message) or None}
@@ -345,12 +349,8 @@ def _responses_history(request: LlmRequest) -> list[Item]:
                 {"type": "function_call_output", "call_id": message.tool_call_id, "output": output}
             )
             continue
-        role, text = role_text(message)
-        if role == "user":
-            if message.content and message.kind == "user":
-                items.append({"role": "user", "content": _user_parts("responses", message)})
-            else:
-                items.append({"role": "user", "content": text})
+        if role_text(message)[0] == "user":
+            items.append(_user_item("responses", message))
             continue
         said = _assistant_text(message)
         if said:

@@ -11,11 +11,11 @@ reading the Anthropic stream costs per text delta (``bench/bench_runtime.py``).
   cut by its token bound, ``max_tokens`` to the core, as ``finish_reason: length`` is). A stream
   that ends before, or with ``response.failed`` or an ``error`` event, is an ``LlmCallError``,
   never a reply.
-* **Tool calls** are joined from their fragments by index (``helpers.ToolCallParts``); a call
+* **Tool calls** are joined from their fragments by index (``replies.ToolCallParts``); a call
   whose arguments are not a JSON object is an error, never a call to run (in a reply cut by its
   token bound such a call is dropped, as the core drops every call of a cut reply).
 * **Usage**: ``prompt_tokens`` / ``input_tokens`` hold the whole prompt with the cached part
-  inside, mapped by ``helpers.usage_from_prompt`` so nothing is counted twice. No usage chunk
+  inside, mapped by ``replies.usage_from_prompt`` so nothing is counted twice. No usage chunk
   (a server that does not count, or ``include_usage`` ignored) is unknown usage: the core keeps
   its last figure.
 """
@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from segue.executor.errors import LlmCallError
 from segue.executor.model_port import LlmReply, TextSink
-from segue.executor.models.helpers import ToolCallParts, usage_from_prompt
+from segue.executor.models.replies import ToolCallParts, usage_from_prompt
 from segue.statemachine import ToolCall, Usage
 
 FINISH_REASONS: Final = {
@@ -89,7 +89,6 @@ def failure(code: str | None, message: str, *, where: str) -> LlmCallError:
 @dataclass(slots=True)
 class _Reader:
     on_text: TextSink | None = None
-    started: bool = False
     texts: list[str] = field(default_factory=list)
     calls: ToolCallParts = field(default_factory=ToolCallParts)
     usage: Usage | None = None
@@ -132,7 +131,6 @@ class ChatReader(_Reader):
 
     def feed(self, chunk: dict[str, Any]) -> None:
         """Take one chunk (its JSON)."""
-        self.started = True
         error = chunk.get("error")
         if error is not None:
             self.error = failure(
@@ -188,8 +186,6 @@ class ResponsesReader(_Reader):
             self._text(event.get("delta"))
         elif kind == "response.function_call_arguments.delta":
             self.calls.add(event.get("output_index", 0), arguments=event.get("delta") or "")
-        elif kind == "response.created":
-            self.started = True
         elif kind == "response.output_item.added":
             item = event.get("item") or {}
             if item.get("type") == "function_call":

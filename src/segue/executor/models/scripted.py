@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from segue.executor.errors import LlmCallError
-from segue.executor.model_port import LlmReply, LlmRequest, TextSink
+from segue.executor.model_port import BaseLlmModel, LlmReply, LlmRequest, TextSink
 from segue.statemachine import ToolCall, Usage, estimate_tokens
 
 Step = LlmReply | LlmCallError | Callable[[LlmRequest], LlmReply]
@@ -34,7 +34,7 @@ def prompt_tokens(request: LlmRequest) -> int:
     return total
 
 
-class ScriptedModel:
+class ScriptedModel(BaseLlmModel):
     """Answers from a script, then from a deterministic default.
 
     ``script`` items are replies, errors to raise, or callables that build a reply from the
@@ -66,7 +66,7 @@ class ScriptedModel:
         self._reply_chars = reply_chars
         self._tool_every = tool_every
         self._delay = delay
-        self._exact_preflight = exact_preflight
+        self.exact_preflight = exact_preflight
         self._chunk_chars = chunk_chars
         self._chunk_delay = chunk_delay
         self._fallback = default
@@ -112,9 +112,7 @@ class ScriptedModel:
             cache_read_input_tokens=prompt - fresh,
             output_tokens=output,
         )
-        return LlmReply(
-            text=reply.text, tool_calls=reply.tool_calls, usage=usage, stop_reason=reply.stop_reason
-        )
+        return replace(reply, usage=usage)  # everything else the script said stays as it said
 
     async def _stream(self, text: str, on_text: TextSink) -> None:
         size = self._chunk_chars
@@ -154,14 +152,9 @@ class ScriptedModel:
         """The window given at construction (None: use segue's static table)."""
         return self._window
 
-    @property
-    def exact_preflight(self) -> bool:
-        """Whether ``count_tokens`` answers."""
-        return self._exact_preflight
-
     async def count_tokens(self, request: LlmRequest) -> int | None:
         """The scripted provider's exact count of ``request``, if exact pre-flight is on."""
-        if not self._exact_preflight:
+        if not self.exact_preflight:
             return None
         self.counted.append(request)
         return prompt_tokens(request)

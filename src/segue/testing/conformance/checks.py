@@ -1,178 +1,30 @@
-"""A conformance kit for ``LlmModel`` adapters: every behaviour the port asks of an adapter,
-checked against a fake of the provider's server.
-
-An adapter is tested through a ``Harness``: it starts the fake server, builds the adapter
-pointed at it, scripts the provider's answers in neutral terms (``Said``: text, tool calls,
-usage as the provider counts it; ``Failure``: overflow, rate limit, server error, bad key) and
-reads back what the adapter sent, in neutral terms too (``Sent``). The same checks then run on
-any provider::
-
-    from segue.testing.conformance import run
-
-    async def test_my_adapter() -> None:
-        with MyHarness() as harness:  # your provider's fake server and your adapter
-            report = await run(harness)
-        assert report.ok, report.explain()
-
-``AnthropicHarness``, ``OpenAIHarness`` (Chat Completions or Responses) and ``ScriptedHarness``
-in ``segue.testing.harnesses`` are the built-in ones (segue's own adapters pass). A check a
-harness cannot stage (the offline ``ScriptedModel`` has no wire to inspect) is reported as not
-applicable, by name, never silently passed. The end-to-end tests of the runtime use the same
-harnesses, so each runs on every provider.
+"""The conformance kit's checks: one function per behaviour the port asks of an adapter, each
+scripting the provider through a ``Harness`` in the kit's neutral terms and saying, when the
+adapter gets it wrong, what is wrong and how to fix it. ``CHECKS`` lists them in the order
+``run`` checks them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import traceback
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, Self
+from collections.abc import Sequence
+from typing import Any
 
 from segue.executor.errors import LlmCallError
 from segue.executor.model_port import LlmModel, LlmReply, LlmRequest, ToolSpec
 from segue.statemachine import Message, ToolCall
 from segue.statemachine.content import ImageBase64Source, ImageBlock, TextBlock
-
-# --------------------------------------------------------------------------- neutral terms
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    """A tool call the fake provider makes; ``input`` as a string is sent as raw arguments
-    (``'{"query": "ti'``: not JSON)."""
-
-    name: str
-    input: Mapping[str, Any] | str = field(default_factory=dict)
-    id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Said:
-    """A provider's answer. Usage as the provider counts the prompt: ``prompt`` tokens in all,
-    ``cached`` of them read from the cache and ``cache_write`` written to it (None: no usage
-    reported at all). ``pieces`` text deltas; ``cut`` ends the stream before its end;
-    ``chunk_delay`` seconds between streamed events; ``delay`` before the answer starts."""
-
-    text: str = "ok"
-    calls: Sequence[Call] = ()
-    prompt: int | None = 10
-    cached: int = 0
-    cache_write: int = 0
-    output: int = 5
-    pieces: int = 3
-    cut: bool = False
-    chunk_delay: float = 0.0
-    delay: float = 0.0
-
-
-FailureKind = Literal["overflow", "rate_limit", "server", "auth", "mid_stream"]
-
-
-@dataclass(frozen=True, slots=True)
-class Failure:
-    """A provider's failure: ``overflow`` (the prompt does not fit), ``rate_limit`` (429 with
-    ``retry_after`` seconds if given), ``server`` (5xx), ``auth`` (401, its message quoting
-    ``echo``, as a provider echoing the key would), ``mid_stream`` (an error event after the
-    stream started)."""
-
-    kind: FailureKind
-    retry_after: float | None = None
-    echo: str = ""
-
-
-Answer = Said | Failure
-
-
-@dataclass(frozen=True, slots=True)
-class SentTurn:
-    """One message the adapter sent: its role (``user``, ``assistant``, ``tool``), text, tool
-    calls ``(id, name, input)``, the call a tool result answers, and how many images it holds."""
-
-    role: str
-    text: str = ""
-    calls: tuple[tuple[str, str, Any], ...] = ()
-    result_for: str | None = None
-    images: int = 0
-    parts: tuple[str, ...] = ()
-    """The text as its pieces were sent (text blocks or parts), in order."""
-
-
-@dataclass(frozen=True, slots=True)
-class Sent:
-    """What the adapter sent for one request: the tools it declared, whether it forbade calling
-    them (``tool_choice`` none), the system prompt, the turns in order, and the raw body."""
-
-    tools: tuple[str, ...]
-    tool_choice_none: bool
-    system: str | None
-    turns: tuple[SentTurn, ...]
-    raw: Any = None
-    headers: Mapping[str, str] = field(default_factory=dict)
-    """The request's HTTP headers, names lower-cased (empty without a wire)."""
-
-    @property
-    def texts(self) -> list[str]:
-        """The text pieces of the user and assistant turns, in order (tool results apart)."""
-        return [part for turn in self.turns if turn.role != "tool" for part in turn.parts]
-
-    @property
-    def text(self) -> str:
-        """Every turn's text, joined: for "does it say X anywhere"."""
-        return "\n".join(turn.text for turn in self.turns)
-
-    @property
-    def callable_tools(self) -> bool:
-        """Whether the model could call a tool with this request."""
-        return bool(self.tools) and not self.tool_choice_none
-
-    @property
-    def tool_blocks(self) -> int:
-        """How many tool calls and results the turns hold."""
-        return sum(len(t.calls) + (t.result_for is not None) for t in self.turns)
-
-
-class Harness(Protocol):
-    """A provider's fake server and the adapter under test (see the module docstring)."""
-
-    name: str
-    key: str
-    """The credential the adapter is configured with (it must never leak)."""
-    wire: bool
-    """Whether ``sent`` reads a real request (False for an adapter with no wire)."""
-
-    def __enter__(self) -> Self: ...
-    def __exit__(self, *exc_info: object) -> None: ...
-
-    def model(self, **options: Any) -> contextlib.AbstractAsyncContextManager[LlmModel]:
-        """A new adapter connected to the fake server (its client closed on exit)."""
-        ...
-
-    def script(self, *answers: Answer) -> None:
-        """Queue the provider's next answers, in order."""
-        ...
-
-    def default(self, answer: Answer | Callable[[], Answer]) -> None:
-        """What the provider answers once the script is used up."""
-        ...
-
-    def sent(self) -> list[Sent]:
-        """What the adapter sent so far, one ``Sent`` per model request, oldest first."""
-        ...
-
-    @property
-    def pending(self) -> int:
-        """Scripted answers not used yet."""
-        ...
-
-
-# --------------------------------------------------------------------------- the checks
-
-
-class ConformanceError(AssertionError):
-    """An adapter does not do what the port asks; the message says what and how to fix it."""
+from segue.testing.conformance import (
+    Call,
+    Check,
+    ConformanceError,
+    Failure,
+    Harness,
+    NotApplicable,
+    Said,
+)
 
 
 def _require(condition: bool, message: str) -> None:
@@ -222,9 +74,6 @@ async def _fails(model: LlmModel, request: LlmRequest) -> LlmCallError:
             "nothing else (wrap the client's errors)"
         ) from exc
     raise ConformanceError(f"complete() returned {reply!r} where the provider failed")
-
-
-Check = Callable[["Harness"], Awaitable[None]]
 
 
 async def text_streams(harness: Harness) -> None:
@@ -473,10 +322,6 @@ async def windows_and_counts_answer_or_say_none(harness: Harness) -> None:
     _require(counted is None or counted > 0, f"count_tokens answered {counted!r}")
 
 
-class NotApplicable(Exception):  # noqa: N818  # a verdict, not an error
-    """The harness cannot stage what the check needs (said why)."""
-
-
 CHECKS: tuple[Check, ...] = (
     text_streams,
     usage_counts_each_token_once,
@@ -498,57 +343,22 @@ CHECKS: tuple[Check, ...] = (
 """Every behaviour, in the order ``run`` checks them."""
 
 
-@dataclass(frozen=True, slots=True)
-class Report:
-    """What ``run`` found: check name -> "passed", "not applicable: why" or the failure."""
-
-    results: dict[str, str]
-
-    @property
-    def ok(self) -> bool:
-        """No check failed."""
-        return all(r == "passed" or r.startswith("not applicable") for r in self.results.values())
-
-    @property
-    def not_applicable(self) -> list[str]:
-        """The checks the harness could not stage."""
-        return [name for name, r in self.results.items() if r.startswith("not applicable")]
-
-    def explain(self) -> str:
-        """One line per check."""
-        return "\n".join(f"{name}: {result}" for name, result in self.results.items())
-
-
-async def run_check(harness: Harness, check: Check) -> str:
-    """One check's verdict (a fresh script each time)."""
-    harness.default(Said())
-    try:
-        await check(harness)
-    except NotApplicable as why:
-        return f"not applicable: {why}"
-    except ConformanceError as error:
-        return f"FAILED: {error}"
-    return "passed"
-
-
-async def run(harness: Harness, checks: Sequence[Check] = CHECKS) -> Report:
-    """Run ``checks`` on the adapter of a started ``harness``."""
-    return Report({check.__name__: await run_check(harness, check) for check in checks})
-
-
 __all__ = [
     "CHECKS",
-    "Answer",
-    "Call",
-    "Check",
-    "ConformanceError",
-    "Failure",
-    "Harness",
-    "NotApplicable",
-    "Report",
-    "Said",
-    "Sent",
-    "SentTurn",
-    "run",
-    "run_check",
+    "a_bad_key_fails_without_the_key",
+    "a_cut_stream_is_never_a_reply",
+    "cancellation_stops_the_call",
+    "images_are_sent",
+    "invalid_arguments_are_never_run",
+    "missing_usage_is_unknown",
+    "overflow_takes_the_exhaustion_path",
+    "rate_limits_are_retried_when_asked",
+    "requests_at_the_limit_offer_no_tool",
+    "server_errors_are_retryable",
+    "text_streams",
+    "the_grace_request_forbids_tools",
+    "tool_calls_come_back_whole",
+    "tools_and_results_go_back_paired",
+    "usage_counts_each_token_once",
+    "windows_and_counts_answer_or_say_none",
 ]

@@ -1,0 +1,195 @@
+"""What a failed call becomes, for any provider: the ``LlmCallError`` the core acts on, and
+the API key kept out of it.
+
+* ``http_error`` classifies an HTTP failure as the ``LlmCallError`` the core acts on (retry,
+  trim, or give up) from the status, whether the provider said the prompt overflowed, what its
+  error type means (``Meaning``) and its ``Retry-After`` (``retry_after``).
+* ``secrets_of`` picks the credentials worth redacting, ``redact`` keeps them out of a
+  message, and ``scrub_secrets`` out of every exception chained below the error raised (what
+  ``calls.guarded`` does for every adapter).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import email.utils
+import math
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Literal
+
+from segue.executor.errors import LlmCallError
+
+MAX_RETRY_AFTER: Final = 3600.0
+"""A server's Retry-After is honoured up to an hour; longer is taken as an hour."""
+MIN_SECRET: Final = 8
+"""A credential shorter than this is not redacted: a test's ``"k"`` would blank out letters."""
+RETRYABLE_STATUS: Final = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+"""Statuses worth another attempt: timeout, conflict, rate limit, the server's own trouble."""
+
+
+def secrets_of(*candidates: object) -> tuple[str, ...]:
+    """The strings among ``candidates`` long enough to be credentials worth redacting."""
+    return tuple(s for s in candidates if isinstance(s, str) and len(s) >= MIN_SECRET)
+
+
+def redact(text: str, secrets: Sequence[str]) -> str:
+    """``text`` with every secret replaced by ``[redacted]``."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "[redacted]")
+    return text
+
+
+def _scrubbed(value: Any, secrets: Sequence[str], depth: int = 0) -> Any:
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if depth > 8:
+        return value
+    if isinstance(value, dict):
+        return {k: _scrubbed(v, secrets, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_scrubbed(v, secrets, depth + 1) for v in value)
+    return value
+
+
+_SCRUBBED_ATTRIBUTES: Final = ("message", "body", "api_message", "detail", "doc")
+_OS_ERROR_ATTRIBUTES: Final = ("strerror", "filename", "filename2")
+"""What an ``OSError`` shows besides its args (a path holding a credential, a CLI's own)."""
+
+
+def scrub_secrets(exc: BaseException | None, secrets: Sequence[str]) -> None:
+    """Redact ``secrets`` in ``exc`` and every exception chained below it (``__cause__`` and
+    ``__context__``), in place: their ``args``, notes, the message and body attributes
+    clients keep and an ``OSError``'s file names. A provider that echoes the key in an error
+    body then shows it in no ``str``, ``repr`` or traceback of the error segue raises."""
+    if not secrets:
+        return
+    seen: set[int] = set()
+    pending = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        with contextlib.suppress(AttributeError, TypeError):  # a type that pins its args
+            current.args = tuple(_scrubbed(arg, secrets) for arg in current.args)
+        notes = getattr(current, "__notes__", None)
+        if isinstance(notes, list):
+            notes[:] = [redact(n, secrets) if isinstance(n, str) else n for n in notes]
+        for name in _SCRUBBED_ATTRIBUTES:
+            value = current.__dict__.get(name) if hasattr(current, "__dict__") else None
+            if value is not None:
+                with contextlib.suppress(AttributeError, TypeError):
+                    setattr(current, name, _scrubbed(value, secrets))
+        if isinstance(current, OSError):
+            for name in _OS_ERROR_ATTRIBUTES:
+                value = getattr(current, name)
+                if isinstance(value, str):
+                    setattr(current, name, redact(value, secrets))
+        pending += [current.__cause__, current.__context__]
+        if isinstance(current, BaseExceptionGroup):
+            pending += list(current.exceptions)
+
+
+def retry_after(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds a server asked to wait (``retry-after-ms``, or ``retry-after`` in seconds or as
+    an HTTP date), None when it did not say or said something unusable."""
+    if headers is None:
+        return None
+    try:
+        milliseconds = headers.get("retry-after-ms")
+        if milliseconds is not None:
+            return _bounded(float(milliseconds) / 1000)
+        seconds = headers.get("retry-after")
+        if seconds is None:
+            return None
+        try:
+            return _bounded(float(seconds))
+        except ValueError:
+            when = email.utils.parsedate_to_datetime(seconds)
+            return _bounded(when.timestamp() - time.time())
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _bounded(seconds: float) -> float | None:
+    if not math.isfinite(seconds):
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+
+
+Meaning = Literal["retryable", "auth", "not_found"]
+"""What a provider's own error type means when its HTTP status alone does not say (an error
+event in a stream that had started has no status): try again, a refused key, an unknown model."""
+
+
+def http_error(
+    status: int | None,
+    detail: str,
+    *,
+    provider: str,
+    key_variable: str,
+    model: str,
+    overflow: bool = False,
+    kind: str = "",
+    means: Meaning | None = None,
+    wait: float | None = None,
+) -> LlmCallError:
+    """The ``LlmCallError`` for a provider's HTTP failure (``status`` None: an error event in
+    a stream that had started).
+
+    ``overflow`` (the provider said the prompt does not fit) and 413 take the exhaustion path;
+    401/403 are fatal and name ``key_variable``; 404 is an unknown model; 408, 409, 429 and 5xx
+    are retried by segue after ``wait`` seconds if the provider said. ``kind`` is the
+    provider's error type, shown in the message; ``means`` is what that type says when the
+    status does not (``Meaning``). ``detail`` must already be redacted.
+    """
+    shown = f"HTTP {status}" if status is not None else "stream error"
+    if kind:
+        shown += f" {kind}"
+    if overflow or status == 413:
+        # 413: the body is over the API's request size limit, far beyond any window; trimming
+        # the history is the only remedy, exactly as for an overflowing prompt.
+        return LlmCallError(
+            f"the prompt does not fit the context window ({shown}): {detail}",
+            context_overflow=True,
+            status_code=status,
+        )
+    if status in (401, 403) or means == "auth":
+        return LlmCallError(
+            f"authentication failed: check {key_variable} ({shown}: {detail})",
+            fatal=True,
+            status_code=status,
+        )
+    if status == 404 or means == "not_found":
+        return LlmCallError(
+            f"unknown model {model!r} ({shown}: {detail})", fatal=True, status_code=status
+        )
+    if (
+        status in RETRYABLE_STATUS
+        or (status is not None and status >= 500 and status != 501)
+        or (status is None and means == "retryable")
+    ):
+        return LlmCallError(
+            f"the {provider} API is unavailable ({shown}): {detail}",
+            retryable=True,
+            status_code=status,
+            retry_after=wait,
+        )
+    return LlmCallError(
+        f"the {provider} API refused the request ({shown}): {detail}", status_code=status
+    )
+
+
+__all__ = [
+    "MAX_RETRY_AFTER",
+    "MIN_SECRET",
+    "RETRYABLE_STATUS",
+    "Meaning",
+    "http_error",
+    "redact",
+    "retry_after",
+    "scrub_secrets",
+    "secrets_of",
+]
