@@ -80,7 +80,7 @@ async def claude(
     import anthropic  # noqa: PLC0415  # ~2 s to import: only commands that call Claude pay
 
     from segue.executor.models.anthropic import AnthropicModel, call_error  # noqa: PLC0415
-    from segue.executor.models.helpers import scrub_secrets  # noqa: PLC0415
+    from segue.executor.models.call_errors import scrub_secrets  # noqa: PLC0415
 
     client = anthropic.AsyncAnthropic(
         api_key=key, base_url=base_url, default_headers=headers or None
@@ -116,7 +116,7 @@ async def _openai(
         msg = f"--provider openai needs the openai extra: pip install 'segue[openai]' ({missing})"
         raise CliError(msg, 2) from None
 
-    from segue.executor.models.helpers import scrub_secrets  # noqa: PLC0415
+    from segue.executor.models.call_errors import scrub_secrets  # noqa: PLC0415
     from segue.executor.models.openai import OpenAIModel, call_error  # noqa: PLC0415
 
     client = openai.AsyncOpenAI(api_key=key, base_url=base_url, default_headers=headers or None)

@@ -143,15 +143,15 @@ class LlmModel(Protocol):
     What ``complete`` must do depends on ``request.purpose``:
 
     - ``turn``: send the history with its tool calls and results (each call answered once,
-      ``helpers.paired``) and ``request.tools`` as callable tools; with ``request.final`` (the
+      ``history.paired``) and ``request.tools`` as callable tools; with ``request.final`` (the
       grace request at ``max_tool_rounds``) keep the tools declared but not callable (the
       provider's "none" tool choice) and send ``request.instruction`` last.
     - ``continuation``, ``checkpoint``, ``compaction`` (the requests at the limit): offer no
-      callable tool; send the history as text (``helpers.text_turns``: tool blocks as prose,
+      callable tool; send the history as text (``history.text_turns``: tool blocks as prose,
       ``rejected_tool_calls`` named, ``trim_level`` honoured, ``instruction`` last).
 
     The reply's ``usage`` is this one call's, in the four fields whose sum is the occupancy
-    after it (``helpers.usage_from_prompt`` maps a report whose prompt holds its cached part),
+    after it (``replies.usage_from_prompt`` maps a report whose prompt holds its cached part),
     or None when the provider said nothing. Failures are ``LlmCallError`` and nothing else:
     ``context_overflow`` when the prompt does not fit, ``retryable`` (with ``retry_after``)
     when another attempt may succeed, ``fatal`` when nothing will; never with the API key in
@@ -208,8 +208,9 @@ class ContentChecker(Protocol):
 
 class BaseLlmModel:
     """Defaults for every member of the port but ``complete``: an adapter subclasses it and
-    writes only what its provider does (counting prompts, reporting windows, checking content).
-    """
+    writes only what its provider does (counting prompts, reporting windows). One that can
+    check content before it is stored writes ``check_content`` too, which makes it a
+    ``ContentChecker``."""
 
     exact_preflight: bool = False
     """No counting: pre-flight uses segue's estimate."""
@@ -221,6 +222,3 @@ class BaseLlmModel:
     async def count_tokens(self, request: LlmRequest) -> int | None:
         """Nothing counted: pre-flight uses segue's estimate."""
         return None
-
-    def check_content(self, blocks: Sequence[ContentBlock]) -> None:
-        """Every block is taken (a provider's refusal still fails the turn)."""

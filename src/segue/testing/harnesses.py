@@ -433,7 +433,7 @@ async def _nothing_to_close(model: LlmModel) -> AsyncIterator[LlmModel]:
 
 
 def _scripted_reply(answer: Answer, key: str) -> LlmReply:
-    from segue.executor.models.helpers import usage_from_prompt  # noqa: PLC0415
+    from segue.executor.models.replies import usage_from_prompt  # noqa: PLC0415
     from segue.statemachine import Usage  # noqa: PLC0415
 
     if isinstance(answer, Failure):
