@@ -20,8 +20,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from segue.executor.errors import SegueError
 from segue.executor.store_port import Store, StoredConversation, StoredMessage, TransitionRecord
-from segue.statemachine import ConversationState, Usage
+from segue.statemachine import (
+    CONTEXT_FAILURES,
+    ContextExhausted,
+    ConversationState,
+    Failed,
+    Message,
+    Usage,
+    continues_in_new,
+)
 
 PURPOSES: Final = {
     "assistant": "turn",
@@ -189,3 +198,39 @@ def _sum(usages: Any) -> Usage:
         cache_creation_input_tokens=creation,
         cache_read_input_tokens=read,
     )
+
+
+async def seed_of(
+    store: Store, parent: StoredConversation, *, with_summary: bool
+) -> tuple[str | None, list[Message]]:
+    """What a conversation continued in a new one passes on: the summary it ended with (None
+    when it wrote none, or ``with_summary`` is False) and the child's seed messages (that
+    summary, then every pinned message, verbatim, whatever the summary says)."""
+    state = parent.state
+    phase = state.phase
+    if not continues_in_new(state):
+        msg = (
+            f"Conversation {state.id} is {phase.kind}, not context_exhausted (nor failed): "
+            "only a conversation that ended is continued in a new one."
+        )
+        raise SegueError(msg)
+    summary: str | None = None
+    if isinstance(phase, ContextExhausted):
+        summary = phase.summary
+    elif isinstance(phase, Failed) and phase.error_kind in CONTEXT_FAILURES:
+        for message in reversed(await store.messages(state.id)):
+            if message.kind in ("continuation", "checkpoint", "summary") and message.text:
+                summary = message.text
+                break
+    if not with_summary:
+        summary = None
+    seed = [Message(kind="summary", text=summary)] if summary else []
+    if state.pinned_tokens:
+        # After the summary: a summary starts the view it is in (what came before it in its
+        # generation is what it summarised).
+        seed += [
+            Message(kind="user", text=m.text, content=m.message.content, pinned=True)
+            for m in await store.messages(state.id)
+            if m.message.pinned
+        ]
+    return summary or None, seed

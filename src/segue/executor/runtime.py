@@ -12,22 +12,20 @@ shared with other processes), ``Driver`` (the loop that commits and performs), `
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Final, NotRequired, TypedDict, Unpack
+from typing import Any, Final, Unpack
 
 from segue.executor._log import get_logger
 from segue.executor.bus import Committed, Sink, UpdateBus, Watch
 from segue.executor.cache import ViewCache
-from segue.executor.chains import LIMIT_PURPOSES, Link, UsageReport, lineage, usage_from_log
-from segue.executor.chains import usage_report as usage_of_messages
+from segue.executor.chains import seed_of
 from segue.executor.claims import DEFAULT_LEASE, Claims
 from segue.executor.commits import Commits
+from segue.executor.conversations import Conversations
 from segue.executor.drive import Driver, Listener
-from segue.executor.errors import MessageRejectedError, SegueError
+from segue.executor.errors import MessageRejectedError
 from segue.executor.feed import Feeds
 from segue.executor.inputs import check_content, check_key, raise_if_rejected, user_message
 from segue.executor.locks import Locks
@@ -35,65 +33,29 @@ from segue.executor.model_port import LlmModel
 from segue.executor.pausing import PauseRequest, where_it_runs
 from segue.executor.perform import Performer
 from segue.executor.requests import Requests
-from segue.executor.setup import Setup
+from segue.executor.setup import RuntimeSettings, Setup
 from segue.executor.signals import Signals
-from segue.executor.snapshots import SnapshotContext, context_of
-from segue.executor.store_port import Store, StoredConversation, StoredMessage
+from segue.executor.snapshots import context_of
+from segue.executor.store_port import Store
 from segue.executor.tools import Tool, ToolRegistry
 from segue.executor.transcript import DEFAULT_KEEP_RECENT
 from segue.executor.updates import DoneUpdate, Update
 from segue.statemachine import (
-    CONTEXT_FAILURES,
     ContentBlock,
-    ContextExhausted,
     ConversationState,
-    Failed,
     ManualContinuation,
-    Message,
     ResumeRequested,
-    continues_in_new,
-    estimate_tokens,
-    model_info,
 )
 from segue.statemachine.options import ConversationOptions
 
 _log = get_logger("segue.runtime")
-DEFAULT_OUTPUT_TOKENS: Final = 8192
-"""A conversation's bound on one answer unless it says otherwise: room for a long reply, while a
-prompt at the continuation threshold plus this still fits the smallest window."""
 AUTO_CONTINUE_PROMPT: Final = (
     "Continue from the summary of our earlier conversation above: pick up where we left off."
 )
 """The first message of a child started with ``auto_continue``."""
-_REPLY_SCAN: Final = 64
-"""Messages read per step when ``last_reply`` looks back for the latest assistant message."""
 
 
-class RuntimeSettings(TypedDict):
-    """What a ``Runtime`` may be set up with besides its store, model and tools."""
-
-    archive_dir: NotRequired[Path | str | None]
-    """Where transcripts are archived before a compaction, and tool output beyond its cap is
-    kept (private files); None: ``~/.segue/archives`` for archives, no tool-output files."""
-    keep_recent: NotRequired[int]
-    """Messages a compaction keeps verbatim (``transcript.DEFAULT_KEEP_RECENT``)."""
-    max_tokens: NotRequired[int | None]
-    """A bound on every answer, below each conversation's own."""
-    snapshot_context: NotRequired[SnapshotContext | None]
-    """Called with a conversation id when it pauses and when it resumes; what it returns (JSON
-    data: task, test or git state; ``git_context(dir)`` is a built-in one) is stored with the
-    snapshot and compiled into the resume context."""
-    owner: NotRequired[str | None]
-    """Who this runtime is in the store's claims (default: host, process id, a random part)."""
-    lease: NotRequired[float]
-    """Seconds a claim of this runtime lasts unless renewed (``claims.DEFAULT_LEASE``)."""
-    clock: NotRequired[Callable[[], float]]
-    """The time commits are recorded at (``time.time``)."""
-    sleep: NotRequired[Callable[[float], Any]]
-    """How a retry's delay is waited out (``asyncio.sleep``)."""
-
-
-class Runtime:
+class Runtime(Conversations):
     """Runs conversations: ``send`` a message and get back the state once it waits for input.
 
     Several runtimes (processes, machines) may share one store. Each model request or tool run
@@ -233,135 +195,6 @@ class Runtime:
             await asyncio.gather(*(self._driver.drive(cid, None) for cid in ids))
 
     # ------------------------------------------------------------------ conversations
-
-    async def create_conversation(
-        self,
-        options: ConversationOptions | None = None,
-        /,
-        *,
-        conversation_id: str | None = None,
-        parent_id: str | None = None,
-        seed: Sequence[Message] = (),
-        **fields: Any,
-    ) -> ConversationState:
-        """Create and store a new idle conversation with ``options`` (``ConversationOptions``),
-        or with its fields as keywords (``model=``, ``behavior=``, ``system=``...): invalid
-        values raise ``pydantic.ValidationError`` before anything is stored.
-
-        The window is ``context_window`` when given (a proxy or compatible server often has no
-        model endpoint), else what the provider reports, else segue's table of models (with a
-        warning in the log: a lookup that fails never fails the conversation). Each answer may
-        hold ``max_output_tokens`` (default: ``DEFAULT_OUTPUT_TOKENS``, or room for the thinking
-        budget, within the model's limit). ``seed``: messages the conversation starts with (a
-        summary, pinned messages: what a continued conversation carries over).
-        """
-        if options is None:
-            options = ConversationOptions(**fields)
-        elif fields:
-            options = options.model_copy(update=fields)
-            options = ConversationOptions.model_validate(options.model_dump())
-        window = options.context_window or await self._window(options.model)
-        output = options.max_output_tokens
-        if output is None:
-            wanted = DEFAULT_OUTPUT_TOKENS
-            if options.thinking_budget is not None:
-                wanted = max(wanted, options.thinking_budget + DEFAULT_OUTPUT_TOKENS)
-            output = min(model_info(options.model).max_output_tokens, wanted)
-        config = options.config(
-            conversation_id=conversation_id or uuid.uuid4().hex,
-            parent_id=parent_id,
-            context_window=window,
-            max_output_tokens=output,
-        )
-        seeded = sum(estimate_tokens(message.text) for message in seed)
-        pinned = sum(estimate_tokens(m.text) for m in seed if m.pinned)
-        state = ConversationState(
-            config=config, pending_tokens=config.system_tokens + seeded, pinned_tokens=pinned
-        )
-        stored = await self._setup.store.create(
-            state, system=options.system, messages=seed, at=self._setup.clock()
-        )
-        self._cache.keep(stored)
-        _log.info(
-            "conversation_created",
-            conversation_id=state.id,
-            model=options.model,
-            behavior=state.behavior.value,
-            context_window=state.context_window,
-            parent_id=parent_id,
-        )
-        return stored.state
-
-    async def _window(self, model: str) -> int:
-        """The model's window as the provider reports it, else segue's table (logged)."""
-        window = await self._setup.llm.context_window(model)
-        if window is not None:
-            return window
-        info = model_info(model)
-        _log.warning(
-            "model_window_unknown",
-            model=model,
-            assumed_window=info.context_window,
-            known_model=info.known,
-        )
-        return info.context_window
-
-    async def options(self, conversation_id: str) -> ConversationOptions:
-        """The options the conversation was created with (as ``start_new_from`` passes them
-        on: its window and bound on output as they were resolved)."""
-        stored = await self._setup.store.load(conversation_id)
-        return ConversationOptions.of(stored.state.config, stored.system)
-
-    async def state(self, conversation_id: str) -> ConversationState:
-        """The conversation's current state."""
-        return (await self._setup.store.load(conversation_id)).state
-
-    async def conversation(self, conversation_id: str) -> StoredConversation:
-        """The conversation as stored: its state, system prompt, child (if it was continued in
-        a new one), creation time and pending work."""
-        return await self._setup.store.load(conversation_id)
-
-    async def conversations(self) -> list[StoredConversation]:
-        """Every conversation in the store, newest first (without their pending work)."""
-        listed = await self._setup.store.list_conversations()
-        return listed[::-1]
-
-    async def messages(self, conversation_id: str) -> list[StoredMessage]:
-        """The whole transcript (every session and generation), in order."""
-        return await self._setup.store.messages(conversation_id)
-
-    async def last_reply(self, conversation_id: str) -> str | None:
-        """The text of the conversation's latest assistant reply, or None if it has none."""
-        store = self._setup.store
-        after = (await store.load(conversation_id)).last_seq
-        while after > 0:
-            start = max(0, after - _REPLY_SCAN)
-            messages = await store.messages(conversation_id, after_seq=start)
-            for message in reversed(messages[: after - start]):
-                if message.kind == "assistant":
-                    return message.text
-            after = start
-        return None
-
-    async def lineage(self, conversation_id: str) -> list[Link]:
-        """The continuation chain ``conversation_id`` belongs to, root first, each link with
-        its place (``label``: ``root``, ``2``, ``3``...) and the summary it ended with."""
-        return await lineage(self._setup.store, conversation_id)
-
-    async def usage(self, conversation_id: str) -> UsageReport:
-        """What the conversation's requests cost, by purpose (turn, continuation, checkpoint,
-        compaction) and by session: sums of the per-request usage of every answer, read from
-        the event log (an answer that was not kept, such as a refused summary asked for again,
-        was paid for too)."""
-        store = self._setup.store
-        stored = await store.load(conversation_id)
-        config = stored.state.config
-        limit_model = config.summary_model or config.model
-        models = {"turn": config.model, **dict.fromkeys(LIMIT_PURPOSES, limit_model)}
-        logged = usage_from_log(await store.transitions(conversation_id))
-        if logged is None:
-            logged = usage_of_messages(await store.messages(conversation_id))
-        return dataclasses.replace(logged, models=models)
 
     # ------------------------------------------------------------------ turns
 
@@ -577,11 +410,11 @@ class Runtime:
         """The one child of an exhausted conversation (asking twice returns the same child),
         with the parent's options (``ConversationOptions``) whole.
 
-        A conversation that failed because its context was exhausted (a sub-agent, a checkpoint
-        that could not fit) can be continued too; it is seeded with the last summary or
-        checkpoint it wrote, if any. ``auto_continue`` starts the child's first turn with the
-        summary at once, so the user lands in a conversation that already answered (only the
-        first time: asking again returns the child as it is).
+        A conversation that failed can be continued too: one whose context ran out (a
+        sub-agent, a checkpoint that could not fit) is seeded with the last summary or
+        checkpoint it wrote, if any. Pinned messages always go on. ``auto_continue`` starts the
+        child's first turn with the summary at once, so the user lands in a conversation that
+        already answered (only the first time: asking again returns the child as it is).
         """
         if auto_continue and not seed_with_summary:
             msg = "auto_continue needs the summary to continue from (seed_with_summary=True)"
@@ -591,36 +424,10 @@ class Runtime:
             parent = await store.load(conversation_id)
             if parent.child_id is not None:
                 return (await store.load(parent.child_id)).state
-            summary = await self._summary_to_seed(parent)
-            seed = [Message(kind="summary", text=summary)] if seed_with_summary and summary else []
-            if parent.state.pinned_tokens:  # pinned messages go on, whatever the summary says
-                # After the summary: a summary starts the view it is in (what came before it in
-                # its generation is what it summarised).
-                seed += [
-                    Message(kind="user", text=m.text, content=m.message.content, pinned=True)
-                    for m in await store.messages(conversation_id)
-                    if m.message.pinned
-                ]
+            summary, seed = await seed_of(store, parent, with_summary=seed_with_summary)
             options = ConversationOptions.of(parent.state.config, parent.system)
             child = await self.create_conversation(options, parent_id=conversation_id, seed=seed)
             winner = await store.link_child(conversation_id, child.id)
-        if winner != child.id or not auto_continue or not seed_with_summary or not summary:
+        if winner != child.id or not auto_continue or summary is None:
             return (await store.load(winner)).state
         return await self.send(winner, AUTO_CONTINUE_PROMPT)
-
-    async def _summary_to_seed(self, parent: StoredConversation) -> str | None:
-        state = parent.state
-        phase = state.phase
-        if not continues_in_new(state):
-            msg = (
-                f"Conversation {state.id} is {phase.kind}, not context_exhausted (nor failed): "
-                "only a conversation that ended is continued in a new one."
-            )
-            raise SegueError(msg)
-        if isinstance(phase, ContextExhausted):
-            return phase.summary
-        if isinstance(phase, Failed) and phase.error_kind in CONTEXT_FAILURES:
-            for message in reversed(await self._setup.store.messages(state.id)):
-                if message.kind in ("continuation", "checkpoint", "summary") and message.text:
-                    return message.text
-        return None

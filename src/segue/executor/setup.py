@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from segue.executor.model_port import LlmModel
 from segue.executor.snapshots import SnapshotContext
@@ -33,3 +33,27 @@ class Setup:
     """The time commits are recorded at (never the core's: it has no clock)."""
     sleep: Callable[[float], Any]
     """How a retry's delay is waited out (a test passes one that returns at once)."""
+
+
+class RuntimeSettings(TypedDict):
+    """What a ``Runtime`` may be set up with besides its store, model and tools."""
+
+    archive_dir: NotRequired[Path | str | None]
+    """Where transcripts are archived before a compaction, and tool output beyond its cap is
+    kept (private files); None: ``~/.segue/archives`` for archives, no tool-output files."""
+    keep_recent: NotRequired[int]
+    """Messages a compaction keeps verbatim (``transcript.DEFAULT_KEEP_RECENT``)."""
+    max_tokens: NotRequired[int | None]
+    """A bound on every answer, below each conversation's own."""
+    snapshot_context: NotRequired[SnapshotContext | None]
+    """Called with a conversation id when it pauses and when it resumes; what it returns (JSON
+    data: task, test or git state; ``git_context(dir)`` is a built-in one) is stored with the
+    snapshot and compiled into the resume context."""
+    owner: NotRequired[str | None]
+    """Who this runtime is in the store's claims (default: host, process id, a random part)."""
+    lease: NotRequired[float]
+    """Seconds a claim of this runtime lasts unless renewed (``claims.DEFAULT_LEASE``)."""
+    clock: NotRequired[Callable[[], float]]
+    """The time commits are recorded at (``time.time``)."""
+    sleep: NotRequired[Callable[[float], Any]]
+    """How a retry's delay is waited out (``asyncio.sleep``)."""

@@ -179,18 +179,10 @@ def _routes(app: FastAPI, runtime: Runtime, info: Info, guard: Any, end: Streams
     @app.post("/api/conversations", status_code=201, dependencies=[guard])
     async def create(body: CreateConversation) -> ConversationView:
         """Create a conversation."""
-        state = await runtime.create_conversation(
-            model=body.model or info.model,
-            behavior=body.behavior or info.behavior,
-            system=body.system,
-            warning_threshold=body.warning_threshold,
-            continuation_threshold=body.continuation_threshold,
-            context_window=body.context_window or info.context_window,
-            summary_prompt=body.summary_prompt,
-            summary_model=body.summary_model,
-            max_tool_output_tokens=body.max_tool_output_tokens,
-            max_run_seconds=body.max_run_seconds,
+        options = body.options(
+            model=info.model, behavior=info.behavior, context_window=info.context_window
         )
+        state = await runtime.create_conversation(options)
         return await view(state.id)
 
     @app.get("/api/conversations", dependencies=[guard])

@@ -12,7 +12,8 @@ from typing import Annotated, Final
 from pydantic import BaseModel, ConfigDict, Field
 
 from segue.statemachine import ContextExhaustionBehavior
-from segue.statemachine.state import MAX_PROMPT_CHARS, MIN_TOOL_OUTPUT_TOKENS
+from segue.statemachine.options import ConversationOptions
+from segue.statemachine.state import MAX_PROMPT_CHARS
 from segue.views import ConversationView, LinkView, MessageView, SnapshotView, ToolCallView
 
 MIN_WINDOW: Final = 1_000
@@ -29,27 +30,29 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class CreateConversation(_Request):
-    """A new conversation; every field may be left out (the server's defaults apply)."""
+class CreateConversation(ConversationOptions):
+    """A new conversation: ``ConversationOptions`` (every field may be left out: the server's
+    model, behaviour and window apply), within the bounds a server keeps."""
 
-    model: Annotated[str, Field(min_length=1, max_length=200)] | None = None
-    behavior: ContextExhaustionBehavior | None = None
+    # Optional here: left out, the server's model and behaviour apply.
+    model: Annotated[str, Field(min_length=1, max_length=200)] | None = None  # type: ignore[assignment]
+    behavior: ContextExhaustionBehavior | None = None  # type: ignore[assignment]
     system: Annotated[str, Field(max_length=100_000)] | None = None
-    warning_threshold: Annotated[float, Field(gt=0, le=1)] = 0.80
-    continuation_threshold: Annotated[float, Field(gt=0, le=1)] = 0.90
     context_window: Annotated[int, Field(ge=MIN_WINDOW, le=10_000_000)] | None = None
     """Tokens (at least 1,000, as the page and the CLI ask); left out: the model's window."""
-    summary_prompt: Instruction | None = None
-    """The instruction of the request sent at the limit (summary, checkpoint, compaction) in
-    place of segue's."""
-    summary_model: Annotated[str, Field(min_length=1, max_length=200)] | None = None
-    """The model that answers the limit's requests (left out: ``model``)."""
-    max_tool_output_tokens: (
-        Annotated[int, Field(ge=MIN_TOOL_OUTPUT_TOKENS, le=10_000_000)] | None
-    ) = None
-    """The most one tool result may hold (left out: 25,000, or an eighth of a small window)."""
     max_run_seconds: Annotated[float, Field(gt=0, le=MAX_RUN_SECONDS)] | None = None
     """``checkpoint_restart``: past this many seconds, the limit ends the run."""
+
+    def options(
+        self, *, model: str, behavior: ContextExhaustionBehavior, context_window: int | None
+    ) -> ConversationOptions:
+        """The conversation's options, with the server's own where the request left them out."""
+        fields = self.model_dump(exclude_unset=True)
+        fields["model"] = self.model or model
+        fields["behavior"] = self.behavior or behavior
+        if self.context_window is None and context_window is not None:
+            fields["context_window"] = context_window
+        return ConversationOptions(**fields)
 
 
 class SendMessage(_Request):
