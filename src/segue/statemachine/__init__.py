@@ -66,6 +66,7 @@ from segue.statemachine.models import (
     Usage,
     model_info,
 )
+from segue.statemachine.options import ConversationOptions
 from segue.statemachine.phases import (
     PHASE_TYPES,
     AwaitingCheckpoint,
@@ -126,6 +127,7 @@ __all__ = [
     "ContinuationFailed",
     "ContinuationResponse",
     "ConversationConfig",
+    "ConversationOptions",
     "ConversationState",
     "DocumentBlock",
     "ErrorKind",
