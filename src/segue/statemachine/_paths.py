@@ -8,8 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from segue.statemachine._values import builder
-from segue.statemachine.effects import (
+from segue.effects import (
     AppendMessage,
     ArchiveTranscript,
     CancelRequest,
@@ -22,6 +21,7 @@ from segue.statemachine.effects import (
     RequestContinuation,
     RequestLlm,
 )
+from segue.statemachine._values import builder
 from segue.statemachine.models import (
     ContextExhaustionBehavior,
     ErrorKind,

@@ -7,6 +7,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, cast
 
+from segue.effects import (
+    Effect,
+    NotifyCompactionFailed,
+    NotifyContextExhausted,
+    ReportAccountingAnomaly,
+    RequestCheckpoint,
+    RequestCompaction,
+    RequestContinuation,
+    RequestKind,
+    SaveSnapshot,
+    ScheduleRetry,
+    StartGeneration,
+    StartSession,
+)
 from segue.statemachine._paths import (
     CANCEL,
     CANCELLED_SUMMARY,
@@ -34,20 +48,6 @@ from segue.statemachine.checkpoint import (
     continuation_prompt,
     extract_checkpoint,
     extract_decisions,
-)
-from segue.statemachine.effects import (
-    Effect,
-    NotifyCompactionFailed,
-    NotifyContextExhausted,
-    ReportAccountingAnomaly,
-    RequestCheckpoint,
-    RequestCompaction,
-    RequestContinuation,
-    RequestKind,
-    SaveSnapshot,
-    ScheduleRetry,
-    StartGeneration,
-    StartSession,
 )
 from segue.statemachine.events import (
     CheckpointFailed,

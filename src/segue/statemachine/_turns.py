@@ -6,6 +6,20 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from segue.effects import (
+    Effect,
+    NotifyContextWarning,
+    NotifyToolRoundLimit,
+    NotifyTruncated,
+    RejectUserMessage,
+    ReportAccountingAnomaly,
+    RequestCheckpoint,
+    RequestCompaction,
+    RequestContinuation,
+    RequestLlm,
+    ScheduleRetry,
+    StartGeneration,
+)
 from segue.statemachine._paths import (
     CANCEL,
     NOTHING,
@@ -33,20 +47,6 @@ from segue.statemachine.accounting import (
     estimate_tokens,
     estimate_tool_calls,
     reported_occupancy,
-)
-from segue.statemachine.effects import (
-    Effect,
-    NotifyContextWarning,
-    NotifyToolRoundLimit,
-    NotifyTruncated,
-    RejectUserMessage,
-    ReportAccountingAnomaly,
-    RequestCheckpoint,
-    RequestCompaction,
-    RequestContinuation,
-    RequestLlm,
-    ScheduleRetry,
-    StartGeneration,
 )
 from segue.statemachine.events import (
     LlmError,
