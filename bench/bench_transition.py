@@ -53,8 +53,7 @@ from segue import (
     transition,
 )
 from segue.effects import AppendMessage, ExecuteTools, RequestLlm
-from segue.statemachine._values import builder
-from segue.statemachine.models import Message, MessageKind
+from segue.statemachine.models import MessageKind
 from segue.statemachine.phases import IDLE, LlmRequesting, ToolExecuting
 
 MODEL = "claude-sonnet-4-6"
@@ -139,35 +138,43 @@ def prepare_segue(turn: Turn) -> Run:
 
 
 def prepare_floor(turn: Turn) -> Run:
-    """The values one turn returns (4 states, 4 transcript messages with their AppendMessage,
-    ExecuteTools, ToolExecuting; RequestLlm and LlmRequesting are shared), built the way the core
-    builds them, with no decision made: the floor under any ``transition()`` whose values are
-    frozen pydantic models, as the public contract makes them."""
+    """The values one plain turn returns (4 states, 4 transcript messages with their
+    AppendMessage, ExecuteTools, ToolExecuting; RequestLlm and LlmRequesting are shared), built
+    the way the core builds them (constructors, one validation for a message and its effect,
+    ``model_copy`` for states), with no decision made: the floor under any ``transition()``
+    whose values are frozen pydantic models built through pydantic's public API, as the public
+    contract makes them."""
     user, tool_call, result, final = turn
     start = new_conversation(model=MODEL, conversation_id="bench")
-    message, append = builder(Message), builder(AppendMessage)
-    execute, executing = builder(ExecuteTools), builder(ToolExecuting)
     calls = tool_call.tool_calls
     pending = (calls[0].id,)
+    append = AppendMessage.model_validate
 
-    def record(kind: MessageKind, text: str) -> AppendMessage:
-        return append(message=message(kind=kind, text=text, session=1, generation=1))
+    def record(kind: MessageKind, text: str, **extra: Any) -> AppendMessage:
+        fields = {"kind": kind, "text": text, "session": 1, "generation": 1, **extra}
+        return append({"message": fields})
 
     def run(turns: int) -> int:
         state, consumed = start, 0
         for count in range(0, 4 * turns, 4):
             effects: tuple[object, ...] = (record("user", user.text), REQUEST_LLM)
-            state = state._replace({"message_count": count + 1, "phase": LLM_REQUESTING})
+            state = state.model_copy(update={"message_count": count + 1, "phase": LLM_REQUESTING})
             consumed += len(effects)
-            effects = (record("assistant", tool_call.text), execute(tool_calls=calls))
-            phase = executing(tool_calls=calls, pending=pending)
-            state = state._replace({"message_count": count + 2, "phase": phase})
+            effects = (
+                record("assistant", tool_call.text, tool_calls=calls, usage=tool_call.usage),
+                ExecuteTools(tool_calls=calls),
+            )
+            phase = ToolExecuting(tool_calls=calls, pending=pending)
+            state = state.model_copy(update={"message_count": count + 2, "phase": phase})
             consumed += len(effects)
-            effects = (record("tool_result", result.output), REQUEST_LLM)
-            state = state._replace({"message_count": count + 3, "phase": LLM_REQUESTING})
+            effects = (
+                record("tool_result", result.output, tool_call_id=result.tool_call_id),
+                REQUEST_LLM,
+            )
+            state = state.model_copy(update={"message_count": count + 3, "phase": LLM_REQUESTING})
             consumed += len(effects)
-            effects = (record("assistant", final.text),)
-            state = state._replace({"message_count": count + 4, "phase": IDLE})
+            effects = (record("assistant", final.text, usage=final.usage),)
+            state = state.model_copy(update={"message_count": count + 4, "phase": IDLE})
             consumed += len(effects)
         return consumed
 
