@@ -67,6 +67,7 @@ FINAL_REQUESTING: Final = LlmRequesting(final=True)
 CANCEL: Final = CancelRequest()
 Requesting = LlmRequesting | AwaitingContinuation | AwaitingCheckpoint | Compacting
 Summarising = AwaitingContinuation | AwaitingCheckpoint | Compacting
+Request = RequestLlm | RequestContinuation | RequestCheckpoint | RequestCompaction
 WINDOW_EXCEEDED: Final = "model_context_window_exceeded"
 PAUSED_TURN: Final = "pause_turn"
 """The provider (or an adapter stopping a running agent) paused a turn mid-task (REQ-SEG-034)."""
@@ -99,6 +100,37 @@ def not_run(state: ConversationState, calls: tuple[ToolCall, ...], why: str) -> 
     return [
         record(state, "tool_result", why, tool_call_id=call.id, is_error=True) for call in calls
     ]
+
+
+def request_for(phase: Requesting) -> Request:
+    """The request ``phase`` waits for, as the phase now stands (its attempt, how much history
+    to trim, which instruction, the user's focus): written once for the first ask of an
+    exhaustion path, a retry and a trimmed or alternate ask, which must all say the same."""
+    if isinstance(phase, AwaitingContinuation):
+        return RequestContinuation(
+            rejected_tool_calls=phase.rejected_tool_calls,
+            attempt=phase.attempt,
+            trim_level=phase.trim_level,
+            alternate=phase.alternate,
+            focus=phase.focus,
+        )
+    if isinstance(phase, AwaitingCheckpoint):
+        return RequestCheckpoint(
+            purpose=phase.purpose,
+            rejected_tool_calls=phase.rejected_tool_calls,
+            attempt=phase.attempt,
+            trim_level=phase.trim_level,
+            focus=phase.focus,
+        )
+    if isinstance(phase, Compacting):
+        return RequestCompaction(
+            rejected_tool_calls=phase.rejected_tool_calls,
+            attempt=phase.attempt,
+            trim_level=phase.trim_level,
+            alternate=phase.alternate,
+            focus=phase.focus,
+        )
+    return RequestLlm(attempt=phase.attempt, final=phase.final)
 
 
 FRESH_SESSION: Final[dict[str, Any]] = {"tool_rounds": 0, "provider_session": None}
@@ -152,31 +184,25 @@ def exhaust(
     ``usage`` is the triggering response's, kept for the record; ``focus`` is a manual
     trigger's, sent with every request of this path (REQ-SEG-041)."""
     behavior = state.config.behavior
+    phase: Summarising
     if behavior is ContextExhaustionBehavior.THRESHOLD_BASED_CONTINUATION:
-        effects.append(RequestContinuation(rejected_tool_calls=rejected, focus=focus))
-        waiting = AwaitingContinuation(
+        phase = AwaitingContinuation(
             rejected_tool_calls=rejected, trigger=trigger, trigger_usage=usage, focus=focus
         )
-        return state.model_copy(update={"phase": waiting}), tuple(effects)
-    if behavior is ContextExhaustionBehavior.INTENTIONALLY_UNHANDLED:
+    elif behavior is ContextExhaustionBehavior.INTENTIONALLY_UNHANDLED:
         return fail(state, ErrorKind.CONTEXT_EXHAUSTED, exhausted_message(state), effects)
-    if state.continuations >= state.config.max_continuations:
+    elif state.continuations >= state.config.max_continuations:
         message = (
             f"{state.continuations} continuations already; the bound is "
             f"{state.config.max_continuations}. {exhausted_message(state)}"
         )
         return fail(state, ErrorKind.CONTINUATION_LIMIT, message, effects)
-    if behavior is ContextExhaustionBehavior.CHECKPOINT_RESTART:
-        effects.append(RequestCheckpoint(rejected_tool_calls=rejected, focus=focus))
-        checkpointing = AwaitingCheckpoint(
+    elif behavior is ContextExhaustionBehavior.CHECKPOINT_RESTART:
+        phase = AwaitingCheckpoint(
             rejected_tool_calls=rejected, trigger=trigger, resume_after=resume_after, focus=focus
         )
-        return state.model_copy(update={"phase": checkpointing}), tuple(effects)
-    if behavior is ContextExhaustionBehavior.CHECKPOINT_PAUSE:
-        effects.append(
-            RequestCheckpoint(purpose="pause", rejected_tool_calls=rejected, focus=focus)
-        )
-        pausing = AwaitingCheckpoint(
+    elif behavior is ContextExhaustionBehavior.CHECKPOINT_PAUSE:
+        phase = AwaitingCheckpoint(
             purpose="pause",
             exhausted=True,
             rejected_tool_calls=rejected,
@@ -184,12 +210,13 @@ def exhaust(
             resume_after=resume_after,
             focus=focus,
         )
-        return state.model_copy(update={"phase": pausing}), tuple(effects)
-    effects.append(ArchiveTranscript(generation=state.generation))
-    effects.append(RequestCompaction(rejected_tool_calls=rejected, focus=focus))
-    phase = Compacting(
-        rejected_tool_calls=rejected, trigger=trigger, resume_after=resume_after, focus=focus
-    )
+    else:
+        # COMPACT_IN_PLACE archives first: a failed archive never blocks the compaction.
+        effects.append(ArchiveTranscript(generation=state.generation))
+        phase = Compacting(
+            rejected_tool_calls=rejected, trigger=trigger, resume_after=resume_after, focus=focus
+        )
+    effects.append(request_for(phase))
     return state.model_copy(update={"phase": phase}), tuple(effects)
 
 
@@ -214,8 +241,9 @@ def turn_boundary(
         if context + pending >= state.config.continuation_tokens:
             return exhaust(state.model_copy(update=changes), "preflight", (), True, effects)
     if changes.get("pause_requested", state.pause_requested):
-        effects.append(RequestCheckpoint(purpose="pause"))
-        changes["phase"] = AwaitingCheckpoint(purpose="pause", resume_after=ask_llm)
+        pausing = AwaitingCheckpoint(purpose="pause", resume_after=ask_llm)
+        effects.append(request_for(pausing))
+        changes["phase"] = pausing
     elif ask_llm:
         effects.append(FINAL_REQUEST if final else REQUEST_LLM)
         changes["phase"] = FINAL_REQUESTING if final else LLM_REQUESTING

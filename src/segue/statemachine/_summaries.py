@@ -12,9 +12,6 @@ from segue.effects import (
     NotifyCompactionFailed,
     NotifyContextExhausted,
     ReportAccountingAnomaly,
-    RequestCheckpoint,
-    RequestCompaction,
-    RequestContinuation,
     RequestKind,
     SaveSnapshot,
     ScheduleRetry,
@@ -34,6 +31,7 @@ from segue.statemachine._paths import (
     Summarising,
     fail,
     record,
+    request_for,
     retry_delay,
     turn_boundary,
 )
@@ -91,32 +89,7 @@ def _retry_or_give_up(
     if event.context_overflow:
         trim = {"attempt": attempt + 1, "trim_level": phase.trim_level + 1}
         trimmed = phase.model_copy(update=trim)
-        effect: Effect
-        if isinstance(phase, AwaitingContinuation):
-            effect = RequestContinuation(
-                rejected_tool_calls=phase.rejected_tool_calls,
-                attempt=attempt + 1,
-                trim_level=trimmed.trim_level,
-                alternate=phase.alternate,
-                focus=phase.focus,
-            )
-        elif isinstance(phase, AwaitingCheckpoint):
-            effect = RequestCheckpoint(
-                purpose=phase.purpose,
-                rejected_tool_calls=phase.rejected_tool_calls,
-                attempt=attempt + 1,
-                trim_level=trimmed.trim_level,
-                focus=phase.focus,
-            )
-        else:
-            effect = RequestCompaction(
-                rejected_tool_calls=phase.rejected_tool_calls,
-                attempt=attempt + 1,
-                trim_level=trimmed.trim_level,
-                alternate=phase.alternate,
-                focus=phase.focus,
-            )
-        return state.model_copy(update={"phase": trimmed}), (effect,)
+        return state.model_copy(update={"phase": trimmed}), (request_for(trimmed),)
     delay = retry_delay(state, attempt + 1, event.retry_after)
     retry = ScheduleRetry(request=request, attempt=attempt + 1, delay_seconds=delay)
     waiting = phase.model_copy(update={"retry_pending": True})
@@ -172,14 +145,7 @@ def on_continuation_response(state: ConversationState, event: ContinuationRespon
     if not summary or event.stop_reason == REFUSAL:
         if not phase.alternate:  # asked once more, with another instruction, first
             again = phase.model_copy(update={"alternate": True, "attempt": 1})
-            effects.append(
-                RequestContinuation(
-                    rejected_tool_calls=phase.rejected_tool_calls,
-                    trim_level=phase.trim_level,
-                    alternate=True,
-                    focus=phase.focus,
-                )
-            )
+            effects.append(request_for(again))
             return measured.model_copy(update={"phase": again}), tuple(effects)
         summary = FALLBACK_SUMMARY
     return _exhausted_with(measured, summary, effects, event.usage)
@@ -361,14 +327,8 @@ def on_compaction_response(state: ConversationState, event: CompactionResponse) 
         return state, NOTHING
     unusable = not event.summary.strip() or event.stop_reason == REFUSAL
     if unusable and not phase.alternate:  # asked once more, with another instruction, first
-        request = RequestCompaction(
-            rejected_tool_calls=phase.rejected_tool_calls,
-            trim_level=phase.trim_level,
-            alternate=True,
-            focus=phase.focus,
-        )
         again = phase.model_copy(update={"alternate": True, "attempt": 1})
-        return state.model_copy(update={"phase": again}), (request,)
+        return state.model_copy(update={"phase": again}), (request_for(again),)
     config = state.config
     if event.retained_tokens >= config.continuation_tokens:
         message = (

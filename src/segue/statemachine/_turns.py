@@ -14,10 +14,6 @@ from segue.effects import (
     NotifyTruncated,
     RejectUserMessage,
     ReportAccountingAnomaly,
-    RequestCheckpoint,
-    RequestCompaction,
-    RequestContinuation,
-    RequestLlm,
     ScheduleRetry,
     StartGeneration,
 )
@@ -36,6 +32,7 @@ from segue.statemachine._paths import (
     fail,
     not_run,
     record,
+    request_for,
     retry_delay,
     turn_boundary,
 )
@@ -62,8 +59,6 @@ from segue.statemachine.models import (
 )
 from segue.statemachine.phases import (
     IDLE,
-    AwaitingCheckpoint,
-    AwaitingContinuation,
     ExhaustionTrigger,
     Failed,
     LlmRequesting,
@@ -290,39 +285,15 @@ def on_retry_due(state: ConversationState, event: RetryDue) -> Result:
     phase = cast(Requesting, state.phase)
     if not phase.retry_pending or event.attempt != phase.attempt + 1:
         return state, NOTHING
-    next_phase = phase.model_copy(update={"attempt": event.attempt, "retry_pending": False})
-    request: Effect
-    if isinstance(phase, LlmRequesting):
-        if state.projected_tokens >= state.config.continuation_tokens:
-            # REQ-SEG-004: a retry is a request too. The projection moved while the failed
-            # attempt ran only if the provider compacted its context to more than the threshold.
-            return exhaust(state, "preflight", (), True, [])
-        request = RequestLlm(attempt=event.attempt, final=phase.final)
-    elif isinstance(phase, AwaitingContinuation):
-        request = RequestContinuation(
-            rejected_tool_calls=phase.rejected_tool_calls,
-            attempt=event.attempt,
-            trim_level=phase.trim_level,
-            alternate=phase.alternate,
-            focus=phase.focus,
-        )
-    elif isinstance(phase, AwaitingCheckpoint):
-        request = RequestCheckpoint(
-            purpose=phase.purpose,
-            rejected_tool_calls=phase.rejected_tool_calls,
-            attempt=event.attempt,
-            trim_level=phase.trim_level,
-            focus=phase.focus,
-        )
-    else:
-        request = RequestCompaction(
-            rejected_tool_calls=phase.rejected_tool_calls,
-            attempt=event.attempt,
-            trim_level=phase.trim_level,
-            alternate=phase.alternate,
-            focus=phase.focus,
-        )
-    return state.model_copy(update={"phase": next_phase}), (request,)
+    if (
+        isinstance(phase, LlmRequesting)
+        and state.projected_tokens >= state.config.continuation_tokens
+    ):
+        # REQ-SEG-004: a retry is a request too. The projection moved while the failed
+        # attempt ran only if the provider compacted its context to more than the threshold.
+        return exhaust(state, "preflight", (), True, [])
+    asking = phase.model_copy(update={"attempt": event.attempt, "retry_pending": False})
+    return state.model_copy(update={"phase": asking}), (request_for(asking),)
 
 
 def on_cancel_request(state: ConversationState, _event: object) -> Result:
