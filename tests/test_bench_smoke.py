@@ -40,6 +40,9 @@ def report() -> str:
         rf"segue turns 10-110\s+{NUMBER} us/event$",
         rf"segue turns 10,000-10,100\s+{NUMBER} us/event$",
         rf"late / early\s+{NUMBER}x\s+target <= 1.5x\s+{VERDICT}$",
+        r"^2\. Tool-heavy turn = 9 events",
+        rf"segue tool-heavy turns 10-110\s+{NUMBER} us/event$",
+        rf"segue tool-heavy turns 10,000-10,100\s+{NUMBER} us/event$",
         rf"state after turn 10\s+{NUMBER} bytes$",
         rf"state after turn 10,000\s+{NUMBER} bytes$",
         r"growth\s+0 bytes\s+PASS$",
@@ -48,3 +51,17 @@ def report() -> str:
 )
 def test_report_has_line(report: str, line: str) -> None:
     assert re.search(line, report, re.MULTILINE), f"no line matching {line!r} in:\n{report}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "line",
+    [
+        rf"transitions / segue\s+{NUMBER}x\s+target >= 2x\s+{VERDICT}$",
+        rf"python-statemachine / segue\s+{NUMBER}x\s+target >= 20x\s+{VERDICT}$",
+        rf"late / early\s+{NUMBER}x\s+target <= 1.5x\s+{VERDICT}$",
+    ],
+)
+def test_both_workloads_are_judged(report: str, line: str) -> None:
+    """The plain and the tool-heavy workload each get every verdict."""
+    assert len(re.findall(line, report, re.MULTILINE)) == 2, report

@@ -27,15 +27,7 @@ from segue import (
     new_conversation,
     transition,
 )
-from segue.executor.stores.codec import (
-    dump_effect,
-    dump_event,
-    dump_state,
-    load_effect,
-    load_event,
-    load_state,
-)
-from segue.statemachine.effects import (
+from segue.effects import (
     AppendMessage,
     ArchiveTranscript,
     CancelRequest,
@@ -57,6 +49,14 @@ from segue.statemachine.effects import (
     ScheduleRetry,
     StartGeneration,
     StartSession,
+)
+from segue.executor.stores.codec import (
+    dump_effect,
+    dump_event,
+    dump_state,
+    load_effect,
+    load_event,
+    load_state,
 )
 from segue.testing import (
     EVENT_KINDS,

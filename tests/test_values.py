@@ -34,6 +34,7 @@ from segue import (
     transition,
 )
 from segue.effects import RequestContinuation, ScheduleRetry
+from segue.statemachine._values import Frozen
 
 # --------------------------------------------------------------------------- validation
 
@@ -369,8 +370,8 @@ def _a_turn() -> list[pydantic.BaseModel]:
 
 @pytest.mark.parametrize("value", _a_turn(), ids=lambda value: type(value).__name__)
 def test_core_built_values_behave_like_validated_ones(value: pydantic.BaseModel) -> None:
-    """Core-built values skip validation and two of pydantic's slots; nothing may show it
-    (but exclude_unset: every field of a core-built value counts as set)."""
+    """Values the core builds (by constructor or ``model_copy``) are pydantic's own in every way
+    others can see: JSON, equality, repr, hash, pickling, copying, the fields set."""
     cls = type(value)
     validated = cls.model_validate_json(value.model_dump_json())
     assert validated == value
@@ -384,43 +385,56 @@ def test_core_built_values_behave_like_validated_ones(value: pydantic.BaseModel)
     assert pickle.loads(pickle.dumps(value)) == value  # noqa: S301  # our own bytes
     assert copy.deepcopy(value) == value
     assert value.model_fields_set <= set(cls.model_fields)
-    assert value.__pydantic_extra__ is None
-    assert value.__pydantic_private__ is None
 
 
-def test_a_shared_fields_set_is_never_changed_by_a_copy() -> None:
+def test_a_copy_never_changes_the_original() -> None:
     state, _ = transition(new_conversation(model="claude-sonnet-4-5"), UserMessage(text="hi"))
-    before = set(state.model_fields_set)
+    before = (set(state.model_fields_set), state.model_dump_json())
+    later, _ = transition(state, LlmResponse(text="ok", usage=Usage(input_tokens=9)))
     state.model_copy(update={"warned": True})
-    assert state.model_fields_set == before
+    assert later.context_tokens == 9
+    assert (set(state.model_fields_set), state.model_dump_json()) == before
 
 
-def test_extra_or_private_values_cannot_be_slipped_in() -> None:
-    usage = Usage(input_tokens=1)
-    with pytest.raises(TypeError, match="refuses extra fields"):
-        object.__setattr__(usage, "__pydantic_extra__", {"surprise": 1})
-    with pytest.raises(TypeError, match="no private attributes"):
-        object.__setattr__(usage, "__pydantic_private__", {"_hidden": 1})
-    object.__setattr__(usage, "__pydantic_extra__", None)  # what pydantic itself writes
-    assert usage == Usage(input_tokens=1)
+class _PlainFrozen(pydantic.BaseModel):
+    """What pydantic itself puts on a frozen model's class, to tell it from what segue adds."""
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
+    field: int = 0
 
 
-def test_model_fields_set_is_a_copy() -> None:
-    state, _ = transition(new_conversation(model="claude-sonnet-4-5"), UserMessage(text="hi"))
-    state.model_fields_set.discard("warned")
-    later, _ = transition(state, LlmResponse(usage=Usage(input_tokens=9)))
-    assert "warned" in state.model_fields_set
-    assert "warned" in later.model_dump(exclude_unset=True)
+def _value_classes(cls: type[Frozen] = Frozen) -> list[type[Frozen]]:
+    found = [cls]
+    for sub in cls.__subclasses__():
+        found += _value_classes(sub)
+    return found
 
 
-def test_make_refuses_a_missing_required_field() -> None:
-    with pytest.raises(TypeError, match=r"needs the fields \['input'\]"):
-        ToolCall._make(id="toolu_1", name="bash")  # input has a default_factory: required here
+@pytest.mark.parametrize("cls", _value_classes(), ids=lambda cls: cls.__qualname__)
+def test_values_leave_pydantics_names_to_pydantic(cls: type[Frozen]) -> None:
+    """No value class defines one of pydantic's attributes or slots itself (a property over
+    ``__pydantic_extra__``, an own ``model_copy``, a hook): a pydantic release may change how
+    they work, and a value that shadowed one would break with it."""
+    added = set(vars(cls)) - set(vars(_PlainFrozen))
+    shadowed = added & set(dir(pydantic.BaseModel))
+    assert not shadowed, f"{cls.__qualname__} defines {sorted(shadowed)}"
+    assert cls.model_config.get("frozen") is True
+    assert cls.model_config.get("extra") == "forbid"
+
+
+def test_make_builds_a_valid_value_or_raises() -> None:
+    """``_make`` (kept for the executor's calls) is the constructor: defaults filled in, values
+    validated."""
+    assert ToolCall._make(id="toolu_1", name="bash") == ToolCall(id="toolu_1", name="bash")
+    with pytest.raises(pydantic.ValidationError):
+        ToolCall._make(id="toolu_1")
+    with pytest.raises(pydantic.ValidationError):
+        Usage._make(input_tokens=-1)
 
 
 def test_subclasses_may_use_private_attributes_and_extra_fields() -> None:
-    """Serving pydantic's extra and private slots by properties is for segue's own values; a
-    user's subclass that needs them gets pydantic's slots back."""
+    """A user's subclass that needs pydantic's extra fields or private attributes has them, and
+    keeps them through the copies the core makes."""
 
     class Tagged(Usage):
         _seen: list[str] = pydantic.PrivateAttr(default_factory=list)
@@ -433,8 +447,7 @@ def test_subclasses_may_use_private_attributes_and_extra_fields() -> None:
     assert (tagged._seen, tagged.context_tokens) == (["x"], 3)
     opened = Open(input_tokens=3, region="eu")  # extra="allow"
     assert opened.model_dump()["region"] == "eu"
-    assert opened._evolve(output_tokens=1).model_dump()["region"] == "eu"
-    copied = tagged._evolve(output_tokens=1)
+    assert opened.model_copy(update={"output_tokens": 1}).model_dump()["region"] == "eu"
+    copied = tagged.model_copy(update={"output_tokens": 1})
     copied._seen = ["y"]  # shallow, as pydantic's own copy: the copy's own attribute changes
     assert (tagged._seen, copied._seen) == (["x"], ["y"])
-    assert Usage._make(input_tokens=3).__pydantic_extra__ is None

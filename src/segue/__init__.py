@@ -7,6 +7,12 @@ what to do; the executor (``segue.executor``) does it.
 from typing import TYPE_CHECKING
 
 from segue._lazy import lazy_getattr
+from segue.statemachine import *  # noqa: F403  # the core's __all__ is the public core API
+from segue.statemachine import __all__ as _core_all
+
+# isort: split
+# The effects after the core: the core's machine imports segue.effects, and segue.effects
+# imports the core's leaf modules, which first runs the core's package (see segue.effects).
 from segue.effects import (
     AppendMessage,
     ArchiveTranscript,
@@ -31,8 +37,6 @@ from segue.effects import (
     StartGeneration,
     StartSession,
 )
-from segue.statemachine import *  # noqa: F403  # the core's __all__ is the public core API
-from segue.statemachine import __all__ as _core_all
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a re-export)
     from segue.executor.bus import Watch as Watch

@@ -7,6 +7,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, cast
 
+from segue.effects import (
+    Effect,
+    NotifyCompactionFailed,
+    NotifyContextExhausted,
+    ReportAccountingAnomaly,
+    RequestKind,
+    SaveSnapshot,
+    ScheduleRetry,
+    StartGeneration,
+    StartSession,
+)
 from segue.statemachine._paths import (
     CANCEL,
     CANCELLED_SUMMARY,
@@ -20,6 +31,7 @@ from segue.statemachine._paths import (
     Summarising,
     fail,
     record,
+    request_for,
     retry_delay,
     turn_boundary,
 )
@@ -34,20 +46,6 @@ from segue.statemachine.checkpoint import (
     continuation_prompt,
     extract_checkpoint,
     extract_decisions,
-)
-from segue.statemachine.effects import (
-    Effect,
-    NotifyCompactionFailed,
-    NotifyContextExhausted,
-    ReportAccountingAnomaly,
-    RequestCheckpoint,
-    RequestCompaction,
-    RequestContinuation,
-    RequestKind,
-    SaveSnapshot,
-    ScheduleRetry,
-    StartGeneration,
-    StartSession,
 )
 from segue.statemachine.events import (
     CheckpointFailed,
@@ -89,36 +87,13 @@ def _retry_or_give_up(
     if attempt >= state.config.max_attempts or not (event.context_overflow or event.retryable):
         return give_up(state, event.error)
     if event.context_overflow:
-        trimmed = phase._evolve(attempt=attempt + 1, trim_level=phase.trim_level + 1)
-        effect: Effect
-        if isinstance(phase, AwaitingContinuation):
-            effect = RequestContinuation._make(
-                rejected_tool_calls=phase.rejected_tool_calls,
-                attempt=attempt + 1,
-                trim_level=trimmed.trim_level,
-                alternate=phase.alternate,
-                focus=phase.focus,
-            )
-        elif isinstance(phase, AwaitingCheckpoint):
-            effect = RequestCheckpoint._make(
-                purpose=phase.purpose,
-                rejected_tool_calls=phase.rejected_tool_calls,
-                attempt=attempt + 1,
-                trim_level=trimmed.trim_level,
-                focus=phase.focus,
-            )
-        else:
-            effect = RequestCompaction._make(
-                rejected_tool_calls=phase.rejected_tool_calls,
-                attempt=attempt + 1,
-                trim_level=trimmed.trim_level,
-                alternate=phase.alternate,
-                focus=phase.focus,
-            )
-        return state._evolve(phase=trimmed), (effect,)
+        trim = {"attempt": attempt + 1, "trim_level": phase.trim_level + 1}
+        trimmed = phase.model_copy(update=trim)
+        return state.model_copy(update={"phase": trimmed}), (request_for(trimmed),)
     delay = retry_delay(state, attempt + 1, event.retry_after)
-    retry = ScheduleRetry._make(request=request, attempt=attempt + 1, delay_seconds=delay)
-    return state._evolve(phase=phase._evolve(retry_pending=True)), (retry,)
+    retry = ScheduleRetry(request=request, attempt=attempt + 1, delay_seconds=delay)
+    waiting = phase.model_copy(update={"retry_pending": True})
+    return state.model_copy(update={"phase": waiting}), (retry,)
 
 
 def _exhausted_with(
@@ -132,13 +107,16 @@ def _exhausted_with(
         if usage is not None
         else record(state, "continuation", summary)
     )
-    effects.append(NotifyContextExhausted._make(summary=summary))
-    exhausted = state._evolve(
-        phase=ContextExhausted._make(
-            summary=summary, trigger_usage=waiting.trigger_usage, final_usage=usage
-        ),
-        pause_requested=False,
-        message_count=state.message_count + 1,
+    effects.append(NotifyContextExhausted(summary=summary))
+    ended = ContextExhausted(
+        summary=summary, trigger_usage=waiting.trigger_usage, final_usage=usage
+    )
+    exhausted = state.model_copy(
+        update={
+            "phase": ended,
+            "pause_requested": False,
+            "message_count": state.message_count + 1,
+        }
     )
     return exhausted, tuple(effects)
 
@@ -152,11 +130,9 @@ def _measured_only(
         return state
     window = state.config.context_window
     if reported > window:
-        effects.append(
-            ReportAccountingAnomaly._make(reported_tokens=reported, context_window=window)
-        )
+        effects.append(ReportAccountingAnomaly(reported_tokens=reported, context_window=window))
         return state
-    return state._evolve(context_tokens=reported, pending_tokens=0)
+    return state.model_copy(update={"context_tokens": reported, "pending_tokens": 0})
 
 
 def on_continuation_response(state: ConversationState, event: ContinuationResponse) -> Result:
@@ -168,16 +144,9 @@ def on_continuation_response(state: ConversationState, event: ContinuationRespon
     summary = event.summary.strip()
     if not summary or event.stop_reason == REFUSAL:
         if not phase.alternate:  # asked once more, with another instruction, first
-            again = phase._evolve(alternate=True, attempt=1)
-            effects.append(
-                RequestContinuation._make(
-                    rejected_tool_calls=phase.rejected_tool_calls,
-                    trim_level=phase.trim_level,
-                    alternate=True,
-                    focus=phase.focus,
-                )
-            )
-            return measured._evolve(phase=again), tuple(effects)
+            again = phase.model_copy(update={"alternate": True, "attempt": 1})
+            effects.append(request_for(again))
+            return measured.model_copy(update={"phase": again}), tuple(effects)
         summary = FALLBACK_SUMMARY
     return _exhausted_with(measured, summary, effects, event.usage)
 
@@ -211,7 +180,7 @@ def _checkpoint_taken(
     if text.strip():
         kept = {"usage": usage} if usage is not None else {}
         effects.append(record(state, "checkpoint", text, **kept))
-        state = state._evolve(message_count=state.message_count + 1)
+        state = state.model_copy(update={"message_count": state.message_count + 1})
     resume_after = phase.resume_after if resume is None else resume
     if phase.purpose == "pause":
         return _pause_with(state, checkpoint, effects)
@@ -234,16 +203,18 @@ def _checkpoint_taken(
         )
         return fail(state, ErrorKind.CHECKPOINT_OVERFLOW, message, effects)
     session = state.session + 1
-    effects.append(StartSession._make(session=session, reason="checkpoint_restart"))
-    fresh = state._evolve(
-        session=session,
-        continuations=state.continuations + 1,
-        context_tokens=None,
-        pending_tokens=seed_tokens,
-        warned=False,
-        message_count=state.message_count + 1,
-        resume_context=None,
-        **FRESH_SESSION,
+    effects.append(StartSession(session=session, reason="checkpoint_restart"))
+    fresh = state.model_copy(
+        update={
+            "session": session,
+            "continuations": state.continuations + 1,
+            "context_tokens": None,
+            "pending_tokens": seed_tokens,
+            "warned": False,
+            "message_count": state.message_count + 1,
+            "resume_context": None,
+            **FRESH_SESSION,
+        }
     )
     effects.append(record(fresh, "user", seed))
     return turn_boundary(fresh, effects, ask_llm=resume_after)
@@ -255,7 +226,7 @@ def _pause_with(state: ConversationState, checkpoint: str, effects: list[Effect]
     decisions the transcript states, when it was saved and the application's context."""
     version = state.snapshots + 1
     exhausted = cast(AwaitingCheckpoint, state.phase).exhausted
-    snapshot = SessionSnapshot._make(
+    snapshot = SessionSnapshot(
         conversation_id=state.config.id,
         version=version,
         session=state.session,
@@ -269,12 +240,14 @@ def _pause_with(state: ConversationState, checkpoint: str, effects: list[Effect]
         continuations=state.continuations,
         decisions=extract_decisions(checkpoint),
     )
-    effects.append(SaveSnapshot._make(snapshot=snapshot))
-    paused = state._evolve(
-        phase=Paused._make(snapshot=snapshot),
-        snapshots=version,
-        pause_requested=False,
-        pause_reason="",
+    effects.append(SaveSnapshot(snapshot=snapshot))
+    paused = state.model_copy(
+        update={
+            "phase": Paused(snapshot=snapshot),
+            "snapshots": version,
+            "pause_requested": False,
+            "pause_reason": "",
+        }
     )
     return paused, tuple(effects)
 
@@ -298,10 +271,10 @@ def on_cancel_checkpoint(state: ConversationState, _event: object) -> Result:
     """The user's cancel abandons a pending pause, as it does in every busy phase
     (REQ-SEG-021). A restart still happens (the old session is over the threshold), seeded
     with the minimal prompt and waiting for the user; a pause checkpoint just stops."""
-    calm = state._evolve(pause_requested=False, pause_reason="")
+    calm = state.model_copy(update={"pause_requested": False, "pause_reason": ""})
     phase = cast(AwaitingCheckpoint, state.phase)
     if phase.purpose == "pause" and not phase.exhausted:
-        return calm._evolve(phase=IDLE), (CANCEL,)
+        return calm.model_copy(update={"phase": IDLE}), (CANCEL,)
     # A restart or a pause at the limit still happens: the old session is over the threshold.
     return _checkpoint_taken(calm, "", [CANCEL], resume=False)
 
@@ -325,21 +298,21 @@ def on_resume(state: ConversationState, event: ResumeRequested) -> Result:
     context = compile_resume_context(snapshot, current_context=event.current_context)
     prompt = event.prompt if event.prompt and event.prompt.strip() else RESUME_PROMPT
     session = state.session + 1
-    effects: list[Effect] = [
-        StartSession._make(session=session, reason="resume", system_context=context)
-    ]
-    fresh = state._evolve(
-        session=session,
-        continuations=state.continuations + (snapshot.trigger == "exhaustion"),
-        context_tokens=None,
-        pending_tokens=state.config.system_tokens
-        + state.pinned_tokens
-        + estimate_tokens(context)
-        + estimate_tokens(prompt),
-        warned=False,
-        message_count=state.message_count + 1,
-        resume_context=context,
-        **FRESH_SESSION,
+    effects: list[Effect] = [StartSession(session=session, reason="resume", system_context=context)]
+    fresh = state.model_copy(
+        update={
+            "session": session,
+            "continuations": state.continuations + (snapshot.trigger == "exhaustion"),
+            "context_tokens": None,
+            "pending_tokens": state.config.system_tokens
+            + state.pinned_tokens
+            + estimate_tokens(context)
+            + estimate_tokens(prompt),
+            "warned": False,
+            "message_count": state.message_count + 1,
+            "resume_context": context,
+            **FRESH_SESSION,
+        }
     )
     effects.append(record(fresh, "user", prompt))
     return turn_boundary(fresh, effects, ask_llm=True)
@@ -354,13 +327,8 @@ def on_compaction_response(state: ConversationState, event: CompactionResponse) 
         return state, NOTHING
     unusable = not event.summary.strip() or event.stop_reason == REFUSAL
     if unusable and not phase.alternate:  # asked once more, with another instruction, first
-        request = RequestCompaction._make(
-            rejected_tool_calls=phase.rejected_tool_calls,
-            trim_level=phase.trim_level,
-            alternate=True,
-            focus=phase.focus,
-        )
-        return state._evolve(phase=phase._evolve(alternate=True, attempt=1)), (request,)
+        again = phase.model_copy(update={"alternate": True, "attempt": 1})
+        return state.model_copy(update={"phase": again}), (request_for(again),)
     config = state.config
     if event.retained_tokens >= config.continuation_tokens:
         message = (
@@ -370,20 +338,21 @@ def on_compaction_response(state: ConversationState, event: CompactionResponse) 
         return fail(state, ErrorKind.COMPACTION_INEFFECTIVE, message, [])
     summary = COMPACTION_FALLBACK_SUMMARY if unusable else event.summary.strip()
     generation = state.generation + 1
-    fresh = state._evolve(
-        generation=generation,
-        continuations=state.continuations + 1,
-        context_tokens=None,
-        pending_tokens=event.retained_tokens,
-        # Once per session (REQ-BED-023): a new generation is the same session, so the flag
-        # stays as it was. The retained figure is an estimate, never a response's occupancy: a
-        # response that reaches the warning threshold in the new generation still warns.
-        warned=state.warned,
-        message_count=state.message_count + 1,
+    fresh = state.model_copy(
+        update={
+            "generation": generation,
+            "continuations": state.continuations + 1,
+            "context_tokens": None,
+            "pending_tokens": event.retained_tokens,
+            # Once per session (REQ-BED-023): a new generation is the same session, so the flag
+            # stays as it was. The retained figure is an estimate, never a response's occupancy:
+            # a response that reaches the warning threshold in the new generation still warns.
+            "message_count": state.message_count + 1,
+        }
     )
     kept = {"usage": event.usage} if event.usage is not None else {}
     effects: list[Effect] = [
-        StartGeneration._make(generation=generation, summary=summary),
+        StartGeneration(generation=generation, summary=summary),
         record(fresh, "summary", summary, kept_messages=event.kept_messages, **kept),
     ]
     return turn_boundary(fresh, effects, ask_llm=phase.resume_after)
@@ -395,7 +364,7 @@ def _compaction_gave_up(state: ConversationState, error: str) -> Result:
     request meets pre-flight and may compact again; ``max_continuations`` is untouched, since
     no continuation happened."""
     message = f"Compaction failed; the conversation goes on uncompacted: {error}"
-    effects: list[Effect] = [NotifyCompactionFailed._make(message=message)]
+    effects: list[Effect] = [NotifyCompactionFailed(message=message)]
     return turn_boundary(state, effects, ask_llm=False)
 
 

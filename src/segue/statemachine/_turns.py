@@ -6,11 +6,21 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from segue.effects import (
+    Effect,
+    ExecuteTools,
+    NotifyContextWarning,
+    NotifyToolRoundLimit,
+    NotifyTruncated,
+    RejectUserMessage,
+    ReportAccountingAnomaly,
+    ScheduleRetry,
+    StartGeneration,
+)
 from segue.statemachine._paths import (
     CANCEL,
     NOTHING,
     PAUSED_TURN,
-    RECOVERABLE_ERRORS,
     TOOL_NOT_RUN_CANCELLED,
     TOOL_NOT_RUN_CONTEXT,
     TOOL_NOT_RUN_LIMIT,
@@ -18,12 +28,11 @@ from segue.statemachine._paths import (
     WINDOW_EXCEEDED,
     Requesting,
     Result,
-    build_execute,
-    build_executing,
     exhaust,
     fail,
     not_run,
     record,
+    request_for,
     retry_delay,
     turn_boundary,
 )
@@ -33,20 +42,6 @@ from segue.statemachine.accounting import (
     estimate_tokens,
     estimate_tool_calls,
     reported_occupancy,
-)
-from segue.statemachine.effects import (
-    Effect,
-    NotifyContextWarning,
-    NotifyToolRoundLimit,
-    NotifyTruncated,
-    RejectUserMessage,
-    ReportAccountingAnomaly,
-    RequestCheckpoint,
-    RequestCompaction,
-    RequestContinuation,
-    RequestLlm,
-    ScheduleRetry,
-    StartGeneration,
 )
 from segue.statemachine.events import (
     LlmError,
@@ -64,13 +59,12 @@ from segue.statemachine.models import (
 )
 from segue.statemachine.phases import (
     IDLE,
-    AwaitingCheckpoint,
-    AwaitingContinuation,
     ExhaustionTrigger,
     Failed,
     LlmRequesting,
     ToolExecuting,
 )
+from segue.statemachine.rules import RECOVERABLE_ERRORS
 from segue.statemachine.state import ConversationState
 
 # --------------------------------------------------------------------------- Idle
@@ -87,7 +81,7 @@ def on_user_message(state: ConversationState, event: UserMessage) -> Result:
             f"{config.continuation_tokens:,} is the most a whole prompt may hold here. "
             "Shorten it, or split it over several messages."
         )
-        return state, (RejectUserMessage._make(reason=reason, cause="too_large"),)
+        return state, (RejectUserMessage(reason=reason, cause="too_large"),)
     changes: dict[str, Any] = {
         "pending_tokens": state.pending_tokens + tokens,
         "message_count": state.message_count + 1,
@@ -103,7 +97,7 @@ def on_user_message(state: ConversationState, event: UserMessage) -> Result:
                 f"its window; {state.pinned_tokens:,} are pinned already). Send it unpinned, "
                 "or pin something shorter."
             )
-            return state, (RejectUserMessage._make(reason=reason, cause="too_large"),)
+            return state, (RejectUserMessage(reason=reason, cause="too_large"),)
         changes["pinned_tokens"] = pinned
         kept["pinned"] = True
     effects: list[Effect] = [record(state, "user", text, **kept)]
@@ -117,7 +111,7 @@ def on_manual_continuation(state: ConversationState, event: ManualContinuation) 
 def on_cancel_pause(state: ConversationState, _event: object) -> Result:
     """REQ-SEG-046: a cancel ends a pause; the conversation waits for the user in the session
     it paused in (its snapshot stays stored)."""
-    return state._evolve(phase=IDLE), NOTHING
+    return state.model_copy(update={"phase": IDLE}), NOTHING
 
 
 def on_pause_when_idle(state: ConversationState, event: PauseRequested) -> Result:
@@ -128,7 +122,8 @@ def on_pause_when_idle(state: ConversationState, event: PauseRequested) -> Resul
 def on_pause_when_busy(state: ConversationState, event: PauseRequested) -> Result:
     if state.pause_requested:
         return state, NOTHING
-    return state._evolve(pause_requested=True, pause_reason=event.reason), NOTHING
+    changes = {"pause_requested": True, "pause_reason": event.reason}
+    return state.model_copy(update=changes), NOTHING
 
 
 def reject_busy(state: ConversationState, _event: object) -> Result:
@@ -136,7 +131,7 @@ def reject_busy(state: ConversationState, _event: object) -> Result:
         f"The conversation is busy ({state.phase.kind.replace('_', ' ')}); "
         "send the message when it is idle, or cancel first."
     )
-    return state, (RejectUserMessage._make(reason=reason, cause="busy"),)
+    return state, (RejectUserMessage(reason=reason, cause="busy"),)
 
 
 # --------------------------------------------------------------------------- LlmRequesting
@@ -147,12 +142,10 @@ def _measure(
 ) -> tuple[dict[str, Any], bool]:
     """What a response's usage changes in the state, and whether it crossed the threshold."""
     config = state.config
-    reported = reported_occupancy(event.__dict__["usage"])
+    reported = reported_occupancy(event.usage)
     if reported is not None and reported > config.context_window:
         effects.append(
-            ReportAccountingAnomaly._make(
-                reported_tokens=reported, context_window=config.context_window
-            )
+            ReportAccountingAnomaly(reported_tokens=reported, context_window=config.context_window)
         )
         reported = None
     if reported is None:
@@ -170,9 +163,7 @@ def _measure(
     }
     if not state.warned and reported >= config.warning_tokens:
         effects.append(
-            NotifyContextWarning._make(
-                context_tokens=reported, context_window=config.context_window
-            )
+            NotifyContextWarning(context_tokens=reported, context_window=config.context_window)
         )
         changes["warned"] = True
     return changes, reported >= config.continuation_tokens
@@ -184,18 +175,13 @@ def on_llm_response(state: ConversationState, event: LlmResponse) -> Result:
         return state, NOTHING
     effects: list[Effect] = []
     changes, over = _measure(state, event, effects)
-    # The response's fields through ``__dict__``: see ``turn_boundary`` (two of a turn's four
-    # events are responses, and each reads most of its fields).
-    got = event.__dict__
-    if got["session_ref"] is not None:
-        changes["provider_session"] = got["session_ref"]  # REQ-SEG-032
-    calls = got["tool_calls"]
-    stop_reason = got["stop_reason"]
-    kept = {"content": got["content"]} if got["content"] else {}
+    if event.session_ref is not None:
+        changes["provider_session"] = event.session_ref  # REQ-SEG-032
+    calls, stop_reason, usage = event.tool_calls, event.stop_reason, event.usage
+    kept = {"content": event.content} if event.content else {}
     if stop_reason == WINDOW_EXCEEDED or over:
-        effects.append(
-            record(state, "assistant", event.text, tool_calls=calls, usage=event.usage, **kept)
-        )
+        said = record(state, "assistant", event.text, tool_calls=calls, usage=usage, **kept)
+        effects.append(said)
         if calls:
             # Their error results are recorded messages, so they are counted; their tokens are
             # not, since every exhaustion path leaves this context (new session, generation or
@@ -204,19 +190,16 @@ def on_llm_response(state: ConversationState, event: LlmResponse) -> Result:
             changes["message_count"] += len(calls)
         trigger: ExhaustionTrigger = "overflow" if stop_reason == WINDOW_EXCEEDED else "threshold"
         resume_after = bool(calls) or stop_reason in (WINDOW_EXCEEDED, PAUSED_TURN)
-        return exhaust(
-            state._replace(changes), trigger, calls, resume_after, effects, usage=event.usage
-        )
+        measured = state.model_copy(update=changes)
+        return exhaust(measured, trigger, calls, resume_after, effects, usage=usage)
     if stop_reason == TRUNCATED:
         # The dropped calls leave its blocks too: a tool_use without a result is refused.
         if kept:
             kept = {"content": tuple(b for b in event.content if b.type != "tool_use")}
-        effects.append(record(state, "assistant", event.text, usage=event.usage, **kept))
-        effects.append(NotifyTruncated._make(dropped_tool_calls=calls))
+        effects.append(record(state, "assistant", event.text, usage=usage, **kept))
+        effects.append(NotifyTruncated(dropped_tool_calls=calls))
         return turn_boundary(state, effects, False, changes)
-    effects.append(
-        record(state, "assistant", got["text"], tool_calls=calls, usage=got["usage"], **kept)
-    )
+    effects.append(record(state, "assistant", event.text, tool_calls=calls, usage=usage, **kept))
     if not calls:
         return turn_boundary(state, effects, False, changes)
     if phase.final or state.tool_rounds >= state.config.max_tool_rounds:
@@ -224,9 +207,9 @@ def on_llm_response(state: ConversationState, event: LlmResponse) -> Result:
     changes["tool_rounds"] = state.tool_rounds + 1
     # One call is the common case; several may repeat an id, which is waited for once.
     pending = (calls[0].id,) if len(calls) == 1 else tuple(dict.fromkeys(c.id for c in calls))
-    effects.append(build_execute(tool_calls=calls))
-    changes["phase"] = build_executing(tool_calls=calls, pending=pending)
-    return state._replace(changes), tuple(effects)
+    effects.append(ExecuteTools(tool_calls=calls))
+    changes["phase"] = ToolExecuting(tool_calls=calls, pending=pending)
+    return state.model_copy(update=changes), tuple(effects)
 
 
 def on_provider_compacted(state: ConversationState, event: ProviderCompacted) -> Result:
@@ -236,14 +219,16 @@ def on_provider_compacted(state: ConversationState, event: ProviderCompacted) ->
     pending = event.post_tokens
     if pending is None:
         pending = state.config.system_tokens + estimate_tokens(event.summary)
-    fresh = state._evolve(
-        generation=generation,
-        context_tokens=None,
-        pending_tokens=pending,
-        message_count=state.message_count + 1,
+    fresh = state.model_copy(
+        update={
+            "generation": generation,
+            "context_tokens": None,
+            "pending_tokens": pending,
+            "message_count": state.message_count + 1,
+        }
     )
     effects: tuple[Effect, ...] = (
-        StartGeneration._make(generation=generation, summary=event.summary),
+        StartGeneration(generation=generation, summary=event.summary),
         record(fresh, "summary", event.summary),
     )
     return fresh, effects
@@ -271,8 +256,9 @@ def _round_limit(
             f"The turn used its {config.max_tool_rounds} tool rounds and still asked for "
             f"{', '.join(call.name for call in calls)}."
         )
-        return fail(state._replace(changes), ErrorKind.TOOL_ROUNDS_EXHAUSTED, message, effects)
-    effects.append(NotifyToolRoundLimit._make(rounds=config.max_tool_rounds))
+        failing = state.model_copy(update=changes)
+        return fail(failing, ErrorKind.TOOL_ROUNDS_EXHAUSTED, message, effects)
+    effects.append(NotifyToolRoundLimit(rounds=config.max_tool_rounds))
     return turn_boundary(state, effects, True, changes, final=True)
 
 
@@ -285,8 +271,9 @@ def on_llm_error(state: ConversationState, event: LlmError) -> Result:
     attempt = phase.attempt
     if event.retryable and attempt < state.config.max_attempts:
         delay = retry_delay(state, attempt + 1, event.retry_after)
-        retry = ScheduleRetry._make(request="llm", attempt=attempt + 1, delay_seconds=delay)
-        return state._evolve(phase=phase._evolve(retry_pending=True)), (retry,)
+        retry = ScheduleRetry(request="llm", attempt=attempt + 1, delay_seconds=delay)
+        waiting = phase.model_copy(update={"retry_pending": True})
+        return state.model_copy(update={"phase": waiting}), (retry,)
     if event.retryable:
         message = f"The LLM request failed {attempt} times; last error: {event.message}"
         return fail(state, ErrorKind.RETRIES_EXHAUSTED, message, [])
@@ -298,44 +285,20 @@ def on_retry_due(state: ConversationState, event: RetryDue) -> Result:
     phase = cast(Requesting, state.phase)
     if not phase.retry_pending or event.attempt != phase.attempt + 1:
         return state, NOTHING
-    next_phase = phase._evolve(attempt=event.attempt, retry_pending=False)
-    request: Effect
-    if isinstance(phase, LlmRequesting):
-        if state.projected_tokens >= state.config.continuation_tokens:
-            # REQ-SEG-004: a retry is a request too. The projection moved while the failed
-            # attempt ran only if the provider compacted its context to more than the threshold.
-            return exhaust(state, "preflight", (), True, [])
-        request = RequestLlm._make(attempt=event.attempt, final=phase.final)
-    elif isinstance(phase, AwaitingContinuation):
-        request = RequestContinuation._make(
-            rejected_tool_calls=phase.rejected_tool_calls,
-            attempt=event.attempt,
-            trim_level=phase.trim_level,
-            alternate=phase.alternate,
-            focus=phase.focus,
-        )
-    elif isinstance(phase, AwaitingCheckpoint):
-        request = RequestCheckpoint._make(
-            purpose=phase.purpose,
-            rejected_tool_calls=phase.rejected_tool_calls,
-            attempt=event.attempt,
-            trim_level=phase.trim_level,
-            focus=phase.focus,
-        )
-    else:
-        request = RequestCompaction._make(
-            rejected_tool_calls=phase.rejected_tool_calls,
-            attempt=event.attempt,
-            trim_level=phase.trim_level,
-            alternate=phase.alternate,
-            focus=phase.focus,
-        )
-    return state._evolve(phase=next_phase), (request,)
+    if (
+        isinstance(phase, LlmRequesting)
+        and state.projected_tokens >= state.config.continuation_tokens
+    ):
+        # REQ-SEG-004: a retry is a request too. The projection moved while the failed
+        # attempt ran only if the provider compacted its context to more than the threshold.
+        return exhaust(state, "preflight", (), True, [])
+    asking = phase.model_copy(update={"attempt": event.attempt, "retry_pending": False})
+    return state.model_copy(update={"phase": asking}), (request_for(asking),)
 
 
 def on_cancel_request(state: ConversationState, _event: object) -> Result:
-    cancelled = state._evolve(phase=IDLE, pause_requested=False, pause_reason="")
-    return cancelled, (CANCEL,)
+    changes = {"phase": IDLE, "pause_requested": False, "pause_reason": ""}
+    return state.model_copy(update=changes), (CANCEL,)
 
 
 # --------------------------------------------------------------------------- ToolExecuting
@@ -378,8 +341,10 @@ def on_tool_result(state: ConversationState, event: ToolResult) -> Result:
         "message_count": state.message_count + 1,
     }
     if pending:
-        changes["phase"] = phase._evolve(pending=pending)
-        return state._replace(changes), tuple(effects)
+        # Built anew rather than copied: validating a value this small costs less than
+        # ``model_copy`` (about 0.9 us against 1.3 us), and a tool round passes here per call.
+        changes["phase"] = ToolExecuting(tool_calls=phase.tool_calls, pending=pending)
+        return state.model_copy(update=changes), tuple(effects)
     return turn_boundary(state, effects, True, changes)
 
 
@@ -389,7 +354,9 @@ def _capped(output: str, content: tuple[Any, ...], cap: int) -> tuple[str, tuple
     if not content:
         return cap_text(output, cap), content
     blocks = tuple(
-        block._evolve(text=cap_text(block.text, cap)) if block.type == "text" else block
+        block.model_copy(update={"text": cap_text(block.text, cap)})
+        if block.type == "text"
+        else block
         for block in content
     )
     return cap_text(output, cap), blocks
@@ -400,12 +367,14 @@ def on_cancel_tools(state: ConversationState, _event: object) -> Result:
     waiting = tuple(call for call in phase.tool_calls if call.id in phase.pending)
     effects = [CANCEL, *not_run(state, waiting, TOOL_NOT_RUN_CANCELLED)]
     not_run_tokens = len(waiting) * estimate_tokens(TOOL_NOT_RUN_CANCELLED)
-    cancelled = state._evolve(
-        phase=IDLE,
-        pause_requested=False,
-        pause_reason="",
-        pending_tokens=state.pending_tokens + not_run_tokens,
-        message_count=state.message_count + len(waiting),
+    cancelled = state.model_copy(
+        update={
+            "phase": IDLE,
+            "pause_requested": False,
+            "pause_reason": "",
+            "pending_tokens": state.pending_tokens + not_run_tokens,
+            "message_count": state.message_count + len(waiting),
+        }
     )
     return cancelled, tuple(effects)
 
@@ -418,7 +387,7 @@ def reject_exhausted(state: ConversationState, _event: object) -> Result:
         "This conversation has reached its context limit and is read-only. "
         "Start a new conversation from it to continue (its summary can seed the new one)."
     )
-    return state, (RejectUserMessage._make(reason=reason, cause="exhausted"),)
+    return state, (RejectUserMessage(reason=reason, cause="exhausted"),)
 
 
 def on_user_message_failed(state: ConversationState, event: UserMessage) -> Result:
@@ -429,9 +398,9 @@ def on_user_message_failed(state: ConversationState, event: UserMessage) -> Resu
         f"This conversation has failed ({failed.error_kind.value}: "
         f"{failed.message}). Start a new conversation to continue."
     )
-    return state, (RejectUserMessage._make(reason=reason, cause="failed"),)
+    return state, (RejectUserMessage(reason=reason, cause="failed"),)
 
 
 def reject_paused(state: ConversationState, _event: object) -> Result:
     reason = "This conversation is paused. Resume it first; the message was not recorded."
-    return state, (RejectUserMessage._make(reason=reason, cause="paused"),)
+    return state, (RejectUserMessage(reason=reason, cause="paused"),)

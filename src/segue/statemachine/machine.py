@@ -12,13 +12,15 @@ Rules of this module (read these before changing anything):
 4. Occupancy is never summed: a response's usage replaces the figure, it does not add to it.
 
 Theory of operation. ``_HANDLERS`` maps (phase kind, event kind) to a handler; pairs not listed
-change nothing. The handlers live in ``_turns`` (an ordinary turn) and ``_summaries`` (the
-requests that end a context); both end on the shared paths of ``_paths``.
+change nothing. Which phases are busy and which wait for a request is read from ``rules``,
+where it is written once for this table and for everyone who asks. The handlers live in
+``_turns`` (an ordinary turn) and ``_summaries`` (the requests that end a context); both end on
+the shared paths of ``_paths``.
 ``specs/transitions.toml`` is the same table as data: the tests hold the two together row by
 row, and a reference model built from the data runs beside this code.
 
-The core builds its own values with ``_make``/``_evolve`` (no re-validation): everything it
-combines was validated when it entered as an event, or built here from such values.
+The core builds its values through pydantic's public API only: new ones with their constructor,
+changed ones with ``model_copy(update=...)`` (``segue.statemachine._values`` says why those two).
 """
 
 from __future__ import annotations
@@ -67,8 +69,7 @@ from segue.statemachine._turns import (
     reject_exhausted,
     reject_paused,
 )
-from segue.statemachine.events import EVENT_TYPES
-from segue.statemachine.phases import PHASE_TYPES
+from segue.statemachine.rules import BUSY_PHASES, REQUEST_PHASES
 from segue.statemachine.state import ConversationState
 
 
@@ -78,25 +79,13 @@ def transition(state: ConversationState, event: Any) -> Result:
     ``event`` is any of ``segue.statemachine.events``; anything that does not fit the current
     phase returns ``(state, ())``.
     """
-    handler = _BY_TYPE.get((type(state.phase), type(event)))
+    handler = _HANDLERS.get((state.phase.kind, event.kind))
     if handler is None:
-        # Not a pair of the core's own classes (a subclass of an event, say): read the kinds.
-        handler = _HANDLERS.get((state.phase.kind, event.kind))
-        if handler is None:
-            return state, NOTHING
+        return state, NOTHING
     return handler(state, event)
 
 
 # --------------------------------------------------------------------------- the table
-
-_BUSY = (
-    "llm_requesting",
-    "tool_executing",
-    "awaiting_continuation",
-    "awaiting_checkpoint",
-    "compacting",
-)
-_REQUESTS = ("llm_requesting", "awaiting_continuation", "awaiting_checkpoint", "compacting")
 
 _HANDLERS: Final[dict[tuple[str, str], Handler]] = {
     ("idle", "user_message"): on_user_message,
@@ -123,25 +112,11 @@ _HANDLERS: Final[dict[tuple[str, str], Handler]] = {
     ("paused", "resume_requested"): on_resume,
     ("paused", "user_cancel"): on_cancel_pause,
 }
-for _phase in _BUSY:
+for _phase in BUSY_PHASES:
     _HANDLERS[(_phase, "user_message")] = reject_busy
     _HANDLERS[(_phase, "pause_requested")] = on_pause_when_busy
-for _phase in _REQUESTS:
+for _phase in REQUEST_PHASES:
     _HANDLERS[(_phase, "retry_due")] = on_retry_due
-
-_BY_TYPE: Final[dict[tuple[type[Any], type[Any]], Handler]] = {
-    (phase_type, event_type): _HANDLERS[(phase_kind, event_kind)]
-    for phase_type in PHASE_TYPES
-    for event_type in EVENT_TYPES
-    if (
-        (phase_kind := phase_type.model_fields["kind"].default),
-        (event_kind := event_type.model_fields["kind"].default),
-    )
-    in _HANDLERS
-}
-"""``_HANDLERS`` keyed by the phase's and the event's classes: ``type()`` of each is one fast
-call, where reading their ``kind`` costs two attribute lookups on pydantic models, which are
-slow (pydantic's ``__getattr__`` keeps CPython from specialising them), on every event."""
 
 HANDLED_PAIRS: Final = frozenset(_HANDLERS)
 """The (phase kind, event kind) pairs that can change something; all others change nothing."""

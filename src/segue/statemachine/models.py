@@ -2,8 +2,8 @@
 
 Everything here is a frozen pydantic model validated at construction. Values that come from the
 outside world (usage reported by a provider, tool calls an LLM asked for, text a user typed) pass
-through here once; the core then builds its own values without validating them again (see
-``_build`` in ``segue.statemachine._values``).
+through here once; the core then builds its own values from them through pydantic's public API
+(``segue.statemachine._values`` says how, and why).
 """
 
 from __future__ import annotations

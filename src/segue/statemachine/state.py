@@ -214,7 +214,7 @@ class ConversationState(Frozen):
 
     def with_phase(self, phase: Phase) -> Self:
         """A copy in another phase, for tests and tools that need a state in a given phase."""
-        return self._evolve(phase=phase)
+        return self.model_copy(update={"phase": phase})
 
 
 def new_conversation(

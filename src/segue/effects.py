@@ -4,6 +4,15 @@
 The executor persists them in the same transaction as the new state (outbox), then performs them
 in order and feeds each result back as an event. Effects carry everything needed to perform them,
 so a runtime restarted after a crash can perform what is pending from the store alone.
+
+This module is their one home: the core (``segue.statemachine``) builds them from here, and
+everyone else imports them from here. Like the core it is pure (no I/O, clock, randomness or
+logging). It imports only the core's leaf modules (``_values``, ``models``, ``checkpoint``),
+which import nothing of the machine. One order matters: importing any module of
+``segue.statemachine`` first runs that package's ``__init__``, which imports ``machine``, which
+imports this module. So the core is imported first, and this module while the core's package is
+still being initialised (its leaf modules are complete by then). ``segue/__init__.py``, which
+every import of segue passes through first, imports them in that order.
 """
 
 from __future__ import annotations
