@@ -40,7 +40,7 @@ from segue import (
     new_conversation,
     transition,
 )
-from segue.statemachine.effects import Effect
+from segue.effects import Effect
 from segue.statemachine.spec import load_table
 from segue.testing.explore import INVARIANTS, Alphabet, Check, Edge, Exploration, explore
 

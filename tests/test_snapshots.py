@@ -25,9 +25,9 @@ from segue import (
     Usage,
     git_context,
 )
+from segue.effects import SaveSnapshot
 from segue.executor.store_port import Commit
 from segue.executor.tools import Tool
-from segue.statemachine.effects import SaveSnapshot
 
 MODEL = "claude-sonnet-4-5"
 GIT = shutil.which("git") or "git"

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from segue.effects import AppendMessage, Effect
 from segue.executor.errors import UpdatesLostError
 from segue.executor.updates import (
     DoneUpdate,
@@ -27,7 +28,6 @@ from segue.executor.updates import (
     occupancy_update,
 )
 from segue.statemachine import ConversationState, Event, LlmError, LlmResponse
-from segue.statemachine.effects import AppendMessage, Effect
 
 WATCH_BUFFER: Final = 10_000
 """Updates a watcher may fall behind by before it is dropped (it reads the store to catch up)."""

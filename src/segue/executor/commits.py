@@ -29,6 +29,13 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Final, ParamSpec, TypeVar
 
+from segue.effects import (
+    ANSWERED_BY_EVENTS,
+    AppendMessage,
+    CancelRequest,
+    Effect,
+    RejectUserMessage,
+)
 from segue.executor._log import get_logger
 from segue.executor.bus import UpdateBus
 from segue.executor.cache import ViewCache
@@ -52,13 +59,6 @@ from segue.statemachine import (
     Failed,
     Phase,
     transition,
-)
-from segue.statemachine.effects import (
-    ANSWERED_BY_EVENTS,
-    AppendMessage,
-    CancelRequest,
-    Effect,
-    RejectUserMessage,
 )
 
 T = TypeVar("T")

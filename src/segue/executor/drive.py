@@ -21,6 +21,7 @@ import itertools
 import secrets
 from collections.abc import Callable
 
+from segue.effects import Effect, RejectUserMessage
 from segue.executor._log import get_logger
 from segue.executor.bus import Committed, Sink, UpdateBus
 from segue.executor.claims import Claims, live_holder
@@ -32,7 +33,6 @@ from segue.executor.signals import Signals
 from segue.executor.store_port import PendingEffect, StoredConversation
 from segue.executor.updates import effect_update
 from segue.statemachine import ConversationState, Event, PauseRequested, UserCancel, UserMessage
-from segue.statemachine.effects import Effect, RejectUserMessage
 
 Listener = Callable[[str, Effect], None]
 """Called with a conversation id and each effect performed for it (UI hooks)."""

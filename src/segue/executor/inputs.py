@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 from pydantic import ValidationError
 
+from segue.effects import Effect, RejectUserMessage
 from segue.executor.errors import (
     ConversationExhaustedError,
     InvalidMessageError,
@@ -21,7 +22,6 @@ from segue.executor.errors import (
 )
 from segue.executor.model_port import ContentChecker, LlmModel
 from segue.statemachine import ConversationState, ErrorKind, Failed, UserMessage
-from segue.statemachine.effects import Effect, RejectUserMessage
 
 MAX_KEY = 256
 """Longest idempotency key taken (a UUID or a client's request id fits many times over)."""

@@ -10,8 +10,8 @@ not work. Adapters get the result as ``LlmRequest.instruction`` and only append 
 
 from __future__ import annotations
 
+from segue.effects import RequestCheckpoint, RequestContinuation
 from segue.statemachine import AwaitingCheckpoint, ConversationState
-from segue.statemachine.effects import RequestCheckpoint, RequestContinuation
 
 CONTINUATION_INSTRUCTION = (
     "The conversation context is nearly full, so this conversation will end here. Write a "

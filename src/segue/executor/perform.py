@@ -16,6 +16,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from segue.effects import (
+    ArchiveTranscript,
+    Effect,
+    ExecuteTools,
+    RequestCheckpoint,
+    RequestCompaction,
+    RequestContinuation,
+    RequestLlm,
+    SaveSnapshot,
+    ScheduleRetry,
+)
 from segue.executor._log import get_logger
 from segue.executor.archive import write_archive, write_tool_output
 from segue.executor.bus import UpdateBus
@@ -48,17 +59,6 @@ from segue.statemachine import (
 )
 from segue.statemachine.accounting import cap_text
 from segue.statemachine.checkpoint import SessionSnapshot
-from segue.statemachine.effects import (
-    ArchiveTranscript,
-    Effect,
-    ExecuteTools,
-    RequestCheckpoint,
-    RequestCompaction,
-    RequestContinuation,
-    RequestLlm,
-    SaveSnapshot,
-    ScheduleRetry,
-)
 
 current_conversation_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "segue_current_conversation_id", default=None

@@ -14,6 +14,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from segue.effects import (
+    RequestCheckpoint,
+    RequestCompaction,
+    RequestContinuation,
+    RequestLlm,
+)
 from segue.executor.cache import ViewCache
 from segue.executor.instructions import (
     ALTERNATE_COMPACTION_INSTRUCTION,
@@ -39,12 +45,6 @@ from segue.statemachine import (
     accepts_message,
     compile_resume_context,
     model_info,
-)
-from segue.statemachine.effects import (
-    RequestCheckpoint,
-    RequestCompaction,
-    RequestContinuation,
-    RequestLlm,
 )
 
 LimitRequest = RequestContinuation | RequestCheckpoint | RequestCompaction

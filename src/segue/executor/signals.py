@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from segue.statemachine.effects import ANSWERED_BY_EVENTS, Effect
+from segue.effects import ANSWERED_BY_EVENTS, Effect
 
 
 class Signals:

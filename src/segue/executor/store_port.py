@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from segue.effects import Effect
 from segue.statemachine import ConversationState, Message
 from segue.statemachine.checkpoint import SessionSnapshot
-from segue.statemachine.effects import Effect
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

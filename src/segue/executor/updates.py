@@ -23,9 +23,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from segue.effects import RequestKind
 from segue.statemachine import ConversationState, ErrorKind
 from segue.statemachine._values import Frozen
-from segue.statemachine.effects import RequestKind
 
 Level = Literal["ok", "warning", "critical"]
 """Where occupancy stands: below the warning threshold, from it, from the continuation one."""

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
+from segue.effects import RequestKind
 from segue.statemachine import (
     CheckpointFailed,
     CheckpointResponse,
@@ -39,7 +40,6 @@ from segue.statemachine import (
     estimate_tokens,
 )
 from segue.statemachine.accounting import estimate_tool_calls
-from segue.statemachine.effects import RequestKind
 
 if TYPE_CHECKING:
     from segue.testing._explore_world import World

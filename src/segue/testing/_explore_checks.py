@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
+from segue.effects import ExecuteTools, RequestLlm
 from segue.statemachine import HANDLED_PAIRS, ContinuationResponse, LlmResponse
-from segue.statemachine.effects import ExecuteTools, RequestLlm
 from segue.statemachine.phases import (
     ToolExecuting,
 )

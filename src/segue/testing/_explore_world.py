@@ -14,8 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from segue.statemachine import ConversationState, Event, ToolResult
-from segue.statemachine.effects import (
+from segue.effects import (
     AppendMessage,
     CancelRequest,
     Effect,
@@ -27,6 +26,7 @@ from segue.statemachine.effects import (
     RequestLlm,
     ScheduleRetry,
 )
+from segue.statemachine import ConversationState, Event, ToolResult
 from segue.statemachine.phases import (
     AwaitingCheckpoint,
     AwaitingContinuation,

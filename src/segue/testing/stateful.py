@@ -49,6 +49,19 @@ from hypothesis.stateful import (
 )
 from pydantic import ValidationError
 
+from segue.effects import (
+    AppendMessage,
+    CancelRequest,
+    Effect,
+    ExecuteTools,
+    NotifyContextWarning,
+    RequestCheckpoint,
+    RequestCompaction,
+    RequestContinuation,
+    RequestKind,
+    RequestLlm,
+    ScheduleRetry,
+)
 from segue.executor.stores.codec import dump_effect, dump_state, load_effect, load_state
 from segue.statemachine import (
     BUSY_PHASES,
@@ -67,19 +80,6 @@ from segue.statemachine import (
     transition,
 )
 from segue.statemachine.accounting import reported_occupancy
-from segue.statemachine.effects import (
-    AppendMessage,
-    CancelRequest,
-    Effect,
-    ExecuteTools,
-    NotifyContextWarning,
-    RequestCheckpoint,
-    RequestCompaction,
-    RequestContinuation,
-    RequestKind,
-    RequestLlm,
-    ScheduleRetry,
-)
 from segue.statemachine.phases import (
     AwaitingCheckpoint,
     AwaitingContinuation,

@@ -24,6 +24,7 @@ from typing import Any, Final
 
 from hypothesis import strategies as st
 
+from segue.effects import Effect
 from segue.statemachine import (
     ContextExhaustionBehavior,
     ConversationConfig,
@@ -32,7 +33,6 @@ from segue.statemachine import (
     new_conversation,
     transition,
 )
-from segue.statemachine.effects import Effect
 from segue.testing.event_strategies import (
     EVENT_KINDS,
     TOOL_CALL_IDS,

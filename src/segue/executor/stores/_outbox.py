@@ -24,10 +24,10 @@ import re
 from collections.abc import Collection, Sequence
 from typing import Any, Final
 
+from segue.effects import Effect
 from segue.executor.store_port import PendingEffect
 from segue.executor.stores._shared import may_claim
 from segue.executor.stores.codec import load_effect
-from segue.statemachine.effects import Effect
 
 EMPTY: Final = "[]"
 

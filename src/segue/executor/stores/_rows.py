@@ -10,13 +10,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from segue.effects import AppendMessage, Effect
 from segue.executor.store_port import Commit, PendingEffect, StoredConversation
 from segue.executor.stores import _outbox
 from segue.executor.stores._outbox import Entry
 from segue.executor.stores._shared import check_commit_target, log_line, not_found
 from segue.executor.stores.codec import dump_effect, dump_message, dump_state, load_state
 from segue.statemachine import ConversationState, Message
-from segue.statemachine.effects import AppendMessage, Effect
 
 
 def conversation_row(

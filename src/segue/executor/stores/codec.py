@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pydantic import TypeAdapter
 
+from segue.effects import Effect
 from segue.statemachine import ConversationState, Event, Message
 from segue.statemachine.checkpoint import SessionSnapshot
-from segue.statemachine.effects import Effect
 
 _STATE: TypeAdapter[ConversationState] = TypeAdapter(ConversationState)
 _EFFECT: TypeAdapter[Effect] = TypeAdapter(Effect)

@@ -17,6 +17,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from segue.effects import AppendMessage
 from segue.executor.errors import ConversationExistsError, DuplicateMessageError
 from segue.executor.store_port import (
     Commit,
@@ -38,7 +39,6 @@ from segue.executor.stores._shared import (
 )
 from segue.statemachine import ConversationState, Message
 from segue.statemachine.checkpoint import SessionSnapshot
-from segue.statemachine.effects import AppendMessage
 
 
 @dataclass(slots=True)
