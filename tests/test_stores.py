@@ -1353,6 +1353,28 @@ def test_every_earlier_schema_is_upgraded_in_place(backend: Backend) -> None:
 # --------------------------------------------------------------------------- SQLite only
 
 
+def test_a_call_queued_behind_close_does_not_reopen_the_file(tmp_path: Path) -> None:
+    """A read that reaches the store's thread after ``close()`` queued its work (a turn still
+    running while its runtime closes) is refused: it used to open the file again, on a
+    connection nothing would ever close, which kept the database locked for the life of the
+    process (another connection could not leave WAL mode)."""
+    path = tmp_path / "segue.db"
+
+    async def scenario() -> None:
+        store = SqliteStore(path)
+        await store.create(fresh(), system=None)
+        await store.load("c1")  # the thread and its connection are open
+        closing = asyncio.create_task(store.close())
+        await asyncio.sleep(0)  # close() has queued its work for the thread
+        with pytest.raises(SegueError, match="closed"):
+            await store.load("c1")
+        await closing
+
+    run(scenario())
+    with contextlib.closing(sqlite3.connect(path, timeout=0.1)) as raw:
+        assert raw.execute("PRAGMA journal_mode = DELETE").fetchone() == ("delete",)
+
+
 def test_sqlite_file_is_private(tmp_path: Path) -> None:
     path = tmp_path / "new" / "deeper" / "segue.db"
 

@@ -245,6 +245,8 @@ class Runner:
         self._map_error = map_error
         self._closed_message = closed_message
         self._conn: sqlite3.Connection | None = None
+        self._let_go = False
+        """Set once close() closed the connection: it is never opened again."""
         self._using = threading.Lock()
         """Held by whoever uses the connection: the thread for a batch, or the loop inline."""
         self._jobs: queue.SimpleQueue[_Job | None] | None = queue.SimpleQueue()
@@ -263,6 +265,10 @@ class Runner:
     def _connection(self) -> sqlite3.Connection:
         conn = self._conn
         if conn is None:
+            if self._let_go:
+                # A job queued behind close()'s: opening the file again would leave a connection
+                # nobody closes, holding the database for the life of the process.
+                raise SegueError(self._closed_message)
             conn = self._conn = self._connect()
         return conn
 
@@ -507,6 +513,7 @@ class Runner:
                 self._flush(loop)
 
         def work() -> None:
+            self._let_go = True
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
