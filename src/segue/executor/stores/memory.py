@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from segue.executor.errors import ConversationExistsError, DuplicateMessageError
+from segue.executor.errors import DuplicateMessageError
 from segue.executor.store_port import (
     Commit,
     PendingEffect,
@@ -27,6 +27,7 @@ from segue.executor.store_port import (
 )
 from segue.executor.stores._shared import (
     LogLine,
+    already_exists,
     check_commit_target,
     check_snapshot_unchanged,
     check_storable,
@@ -100,8 +101,7 @@ class MemoryStore:
         conversation_id = state.config.id
         check_storable(state, system)
         if conversation_id in self._conversations:
-            msg = f"conversation {conversation_id!r} already exists"
-            raise ConversationExistsError(msg)
+            raise already_exists(conversation_id)
         record = _Conversation(
             state=state,
             version=1,
