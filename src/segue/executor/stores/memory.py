@@ -78,7 +78,7 @@ class _Conversation:
 class MemoryStore:
     """A ``Store`` in memory: fast, private to one process, gone when the process ends.
 
-    Methods do what ``Store`` (in ``ports``) says; their notes here say only how.
+    Methods do what ``Store`` (in ``store_port``) says; their notes here say only how.
     """
 
     def __init__(self) -> None:
