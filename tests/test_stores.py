@@ -1213,6 +1213,46 @@ def test_the_schema_is_versioned_and_a_newer_one_is_refused(backend: Backend) ->
     run(reopen())
 
 
+def _insert_present(backend: Backend, table: str, values: dict[str, Any]) -> None:
+    """Insert ``values`` into ``table``, only the columns its schema version has."""
+    present = {name: value for name, value in values.items() if name in backend.columns(table)}
+    names = ", ".join(present)
+    marks = ", ".join("?" for _ in present)
+    backend.execute(
+        f"INSERT INTO {table} ({names}) VALUES ({marks})",  # noqa: S608  # literal names
+        tuple(present.values()),
+    )
+
+
+_ORDINALS: Final = {"w": 1, "done": 2}
+"""Where SQLite's rows are keyed by the conversation's ordinal (from its version 5; a
+PostgreSQL ordinal is an identity the database assigns)."""
+_CLAIMED: Final = {"owner": "old-host/1/abcd", "lease_until": 99.5}
+
+
+def _old_conversations(
+    asked: ConversationState, answered: ConversationState, outbox: str, keyed: bool
+) -> list[dict[str, Any]]:
+    """The two conversations' rows: ``w`` with ``outbox`` pending, ``done`` with nothing."""
+    return [
+        {
+            "id": cid,
+            "state": state.model_dump_json(),
+            "phase": state.phase.kind,
+            "version": 2 if cid == "w" else 3,
+            "system": "be brief",
+            "message_count": count,
+            "effect_count": 1,
+            "created_at": 1.0,
+            "updated_at": 2.0,
+            "pending_count": pending,
+            "outbox": outbox if pending else "[]",  # in the row from SQLite 5, PostgreSQL 4
+            **({"ordinal": _ORDINALS[cid]} if keyed else {}),
+        }
+        for cid, state, count, pending in (("w", asked, 1, 1), ("done", answered, 2, 0))
+    ]
+
+
 def _plant_old_rows(backend: Backend) -> None:
     """What an older segue wrote: ``w`` waiting for the model (its request pending, claimed
     where claims existed, the message sent under an idempotency key where keys existed), and
@@ -1222,59 +1262,31 @@ def _plant_old_rows(backend: Backend) -> None:
         transition(fresh("done"), UserMessage(text="hi"))[0],
         LlmResponse(text="hello", usage=Usage(input_tokens=100)),
     )
-
-    def insert(table: str, values: dict[str, Any]) -> None:
-        present = {name: value for name, value in values.items() if name in backend.columns(table)}
-        names = ", ".join(present)
-        marks = ", ".join("?" for _ in present)
-        backend.execute(
-            f"INSERT INTO {table} ({names}) VALUES ({marks})",  # noqa: S608  # literal names
-            tuple(present.values()),
-        )
-
-    # Keyed by the conversation's ordinal where SQLite's rows are (from its version 5; a
-    # PostgreSQL ordinal is an identity the database assigns).
     keyed = "rid" in backend.columns("messages")
-    ordinals = {"w": 1, "done": 2}
     request = next(effect for effect in effects if effect.kind == "request_llm")
-    claimed = {"owner": "old-host/1/abcd", "lease_until": 99.5}
-    entry = json.dumps([{"id": 1, "effect": json.loads(dump_effect(request)), **claimed}])
-    for cid, state, count, pending in (("w", asked, 1, 1), ("done", answered, 2, 0)):
-        insert(
-            "conversations",
-            {
-                "id": cid,
-                "state": state.model_dump_json(),
-                "phase": state.phase.kind,
-                "version": 2 if cid == "w" else 3,
-                "system": "be brief",
-                "message_count": count,
-                "effect_count": 1,
-                "created_at": 1.0,
-                "updated_at": 2.0,
-                "pending_count": pending,
-                "outbox": entry if pending else "[]",  # in the row from SQLite 5, PostgreSQL 4
-                **({"ordinal": ordinals[cid]} if keyed else {}),
-            },
-        )
+    entry = json.dumps([{"id": 1, "effect": json.loads(dump_effect(request)), **_CLAIMED}])
+    for row in _old_conversations(asked, answered, entry, keyed):
+        _insert_present(backend, "conversations", row)
     for cid, seq, kind in (("w", 1, "user"), ("done", 1, "user"), ("done", 2, "assistant")):
         message = Message(kind=kind, text=f"{cid} {seq}")
-        insert(
+        _insert_present(
+            backend,
             "messages",
             {
                 "conversation_id": cid,
                 "seq": seq,
                 "kind": kind,
                 "message": message.model_dump_json(),
-                "rid": ordinals[cid] * 2**32 + seq,  # from SQLite 5
+                "rid": _ORDINALS[cid] * 2**32 + seq,  # from SQLite 5
             },
         )
-    insert(
+    _insert_present(
+        backend,
         "transitions",
         {
             "conversation_id": "w",
             "seq": 1,
-            "rid": ordinals["w"] * 2**32 + 1,  # from SQLite 5
+            "rid": _ORDINALS["w"] * 2**32 + 1,  # from SQLite 5
             "event_kind": "user_message",
             "event": dump_event(UserMessage(text="hello")),
             "from_phase": "idle",
@@ -1288,12 +1300,15 @@ def _plant_old_rows(backend: Backend) -> None:
         },
     )
     if backend.columns("outbox"):  # a table of its own until then
-        insert(
+        _insert_present(
+            backend,
             "outbox",
-            {"conversation_id": "w", "id": 1, "effect": dump_effect(request), **claimed},
+            {"conversation_id": "w", "id": 1, "effect": dump_effect(request), **_CLAIMED},
         )
     if backend.columns("idempotency"):  # from version 2
-        insert("idempotency", {"conversation_id": "w", "key": "sent-once", "version": 2})
+        _insert_present(
+            backend, "idempotency", {"conversation_id": "w", "key": "sent-once", "version": 2}
+        )
 
 
 def test_every_earlier_schema_is_upgraded_in_place(backend: Backend) -> None:
@@ -1351,6 +1366,28 @@ def test_every_earlier_schema_is_upgraded_in_place(backend: Backend) -> None:
 
 
 # --------------------------------------------------------------------------- SQLite only
+
+
+def test_a_call_queued_behind_close_does_not_reopen_the_file(tmp_path: Path) -> None:
+    """A read that reaches the store's thread after ``close()`` queued its work (a turn still
+    running while its runtime closes) is refused: it used to open the file again, on a
+    connection nothing would ever close, which kept the database locked for the life of the
+    process (another connection could not leave WAL mode)."""
+    path = tmp_path / "segue.db"
+
+    async def scenario() -> None:
+        store = SqliteStore(path)
+        await store.create(fresh(), system=None)
+        await store.load("c1")  # the thread and its connection are open
+        closing = asyncio.create_task(store.close())
+        await asyncio.sleep(0)  # close() has queued its work for the thread
+        with pytest.raises(SegueError, match="closed"):
+            await store.load("c1")
+        await closing
+
+    run(scenario())
+    with contextlib.closing(sqlite3.connect(path, timeout=0.1)) as raw:
+        assert raw.execute("PRAGMA journal_mode = DELETE").fetchone() == ("delete",)
 
 
 def test_sqlite_file_is_private(tmp_path: Path) -> None:

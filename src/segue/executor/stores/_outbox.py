@@ -21,8 +21,8 @@ import functools
 import json
 import math
 import re
-from collections.abc import Collection, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Collection, Sequence
+from typing import Any, Final, TypeVar
 
 from segue.effects import Effect
 from segue.executor.store_port import PendingEffect
@@ -33,6 +33,10 @@ EMPTY: Final = "[]"
 
 Entry = dict[str, Any]
 """An entry as parsed: id, effect (the parsed JSON object), owner, lease_until."""
+T = TypeVar("T")
+Change = Callable[[list[Entry]], tuple[T, bool]]
+"""A change of the entries, made in place: what it answers, and whether it changed anything
+(what ``complete``, ``claim``, ``renew`` and ``release`` of ``_sql`` do)."""
 
 
 def entry_text(effect_id: int, effect_json: str, owner: str | None, lease: float | None) -> str:
@@ -98,6 +102,14 @@ def dump(entries: Sequence[Entry], tail: Sequence[str] = ()) -> str:
         return EMPTY
     texts = [json.dumps(entry, separators=(",", ":")) for entry in entries]
     return f"[{','.join((*texts, *tail))}]"
+
+
+def apply(text: str, change: Change[T]) -> tuple[T, list[Entry] | None]:
+    """``change`` made to the outbox ``text``: what it answers, and the entries to write back
+    (None when nothing changed: the row is left alone)."""
+    entries = parse(text)
+    result, changed = change(entries)
+    return result, entries if changed else None
 
 
 def pending(entry: Entry, effect: Effect | None = None) -> PendingEffect:

@@ -1,7 +1,7 @@
 """What the stores share, so that ``MemoryStore``, ``SqliteStore`` and ``PostgresStore`` keep
 only what differs between them (driver, SQL dialect, locking, connection handling).
 
-- **The contract's refusals**, worded once: an unknown id, a commit carrying another
+- **The contract's refusals**, worded once: an unknown id, an id taken, a commit carrying another
   conversation's state, a version that moved, a snapshot saved again with other content.
 - **Ids no store can hold** (a NUL, more characters than a conversation's id may have): every
   call about one is answered as about an unknown id, before any driver sees it (PostgreSQL's
@@ -22,6 +22,7 @@ from annotated_types import MaxLen
 
 from segue.executor.errors import (
     ConcurrentUpdateError,
+    ConversationExistsError,
     ConversationNotFoundError,
     InvalidTextError,
     SegueError,
@@ -45,6 +46,10 @@ def not_found(conversation_id: str) -> ConversationNotFoundError:
     shown = conversation_id if len(conversation_id) <= MAX_ID_LENGTH else conversation_id[:40]
     more = "" if shown is conversation_id else f" (and {len(conversation_id) - 40:,} more)"
     return ConversationNotFoundError(f"no conversation {shown!r}{more} in this store")
+
+
+def already_exists(conversation_id: str) -> ConversationExistsError:
+    return ConversationExistsError(f"conversation {conversation_id!r} already exists")
 
 
 def holdable(conversation_id: str) -> bool:
@@ -102,6 +107,15 @@ def check_commit_target(commit: Commit) -> None:
     if key is not None and "\x00" in key:
         msg = "the idempotency key holds a NUL character, which no store can keep"
         raise InvalidTextError(msg)
+
+
+def newer_schema(database: str, version: int, understood: int) -> SegueError:
+    """A database migrated by a later segue: opening it could write what that one would
+    misread, so it is refused."""
+    return SegueError(
+        f"{database} has schema version {version}, newer than this segue "
+        f"understands ({understood}); upgrade segue to open it"
+    )
 
 
 def version_moved(conversation_id: str, version: int, expected: int) -> ConcurrentUpdateError:

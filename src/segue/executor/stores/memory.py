@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from segue.effects import AppendMessage
-from segue.executor.errors import ConversationExistsError, DuplicateMessageError
+from segue.executor.errors import DuplicateMessageError
 from segue.executor.store_port import (
     Commit,
     PendingEffect,
@@ -28,6 +28,7 @@ from segue.executor.store_port import (
 )
 from segue.executor.stores._shared import (
     LogLine,
+    already_exists,
     check_commit_target,
     check_snapshot_unchanged,
     check_storable,
@@ -77,7 +78,7 @@ class _Conversation:
 class MemoryStore:
     """A ``Store`` in memory: fast, private to one process, gone when the process ends.
 
-    Methods do what ``Store`` (in ``ports``) says; their notes here say only how.
+    Methods do what ``Store`` (in ``store_port``) says; their notes here say only how.
     """
 
     def __init__(self) -> None:
@@ -100,8 +101,7 @@ class MemoryStore:
         conversation_id = state.config.id
         check_storable(state, system)
         if conversation_id in self._conversations:
-            msg = f"conversation {conversation_id!r} already exists"
-            raise ConversationExistsError(msg)
+            raise already_exists(conversation_id)
         record = _Conversation(
             state=state,
             version=1,

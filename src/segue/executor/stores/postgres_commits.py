@@ -1,4 +1,4 @@
-"""``PostgresStore``'s commits: one statement per step, or one for many.
+"""``PostgresStore``'s commits: one statement per step, or one for many (``Commits``).
 
 Why many in one: conversations of one process that commit in the same turn of the event loop
 (a busy server, a worker with many conversations) each paid a round trip, a transaction and a
@@ -13,14 +13,24 @@ is committed again one by one, so that only the culprit gets the error.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
+import psycopg
+from psycopg import errors
+
+from segue.executor.errors import DuplicateMessageError, SegueError
 from segue.executor.store_port import StoredConversation
 from segue.executor.stores import _outbox
 from segue.executor.stores._rows import CommitRows, Counters
-from segue.executor.stores.postgres_schema import fast_commit
+from segue.executor.stores._shared import not_found, version_moved
+from segue.executor.stores.postgres_pool import Connection, Pool
+from segue.executor.stores.postgres_schema import COMMIT, WHY_REFUSED, fast_commit
+
+Waiting = list[tuple[CommitRows, asyncio.Future[StoredConversation]]]
+"""Commits and the futures their callers wait on."""
 
 # ``COMMIT`` (in ``postgres_schema``) for every commit of the document at once: the input is a
 # relation of commits (their columns as ``json_to_recordset`` reads them), the version-guarded
@@ -183,3 +193,164 @@ def stored(rows: CommitRows, returned: Sequence[Any]) -> StoredConversation:
         else [entry for entry in _outbox.parse(outbox) if entry["id"] < first_new]
     )
     return rows.stored(counters, older)
+
+
+class Commits:
+    """How ``PostgresStore``'s commits reach the server: those made in the same turn of an
+    event loop together (``COMMIT_MANY``), a conversation committing alone, step after step, at
+    once (it does not wait for the end of the loop's turn), and each caller told its own
+    outcome."""
+
+    def __init__(self, db: Pool) -> None:
+        self._db = db
+        self._batches: dict[asyncio.AbstractEventLoop, Waiting] = {}
+        """Commits made in this turn of each loop, sent together at its end."""
+        self._last: tuple[asyncio.AbstractEventLoop, str] | None = None
+        """The loop that committed last, and to which conversation."""
+        self._committing: set[asyncio.Task[None]] = set()
+        """Batches being committed (held here: a task nobody holds may be collected)."""
+
+    async def commit(self, rows: CommitRows) -> StoredConversation:
+        """Commit ``rows``: with the other commits of this turn of the loop, or alone."""
+        conversation_id = rows.commit.conversation_id
+        loop = asyncio.get_running_loop()
+        batch = self._batches.get(loop)
+        if batch is None and self._last == (loop, conversation_id):
+            return await self._commit_one(rows)
+        self._last = (loop, conversation_id)
+        future: asyncio.Future[StoredConversation] = loop.create_future()
+        if batch is None:
+            batch = self._batches[loop] = []
+            loop.call_soon(self._flush, loop)
+        batch.append((rows, future))
+        return await future
+
+    async def finish(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Send ``loop``'s batch now and wait for every batch under way (closing)."""
+        self._flush(loop)
+        await asyncio.gather(*list(self._committing), return_exceptions=True)
+
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Commit the loop's batch, in a task of its own (the callers wait on its futures)."""
+        batch = self._batches.pop(loop, [])
+        if batch:
+            task = loop.create_task(self._commit_batch(batch), name="segue-pg-commit")
+            self._committing.add(task)
+            task.add_done_callback(self._committing.discard)
+
+    async def _commit_batch(self, batch: Waiting) -> None:
+        """Commit ``batch`` and tell each caller its outcome. A commit to a conversation
+        already in the batch goes alone (the statement updates a row once)."""
+        together: Waiting = []
+        alone: Waiting = []
+        seen: set[str] = set()
+        for rows, future in batch:
+            cid = rows.commit.conversation_id
+            (alone if cid in seen else together).append((rows, future))
+            seen.add(cid)
+        if len(together) == 1:
+            alone.insert(0, together.pop())
+        if together:
+            try:
+                results = await self._commit_many([rows for rows, _ in together])
+            except (SegueError, psycopg.Error):
+                # Refused as a whole (two commits racing with one key, a row in the way, a
+                # store gone): one by one, so that each caller gets its own outcome.
+                alone = together + alone
+            except BaseException as stopped:  # cancelled: every caller hears it
+                for _, future in together + alone:
+                    _tell(future, None, stopped)
+                raise
+            else:
+                for (_, future), (result, problem) in zip(together, results, strict=True):
+                    _tell(future, result, problem)
+        for rows, future in alone:
+            try:
+                landed = await self._commit_one(rows)
+            except BaseException as error:  # the caller gets it
+                _tell(future, None, error)
+                if not isinstance(error, Exception):
+                    raise
+            else:
+                _tell(future, landed, None)
+
+    async def _commit_many(
+        self, batch: list[CommitRows]
+    ) -> list[tuple[StoredConversation | None, BaseException | None]]:
+        """``COMMIT_MANY`` for ``batch``; each commit's outcome (those it left out say why
+        afterwards, as a commit alone does)."""
+
+        async def work(conn: Connection) -> list[tuple[Any, ...]]:
+            cur = await conn.execute(COMMIT_MANY, (document(batch),), binary=True)
+            return await cur.fetchall()
+
+        returned = {row[0]: row[1:] for row in await self._db.run(work)}
+        outcomes: list[tuple[StoredConversation | None, BaseException | None]] = []
+        for n, rows in enumerate(batch):
+            if n in returned:
+                outcomes.append((stored(rows, returned[n]), None))
+                continue
+            try:
+                await self._why_refused(rows)
+            except SegueError as error:
+                outcomes.append((None, error))
+        return outcomes
+
+    async def _commit_one(self, rows: CommitRows) -> StoredConversation:
+        """One commit: the statement of its shape if it has a usual one (``fast_commit``),
+        else, or if that wrote nothing, ``COMMIT``; when that writes nothing either, a read
+        says why."""
+        key = rows.commit.idempotency_key
+        conversation_id = rows.commit.conversation_id
+        shaped = fast(rows)
+
+        async def work(conn: Connection) -> tuple[Any, ...] | None:
+            if shaped is not None:
+                cur = await conn.execute(shaped[0], shaped[1], binary=True)
+                landed = await cur.fetchone()
+                if landed is not None:
+                    return landed
+            cur = await conn.execute(COMMIT, params(rows), binary=True)
+            return await cur.fetchone()
+
+        try:
+            row = await self._db.run(work)
+        except errors.UniqueViolation as error:
+            if key is None or error.diag.constraint_name != "transitions_by_key":
+                raise
+            # A key used before (the usual shape's statement leaves it to the unique index),
+            # or two commits racing with one key on different versions.
+            raise DuplicateMessageError(conversation_id, key) from None
+        if row is None:
+            await self._why_refused(rows)
+        return stored(rows, row)
+
+    async def _why_refused(self, rows: CommitRows) -> NoReturn:
+        """Raise why a commit wrote nothing: a duplicate key, a version that moved, no such
+        conversation."""
+        commit = rows.commit
+        conversation_id, key = commit.conversation_id, commit.idempotency_key
+
+        async def work(conn: Connection) -> tuple[Any, ...] | None:
+            cur = await conn.execute(WHY_REFUSED, (conversation_id, key, conversation_id))
+            return await cur.fetchone()
+
+        why = await self._db.run(work)
+        if why is None:
+            raise not_found(conversation_id)
+        if why[1]:
+            raise DuplicateMessageError(conversation_id, str(key))
+        raise version_moved(conversation_id, why[0], commit.expected_version)
+
+
+def _tell(
+    future: asyncio.Future[StoredConversation],
+    result: StoredConversation | None,
+    error: BaseException | None,
+) -> None:
+    if future.done():
+        return  # its caller gave up waiting; the commit itself was made (or refused) anyway
+    if error is not None:
+        future.set_exception(error)
+    elif result is not None:
+        future.set_result(result)

@@ -23,6 +23,7 @@ from psycopg import errors
 from psycopg_pool import AsyncConnectionPool
 
 from segue.executor.errors import SegueError, StoreLockedError, StoreUnavailableError
+from segue.executor.stores._shared import newer_schema
 from segue.executor.stores.postgres_schema import MIGRATION_LOCK, MIGRATIONS, SCHEMA_VERSION
 
 T = TypeVar("T")
@@ -126,11 +127,7 @@ class Pool:
             row = await cur.fetchone()
             current = int(row[0]) if row is not None and row[0] is not None else 0
             if current > SCHEMA_VERSION:
-                msg = (
-                    f"the database has schema version {current}, newer than this segue "
-                    f"understands ({SCHEMA_VERSION}); upgrade segue to open it"
-                )
-                raise SegueError(msg)
+                raise newer_schema("the database", current, SCHEMA_VERSION)
             for step in MIGRATIONS[current:]:
                 for statement in step:
                     await conn.execute(statement)

@@ -23,9 +23,11 @@ Why it is built this way:
   system prompt, written once, is kept apart (``prompts``): SQLite writes an updated row anew,
   overflow pages and all, so a long prompt in the row was written again by every step. Steps
   batched together share one COMMIT, the most expensive statement of a step.
-- **A usual step is three statements**: one guarded ``UPDATE ... RETURNING`` (the version, the
-  outbox holding just what the step completes, the key unused) and the two inserts; a step of
-  another shape, or whose guard does not hold, reads the row first and says why it is refused.
+- **A usual step is three statements** (``sqlite_commits``): one guarded ``UPDATE ...
+  RETURNING`` and the two inserts; a step of another shape, or whose guard does not hold, reads
+  the row first and says why it is refused.
+- **What each operation means is ``SqlStore``'s** (``_sql``), shared with ``PostgresStore``;
+  this module gives it SQLite's statements and the runner they run on.
 - **Private file.** The transcript is private: a missing directory is created 0700 and a new
   database file 0600 (``sqlite_schema``). The path comes from the caller; conversation ids
   never become paths here.
@@ -33,86 +35,54 @@ Why it is built this way:
 
 from __future__ import annotations
 
-import functools
 import os
 import sqlite3
-from collections.abc import Callable, Sequence
-from typing import Any, Final, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final, TypeVar
 
 from segue.executor.errors import (
-    ConversationExistsError,
-    DuplicateMessageError,
     SegueError,
     StoreLockedError,
     StoreUnavailableError,
 )
-from segue.executor.store_port import (
-    Commit,
-    PendingEffect,
-    StoredConversation,
-    StoredMessage,
-    TransitionRecord,
-)
+from segue.executor.store_port import Commit, StoredConversation
 from segue.executor.stores import _outbox
-from segue.executor.stores._rows import (
-    LOAD_COLUMNS,
-    CommitRows,
-    Counters,
-    commit_rows,
-    conversation_row,
-    listed,
-    loaded,
-    seed_rows,
-)
-from segue.executor.stores._shared import (
-    check_snapshot_unchanged,
-    check_storable,
-    not_found,
-    require_holdable,
-    transition_from_row,
-    version_moved,
-)
-from segue.executor.stores.codec import dump_snapshot, load_message, load_snapshot
+from segue.executor.stores._rows import LOAD_COLUMNS, commit_rows
+from segue.executor.stores._shared import already_exists, not_found
+from segue.executor.stores._sql import Row, SqlStore
+from segue.executor.stores.sqlite_commits import INSERT_MESSAGE, STEP_PAGES, commit_step
 from segue.executor.stores.sqlite_runner import PAGE, Runner, is_locked
 from segue.executor.stores.sqlite_schema import (
     KEY_SPAN,
     MEMORY,
     SCHEMA_VERSION,
+    SYSTEM,
     connect,
     connect_checkpointer,
     connect_read_only,
 )
-from segue.statemachine import ConversationState, Message
-from segue.statemachine.checkpoint import SessionSnapshot
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore", "StoreLockedError"]
-"""``StoreLockedError`` lives in ports (PostgresStore raises it too); re-exported for callers
-that imported it from here."""
+"""``StoreLockedError`` lives in ``errors`` (PostgresStore raises it too); re-exported for
+callers that imported it from here."""
 
 T = TypeVar("T")
 
-_STEP_PAGES: Final = 4
-"""Pages a step writes besides its documents (the conversation's row, a message, a log line and
-now and then the key index or a new page), for ``Runner``'s checkpoint count."""
-
-_INSERT_MESSAGE: Final = (
-    "INSERT INTO messages (rid, conversation_id, seq, kind, message) VALUES (?, ?, ?, ?, ?)"
-)
-_INSERT_TRANSITION: Final = (
-    "INSERT INTO transitions (rid, conversation_id, seq, event_kind, event, from_phase,"
-    " to_phase, context_tokens, reason, effect_kinds, at, session, idempotency_key)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_LOAD: Final = f"SELECT {LOAD_COLUMNS.replace('system', SYSTEM)} FROM conversations WHERE id = ?"  # noqa: S608
+_LISTED: Final = (
+    f"SELECT state, version, {SYSTEM}, child_id, created_at"  # noqa: S608
+    " FROM conversations ORDER BY created_at, rowid"
 )
 
 
-class SqliteStore:
+class SqliteStore(SqlStore):
     """A ``Store`` in one SQLite file (WAL mode), safe to share between processes.
 
     ``busy_timeout`` is how long (seconds) a call waits for another process's write lock before
     raising ``StoreLockedError``. The file is opened on first use, in the store's own thread.
     ``read_only=True`` opens an existing store without ever writing to it (an inspector): no
     file is created, no schema is added, and a file that is not a segue store is refused.
-    Methods do what ``Store`` (in ``ports``) says; their notes here say only how.
+    Methods do what ``Store`` says; the notes here say only how.
     """
 
     def __init__(
@@ -156,31 +126,37 @@ class SqliteStore:
         mapped.__cause__ = error
         return mapped
 
-    async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+    def _run(self, work: Callable[[sqlite3.Connection], T]) -> Awaitable[T]:
         """Run ``work`` alone in the store thread (reads)."""
-        return await self._runner.read(work)
+        return self._runner.read(work)
 
-    async def _run_step(
+    def _run_step(
         self, step: Callable[[sqlite3.Connection], T], *, pages: int = 2, key: str | None = None
-    ) -> T:
+    ) -> Awaitable[T]:
         """Run the write ``step`` in a transaction it may share (see ``sqlite_runner``);
         ``key``: the conversation it writes to, when it is a step of its own."""
-        return await self._runner.write(step, pages=pages, key=key)
+        return self._runner.write(step, pages=pages, key=key)
 
-    # ------------------------------------------------------------------ Store
+    def _read(
+        self, conversation_id: str, work: Callable[[sqlite3.Connection, int], T]
+    ) -> Awaitable[T]:
+        """``work(conn, base)`` in one read transaction with the conversation's existence:
+        ``base`` is ``ordinal * KEY_SPAN``, where its messages' and log lines' keys start."""
 
-    async def create(
-        self,
-        state: ConversationState,
-        *,
-        system: str | None,
-        messages: Sequence[Message] = (),
-        at: float = 0.0,
-    ) -> StoredConversation:
-        conversation_id = state.config.id
-        check_storable(state, system)
-        row = conversation_row(state, system, len(messages), at)
-        seeds = seed_rows(conversation_id, messages)
+        def read(conn: sqlite3.Connection) -> T:
+            conn.execute("BEGIN")
+            result = work(conn, _ordinal(conn, conversation_id) * KEY_SPAN)
+            conn.execute("COMMIT")
+            return result
+
+        return self._run(read)
+
+    # ------------------------------------------------------------------ SqlStore's dialect
+
+    def _insert(
+        self, row: Row, seeds: Sequence[tuple[str, int, str, str]], system: str | None
+    ) -> Awaitable[None]:
+        conversation_id = row[0]
 
         def step(conn: sqlite3.Connection) -> None:
             try:
@@ -193,121 +169,24 @@ class SqliteStore:
                     (*row[:4], *row[5:]),
                 ).fetchone()
             except sqlite3.IntegrityError:
-                msg = f"conversation {conversation_id!r} already exists"
-                raise ConversationExistsError(msg) from None
+                raise already_exists(conversation_id) from None
             if system is not None:
                 conn.execute("INSERT INTO prompts VALUES (?, ?)", (ordinal, system))
             base = ordinal * KEY_SPAN
-            conn.executemany(_INSERT_MESSAGE, [(base + seed[1], *seed) for seed in seeds])
+            conn.executemany(INSERT_MESSAGE, [(base + seed[1], *seed) for seed in seeds])
 
         size = sum(len(text) for *_, text in seeds) + len(row[2]) + len(system or "")
-        await self._run_step(step, pages=_STEP_PAGES + size // PAGE)
-        return StoredConversation(
-            state=state, version=1, system=system, created_at=at, last_seq=len(messages)
-        )
+        return self._run_step(step, pages=STEP_PAGES + size // PAGE)
 
-    async def load(self, conversation_id: str) -> StoredConversation:
-        """The conversation's row: state, version, ``last_seq`` and outbox, read together."""
-        require_holdable(conversation_id)
-
-        def work(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
-            row: tuple[Any, ...] | None = conn.execute(
-                f"SELECT {_LOAD_COLUMNS} FROM conversations WHERE id = ?",  # noqa: S608
-                (conversation_id,),
-            ).fetchone()
+    def _load_row(self, conversation_id: str) -> Awaitable[Row | None]:
+        def work(conn: sqlite3.Connection) -> Row | None:
+            row: Row | None = conn.execute(_LOAD, (conversation_id,)).fetchone()
             return row
 
-        return loaded(conversation_id, await self._run(work))
+        return self._run(work)
 
-    async def commit(self, commit: Commit) -> StoredConversation:
-        """Apply ``commit`` as one step (see ``Commit``). A step of the usual shape (an outbox
-        that holds what it completes, at most one effect queued) is one guarded ``UPDATE ...
-        RETURNING`` (``_fast_update``) and its inserts; otherwise, or when that guard does not
-        hold, the step reads the conversation's row, checks the version and the key, and
-        writes the row with its new outbox, the messages and the log line. The module
-        docstring says how steps share transactions."""
-        conversation_id = commit.conversation_id
-        rows = commit_rows(commit)  # encoded before taking the write lock: it is held for SQL only
-        key = commit.idempotency_key
-        expected = commit.expected_version
-        phase = commit.state.phase.kind
-        fast = _fast(rows, phase)
-
-        def step(conn: sqlite3.Connection) -> StoredConversation:
-            if fast is not None:
-                landed = conn.execute(*fast).fetchall()
-                if landed:
-                    message_count, effect_count, system, child_id, created_at, ordinal = landed[0]
-                    counters = Counters(message_count, effect_count, system, child_id, created_at)
-                    _append(conn, rows, ordinal, counters)
-                    return rows.stored(counters, [])
-            if (
-                key is not None
-                and conn.execute(
-                    "SELECT 1 FROM transitions WHERE conversation_id = ? AND idempotency_key = ?",
-                    (conversation_id, key),
-                ).fetchone()
-            ):
-                raise DuplicateMessageError(conversation_id, key)
-            row = conn.execute(
-                f"SELECT version, message_count, effect_count, outbox, {_SYSTEM}, child_id,"  # noqa: S608
-                " created_at, ordinal, pending_count FROM conversations WHERE id = ?",
-                (conversation_id,),
-            ).fetchone()
-            if row is None:
-                raise not_found(conversation_id)
-            (
-                version,
-                message_count,
-                effect_count,
-                current,
-                system,
-                child_id,
-                created_at,
-                ordinal,
-                pending_count,
-            ) = row
-            if version != expected:
-                raise version_moved(conversation_id, version, expected)
-            outbox, kept = rows.outbox(current, effect_count, pending_count)
-            counters = Counters(
-                message_count=message_count + len(rows.appended),
-                effect_count=effect_count + len(rows.queued),
-                system=system,
-                child_id=child_id,
-                created_at=created_at,
-            )
-            conn.execute(
-                "UPDATE conversations SET state = ?, phase = ?, version = ?, message_count = ?,"
-                " effect_count = ?, pending_count = ?, outbox = ?, updated_at = ? WHERE id = ?",
-                (
-                    rows.state,
-                    phase,
-                    expected + 1,
-                    counters.message_count,
-                    counters.effect_count,
-                    len(kept) + len(rows.queued),
-                    outbox,
-                    commit.at,
-                    conversation_id,
-                ),
-            )
-            _append(conn, rows, ordinal, counters)
-            return rows.stored(counters, kept)
-
-        size = sum(len(text) for _, text in rows.appended) + len(rows.transition[3])
-        result: StoredConversation = await self._run_step(
-            step, pages=_STEP_PAGES + size // PAGE, key=conversation_id
-        )
-        return result
-
-    async def _outbox_step(
-        self, conversation_id: str, change: Callable[[list[_outbox.Entry]], tuple[T, bool]]
-    ) -> T:
-        """Read the conversation's outbox, ``change`` it (in place; it says what to return and
-        whether it changed anything), and write it back if it changed. Under SQLite's write
-        lock: nobody else reads or writes the outbox in between."""
-        require_holdable(conversation_id)
+    def _outbox_step(self, conversation_id: str, change: _outbox.Change[T]) -> Awaitable[T]:
+        """Under SQLite's write lock: nobody else reads or writes the outbox in between."""
 
         def step(conn: sqlite3.Connection) -> T:
             row = conn.execute(
@@ -315,112 +194,98 @@ class SqliteStore:
             ).fetchone()
             if row is None:
                 raise not_found(conversation_id)
-            entries = _outbox.parse(row[0])
-            result, changed = change(entries)
-            if changed:
+            result, entries = _outbox.apply(row[0], change)
+            if entries is not None:
                 conn.execute(
                     "UPDATE conversations SET outbox = ?, pending_count = ? WHERE id = ?",
                     (_outbox.dump(entries), len(entries), conversation_id),
                 )
             return result
 
-        return await self._run_step(step)
+        return self._run_step(step)
 
-    async def complete(self, conversation_id: str, effect_ids: Sequence[int]) -> None:
-        done = frozenset(effect_ids)
-
-        def change(entries: list[_outbox.Entry]) -> tuple[None, bool]:
-            kept = _outbox.without(entries, done)
-            changed = len(kept) != len(entries)
-            entries[:] = kept
-            return None, changed
-
-        await self._outbox_step(conversation_id, change)
-
-    async def claim(
-        self,
-        conversation_id: str,
-        effect_id: int,
-        *,
-        owner: str,
-        lease_until: float,
-        now: float,
-        take_from: str | None = None,
-    ) -> PendingEffect | None:
-        def change(entries: list[_outbox.Entry]) -> tuple[_outbox.Entry | None, bool]:
-            entry, claimed = _outbox.claim(
-                entries,
-                effect_id,
-                owner=owner,
-                lease_until=lease_until,
-                now=now,
-                take_from=take_from,
-            )
-            return entry, claimed
-
-        entry = await self._outbox_step(conversation_id, change)
-        return None if entry is None else _outbox.pending(entry)
-
-    async def renew(
-        self, conversation_id: str, effect_ids: Sequence[int], *, owner: str, lease_until: float
-    ) -> bool:
-        wanted = frozenset(effect_ids)
-
-        def change(entries: list[_outbox.Entry]) -> tuple[bool, bool]:
-            renewed = _outbox.renew(entries, wanted, owner=owner, lease=lease_until)
-            return renewed == len(wanted), renewed > 0
-
-        return await self._outbox_step(conversation_id, change)
-
-    async def release(self, conversation_id: str, effect_ids: Sequence[int], *, owner: str) -> None:
-        wanted = frozenset(effect_ids)
-
-        def change(entries: list[_outbox.Entry]) -> tuple[None, bool]:
-            return None, _outbox.release(entries, wanted, owner=owner)
-
-        await self._outbox_step(conversation_id, change)
-
-    async def messages(self, conversation_id: str, *, after_seq: int = 0) -> list[StoredMessage]:
-        require_holdable(conversation_id)
-
-        def work(conn: sqlite3.Connection) -> list[tuple[int, str]]:
-            conn.execute("BEGIN")
-            base = _require(conn, conversation_id) * KEY_SPAN
+    def _message_rows(
+        self, conversation_id: str, after_seq: int
+    ) -> Awaitable[Sequence[tuple[int, str]]]:
+        def work(conn: sqlite3.Connection, base: int) -> list[tuple[int, str]]:
             rows: list[tuple[int, str]] = conn.execute(
                 "SELECT seq, message FROM messages WHERE rid > ? AND rid < ? ORDER BY rid",
-                (base + max(after_seq, 0), base + KEY_SPAN),
+                (base + after_seq, base + KEY_SPAN),
             ).fetchall()
-            conn.execute("COMMIT")
             return rows
 
-        rows = await self._run(work)
-        return [StoredMessage(seq=seq, message=load_message(text)) for seq, text in rows]
+        return self._read(conversation_id, work)
 
-    async def transitions(self, conversation_id: str) -> list[TransitionRecord]:
-        require_holdable(conversation_id)
-
-        def work(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
-            conn.execute("BEGIN")
-            base = _require(conn, conversation_id) * KEY_SPAN
-            rows: list[tuple[Any, ...]] = conn.execute(
+    def _transition_rows(self, conversation_id: str) -> Awaitable[Sequence[Row]]:
+        def work(conn: sqlite3.Connection, base: int) -> list[Row]:
+            rows: list[Row] = conn.execute(
                 "SELECT seq, event_kind, event, from_phase, to_phase, context_tokens, reason,"
                 " effect_kinds, at, session FROM transitions WHERE rid > ? AND rid < ?"
                 " ORDER BY rid",
                 (base, base + KEY_SPAN),
             ).fetchall()
-            conn.execute("COMMIT")
             return rows
 
-        return [transition_from_row(row) for row in await self._run(work)]
+        return self._read(conversation_id, work)
 
-    async def list_conversations(self) -> list[StoredConversation]:
-        def work(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
-            return conn.execute(
-                f"SELECT state, version, {_SYSTEM}, child_id, created_at"  # noqa: S608
-                " FROM conversations ORDER BY created_at, rowid"
+    def _snapshot_texts(self, conversation_id: str) -> Awaitable[Sequence[str]]:
+        def work(conn: sqlite3.Connection, _base: int) -> list[str]:
+            rows = conn.execute(
+                "SELECT snapshot FROM snapshots WHERE conversation_id = ? ORDER BY version",
+                (conversation_id,),
             ).fetchall()
+            return [str(text) for (text,) in rows]
 
-        return [listed(row) for row in await self._run(work)]
+        return self._read(conversation_id, work)
+
+    def _listed_rows(self) -> Awaitable[Sequence[Row]]:
+        def work(conn: sqlite3.Connection) -> list[Row]:
+            rows: list[Row] = conn.execute(_LISTED).fetchall()
+            return rows
+
+        return self._run(work)
+
+    def _link_child(self, parent_id: str, child_id: str) -> Awaitable[str | None]:
+        def step(conn: sqlite3.Connection) -> str | None:
+            conn.execute(
+                "UPDATE conversations SET child_id = ? WHERE id = ? AND child_id IS NULL",
+                (child_id, parent_id),
+            )
+            row = conn.execute(
+                "SELECT child_id FROM conversations WHERE id = ?", (parent_id,)
+            ).fetchone()
+            return None if row is None else str(row[0])
+
+        return self._run_step(step)
+
+    def _insert_snapshot(
+        self, conversation_id: str, version: int, text: str
+    ) -> Awaitable[str | None]:
+        def step(conn: sqlite3.Connection) -> str | None:
+            _ordinal(conn, conversation_id)
+            row = conn.execute(
+                "SELECT snapshot FROM snapshots WHERE conversation_id = ? AND version = ?",
+                (conversation_id, version),
+            ).fetchone()
+            if row is None:
+                conn.execute(
+                    "INSERT INTO snapshots (conversation_id, version, snapshot) VALUES (?, ?, ?)",
+                    (conversation_id, version, text),
+                )
+            return None if row is None else str(row[0])
+
+        return self._run_step(step, pages=STEP_PAGES + len(text) // PAGE)
+
+    # ------------------------------------------------------------------ Store
+
+    async def commit(self, commit: Commit) -> StoredConversation:
+        """Apply ``commit`` as one step (``sqlite_commits``); the module docstring says how
+        steps share transactions."""
+        step, pages = commit_step(commit_rows(commit))
+        result: StoredConversation = await self._run_step(
+            step, pages=pages, key=commit.conversation_id
+        )
+        return result
 
     async def with_pending(self) -> list[str]:
         """A scan of the conversations (at startup): an index of those with pending work
@@ -432,137 +297,12 @@ class SqliteStore:
 
         return await self._run(work)
 
-    async def link_child(self, parent_id: str, child_id: str) -> str:
-        require_holdable(parent_id)
-
-        def step(conn: sqlite3.Connection) -> str:
-            conn.execute(
-                "UPDATE conversations SET child_id = ? WHERE id = ? AND child_id IS NULL",
-                (child_id, parent_id),
-            )
-            row = conn.execute(
-                "SELECT child_id FROM conversations WHERE id = ?", (parent_id,)
-            ).fetchone()
-            if row is None:
-                raise not_found(parent_id)
-            return str(row[0])
-
-        result: str = await self._run_step(step)
-        return result
-
-    async def save_snapshot(self, snapshot: SessionSnapshot) -> None:
-        conversation_id = snapshot.conversation_id
-        require_holdable(conversation_id)
-        text = dump_snapshot(snapshot)
-
-        def step(conn: sqlite3.Connection) -> str | None:
-            _require(conn, conversation_id)
-            row = conn.execute(
-                "SELECT snapshot FROM snapshots WHERE conversation_id = ? AND version = ?",
-                (conversation_id, snapshot.version),
-            ).fetchone()
-            if row is None:
-                conn.execute(
-                    "INSERT INTO snapshots (conversation_id, version, snapshot) VALUES (?, ?, ?)",
-                    (conversation_id, snapshot.version, text),
-                )
-            return None if row is None else str(row[0])
-
-        existing: str | None = await self._run_step(step, pages=_STEP_PAGES + len(text) // PAGE)
-        if existing is not None:
-            check_snapshot_unchanged(load_snapshot(existing), snapshot)
-
-    async def snapshots(self, conversation_id: str) -> list[SessionSnapshot]:
-        require_holdable(conversation_id)
-
-        def work(conn: sqlite3.Connection) -> list[tuple[str]]:
-            conn.execute("BEGIN")
-            _require(conn, conversation_id)
-            rows: list[tuple[str]] = conn.execute(
-                "SELECT snapshot FROM snapshots WHERE conversation_id = ? ORDER BY version",
-                (conversation_id,),
-            ).fetchall()
-            conn.execute("COMMIT")
-            return rows
-
-        return [load_snapshot(text) for (text,) in await self._run(work)]
-
     async def close(self) -> None:
         """Close the connection and stop the worker thread; later calls raise ``SegueError``."""
         await self._runner.close()
 
 
-_SYSTEM: Final = "(SELECT system FROM prompts WHERE prompts.ordinal = conversations.ordinal)"
-"""The conversation's system prompt, kept apart from its row (``sqlite_schema``, version 6)."""
-_LOAD_COLUMNS: Final = LOAD_COLUMNS.replace("system", _SYSTEM)
-
-
-@functools.lru_cache(maxsize=4)
-def _fast_update(queued: bool, keyed: bool) -> str:
-    """The guarded UPDATE of a step of the usual shape: the row at the expected version, its
-    outbox holding exactly what the step completes (``pending_count`` entries, the first one
-    with the id the step completes: ``_outbox.head``), its message's key not used yet. The new
-    outbox is what the step queues, whose id SQL knows (``effect_count + 1``)."""
-    outbox = """'[{"id":' || (effect_count + 1) || ?""" if queued else "'[]'"
-    unused = (
-        " AND NOT EXISTS (SELECT 1 FROM transitions"
-        " WHERE conversation_id = ? AND idempotency_key = ?)"
-        if keyed
-        else ""
-    )
-    return (  # literal fragments only, every value a parameter
-        "UPDATE conversations SET state = ?, phase = ?, version = ?,"  # noqa: S608
-        " message_count = message_count + ?, effect_count = effect_count + ?,"
-        f" pending_count = ?, outbox = {outbox}, updated_at = ?"
-        " WHERE id = ? AND version = ? AND pending_count = ? AND substr(outbox, 1, ?) = ?"
-        f"{unused} RETURNING message_count, effect_count, {_SYSTEM}, child_id, created_at, ordinal"
-    )
-
-
-def _fast(rows: CommitRows, phase: str) -> tuple[str, tuple[Any, ...]] | None:
-    """``_fast_update`` and its parameters for ``rows``, when the step has the usual shape."""
-    commit = rows.commit
-    head = _outbox.head(rows.completes)
-    if head is None or len(rows.queued) > 1:
-        return None
-    queued = len(rows.queued)
-    key = commit.idempotency_key
-    tail = (
-        (_outbox.entry_tail(rows.queued[0][1], commit.owner, commit.lease_until) + "]",)
-        if queued
-        else ()
-    )
-    values = (
-        rows.state,
-        phase,
-        commit.expected_version + 1,
-        len(rows.appended),
-        queued,
-        queued,
-        *tail,
-        commit.at,
-        commit.conversation_id,
-        commit.expected_version,
-        len(rows.completes),
-        len(head),
-        head,
-        *(() if key is None else (commit.conversation_id, key)),
-    )
-    return _fast_update(bool(queued), key is not None), values
-
-
-def _append(conn: sqlite3.Connection, rows: CommitRows, ordinal: int, counters: Counters) -> None:
-    """Insert the step's messages and its log line (``counters`` as the step left them)."""
-    base = ordinal * KEY_SPAN
-    appended = rows.messages(counters.message_count)
-    if len(appended) == 1:
-        conn.execute(_INSERT_MESSAGE, (base + appended[0][1], *appended[0]))
-    elif appended:
-        conn.executemany(_INSERT_MESSAGE, [(base + m[1], *m) for m in appended])
-    conn.execute(_INSERT_TRANSITION, (base + rows.commit.expected_version, *rows.transition))
-
-
-def _require(conn: sqlite3.Connection, conversation_id: str) -> int:
+def _ordinal(conn: sqlite3.Connection, conversation_id: str) -> int:
     """The conversation's ordinal (its rows' keys are ``ordinal * KEY_SPAN + seq``)."""
     row = conn.execute(
         "SELECT ordinal FROM conversations WHERE id = ?", (conversation_id,)

@@ -24,12 +24,11 @@ Why:
   crosses its threshold, and syncs and copies the WAL: ~10 ms every few hundred steps, which
   every write waited for. It is off; instead, after about ``CHECKPOINT_PAGES`` pages of writes
   (estimated from what the steps wrote), a thread of their own checkpoints on a connection of
-  its own while writes go on (``_Checkpoints``).
+  its own while writes go on (``sqlite_checkpoints``).
 - **Reads on the thread.** A read of a long transcript takes time the loop must not lose, and
   readers never wait for the writer in WAL mode, so reads stay where they never block anyone.
 - **The thread's hand-over**, for what runs there: a ``queue.SimpleQueue`` in and
-  ``call_soon_threadsafe`` out (``run_in_executor`` adds locks and callbacks to both); it takes
-  every job waiting when it wakes, and tells each loop the outcomes of the lot in one call.
+  ``call_soon_threadsafe`` out (``sqlite_thread``).
 
 No caller hears of its write before the COMMIT that carries it, wherever it ran: a write that
 returned is durable (WAL with ``synchronous=NORMAL``: it survives a crash of the process).
@@ -38,16 +37,17 @@ returned is durable (WAL with ``synchronous=NORMAL``: it survives a crash of the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import queue
 import sqlite3
 import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, Final, NamedTuple, TypeVar
+from typing import Any, Final, TypeVar
 
 from segue.executor.errors import SegueError
+from segue.executor.stores.sqlite_checkpoints import Checkpoints
+from segue.executor.stores.sqlite_thread import Job, Outcome, Step, serve, settle
 
 T = TypeVar("T")
 
@@ -69,13 +69,6 @@ _PAUSES: Final = (0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.025, 0.025, 0
 _SQLITE_BUSY: Final = 5
 _SQLITE_LOCKED: Final = 6
 
-Outcome = tuple[Any, BaseException | None]
-"""What a job gave: its result, or the error it raised."""
-Step = Callable[[sqlite3.Connection], Any]
-"""A write that runs inside a transaction the runner opens (and may share)."""
-Told = dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any, Any]]]
-"""Finished jobs' futures and outcomes, by the event loop that awaits them."""
-
 
 def is_locked(error: sqlite3.OperationalError) -> bool:
     """Whether ``error`` says another connection holds a lock (SQLITE_BUSY or _LOCKED)."""
@@ -85,143 +78,15 @@ def is_locked(error: sqlite3.OperationalError) -> bool:
     return "locked" in str(error) or "busy" in str(error)
 
 
-class _Job(NamedTuple):
-    """Work for the thread and whom to tell. Without ``group``, ``work`` runs alone (``work()``:
-    a read, a checkpoint); with it, ``work`` is a write ``Step`` that ``group`` runs with the
-    steps of the same group queued next to it."""
-
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[Any]
-    work: Callable[..., Any]
-    group: Callable[[Sequence[Step]], list[Outcome]] | None = None
-
-
-def _begin(conn: sqlite3.Connection) -> sqlite3.Connection:
-    conn.execute("BEGIN IMMEDIATE")
-    return conn
-
-
-def _settle(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
-    """Hand each job's outcome to its caller (in the caller's loop, one call for them all)."""
-    for future, result, error in outcomes:
-        if future.cancelled():
-            continue  # the caller gave up waiting; the work itself has run (or failed) regardless
-        if error is None:
-            future.set_result(result)
-        else:
-            future.set_exception(error)
-
-
-def _attempt(work: Callable[[], Any]) -> Outcome:
-    try:
-        return work(), None
-    except BaseException as caught:  # noqa: BLE001  # delivered to the awaiting caller
-        return None, caught
-
-
-def _take_waiting(jobs: queue.SimpleQueue[_Job | None], first: _Job) -> tuple[list[_Job], bool]:
-    """``first`` and every job queued behind it; True if the store was closed meanwhile."""
-    batch = [first]
-    while True:
-        try:
-            job = jobs.get_nowait()
-        except queue.Empty:
-            return batch, False
-        if job is None:
-            return batch, True
-        batch.append(job)
-
-
-def _run_batch(batch: list[_Job]) -> Told:
-    """Run ``batch`` in order, consecutive write steps of one group together; the outcomes,
-    by the loop to tell them to."""
-    told: Told = {}
-    index = 0
-    while index < len(batch):
-        job = batch[index]
-        group = job.group
-        if group is None:
-            done = [job]
-            outcomes = [_attempt(job.work)]
-        else:
-            end = index + 1
-            while end < len(batch) and batch[end].group == group:
-                end += 1
-            done = batch[index:end]
-            outcomes = group([j.work for j in done])
-        for finished, (result, error) in zip(done, outcomes, strict=True):
-            told.setdefault(finished.loop, []).append((finished.future, result, error))
-        index += len(done)
-    return told
-
-
-def _serve(jobs: queue.SimpleQueue[_Job | None], using: threading.Lock) -> None:
-    """The thread: take every waiting job, run them holding the connection, then tell each
-    loop the outcomes in one call, until ``None`` (the store closed or was dropped)."""
-    closed = False
-    while not closed and (first := jobs.get()) is not None:
-        batch, closed = _take_waiting(jobs, first)
-        with using:
-            told = _run_batch(batch)
-        for loop, settled in told.items():
-            with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody to tell
-                loop.call_soon_threadsafe(_settle, settled)
-        del batch, first, told  # hold nothing of finished jobs while waiting for the next
-
-
-def _stop_threads(jobs: queue.SimpleQueue[_Job | None], checkpoints: _Checkpoints | None) -> None:
+def _stop_threads(jobs: queue.SimpleQueue[Job | None], checkpoints: Checkpoints | None) -> None:
     jobs.put(None)
     if checkpoints is not None:
         checkpoints.stop()
 
 
-class _Checkpoints:
-    """A thread that checkpoints the WAL when asked, on a connection of its own, so that writes
-    go on meanwhile (on the loop or in the store's thread).
-
-    First a passive checkpoint, which never holds up a writer: it copies what was committed
-    when it started, the bulk of the WAL. Then a restarting one for what landed meanwhile: it
-    takes the write lock for that short copy (a write coming then goes to the store's thread,
-    which waits), so that the next write starts the WAL from its beginning. Without that, under
-    a steady stream of writes the WAL would never be caught up at the moment a write begins,
-    and would grow for as long as they go on.
-    """
-
-    def __init__(self, connect: Callable[[], sqlite3.Connection]) -> None:
-        self._connect = connect
-        self._wanted = threading.Event()
-        self._stopping = False
-        self.thread: threading.Thread | None = None
-
-    def ask(self) -> None:
-        if self.thread is None:
-            self.thread = threading.Thread(
-                target=self._serve, name="segue-sqlite-checkpoint", daemon=True
-            )
-            self.thread.start()
-        self._wanted.set()
-
-    def stop(self) -> None:
-        self._stopping = True
-        self._wanted.set()
-
-    def _serve(self) -> None:
-        conn: sqlite3.Connection | None = None
-        try:
-            while True:
-                self._wanted.wait()
-                self._wanted.clear()
-                if self._stopping:
-                    return
-                with contextlib.suppress(sqlite3.Error):  # a file gone, a locked WAL: next time
-                    conn = conn or self._connect()
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-                    # Busy (another process reading or writing for long): not restarted this
-                    # time, the next checkpoint tries again.
-                    conn.execute("PRAGMA wal_checkpoint(RESTART)")
-        finally:
-            if conn is not None:
-                conn.close()
+def _begin(conn: sqlite3.Connection) -> sqlite3.Connection:
+    conn.execute("BEGIN IMMEDIATE")
+    return conn
 
 
 class Runner:
@@ -239,22 +104,24 @@ class Runner:
         checkpointer: Callable[[], sqlite3.Connection] | None = None,
     ) -> None:
         self._connect = connect
-        self._checkpoints = None if checkpointer is None else _Checkpoints(checkpointer)
+        self._checkpoints = None if checkpointer is None else Checkpoints(checkpointer)
         """None: a store that never checkpoints (read-only, or in memory)."""
         self._busy_timeout = busy_timeout
         self._map_error = map_error
         self._closed_message = closed_message
         self._conn: sqlite3.Connection | None = None
+        self._let_go = False
+        """Set once close() closed the connection: it is never opened again."""
         self._using = threading.Lock()
         """Held by whoever uses the connection: the thread for a batch, or the loop inline."""
-        self._jobs: queue.SimpleQueue[_Job | None] | None = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Job | None] | None = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._stop: Callable[[], object] = lambda: None
         self._batches: dict[asyncio.AbstractEventLoop, list[tuple[Step, asyncio.Future[Any]]]] = {}
         self._heavy: set[asyncio.AbstractEventLoop] = set()
+        """Loops whose batch writes more than ``INLINE_PAGES``: it goes to the thread."""
         self._last: tuple[asyncio.AbstractEventLoop, object] | None = None
         """The loop that wrote last, and whose write it was (see ``write``)."""
-        """Loops whose batch writes more than ``INLINE_PAGES``: it goes to the thread."""
         self._pages = 0
         """Pages written (estimated) since the last checkpoint."""
 
@@ -263,6 +130,10 @@ class Runner:
     def _connection(self) -> sqlite3.Connection:
         conn = self._conn
         if conn is None:
+            if self._let_go:
+                # A job queued behind close()'s: opening the file again would leave a connection
+                # nobody closes, holding the database for the life of the process.
+                raise SegueError(self._closed_message)
             conn = self._conn = self._connect()
         return conn
 
@@ -298,6 +169,25 @@ class Runner:
                 raise
             raise mapped from error
 
+    def _committed(
+        self,
+        conn: sqlite3.Connection,
+        steps: Sequence[Step],
+        run: Callable[[sqlite3.Connection, Sequence[Step]], list[Outcome] | None],
+    ) -> list[Outcome] | None:
+        """``run`` the steps in the transaction just begun, then COMMIT what it left open (a
+        run that rolled back answers for itself); if either raises, every step's caller gets
+        that error."""
+        try:
+            outcomes = run(conn, steps)
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+        except BaseException as error:  # noqa: BLE001  # every step's caller gets it
+            if conn.in_transaction:
+                conn.rollback()
+            return [(None, self._map_error(error))] * len(steps)
+        return outcomes
+
     def _steps(self, conn: sqlite3.Connection, steps: Sequence[Step]) -> list[Outcome]:
         """Run ``steps`` in the transaction just begun, then COMMIT (or roll back).
 
@@ -306,26 +196,28 @@ class Runner:
         error; the others are committed together. If the transaction itself fails (COMMIT
         refused), every step's caller gets that error.
         """
-        try:
-            outcomes: list[Outcome] = []
-            for step in steps:
-                if len(steps) > 1:
-                    conn.execute("SAVEPOINT step")
-                try:
-                    outcomes.append((step(conn), None))
-                except Exception as error:  # noqa: BLE001  # this step's caller gets it
-                    if len(steps) == 1:
-                        conn.rollback()
-                        return [(None, self._map_error(error))]
-                    conn.execute("ROLLBACK TO step")
-                    outcomes.append((None, self._map_error(error)))
-                if len(steps) > 1:
-                    conn.execute("RELEASE step")
-            conn.execute("COMMIT")
-        except BaseException as error:  # noqa: BLE001  # every step's caller gets it
-            if conn.in_transaction:
-                conn.rollback()
-            return [(None, self._map_error(error))] * len(steps)
+        outcomes = self._committed(conn, steps, self._each_in_savepoint)
+        assert outcomes is not None  # noqa: S101  # a run with savepoints always answers
+        return outcomes
+
+    def _each_in_savepoint(
+        self, conn: sqlite3.Connection, steps: Sequence[Step]
+    ) -> list[Outcome] | None:
+        together = len(steps) > 1
+        outcomes: list[Outcome] = []
+        for step in steps:
+            if together:
+                conn.execute("SAVEPOINT step")
+            try:
+                outcomes.append((step(conn), None))
+            except Exception as error:  # noqa: BLE001  # this step's caller gets it
+                if not together:
+                    conn.rollback()
+                    return [(None, self._map_error(error))]
+                conn.execute("ROLLBACK TO step")
+                outcomes.append((None, self._map_error(error)))
+            if together:
+                conn.execute("RELEASE step")
         return outcomes
 
     def _steps_unguarded(
@@ -338,22 +230,21 @@ class Runner:
         with savepoints."""
         if len(steps) == 1:
             return self._steps(conn, steps)
-        try:
-            outcomes: list[Outcome] = []
-            for step in steps:
-                changes = conn.total_changes
-                try:
-                    outcomes.append((step(conn), None))
-                except Exception as error:  # noqa: BLE001  # this step's caller gets it
-                    if conn.total_changes != changes:
-                        conn.rollback()
-                        return None
-                    outcomes.append((None, self._map_error(error)))
-            conn.execute("COMMIT")
-        except BaseException as error:  # noqa: BLE001  # every step's caller gets it
-            if conn.in_transaction:
-                conn.rollback()
-            return [(None, self._map_error(error))] * len(steps)
+        return self._committed(conn, steps, self._each_unguarded)
+
+    def _each_unguarded(
+        self, conn: sqlite3.Connection, steps: Sequence[Step]
+    ) -> list[Outcome] | None:
+        outcomes: list[Outcome] = []
+        for step in steps:
+            changes = conn.total_changes
+            try:
+                outcomes.append((step(conn), None))
+            except Exception as error:  # noqa: BLE001  # this step's caller gets it
+                if conn.total_changes != changes:
+                    conn.rollback()
+                    return None
+                outcomes.append((None, self._map_error(error)))
         return outcomes
 
     def _write(self, steps: Sequence[Step]) -> list[Outcome]:
@@ -411,18 +302,18 @@ class Runner:
         except BaseException as error:  # noqa: BLE001  # a callback must not raise: tell them
             outcomes = [(None, self._map_error(error))] * len(batch)
         if outcomes is not None:
-            _settle(
+            settle(
                 [(future, *outcome) for (_, future), outcome in zip(batch, outcomes, strict=True)]
             )
             self._after_commit()
             return
         if self._jobs is None:
             closed = SegueError(self._closed_message)
-            _settle([(future, None, closed) for _, future in batch])
+            settle([(future, None, closed) for _, future in batch])
             return
         jobs = self._start()
         for step, future in batch:
-            jobs.put(_Job(loop, future, step, self._write))
+            jobs.put(Job(loop, future, step, self._write))
 
     async def write(
         self,
@@ -476,13 +367,13 @@ class Runner:
 
     # ------------------------------------------------------------------ the thread
 
-    def _start(self) -> queue.SimpleQueue[_Job | None]:
+    def _start(self) -> queue.SimpleQueue[Job | None]:
         jobs = self._jobs
         if jobs is None:
             raise SegueError(self._closed_message)
         if self._thread is None:
             self._thread = threading.Thread(
-                target=_serve, args=(jobs, self._using), name="segue-sqlite", daemon=True
+                target=serve, args=(jobs, self._using), name="segue-sqlite", daemon=True
             )
             self._thread.start()
             # A store dropped without close() must not leave its threads waiting forever.
@@ -494,7 +385,7 @@ class Runner:
         jobs = self._start()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        jobs.put(_Job(loop, future, work))
+        jobs.put(Job(loop, future, work))
         return future
 
     async def close(self) -> None:
@@ -507,6 +398,7 @@ class Runner:
                 self._flush(loop)
 
         def work() -> None:
+            self._let_go = True
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Final
 
 from segue.executor.errors import SegueError
+from segue.executor.stores._shared import newer_schema
 
 SCHEMA_VERSION: Final = 6
 """What ``PRAGMA user_version`` says once every migration below has run."""
@@ -167,6 +168,9 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
 
 KEY_SPAN: Final = 4_294_967_296
 """``rid = ordinal * KEY_SPAN + seq`` in ``messages`` and ``transitions`` (seqs stay below it)."""
+SYSTEM: Final = "(SELECT system FROM prompts WHERE prompts.ordinal = conversations.ordinal)"
+"""A conversation's system prompt, as a column of its row: kept apart since version 6 (a step
+rewrites the row, and a long prompt in it was written again by every step)."""
 
 
 def prepare_file(path: Path) -> None:
@@ -278,11 +282,7 @@ def migrate(conn: sqlite3.Connection, path: str) -> None:
     try:
         current = int(conn.execute("PRAGMA user_version").fetchone()[0])
         if current > SCHEMA_VERSION:
-            msg = (
-                f"{path} has schema version {current}, newer than this segue "
-                f"understands ({SCHEMA_VERSION}); upgrade segue to open it"
-            )
-            raise SegueError(msg)
+            raise newer_schema(path, current, SCHEMA_VERSION)
         for step in MIGRATIONS[current:]:
             for statement in step:
                 conn.execute(statement)

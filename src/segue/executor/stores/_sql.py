@@ -1,0 +1,230 @@
+"""``SqlStore``: what each ``Store`` operation means on SQL tables, written once for the dialects.
+
+``SqliteStore`` and ``PostgresStore`` keep the same tables and the same JSON in them; they differ
+in placeholders, upserts, locks, JSON casts and how a call reaches the database (a runner with
+one connection and a thread, a pool of async connections), not in what an operation does. So,
+as SQLAlchemy's dialects under one engine or LangGraph's savers under one base, every operation
+is written here once: its checks (ids no store can hold, the contract's refusals), what it
+encodes before the database is asked and what it decodes after. A dialect gives only the
+primitives below, each one statement or one transaction of its own SQL, answering rows.
+
+``commit`` stays the dialect's own: how a step is written (one guarded ``UPDATE`` and two
+inserts on SQLite, one statement, or one for a whole turn of the loop, on PostgreSQL) is where
+each store's speed comes from, and the meaning it shares (the rows, the new outbox, the stored
+conversation it answers) is in ``_rows`` already.
+
+The primitives return awaitables rather than being coroutines of their own where they can (a
+dialect hands back its runner's or pool's), so the split costs no extra coroutine per call.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Sequence
+from typing import Any, TypeVar
+
+from segue.executor.store_port import (
+    Commit,
+    PendingEffect,
+    StoredConversation,
+    StoredMessage,
+    TransitionRecord,
+)
+from segue.executor.stores import _outbox
+from segue.executor.stores._rows import conversation_row, listed, loaded, seed_rows
+from segue.executor.stores._shared import (
+    check_snapshot_unchanged,
+    check_storable,
+    not_found,
+    require_holdable,
+    transition_from_row,
+)
+from segue.executor.stores.codec import dump_snapshot, load_message, load_snapshot
+from segue.statemachine import ConversationState, Message
+from segue.statemachine.checkpoint import SessionSnapshot
+
+T = TypeVar("T")
+Row = Sequence[Any]
+
+
+class SqlStore(ABC):
+    """The ``Store`` operations over a dialect's primitives (the abstract methods)."""
+
+    # ------------------------------------------------------------------ the dialect
+
+    @abstractmethod
+    def _insert(
+        self, row: Row, seeds: Sequence[tuple[str, int, str, str]], system: str | None
+    ) -> Awaitable[None]:
+        """Insert a conversation's row (``_rows.conversation_row``), its system prompt and its
+        seed messages (``_rows.seed_rows``) in one transaction; ``already_exists`` if the id
+        is taken."""
+
+    @abstractmethod
+    def _load_row(self, conversation_id: str) -> Awaitable[Row | None]:
+        """The conversation's ``_rows.LOAD_COLUMNS`` (JSON as text), None if there is none."""
+
+    @abstractmethod
+    def _outbox_step(self, conversation_id: str, change: _outbox.Change[T]) -> Awaitable[T]:
+        """Read the conversation's outbox with nobody else able to write it until this ends
+        (the dialect's lock), ``_outbox.apply`` the change, write back what it says to write
+        (in the same transaction) and answer what the change answered; ``not_found`` if there
+        is no such conversation."""
+
+    @abstractmethod
+    def _message_rows(
+        self, conversation_id: str, after_seq: int
+    ) -> Awaitable[Sequence[tuple[int, str]]]:
+        """(seq, message JSON) of the transcript after ``after_seq``, in order, read with the
+        conversation's existence (``not_found``)."""
+
+    @abstractmethod
+    def _transition_rows(self, conversation_id: str) -> Awaitable[Sequence[Row]]:
+        """The event log's rows as ``_shared.transition_from_row`` takes them, in order
+        (``not_found``)."""
+
+    @abstractmethod
+    def _snapshot_texts(self, conversation_id: str) -> Awaitable[Sequence[str]]:
+        """The snapshots' JSON, oldest first (``not_found``)."""
+
+    @abstractmethod
+    def _listed_rows(self) -> Awaitable[Sequence[Row]]:
+        """Every conversation as ``_rows.listed`` takes it, oldest first."""
+
+    @abstractmethod
+    def _link_child(self, parent_id: str, child_id: str) -> Awaitable[str | None]:
+        """Set the parent's child unless it has one; the child it has then (None: no such
+        parent)."""
+
+    @abstractmethod
+    def _insert_snapshot(
+        self, conversation_id: str, version: int, text: str
+    ) -> Awaitable[str | None]:
+        """Insert the snapshot unless its version is taken; the one kept under it then (None
+        when this one was inserted; ``not_found``)."""
+
+    @abstractmethod
+    async def commit(self, commit: Commit) -> StoredConversation:
+        """See ``Store.commit``."""
+
+    @abstractmethod
+    async def with_pending(self) -> list[str]:
+        """See ``Store.with_pending``."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """See ``Store.close``."""
+
+    # ------------------------------------------------------------------ Store
+
+    async def create(
+        self,
+        state: ConversationState,
+        *,
+        system: str | None,
+        messages: Sequence[Message] = (),
+        at: float = 0.0,
+    ) -> StoredConversation:
+        check_storable(state, system)
+        row = conversation_row(state, system, len(messages), at)
+        await self._insert(row, seed_rows(state.config.id, messages), system)
+        return StoredConversation(
+            state=state, version=1, system=system, created_at=at, last_seq=len(messages)
+        )
+
+    async def load(self, conversation_id: str) -> StoredConversation:
+        """The conversation's row: state, version, ``last_seq`` and outbox, read together."""
+        require_holdable(conversation_id)
+        return loaded(conversation_id, await self._load_row(conversation_id))
+
+    async def complete(self, conversation_id: str, effect_ids: Sequence[int]) -> None:
+        done = frozenset(effect_ids)
+
+        def change(entries: list[_outbox.Entry]) -> tuple[None, bool]:
+            kept = _outbox.without(entries, done)
+            changed = len(kept) != len(entries)
+            entries[:] = kept
+            return None, changed
+
+        require_holdable(conversation_id)
+        await self._outbox_step(conversation_id, change)
+
+    async def claim(
+        self,
+        conversation_id: str,
+        effect_id: int,
+        *,
+        owner: str,
+        lease_until: float,
+        now: float,
+        take_from: str | None = None,
+    ) -> PendingEffect | None:
+        """Read and claim under the dialect's lock: two runtimes claiming at once cannot both
+        win; the loser reads who holds it."""
+
+        def change(entries: list[_outbox.Entry]) -> tuple[_outbox.Entry | None, bool]:
+            return _outbox.claim(
+                entries,
+                effect_id,
+                owner=owner,
+                lease_until=lease_until,
+                now=now,
+                take_from=take_from,
+            )
+
+        require_holdable(conversation_id)
+        entry = await self._outbox_step(conversation_id, change)
+        return None if entry is None else _outbox.pending(entry)
+
+    async def renew(
+        self, conversation_id: str, effect_ids: Sequence[int], *, owner: str, lease_until: float
+    ) -> bool:
+        wanted = frozenset(effect_ids)
+
+        def change(entries: list[_outbox.Entry]) -> tuple[bool, bool]:
+            renewed = _outbox.renew(entries, wanted, owner=owner, lease=lease_until)
+            return renewed == len(wanted), renewed > 0
+
+        require_holdable(conversation_id)
+        return await self._outbox_step(conversation_id, change)
+
+    async def release(self, conversation_id: str, effect_ids: Sequence[int], *, owner: str) -> None:
+        wanted = frozenset(effect_ids)
+
+        def change(entries: list[_outbox.Entry]) -> tuple[None, bool]:
+            return None, _outbox.release(entries, wanted, owner=owner)
+
+        require_holdable(conversation_id)
+        await self._outbox_step(conversation_id, change)
+
+    async def messages(self, conversation_id: str, *, after_seq: int = 0) -> list[StoredMessage]:
+        require_holdable(conversation_id)
+        rows = await self._message_rows(conversation_id, max(after_seq, 0))
+        return [StoredMessage(seq=seq, message=load_message(text)) for seq, text in rows]
+
+    async def transitions(self, conversation_id: str) -> list[TransitionRecord]:
+        require_holdable(conversation_id)
+        return [transition_from_row(row) for row in await self._transition_rows(conversation_id)]
+
+    async def list_conversations(self) -> list[StoredConversation]:
+        return [listed(row) for row in await self._listed_rows()]
+
+    async def link_child(self, parent_id: str, child_id: str) -> str:
+        require_holdable(parent_id)
+        linked = await self._link_child(parent_id, child_id)
+        if linked is None:
+            raise not_found(parent_id)
+        return linked
+
+    async def save_snapshot(self, snapshot: SessionSnapshot) -> None:
+        conversation_id = snapshot.conversation_id
+        require_holdable(conversation_id)
+        existing = await self._insert_snapshot(
+            conversation_id, snapshot.version, dump_snapshot(snapshot)
+        )
+        if existing is not None:
+            check_snapshot_unchanged(load_snapshot(existing), snapshot)
+
+    async def snapshots(self, conversation_id: str) -> list[SessionSnapshot]:
+        require_holdable(conversation_id)
+        return [load_snapshot(text) for text in await self._snapshot_texts(conversation_id)]
