@@ -19,9 +19,9 @@ from fastapi import FastAPI
 from api import create, error, gated_app, held_turn, send
 from segue import AnthropicModel, MemoryStore, OpenAIModel, Runtime, ScriptedModel, SqliteStore
 from segue.server import create_app
-from segue.server.app import _watched  # the stream behind /events
 from segue.server.ending import StreamsEnd
 from segue.server.run import ServerConfig, build_app, build_model
+from segue.server.streams import _watched  # the stream behind /events
 from segue.testing import live_server
 
 pytestmark = pytest.mark.slow

@@ -216,6 +216,24 @@ def test_the_schema_is_behind_the_token(tmp_path: Path) -> None:
         assert http.get("/").status_code == 200  # the page holds no data
 
 
+def test_every_api_route_is_behind_the_token(tmp_path: Path) -> None:
+    """Each group of routes is a router of its own: none may be included without the token."""
+    app = build_app(ServerConfig(db=tmp_path / "routes.db", token=TOKEN))
+    with live_server(app) as url, httpx2.Client(base_url=url, timeout=30) as http:
+        schema = http.get("/openapi.json", headers={"authorization": f"Bearer {TOKEN}"}).json()
+        asked = [
+            (method, re.sub(r"\{[^}]*\}", "1", path))
+            for path, operations in schema["paths"].items()
+            for method in operations
+        ]
+        assert len(asked) >= 15  # every route the API has, not a few of them
+        for method, path in asked:
+            # A POST in JSON, or the cross-site check would refuse it before the token is asked
+            body: dict[str, Any] | None = {} if method == "post" else None
+            response = http.request(method, path, json=body)
+            assert response.status_code == 401, (method, path, response.text)
+
+
 @pytest.mark.parametrize("token", ["", "   "])
 def test_an_empty_token_is_refused_where_the_app_is_built(token: str, tmp_path: Path) -> None:
     runtime = Runtime(store=MemoryStore(), llm=ScriptedModel(window=20_000))

@@ -12,8 +12,9 @@ import asyncio
 import errno
 import os
 import socket
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 from urllib.parse import quote
 
 import typer
@@ -32,6 +33,9 @@ from segue.cli._app import (
 from segue.cli._models import DEFAULT_MODELS, KEY_VARIABLES, provider_for
 from segue.cli._output import is_segue_store, printable
 from segue.statemachine import ContextExhaustionBehavior as Behavior
+
+if TYPE_CHECKING:
+    from segue.server.run import ServerConfig
 
 
 def _free(host: str, port: int) -> None:
@@ -121,56 +125,101 @@ def serve(
     ] = None,
     header: HeaderOption = None,
 ) -> None:
-    """Serve the REST API and the web page (offline scripted model without an API key)."""
-    try:
-        from segue.server.run import (  # noqa: PLC0415
-            ServerConfig,
-            UnsafeBindError,
-            build_app,
-            run_app,
+    """Serve the REST API and the web page (offline scripted model without an API key).
+    \f
+    Eleven parameters, over the bound of ten, because typer makes each option of a command a
+    parameter of its function and has no way to group them; the work is ``_serve``'s, which
+    takes them as one value.
+    """
+    _serve(
+        ServeOptions(
+            db=db,
+            database_url=database_url,
+            host=host,
+            port=port,
+            model=model,
+            provider=provider,
+            behavior=behavior,
+            context_window=context_window,
+            base_url=base_url,
+            token=token,
+            header=tuple(header or ()),
         )
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServeOptions:
+    """What ``segue serve`` was told, as parsed (its provider not yet chosen, no key read)."""
+
+    db: Path
+    database_url: str | None
+    host: str
+    port: int
+    model: str | None
+    provider: str | None
+    behavior: Behavior
+    context_window: int | None
+    base_url: str | None
+    token: str | None
+    header: tuple[str, ...]
+    """``NAME:VALUE`` as given: read (a usage error for anything else) where the config is made."""
+
+
+def _serve(asked: ServeOptions) -> None:
+    """Check what can be checked before anything is announced, then serve until stopped."""
+    try:
+        from segue.server.run import UnsafeBindError, build_app, run_app  # noqa: PLC0415
     except ImportError as error:  # the extra is not installed
         fail(f"segue serve needs the server extra: pip install 'segue[server]' ({error})", 2)
 
-    if token is not None and not token.strip():
-        fail("the token is empty (--token or SEGUE_TOKEN): give one, or leave it out", 2)
-    try:
-        chosen = provider_for(provider, model)
-    except CliError as error:
-        fail(error.message, error.code)
-    model = model or DEFAULT_MODELS[chosen]
-    key = os.environ.get(KEY_VARIABLES[chosen], "").strip() or None
-    config = ServerConfig(
-        db=db,
-        database_url=database_url,
-        host=host,
-        port=port,
-        provider=chosen,
-        model=model,
-        behavior=behavior,
-        context_window=context_window,
-        api_key=key,
-        base_url=base_url,
-        token=token,
-        headers=headers_of(header),
-    )
+    config = _config(asked)
     try:
         application = build_app(config)
     except UnsafeBindError as error:
         fail(str(error), 2)
     except ImportError as missing:  # the provider's client is an extra
+        chosen = config.provider
         fail(
             f"--provider {chosen} needs the {chosen} extra: pip install 'segue[{chosen}]' "
             f"({missing})",
             2,
         )
-    _store_usable(db, database_url)
-    _free(host, port)
+    _store_usable(asked.db, asked.database_url)
+    _free(asked.host, asked.port)
     answered = (
-        ("Claude" if chosen == "anthropic" else f"{model} (OpenAI API)")
-        if key
-        else f"the offline scripted model (set {KEY_VARIABLES[chosen]} for {chosen})"
+        ("Claude" if config.provider == "anthropic" else f"{config.model} (OpenAI API)")
+        if config.api_key
+        else f"the offline scripted model (set {KEY_VARIABLES[config.provider]} for "
+        f"{config.provider})"
     )
-    address = _address(host, port, token)
+    address = _address(asked.host, asked.port, asked.token)
     typer.echo(f"segue serve: {address} answered by {answered}; Ctrl-C stops it")
-    run_app(application, host=host, port=port)
+    run_app(application, host=asked.host, port=asked.port)
+
+
+def _config(asked: ServeOptions) -> ServerConfig:
+    """The server's configuration: the provider chosen, its key read from the environment (a
+    usage error for an empty token or a provider that does not fit the model)."""
+    from segue.server.run import ServerConfig  # noqa: PLC0415  # the server extra's, checked
+
+    if asked.token is not None and not asked.token.strip():
+        fail("the token is empty (--token or SEGUE_TOKEN): give one, or leave it out", 2)
+    try:
+        chosen = provider_for(asked.provider, asked.model)
+    except CliError as error:
+        fail(error.message, error.code)
+    return ServerConfig(
+        db=asked.db,
+        database_url=asked.database_url,
+        host=asked.host,
+        port=asked.port,
+        provider=chosen,
+        model=asked.model or DEFAULT_MODELS[chosen],
+        behavior=asked.behavior,
+        context_window=asked.context_window,
+        api_key=os.environ.get(KEY_VARIABLES[chosen], "").strip() or None,
+        base_url=asked.base_url,
+        token=asked.token,
+        headers=headers_of(list(asked.header)),
+    )
