@@ -15,6 +15,7 @@ from scenario import requirement
 from segue import (
     ContextExhaustionBehavior,
     ErrorKind,
+    LlmCallError,
     LlmReply,
     MemoryStore,
     Runtime,
@@ -110,7 +111,7 @@ def test_seg039_a_conversation_that_failed_for_its_context_can_be_continued() ->
             assert child.parent_id == agent.id
             assert [link.id for link in await rt.lineage(child.id)] == [agent.id, child.id]
             live = await rt.create_conversation(model=MODEL)
-            with pytest.raises(SegueError, match="not context_exhausted"):
+            with pytest.raises(SegueError, match="only a conversation that ended"):
                 await rt.start_new_from(live.id)
 
     asyncio.run(main())
@@ -231,5 +232,39 @@ def test_seg038_usage_tells_every_purpose_and_session_apart() -> None:
             report = await rt.usage(conv.id)
             assert report.by_purpose["continuation"] == Usage(input_tokens=700 + 600)
             assert set(report.by_session) == {1}
+
+    asyncio.run(main())
+
+
+def test_a_conversation_failed_for_another_reason_goes_on_with_its_last_turns_or_nothing() -> None:
+    """An error the adapter did not recognise ends the conversation; the user is not stuck:
+    its child carries the last exchanges when asked (the message that failed among them), or
+    nothing, and the failure stays visible on the old one."""
+    broken = LlmCallError("the server said something nobody understands", status_code=418)
+
+    async def main() -> None:
+        model = ScriptedModel([LlmReply(text="Sure: tides follow the moon."), broken])
+        async with Runtime(store=MemoryStore(), llm=model) as rt:
+            conv = await rt.create_conversation(model=MODEL)
+            await rt.send(conv.id, "Why are there tides?")
+            failed = await rt.send(conv.id, "And why twice a day?")
+            assert failed.phase.kind == "failed"
+            child = await rt.start_new_from(conv.id, recent_turns=2)
+            seeded = [(m.kind, m.text) for m in await rt.messages(child.id)]
+            assert seeded == [
+                ("user", "Why are there tides?"),
+                ("assistant", "Sure: tides follow the moon."),
+                ("user", "And why twice a day?"),
+            ]
+            assert (await rt.state(conv.id)).phase.kind == "failed"  # the reason stays
+            assert await rt.start_new_from(conv.id) == await rt.state(child.id)  # one child
+            other = await rt.create_conversation(model=MODEL)
+            await rt.send(other.id, "Hello?")
+            model.extend([broken])
+            assert (await rt.send(other.id, "Still there?")).phase.kind == "failed"
+            fresh = await rt.start_new_from(other.id)
+            assert await rt.messages(fresh.id) == []
+            answered = await rt.send(fresh.id, "Starting over.")
+            assert answered.phase.kind == "idle"
 
     asyncio.run(main())

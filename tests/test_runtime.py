@@ -193,7 +193,7 @@ def test_start_new_from_refuses_a_conversation_that_is_not_exhausted(
         async with Runtime(store=make_store(), llm=ScriptedModel(window=WINDOW)) as rt:
             conv = await rt.create_conversation(model=MODEL)
             await rt.send(conv.id, "Hello.")
-            with pytest.raises(SegueError, match="not context_exhausted"):
+            with pytest.raises(SegueError, match="only a conversation that ended"):
                 await rt.start_new_from(conv.id)
 
     asyncio.run(main())
@@ -1243,7 +1243,7 @@ def test_a_pause_while_something_else_holds_the_lock_is_taken_at_once(tmp_path: 
         refusing = asyncio.create_task(rt.start_new_from(conv.id))  # idle: it will refuse
         await asyncio.sleep(0)
         assert (await rt.pause(conv.id, "lunch")).phase.kind == "paused"
-        with pytest.raises(SegueError, match="not context_exhausted"):
+        with pytest.raises(SegueError, match="only a conversation that ended"):
             await refusing
         await rt.resume(conv.id)
         assert (await rt.send(conv.id, "much later")).phase.kind == "idle"

@@ -207,7 +207,7 @@ def test_bad_input_is_422_and_changes_nothing(client: httpx2.Client) -> None:
     nested = b'{"text": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
     error(client.post(path, content=nested, headers=as_json), 422, "invalid_request")
     live = client.post(f"/api/conversations/{cid}/children", json={})
-    assert "not context_exhausted" in error(live, 409, "conflict")
+    assert "only a conversation that ended" in error(live, 409, "conflict")
     too_large = client.post(path, json={"text": "word " * 10_000})
     assert "too large" in error(too_large, 422, "message_too_large")
     error(client.post("/api/conversations", json={"behavior": "sometimes"}), 422, "invalid_request")

@@ -201,36 +201,67 @@ def _sum(usages: Any) -> Usage:
 
 
 async def seed_of(
-    store: Store, parent: StoredConversation, *, with_summary: bool
+    store: Store, parent: StoredConversation, *, with_summary: bool, recent_turns: int = 0
 ) -> tuple[str | None, list[Message]]:
     """What a conversation continued in a new one passes on: the summary it ended with (None
     when it wrote none, or ``with_summary`` is False) and the child's seed messages (that
-    summary, then every pinned message, verbatim, whatever the summary says)."""
+    summary, every pinned message verbatim whatever the summary says, then the last
+    ``recent_turns`` exchanges as plain text)."""
     state = parent.state
     phase = state.phase
     if not continues_in_new(state):
         msg = (
-            f"Conversation {state.id} is {phase.kind}, not context_exhausted (nor failed): "
-            "only a conversation that ended is continued in a new one."
+            f"Conversation {state.id} is {phase.kind}: only a conversation that ended (read-only "
+            "at its limit, or failed) is continued in a new one."
         )
         raise SegueError(msg)
+    if recent_turns < 0:
+        msg = f"recent_turns is a number of exchanges, not {recent_turns!r}"
+        raise ValueError(msg)
+    transcript = (
+        await store.messages(state.id)
+        if state.pinned_tokens or recent_turns or isinstance(phase, Failed)
+        else []
+    )
     summary: str | None = None
     if isinstance(phase, ContextExhausted):
         summary = phase.summary
     elif isinstance(phase, Failed) and phase.error_kind in CONTEXT_FAILURES:
-        for message in reversed(await store.messages(state.id)):
+        for message in reversed(transcript):
             if message.kind in ("continuation", "checkpoint", "summary") and message.text:
                 summary = message.text
                 break
     if not with_summary:
         summary = None
     seed = [Message(kind="summary", text=summary)] if summary else []
-    if state.pinned_tokens:
-        # After the summary: a summary starts the view it is in (what came before it in its
-        # generation is what it summarised).
-        seed += [
-            Message(kind="user", text=m.text, content=m.message.content, pinned=True)
-            for m in await store.messages(state.id)
-            if m.message.pinned
-        ]
+    # After the summary: a summary starts the view it is in (what came before it in its
+    # generation is what it summarised).
+    seed += [
+        Message(kind="user", text=m.text, content=m.message.content, pinned=True)
+        for m in transcript
+        if m.message.pinned
+    ]
+    seed += recent_exchanges(transcript, recent_turns)
     return summary or None, seed
+
+
+def recent_exchanges(transcript: Sequence[StoredMessage], turns: int) -> list[Message]:
+    """The last ``turns`` exchanges of a transcript as plain text: each user message and the
+    assistant's last text reply to it. Tool calls and their results are left out (their ids
+    mean nothing in a new conversation; the reply says what came of them), and so are pinned
+    messages (carried already) and a turn's message the model never answered is kept (it is
+    what the user was asking when the conversation failed)."""
+    picked: list[Message] = []
+    reply: str | None = None
+    for stored in reversed(transcript):
+        if len(picked) >= 2 * turns:
+            break
+        message = stored.message
+        if message.kind == "assistant" and message.text and reply is None:
+            reply = message.text
+        elif message.kind == "user" and not message.pinned:
+            if reply is not None:
+                picked.append(Message(kind="assistant", text=reply))
+            picked.append(Message(kind="user", text=message.text, content=message.content))
+            reply = None
+    return picked[::-1]

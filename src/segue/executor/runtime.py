@@ -406,15 +406,19 @@ class Runtime(Conversations):
         *,
         seed_with_summary: bool = True,
         auto_continue: bool = False,
+        recent_turns: int = 0,
     ) -> ConversationState:
-        """The one child of an exhausted conversation (asking twice returns the same child),
-        with the parent's options (``ConversationOptions``) whole.
+        """The one child of an exhausted or failed conversation (asking twice returns the same
+        child), with the parent's options (``ConversationOptions``) whole.
 
-        A conversation that failed can be continued too: one whose context ran out (a
-        sub-agent, a checkpoint that could not fit) is seeded with the last summary or
-        checkpoint it wrote, if any. Pinned messages always go on. ``auto_continue`` starts the
-        child's first turn with the summary at once, so the user lands in a conversation that
-        already answered (only the first time: asking again returns the child as it is).
+        An exhausted conversation's child is seeded with its continuation summary; one whose
+        context ran out otherwise (a sub-agent, a checkpoint that could not fit) with the last
+        summary or checkpoint it wrote, if any; one that failed for another reason (an error
+        the adapter did not recognise) with nothing but what is asked for here. Pinned messages
+        always go on; ``recent_turns`` carries the last exchanges too, as plain text (the
+        user's choice where there is no summary). ``auto_continue`` starts the child's first
+        turn with the summary at once, so the user lands in a conversation that already
+        answered (only the first time: asking again returns the child as it is).
         """
         if auto_continue and not seed_with_summary:
             msg = "auto_continue needs the summary to continue from (seed_with_summary=True)"
@@ -424,7 +428,9 @@ class Runtime(Conversations):
             parent = await store.load(conversation_id)
             if parent.child_id is not None:
                 return (await store.load(parent.child_id)).state
-            summary, seed = await seed_of(store, parent, with_summary=seed_with_summary)
+            summary, seed = await seed_of(
+                store, parent, with_summary=seed_with_summary, recent_turns=recent_turns
+            )
             options = ConversationOptions.of(parent.state.config, parent.system)
             child = await self.create_conversation(options, parent_id=conversation_id, seed=seed)
             winner = await store.link_child(conversation_id, child.id)
