@@ -13,6 +13,10 @@ structure back. structlog's ``ProcessorFormatter`` with ``ExtraAdder`` renders t
 or JSON. The ``segue`` logger carries a ``NullHandler``, so an application that configures no
 logging at all sees nothing (not even warnings through Python's last-resort handler).
 
+When the application traces with OpenTelemetry (its ``opentelemetry.trace`` is loaded) and a
+span is active, each event carries its ``trace_id`` and ``span_id``, so logs join traces;
+segue never imports OpenTelemetry for this.
+
 A disabled level costs one cached ``isEnabledFor`` check: nothing is built for an event nobody
 listens to, which matters on the runtime's per-transition event.
 """
@@ -20,6 +24,7 @@ listens to, which matters on the runtime's per-transition event.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Mapping, MutableMapping
 from typing import Any, Final
 
@@ -53,6 +58,12 @@ def _to_record(
     record attributes (a field that clashes with one of ``LogRecord``'s gets a ``_`` suffix)."""
     name = event_dict.pop("event", "")
     exc_info = event_dict.pop("exc_info", None)
+    tracing = sys.modules.get("opentelemetry.trace")
+    if tracing is not None:  # the application uses OpenTelemetry: join the logs to its traces
+        span = tracing.get_current_span().get_span_context()
+        if span.is_valid:
+            event_dict["trace_id"] = format(span.trace_id, "032x")
+            event_dict["span_id"] = format(span.span_id, "016x")
     fields = {(f"{key}_" if key in _RESERVED else key): value for key, value in event_dict.items()}
     extra = {**fields, "segue_event": {"event": name, **event_dict}}
     kwargs: dict[str, Any] = {"msg": name, "extra": extra}

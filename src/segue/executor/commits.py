@@ -26,6 +26,7 @@ import asyncio
 import dataclasses
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
 from typing import Final, ParamSpec, TypeVar
 
@@ -247,6 +248,7 @@ class Commits:
             after, effects = transition(stored.state, counted)
             if refused(effects):
                 cause = next(e.cause for e in effects if isinstance(e, RejectUserMessage))
+                self._setup.telemetry.refused(stored.state.id, cause)
                 _log.info(
                     "message_refused",
                     conversation_id=stored.state.id,
@@ -277,7 +279,16 @@ class Commits:
             idempotency_key=key,
             session=before.session,
         )
-        committed = await self._feeds.committing(before.id, self._setup.store.commit(commit))
+        setup = self._setup
+        store = setup.store
+        started = time.perf_counter()
+        committed = await self._feeds.committing(before.id, store.commit(commit))
+        telemetry = setup.telemetry
+        if telemetry.enabled:
+            seconds = time.perf_counter() - started
+            telemetry.committed(
+                before, after, counted, effects, seconds=seconds, store=type(store).__name__
+            )
         appended = [effect.message for effect in effects if isinstance(effect, AppendMessage)]
         self._cache.committed(committed, appended)
         if self._bus.listening(before.id):

@@ -31,6 +31,7 @@ from segue.executor.locks import Locks
 from segue.executor.perform import Performer
 from segue.executor.signals import Signals
 from segue.executor.store_port import PendingEffect, StoredConversation
+from segue.executor.telemetry import Telemetry
 from segue.executor.updates import effect_update
 from segue.statemachine import ConversationState, Event, PauseRequested, UserCancel, UserMessage
 
@@ -66,6 +67,7 @@ class Driver:
     def __init__(
         self,
         *,
+        telemetry: Telemetry,
         locks: Locks,
         signals: Signals,
         commits: Commits,
@@ -73,6 +75,7 @@ class Driver:
         performer: Performer,
         bus: UpdateBus,
     ) -> None:
+        self._telemetry = telemetry
         self._locks = locks
         self._signals = signals
         self._commits = commits
@@ -121,47 +124,61 @@ class Driver:
         message already stored under it is not stored again, the drive only waits for its turn.
         """
         async with self._locks.driving(conversation_id):
-            bus = self._bus
-            bus.turn_begins(conversation_id)
-            sink = bus.sink_for(conversation_id)
-            if key is None and isinstance(event, UserMessage):
-                # Every message carries a key: a commit whose reply was lost (a dropped database
-                # session) and is tried again cannot store the message twice.
-                key = f"{self._key_prefix}:{next(self._keys)}"
-            first: Effects = ()
-            if event is None:
-                stored = await self._commits.load(conversation_id)
-                follow = False
-            else:
-                stored, first = await self._commits.commit(conversation_id, event, key)
-                follow = not refused(first) or wait
-            while True:
-                if sink is not None and not sink.started and not _busy_refusal(first):
-                    sink.started = True
-                    sink.put(Committed(stored.state, first))
-                refused_at = stored.version
-                stored, settled = await self._run_outbox(stored, follow=follow)
-                if (
-                    event is None
-                    or not settled
-                    or not _busy_refusal(first)
-                    or stored.version == refused_at  # nothing moved: it would refuse again
-                ):
-                    break
-                # What made it busy is over (done here or by its owner): take the message.
-                stored, first = await self._commits.commit(conversation_id, event, key)
-                follow = not refused(first) or wait
-            if _busy_refusal(first) and stored.pending:
-                first = _naming_holder(first, stored.pending[0])
-            if sink is not None and not sink.started:
+            telemetry = self._telemetry
+            turn = telemetry.turn_begins(conversation_id, event)
+            try:
+                state, effects = await self._turn(conversation_id, event, wait=wait, key=key)
+            except BaseException as error:
+                telemetry.turn_ends(turn, None, error)
+                raise
+            telemetry.turn_ends(turn, state, None)
+            return state, effects
+
+    async def _turn(
+        self, conversation_id: str, event: Event | None, *, wait: bool, key: str | None
+    ) -> tuple[ConversationState, Effects]:
+        """``drive``'s work, under the conversation's lock."""
+        bus = self._bus
+        bus.turn_begins(conversation_id)
+        sink = bus.sink_for(conversation_id)
+        if key is None and isinstance(event, UserMessage):
+            # Every message carries a key: a commit whose reply was lost (a dropped database
+            # session) and is tried again cannot store the message twice.
+            key = f"{self._key_prefix}:{next(self._keys)}"
+        first: Effects = ()
+        if event is None:
+            stored = await self._commits.load(conversation_id)
+            follow = False
+        else:
+            stored, first = await self._commits.commit(conversation_id, event, key)
+            follow = not refused(first) or wait
+        while True:
+            if sink is not None and not sink.started and not _busy_refusal(first):
                 sink.started = True
                 sink.put(Committed(stored.state, first))
-            if settled:
-                # Nothing is pending: a cancel that arrived during the last step has nothing
-                # left to stop (a pause was taken above). It may not outlive this turn.
-                self._signals.cancel_taken(conversation_id)
-            bus.turn_ends(conversation_id, stored.state)
-            return stored.state, first
+            refused_at = stored.version
+            stored, settled = await self._run_outbox(stored, follow=follow)
+            if (
+                event is None
+                or not settled
+                or not _busy_refusal(first)
+                or stored.version == refused_at  # nothing moved: it would refuse again
+            ):
+                break
+            # What made it busy is over (done here or by its owner): take the message.
+            stored, first = await self._commits.commit(conversation_id, event, key)
+            follow = not refused(first) or wait
+        if _busy_refusal(first) and stored.pending:
+            first = _naming_holder(first, stored.pending[0])
+        if sink is not None and not sink.started:
+            sink.started = True
+            sink.put(Committed(stored.state, first))
+        if settled:
+            # Nothing is pending: a cancel that arrived during the last step has nothing
+            # left to stop (a pause was taken above). It may not outlive this turn.
+            self._signals.cancel_taken(conversation_id)
+        bus.turn_ends(conversation_id, stored.state)
+        return stored.state, first
 
     async def _run_outbox(
         self, stored: StoredConversation, *, follow: bool

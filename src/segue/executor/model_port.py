@@ -134,6 +134,10 @@ class LlmReply:
     """The provider's own session this answer belongs to, for a provider that keeps one."""
     compactions: tuple[ProviderCompaction, ...] = ()
     """Compactions the provider made of its own context while answering, in order."""
+    response_id: str | None = None
+    """The provider's id of this response, if it gave one (for tracing)."""
+    response_model: str | None = None
+    """The model that answered, as the provider names it (for tracing)."""
 
 
 class LlmModel(Protocol):
@@ -191,6 +195,18 @@ class StreamingLlmModel(LlmModel, Protocol):
     text as the model writes it, and the deltas of one call join to exactly the ``text`` of the
     reply it returns (an attempt that fails voids what it streamed). The same members as
     ``LlmModel``: the promise is in how ``complete`` behaves."""
+
+
+@runtime_checkable
+class NamedProvider(Protocol):
+    """An adapter that says which provider it talks to, as OpenTelemetry's GenAI conventions
+    name it (``anthropic``, ``openai``, ``aws.bedrock``, ``gcp.vertex_ai``...): traces and
+    metrics carry it as ``gen_ai.provider.name``."""
+
+    @property
+    def provider_name(self) -> str:
+        """The provider's name."""
+        ...
 
 
 @runtime_checkable

@@ -131,9 +131,14 @@ class Performer:
 
     async def _ask(self, request: LlmRequest) -> LlmReply | LlmCallError:
         """The model's reply to ``request``, or its failure (logged), never an exception."""
+        setup = self._setup
+        telemetry = setup.telemetry
+        llm = setup.llm
+        call = telemetry.inference_begins(request, llm)
         try:
-            return await self._setup.llm.complete(request)
+            reply = await llm.complete(request)
         except LlmCallError as error:
+            telemetry.inference_ends(call, error)
             _log.warning(
                 "llm_error",
                 conversation_id=request.conversation_id,
@@ -143,6 +148,8 @@ class Performer:
                 status_code=error.status_code,
             )
             return error
+        telemetry.inference_ends(call, reply)
+        return reply
 
     async def _turn(self, stored: StoredConversation, effect: RequestLlm) -> list[Event]:
         """A turn's answer; first, any compaction the provider made of its own context while
@@ -245,13 +252,16 @@ class Performer:
         waiting = set(phase.pending) if isinstance(phase, ToolExecuting) else set()
         calls = [call for call in effect.tool_calls if call.id in waiting]
         tools = self._setup.tools
+        telemetry = self._setup.telemetry
         bus = self._bus
         cap = stored.state.config.tool_output_cap
 
         async def run(call: ToolCall) -> ToolResult:
             if bus.listening(cid):
                 bus.emit(cid, ToolStartedUpdate(id=call.id, name=call.name, input=call.input))
+            span = telemetry.tool_begins(cid, call)
             result = await self._capped(cid, await tools.run(call), cap)
+            telemetry.tool_ends(span, result)
             if bus.listening(cid):
                 finished = ToolFinishedUpdate(
                     id=call.id, name=call.name, is_error=result.is_error, output=result.output

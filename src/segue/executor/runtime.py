@@ -37,6 +37,7 @@ from segue.executor.setup import RuntimeSettings, Setup
 from segue.executor.signals import Signals
 from segue.executor.snapshots import context_of
 from segue.executor.store_port import Store
+from segue.executor.telemetry import for_settings
 from segue.executor.tools import Tool, ToolRegistry
 from segue.executor.transcript import DEFAULT_KEEP_RECENT
 from segue.executor.updates import DoneUpdate, Update
@@ -84,6 +85,11 @@ class Runtime(Conversations):
             snapshot_context=settings.get("snapshot_context"),
             clock=settings.get("clock", time.time),
             sleep=settings.get("sleep", asyncio.sleep),
+            telemetry=for_settings(
+                tracer_provider=settings.get("tracer_provider"),
+                meter_provider=settings.get("meter_provider"),
+                capture_content=settings.get("capture_content", False),
+            ),
         )
         self.claims = Claims(
             store=lambda: setup.store,
@@ -108,6 +114,7 @@ class Runtime(Conversations):
         )
         performer = Performer(setup, requests=requests, cache=self._cache, bus=self._bus)
         self._driver = Driver(
+            telemetry=setup.telemetry,
             locks=self._locks,
             signals=self._signals,
             commits=self._commits,

@@ -15,6 +15,7 @@ from typing import Any, NotRequired, TypedDict
 from segue.executor.model_port import LlmModel
 from segue.executor.snapshots import SnapshotContext
 from segue.executor.store_port import Store
+from segue.executor.telemetry import Telemetry
 from segue.executor.tools import ToolRegistry
 
 
@@ -33,6 +34,8 @@ class Setup:
     """The time commits are recorded at (never the core's: it has no clock)."""
     sleep: Callable[[float], Any]
     """How a retry's delay is waited out (a test passes one that returns at once)."""
+    telemetry: Telemetry
+    """Who is told of turns, model calls, tools and commits (``telemetry.NOTHING``: nobody)."""
 
 
 class RuntimeSettings(TypedDict):
@@ -57,3 +60,11 @@ class RuntimeSettings(TypedDict):
     """The time commits are recorded at (``time.time``)."""
     sleep: NotRequired[Callable[[float], Any]]
     """How a retry's delay is waited out (``asyncio.sleep``)."""
+    tracer_provider: NotRequired[Any]
+    """OpenTelemetry's tracer provider for segue's spans (the ``otel`` extra); None: the
+    global one, once the application sets it."""
+    meter_provider: NotRequired[Any]
+    """OpenTelemetry's meter provider for segue's metrics; None: the global one."""
+    capture_content: NotRequired[bool]
+    """Put message text in the model calls' spans (``gen_ai.input.messages``,
+    ``gen_ai.output.messages``); off unless asked: transcripts stay out of traces."""
