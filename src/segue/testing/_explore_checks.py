@@ -72,8 +72,8 @@ def _one_request(edge: Edge) -> str | None:
 def _bounded(edge: Edge) -> str | None:
     """Attempts, continuations and tool rounds never pass their configured bounds."""
     after, config = edge.after, edge.after.config
-    attempts = [effect.__dict__.get("attempt", 1) for effect in edge.effects]
-    attempts.append(after.phase.__dict__.get("attempt", 1))
+    attempts = [getattr(effect, "attempt", 1) for effect in edge.effects]
+    attempts.append(getattr(after.phase, "attempt", 1))
     if max(attempts) > config.max_attempts:
         return f"attempt {max(attempts)} over max_attempts {config.max_attempts}"
     if after.continuations > config.max_continuations:

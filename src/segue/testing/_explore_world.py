@@ -126,7 +126,7 @@ class _Books:
         """What performing ``effect`` does to the books, as the executor performs it."""
         request = REQUEST_EFFECTS.get(type(effect))
         if request is not None:
-            self.in_flight.append((request, effect.__dict__["attempt"]))
+            self.in_flight.append((request, getattr(effect, "attempt", 1)))
         elif isinstance(effect, ScheduleRetry):
             self.timers.add((effect.request, effect.attempt))
         elif isinstance(effect, CancelRequest):  # the executor drops all three
