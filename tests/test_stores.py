@@ -1258,7 +1258,7 @@ def _plant_old_rows(backend: Backend) -> None:
             },
         )
     for cid, seq, kind in (("w", 1, "user"), ("done", 1, "user"), ("done", 2, "assistant")):
-        message = Message(kind=kind, text=f"{cid} {seq}")
+        message = Message.model_validate({"kind": kind, "text": f"{cid} {seq}"})
         insert(
             "messages",
             {

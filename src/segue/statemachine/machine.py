@@ -19,8 +19,10 @@ the shared paths of ``_paths``.
 ``specs/transitions.toml`` is the same table as data: the tests hold the two together row by
 row, and a reference model built from the data runs beside this code.
 
-The core builds its values through pydantic's public API only: new ones with their constructor,
-changed ones with ``model_copy(update=...)`` (``segue.statemachine._values`` says why those two).
+The core builds its values without validating them again (everything it combines was validated
+when it entered): new ones with ``Cls._make(...)``, changed ones with ``replaced(value, changes)``,
+plain Python over the values' dataclass fields (``segue.statemachine._values`` says why). Nothing
+outside this package calls them; handlers read fields as attributes.
 """
 
 from __future__ import annotations
