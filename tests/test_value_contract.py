@@ -450,6 +450,13 @@ def test_value_classes_are_pydantic_dataclasses_and_nothing_more(cls: type[Froze
     assert not {name for name in own - set(vars(_Plain)) if name.startswith("__pydantic")}
     assert not own & (_PYDANTICS | {"model_fields", "model_json_schema", "__setattr__"})
     assert "_make" in own
+    made = inspect.signature(cls._make).parameters
+    assert list(made) == list(cls.model_fields)
+    for name, info in cls.model_fields.items():
+        if info.is_required():
+            assert made[name].default is inspect.Parameter.empty, name
+        elif info.default_factory is None:
+            assert made[name].default == info.default, name
     assert dataclasses.is_dataclass(cls)
     assert pydantic.dataclasses.is_pydantic_dataclass(cls)
 

@@ -1,20 +1,24 @@
 """The base of every segue value: a frozen dataclass that pydantic validates at the edges.
 
 Every value class (``class Usage(Frozen): ...``) is made a pydantic dataclass when it is
-defined (``pydantic.dataclasses.dataclass``, keyword-only, unknown fields refused), so what
+defined, through pydantic's public decorator (keyword-only, unknown fields refused), so what
 enters from outside is validated as it is built: ``Usage(input_tokens=5)``,
 ``Usage.model_validate(...)``, a store's ``TypeAdapter``. Pydantic also writes their JSON, so
 the stored shapes are pydantic's (fields under their names, in declaration order).
 
 Inside the core nothing needs validating again: everything a handler combines was validated
-when it entered, or was built by the core from such values. So the core builds its values
-through plain Python, at the cost of a dict: ``Cls._make(**fields)`` (a function generated per
-class, like the dataclass's own ``__init__``, with the defaults filled in) and
-``replaced(value, changes)`` (a copy with some fields changed). Nothing here reads or writes
-pydantic's own attributes; a value is an ordinary object whose ``__dict__`` holds its fields,
-which is what a dataclass is. Why a dict and not ``__slots__``: a state (17 fields) copies in
-about 0.25 us through its dict and 0.9 us slot by slot, and the core copies a state on nearly
-every event; reading a field costs about the same either way (``docs/design.md`` section 4).
+when it entered, or was built by the core from such values. So the core builds its values in
+plain Python: ``Cls._make(**fields)`` (a function generated per class, as ``dataclasses``
+writes an ``__init__``, with the defaults filled in) and ``replaced(value, changes)`` (a copy
+with some fields changed). A value is an ordinary object whose ``__dict__`` holds its fields,
+which is what a dataclass is; nothing here reads or writes pydantic's own attributes, so a
+pydantic release cannot change what the core builds. Building a value this way costs
+0.15-0.45 us (a state's copy about 0.25 us), where validating it costs 0.5-1.5 us and a
+``model_copy`` of a pydantic model about 1.5 us (``docs/design.md`` section 4).
+
+Why a ``__dict__`` and not ``__slots__``: the core copies a state (17 fields) on nearly every
+event, which costs about 0.25 us through its dict and 0.9 us slot by slot; a slot is read a
+little faster (about 8 ns against 10), which does not make up for it.
 
 The pydantic methods callers know (``model_dump``, ``model_dump_json``, ``model_copy``,
 ``model_validate``, ``model_validate_json``, ``model_json_schema``, ``model_fields``) are
@@ -40,7 +44,6 @@ IncEx = set[int] | set[str] | Mapping[int, Any] | Mapping[str, Any] | None
 
 _CONFIG: ConfigDict = ConfigDict(extra="forbid")
 _new = object.__new__
-_set = object.__setattr__
 
 
 class _ModelFields:
@@ -54,7 +57,8 @@ class _ModelFields:
 @dataclass_transform(kw_only_default=True, frozen_default=True, field_specifiers=(Field,))
 class Frozen:
     """Base of every segue value: immutable, keyword-only, unknown fields refused, equal by
-    value and hashable (when its fields are), validated when built from outside."""
+    value and hashable (when its fields are), validated when built from outside. A subclass
+    of a value (one more field, say) is a value of its own, made so the same way."""
 
     model_fields: ClassVar[_ModelFields] = _ModelFields()
 
@@ -273,8 +277,8 @@ def _maker(cls: type[V]) -> Callable[..., V]:
     names = [field.name for field in dataclasses.fields(cls)]  # type: ignore[arg-type]
     # The fields go in as one dict, in declaration order. Stored one by one, they would keep
     # the dict CPython makes for a new instance (its keys shared with the class's other
-    # instances), and CPython 3.11 reads such a dict's attributes without its inline cache,
-    # three times slower; a dict copied in becomes the instance's own.
+    # instances), whose attributes CPython 3.11 reads without its inline cache, about twice
+    # as slowly (every reader of the value pays that); a dict copied in is the value's own.
     source = (
         f"def _make({', '.join(['*', *parameters]) if parameters else ''}):\n"
         + "".join(factories)
