@@ -300,7 +300,7 @@ def given_fields(data: Any) -> dict[str, Any] | None:
     if isinstance(data, dict):
         return data
     if isinstance(data, ArgsKwargs) and not data.args:
-        return dict(data.kwargs or {})
+        return data.kwargs or {}  # read, never changed: a validator returns a new dict
     return None
 
 
