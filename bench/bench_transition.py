@@ -61,7 +61,7 @@ from segue import (
     transition,
 )
 from segue.effects import AppendMessage, ExecuteTools, RequestLlm
-from segue.statemachine.models import MessageKind
+from segue.statemachine.models import Message
 from segue.statemachine.phases import IDLE, LlmRequesting, ToolExecuting
 
 MODEL = "claude-sonnet-4-6"
@@ -229,40 +229,58 @@ def prepare_segue(drive: Drive, events_per_turn: int) -> Run:
 def prepare_floor(turn: Turn) -> Run:
     """The values one plain turn returns (4 states, 4 transcript messages with their
     AppendMessage, ExecuteTools, ToolExecuting; RequestLlm and LlmRequesting are shared), built
-    the way the core builds them (constructors, one validation for a message and its effect,
-    ``model_copy`` for states), with no decision made: the floor under any ``transition()``
-    whose values are frozen pydantic models built through pydantic's public API, as the public
-    contract makes them."""
+    without validation as the core builds them, with no decision made: what building the values
+    alone costs. Built through the public ``model_copy`` of validated prototypes (the core's
+    own builders stay the core's), which costs what they do within a few percent."""
     user, tool_call, result, final = turn
     start = new_conversation(model=MODEL, conversation_id="bench")
     calls = tool_call.tool_calls
     pending = (calls[0].id,)
-    append = AppendMessage.model_validate
+    message = Message(kind="user")
+    append = AppendMessage(message=message)
+    execute = ExecuteTools(tool_calls=calls)
+    executing = ToolExecuting(tool_calls=calls, pending=pending)
+    said = {"kind": "user", "text": user.text, "session": 1, "generation": 1}
+    called = {
+        "kind": "assistant",
+        "text": tool_call.text,
+        "tool_calls": calls,
+        "usage": tool_call.usage,
+        "session": 1,
+        "generation": 1,
+    }
+    answered = {
+        "kind": "tool_result",
+        "text": result.output,
+        "tool_call_id": result.tool_call_id,
+        "session": 1,
+        "generation": 1,
+    }
+    ended = {
+        "kind": "assistant",
+        "text": final.text,
+        "usage": final.usage,
+        "session": 1,
+        "generation": 1,
+    }
 
-    def record(kind: MessageKind, text: str, **extra: Any) -> AppendMessage:
-        fields = {"kind": kind, "text": text, "session": 1, "generation": 1, **extra}
-        return append({"message": fields})
+    def record(fields: dict[str, Any]) -> AppendMessage:
+        return append.model_copy(update={"message": message.model_copy(update=fields)})
 
     def run(turns: int) -> int:
         state, consumed = start, 0
         for count in range(0, 4 * turns, 4):
-            effects: tuple[object, ...] = (record("user", user.text), REQUEST_LLM)
+            effects: tuple[object, ...] = (record(said), REQUEST_LLM)
             state = state.model_copy(update={"message_count": count + 1, "phase": LLM_REQUESTING})
             consumed += len(effects)
-            effects = (
-                record("assistant", tool_call.text, tool_calls=calls, usage=tool_call.usage),
-                ExecuteTools(tool_calls=calls),
-            )
-            phase = ToolExecuting(tool_calls=calls, pending=pending)
+            effects = (record(called), execute.model_copy(update={"tool_calls": calls}))
+            phase = executing.model_copy(update={"tool_calls": calls, "pending": pending})
             state = state.model_copy(update={"message_count": count + 2, "phase": phase})
             consumed += len(effects)
-            effects = (
-                record("tool_result", result.output, tool_call_id=result.tool_call_id),
-                REQUEST_LLM,
-            )
+            effects = (record(answered), REQUEST_LLM)
             state = state.model_copy(update={"message_count": count + 3, "phase": LLM_REQUESTING})
             consumed += len(effects)
-            effects = (record("assistant", final.text, usage=final.usage),)
+            effects = (record(ended),)
             state = state.model_copy(update={"message_count": count + 4, "phase": IDLE})
             consumed += len(effects)
         return consumed

@@ -138,7 +138,7 @@ def reply(
 
 
 def assistant(
-    tokens: int | None, *calls: ToolCall, text: str = "ok", **where: int
+    tokens: int | None, *calls: ToolCall, text: str = "ok", **where: Any
 ) -> AppendMessage:
     return AppendMessage(
         message=Message(
@@ -151,12 +151,12 @@ def assistant(
     )
 
 
-def user(text: str, **where: int) -> AppendMessage:
+def user(text: str, **where: Any) -> AppendMessage:
     return AppendMessage(message=Message(kind="user", text=text, **where))
 
 
 def tool_result(
-    call_id: str, output: str, *, is_error: bool = False, **where: int
+    call_id: str, output: str, *, is_error: bool = False, **where: Any
 ) -> AppendMessage:
     return AppendMessage(
         message=Message(
@@ -1623,7 +1623,7 @@ def test_seg023_other_failures_reject_user_messages(kind: ErrorKind) -> None:
         (lambda: Usage(input_tokens=-1), "input_tokens"),
         (lambda: Usage(input_tokens=True), "input_tokens"),
         (lambda: Usage.model_validate({"tokens": 1}), "tokens"),
-        (lambda: LlmResponse(usage={"output_tokens": "many"}), "output_tokens"),
+        (lambda: LlmResponse(usage={"output_tokens": "many"}), "output_tokens"),  # type: ignore[arg-type]
         (lambda: ToolCall(id="", name="bash"), "id"),
         (lambda: UserMessage(text="x", token_count=-1), "token_count"),
         (lambda: new_conversation(model=MODEL, warning_threshold=0.95), "warning_threshold"),

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from hypothesis import given
-from pydantic import BaseModel
 
 from segue import (
     LlmResponse,
@@ -29,6 +28,7 @@ from segue import (
     new_conversation,
     transition,
 )
+from segue.statemachine._values import Frozen
 from segue.testing import EventSequence, event_sequences
 
 STORED = Path(__file__).with_name("stored_values.jsonl")
@@ -64,7 +64,7 @@ def test_one_turn_serialises_as_the_previous_release_wrote_it() -> None:
     assert now == stored, diff
 
 
-def _declared_order(value: BaseModel, dumped: Any, where: str) -> list[str]:
+def _declared_order(value: Frozen, dumped: Any, where: str) -> list[str]:
     """Where ``dumped`` (the value's JSON, parsed) has other names or another order than the
     fields ``value`` declares, recursively."""
     names = list(type(value).model_fields)
@@ -75,7 +75,7 @@ def _declared_order(value: BaseModel, dumped: Any, where: str) -> list[str]:
 
 
 def _inner(value: Any, dumped: Any, where: str) -> list[str]:
-    if isinstance(value, BaseModel):
+    if isinstance(value, Frozen):
         return _declared_order(value, dumped, where)
     if isinstance(value, tuple | list):
         found = []

@@ -1268,7 +1268,7 @@ def _plant_old_rows(backend: Backend) -> None:
     for row in _old_conversations(asked, answered, entry, keyed):
         _insert_present(backend, "conversations", row)
     for cid, seq, kind in (("w", 1, "user"), ("done", 1, "user"), ("done", 2, "assistant")):
-        message = Message(kind=kind, text=f"{cid} {seq}")
+        message = Message.model_validate({"kind": kind, "text": f"{cid} {seq}"})
         _insert_present(
             backend,
             "messages",

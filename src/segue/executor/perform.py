@@ -72,7 +72,7 @@ Failure = TypeVar("Failure", LlmError, ContinuationFailed, CheckpointFailed, Com
 def failed(event: type[Failure], error: LlmCallError, **fields: Any) -> Failure:
     """The event that tells the core a request failed: ``error``'s facts in the event's terms
     (a fatal error is never retryable, whatever else it says)."""
-    said = {"message" if event is LlmError else "error": error.message}
+    said: dict[str, Any] = {"message" if event is LlmError else "error": error.message}
     return event(
         **said,
         retryable=error.retryable and not error.fatal,

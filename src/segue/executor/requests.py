@@ -173,11 +173,12 @@ class Requests:
             return event
         state = stored.state
         phase = state.phase
-        where = {"session": state.session, "generation": state.generation}
         if isinstance(event, UserMessage):
             if not accepts_message(state):
                 return event  # the core refuses it: nothing to count
-            message = Message(kind="user", text=event.text, **where)
+            message = Message(
+                kind="user", text=event.text, session=state.session, generation=state.generation
+            )
         else:
             if not isinstance(phase, ToolExecuting) or event.tool_call_id not in phase.pending:
                 return event  # a stale result the core ignores
@@ -186,7 +187,8 @@ class Requests:
                 text=event.output,
                 tool_call_id=event.tool_call_id,
                 is_error=event.is_error,
-                **where,
+                session=state.session,
+                generation=state.generation,
             )
         view = await self._cache.view(stored)
         request = await self.build(stored, "turn", messages=[*view, message])

@@ -35,6 +35,7 @@ from segue.statemachine._paths import (
     retry_delay,
     turn_boundary,
 )
+from segue.statemachine._values import replaced
 from segue.statemachine.accounting import (
     estimate_tokens,
     reported_occupancy,
@@ -88,12 +89,12 @@ def _retry_or_give_up(
         return give_up(state, event.error)
     if event.context_overflow:
         trim = {"attempt": attempt + 1, "trim_level": phase.trim_level + 1}
-        trimmed = phase.model_copy(update=trim)
-        return state.model_copy(update={"phase": trimmed}), (request_for(trimmed),)
+        trimmed = replaced(phase, trim)
+        return replaced(state, {"phase": trimmed}), (request_for(trimmed),)
     delay = retry_delay(state, attempt + 1, event.retry_after)
-    retry = ScheduleRetry(request=request, attempt=attempt + 1, delay_seconds=delay)
-    waiting = phase.model_copy(update={"retry_pending": True})
-    return state.model_copy(update={"phase": waiting}), (retry,)
+    retry = ScheduleRetry._make(request=request, attempt=attempt + 1, delay_seconds=delay)
+    waiting = replaced(phase, {"retry_pending": True})
+    return replaced(state, {"phase": waiting}), (retry,)
 
 
 def _exhausted_with(
@@ -102,21 +103,18 @@ def _exhausted_with(
     """Read-only with ``summary``; ``usage`` is the summary request's answer's, when it had one
     (it is recorded with the summary: every request's cost is kept with its purpose)."""
     waiting = cast(AwaitingContinuation, state.phase)
-    effects.append(
-        record(state, "continuation", summary, usage=usage)
-        if usage is not None
-        else record(state, "continuation", summary)
-    )
-    effects.append(NotifyContextExhausted(summary=summary))
-    ended = ContextExhausted(
+    effects.append(record(state, "continuation", summary, usage=usage))
+    effects.append(NotifyContextExhausted._make(summary=summary))
+    ended = ContextExhausted._make(
         summary=summary, trigger_usage=waiting.trigger_usage, final_usage=usage
     )
-    exhausted = state.model_copy(
-        update={
+    exhausted = replaced(
+        state,
+        {
             "phase": ended,
             "pause_requested": False,
             "message_count": state.message_count + 1,
-        }
+        },
     )
     return exhausted, tuple(effects)
 
@@ -130,9 +128,11 @@ def _measured_only(
         return state
     window = state.config.context_window
     if reported > window:
-        effects.append(ReportAccountingAnomaly(reported_tokens=reported, context_window=window))
+        effects.append(
+            ReportAccountingAnomaly._make(reported_tokens=reported, context_window=window)
+        )
         return state
-    return state.model_copy(update={"context_tokens": reported, "pending_tokens": 0})
+    return replaced(state, {"context_tokens": reported, "pending_tokens": 0})
 
 
 def on_continuation_response(state: ConversationState, event: ContinuationResponse) -> Result:
@@ -144,9 +144,9 @@ def on_continuation_response(state: ConversationState, event: ContinuationRespon
     summary = event.summary.strip()
     if not summary or event.stop_reason == REFUSAL:
         if not phase.alternate:  # asked once more, with another instruction, first
-            again = phase.model_copy(update={"alternate": True, "attempt": 1})
+            again = replaced(phase, {"alternate": True, "attempt": 1})
             effects.append(request_for(again))
-            return measured.model_copy(update={"phase": again}), tuple(effects)
+            return replaced(measured, {"phase": again}), tuple(effects)
         summary = FALLBACK_SUMMARY
     return _exhausted_with(measured, summary, effects, event.usage)
 
@@ -178,9 +178,8 @@ def _checkpoint_taken(
     phase = cast(AwaitingCheckpoint, state.phase)
     checkpoint = extract_checkpoint(text)
     if text.strip():
-        kept = {"usage": usage} if usage is not None else {}
-        effects.append(record(state, "checkpoint", text, **kept))
-        state = state.model_copy(update={"message_count": state.message_count + 1})
+        effects.append(record(state, "checkpoint", text, usage=usage))
+        state = replaced(state, {"message_count": state.message_count + 1})
     resume_after = phase.resume_after if resume is None else resume
     if phase.purpose == "pause":
         return _pause_with(state, checkpoint, effects)
@@ -203,9 +202,10 @@ def _checkpoint_taken(
         )
         return fail(state, ErrorKind.CHECKPOINT_OVERFLOW, message, effects)
     session = state.session + 1
-    effects.append(StartSession(session=session, reason="checkpoint_restart"))
-    fresh = state.model_copy(
-        update={
+    effects.append(StartSession._make(session=session, reason="checkpoint_restart"))
+    fresh = replaced(
+        state,
+        {
             "session": session,
             "continuations": state.continuations + 1,
             "context_tokens": None,
@@ -214,7 +214,7 @@ def _checkpoint_taken(
             "message_count": state.message_count + 1,
             "resume_context": None,
             **FRESH_SESSION,
-        }
+        },
     )
     effects.append(record(fresh, "user", seed))
     return turn_boundary(fresh, effects, ask_llm=resume_after)
@@ -226,7 +226,7 @@ def _pause_with(state: ConversationState, checkpoint: str, effects: list[Effect]
     decisions the transcript states, when it was saved and the application's context."""
     version = state.snapshots + 1
     exhausted = cast(AwaitingCheckpoint, state.phase).exhausted
-    snapshot = SessionSnapshot(
+    snapshot = SessionSnapshot._make(
         conversation_id=state.config.id,
         version=version,
         session=state.session,
@@ -240,14 +240,15 @@ def _pause_with(state: ConversationState, checkpoint: str, effects: list[Effect]
         continuations=state.continuations,
         decisions=extract_decisions(checkpoint),
     )
-    effects.append(SaveSnapshot(snapshot=snapshot))
-    paused = state.model_copy(
-        update={
-            "phase": Paused(snapshot=snapshot),
+    effects.append(SaveSnapshot._make(snapshot=snapshot))
+    paused = replaced(
+        state,
+        {
+            "phase": Paused._make(snapshot=snapshot),
             "snapshots": version,
             "pause_requested": False,
             "pause_reason": "",
-        }
+        },
     )
     return paused, tuple(effects)
 
@@ -271,10 +272,10 @@ def on_cancel_checkpoint(state: ConversationState, _event: object) -> Result:
     """The user's cancel abandons a pending pause, as it does in every busy phase
     (REQ-SEG-021). A restart still happens (the old session is over the threshold), seeded
     with the minimal prompt and waiting for the user; a pause checkpoint just stops."""
-    calm = state.model_copy(update={"pause_requested": False, "pause_reason": ""})
+    calm = replaced(state, {"pause_requested": False, "pause_reason": ""})
     phase = cast(AwaitingCheckpoint, state.phase)
     if phase.purpose == "pause" and not phase.exhausted:
-        return calm.model_copy(update={"phase": IDLE}), (CANCEL,)
+        return replaced(calm, {"phase": IDLE}), (CANCEL,)
     # A restart or a pause at the limit still happens: the old session is over the threshold.
     return _checkpoint_taken(calm, "", [CANCEL], resume=False)
 
@@ -298,9 +299,12 @@ def on_resume(state: ConversationState, event: ResumeRequested) -> Result:
     context = compile_resume_context(snapshot, current_context=event.current_context)
     prompt = event.prompt if event.prompt and event.prompt.strip() else RESUME_PROMPT
     session = state.session + 1
-    effects: list[Effect] = [StartSession(session=session, reason="resume", system_context=context)]
-    fresh = state.model_copy(
-        update={
+    effects: list[Effect] = [
+        StartSession._make(session=session, reason="resume", system_context=context)
+    ]
+    fresh = replaced(
+        state,
+        {
             "session": session,
             "continuations": state.continuations + (snapshot.trigger == "exhaustion"),
             "context_tokens": None,
@@ -312,7 +316,7 @@ def on_resume(state: ConversationState, event: ResumeRequested) -> Result:
             "message_count": state.message_count + 1,
             "resume_context": context,
             **FRESH_SESSION,
-        }
+        },
     )
     effects.append(record(fresh, "user", prompt))
     return turn_boundary(fresh, effects, ask_llm=True)
@@ -327,8 +331,8 @@ def on_compaction_response(state: ConversationState, event: CompactionResponse) 
         return state, NOTHING
     unusable = not event.summary.strip() or event.stop_reason == REFUSAL
     if unusable and not phase.alternate:  # asked once more, with another instruction, first
-        again = phase.model_copy(update={"alternate": True, "attempt": 1})
-        return state.model_copy(update={"phase": again}), (request_for(again),)
+        again = replaced(phase, {"alternate": True, "attempt": 1})
+        return replaced(state, {"phase": again}), (request_for(again),)
     config = state.config
     if event.retained_tokens >= config.continuation_tokens:
         message = (
@@ -338,8 +342,9 @@ def on_compaction_response(state: ConversationState, event: CompactionResponse) 
         return fail(state, ErrorKind.COMPACTION_INEFFECTIVE, message, [])
     summary = COMPACTION_FALLBACK_SUMMARY if unusable else event.summary.strip()
     generation = state.generation + 1
-    fresh = state.model_copy(
-        update={
+    fresh = replaced(
+        state,
+        {
             "generation": generation,
             "continuations": state.continuations + 1,
             "context_tokens": None,
@@ -348,12 +353,11 @@ def on_compaction_response(state: ConversationState, event: CompactionResponse) 
             # stays as it was. The retained figure is an estimate, never a response's occupancy:
             # a response that reaches the warning threshold in the new generation still warns.
             "message_count": state.message_count + 1,
-        }
+        },
     )
-    kept = {"usage": event.usage} if event.usage is not None else {}
     effects: list[Effect] = [
-        StartGeneration(generation=generation, summary=summary),
-        record(fresh, "summary", summary, kept_messages=event.kept_messages, **kept),
+        StartGeneration._make(generation=generation, summary=summary),
+        record(fresh, "summary", summary, kept_messages=event.kept_messages, usage=event.usage),
     ]
     return turn_boundary(fresh, effects, ask_llm=phase.resume_after)
 
@@ -364,7 +368,7 @@ def _compaction_gave_up(state: ConversationState, error: str) -> Result:
     request meets pre-flight and may compact again; ``max_continuations`` is untouched, since
     no continuation happened."""
     message = f"Compaction failed; the conversation goes on uncompacted: {error}"
-    effects: list[Effect] = [NotifyCompactionFailed(message=message)]
+    effects: list[Effect] = [NotifyCompactionFailed._make(message=message)]
     return turn_boundary(state, effects, ask_llm=False)
 
 

@@ -1,36 +1,312 @@
-"""The base of every segue value.
+"""The base of every segue value: a frozen dataclass that pydantic validates at the edges.
 
-Every value is a frozen pydantic model built through pydantic's public API only: a new value
-through its constructor (validated), a changed one through ``model_copy(update=...)``. What the
-core builds must survive pydantic's minor releases unchanged, and stored states must read back
-on the next release, so nothing here touches pydantic's private slots or shadows its
-attributes.
+Every value class (``class Usage(Frozen): ...``) is made a pydantic dataclass when it is
+defined, through pydantic's public decorator (keyword-only, unknown fields refused), so what
+enters from outside is validated as it is built: ``Usage(input_tokens=5)``,
+``Usage.model_validate(...)``, a store's ``TypeAdapter``. Pydantic also writes their JSON, so
+the stored shapes are pydantic's (fields under their names, in declaration order).
 
-Why the constructor, even for values built from values that are already valid: on pydantic 2.13
-it is also the fastest public way. ``model_construct`` fills each missing default through a
-Python-level path that costs about a microsecond a field (a ``Message`` given 4 of its 11 fields
-takes ~9 us), while validation in pydantic-core builds the same small value in ~0.5-1.4 us. A
-copy of a large value (the 17 fields of a ``ConversationState``) is cheaper with ``model_copy``
-(~1.5 us against ~2.3 us to validate it again). ``docs/design.md`` section 4 has the budget.
+Inside the core nothing needs validating again: everything a handler combines was validated
+when it entered, or was built by the core from such values. So the core builds its values in
+plain Python: ``Cls._make(**fields)`` (a function generated per class, as ``dataclasses``
+writes an ``__init__``, with the defaults filled in) and ``replaced(value, changes)`` (a copy
+with some fields changed). A value is an ordinary object whose ``__dict__`` holds its fields,
+which is what a dataclass is; nothing here reads or writes pydantic's own attributes, so a
+pydantic release cannot change what the core builds. Building a value this way costs
+0.15-0.45 us (a state's copy about 0.25 us), where validating it costs 0.5-1.5 us and a
+``model_copy`` of a pydantic model about 1.5 us (``docs/design.md`` section 4).
+
+Why a ``__dict__`` and not ``__slots__``: the core copies a state (17 fields) on nearly every
+event, which costs about 0.25 us through its dict and 0.9 us slot by slot; a slot is read a
+little faster (about 8 ns against 10), which does not make up for it.
+
+The pydantic methods callers know (``model_dump``, ``model_dump_json``, ``model_copy``,
+``model_validate``, ``model_validate_json``, ``model_json_schema``, ``model_fields``) are
+written once here, over one ``TypeAdapter`` per class.
 """
 
 from __future__ import annotations
 
-from typing import Any, Self
+import copy
+import dataclasses
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Literal, Self, TypeVar, dataclass_transform
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic.dataclasses import dataclass as pydantic_dataclass
+from pydantic.fields import FieldInfo
+from pydantic.json_schema import DEFAULT_REF_TEMPLATE, GenerateJsonSchema, JsonSchemaMode
+from pydantic_core import ArgsKwargs, PydanticUndefined
+
+V = TypeVar("V", bound="Frozen")
+IncEx = set[int] | set[str] | Mapping[int, Any] | Mapping[str, Any] | None
+
+_CONFIG: ConfigDict = ConfigDict(extra="forbid")
+_new = object.__new__
 
 
-class Frozen(BaseModel):
-    """Base of every segue value: immutable, keyword-only, unknown fields refused."""
+class _ModelFields:
+    """``Cls.model_fields``: each field's ``FieldInfo`` (its annotation, default and
+    constraints), built with pydantic's public constructors from the class's annotations."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    def __get__(self, instance: object, owner: type[Frozen]) -> dict[str, FieldInfo]:
+        return _fields_of(owner)
+
+
+@dataclass_transform(kw_only_default=True, frozen_default=True, field_specifiers=(Field,))
+class Frozen:
+    """Base of every segue value: immutable, keyword-only, unknown fields refused, equal by
+    value and hashable (when its fields are), validated when built from outside. A subclass
+    of a value (one more field, say) is a value of its own, made so the same way."""
+
+    model_fields: ClassVar[_ModelFields] = _ModelFields()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # Not pydantic's ``frozen``: that is the dataclass's, which raises a
+        # ``FrozenInstanceError`` where a frozen pydantic model raises ``ValidationError``.
+        # ``unsafe_hash`` gives the hash a frozen dataclass has.
+        pydantic_dataclass(cls, kw_only=True, unsafe_hash=True, config=_CONFIG)
+        setattr(cls, "_make", staticmethod(_maker(cls)))  # noqa: B010  # replaces the stub
 
     @classmethod
     def _make(cls, **fields: Any) -> Self:
-        """An instance from values that are already valid: the constructor, under the name the
-        executor still calls (its calls are moving to the constructor; this goes then).
+        """An instance from fields that are already valid, without validation; the defaults
+        of the fields left out are filled in. For the core only (``segue.statemachine``):
+        everything else builds values with the constructor, which validates. (A stub: each
+        class gets its own, generated when the class is defined.)"""
+        raise NotImplementedError
 
-        It validates, so a value that is not valid raises ``pydantic.ValidationError``.
-        """
-        return cls(**fields)
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise _frozen(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        raise _frozen(self, name, None)
+
+    # ----------------------------------------------------------------- pydantic's methods
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy with ``update`` applied, not validated (as pydantic's)."""
+        value = copy.deepcopy(self) if deep else self
+        return replaced(value, update or {})
+
+    def model_dump(
+        self,
+        *,
+        mode: Literal["json", "python"] = "python",
+        include: IncEx = None,
+        exclude: IncEx = None,
+        by_alias: bool | None = None,
+        exclude_unset: bool = False,
+        exclude_defaults: bool = False,
+        exclude_none: bool = False,
+        round_trip: bool = False,
+        warnings: bool | Literal["none", "warn", "error"] = True,
+    ) -> dict[str, Any]:
+        """The value as a dict (``mode="json"``: of JSON types), as pydantic dumps it.
+
+        ``exclude_unset`` leaves out nothing: a dataclass keeps no record of which fields
+        were given, so every field counts as set (as after a ``model_copy``)."""
+        dumped: dict[str, Any] = _adapter(type(self)).dump_python(
+            self,
+            mode=mode,
+            include=include,
+            exclude=exclude,
+            by_alias=by_alias,
+            exclude_unset=exclude_unset,
+            exclude_defaults=exclude_defaults,
+            exclude_none=exclude_none,
+            round_trip=round_trip,
+            warnings=warnings,
+        )
+        return dumped
+
+    def model_dump_json(
+        self,
+        *,
+        indent: int | None = None,
+        include: IncEx = None,
+        exclude: IncEx = None,
+        by_alias: bool | None = None,
+        exclude_unset: bool = False,
+        exclude_defaults: bool = False,
+        exclude_none: bool = False,
+        round_trip: bool = False,
+        warnings: bool | Literal["none", "warn", "error"] = True,
+    ) -> str:
+        """The value as JSON text, as pydantic writes it (what stores keep)."""
+        return (
+            _adapter(type(self))
+            .dump_json(
+                self,
+                indent=indent,
+                include=include,
+                exclude=exclude,
+                by_alias=by_alias,
+                exclude_unset=exclude_unset,
+                exclude_defaults=exclude_defaults,
+                exclude_none=exclude_none,
+                round_trip=round_trip,
+                warnings=warnings,
+            )
+            .decode()
+        )
+
+    @classmethod
+    def model_validate(
+        cls,
+        obj: Any,
+        *,
+        strict: bool | None = None,
+        from_attributes: bool | None = None,
+        context: Any | None = None,
+    ) -> Self:
+        """A value from a dict (or an instance, returned as it is), validated."""
+        return _adapter(cls).validate_python(
+            obj, strict=strict, from_attributes=from_attributes, context=context
+        )
+
+    @classmethod
+    def model_validate_json(
+        cls,
+        json_data: str | bytes | bytearray,
+        *,
+        strict: bool | None = None,
+        context: Any | None = None,
+    ) -> Self:
+        """A value from JSON text, validated."""
+        return _adapter(cls).validate_json(json_data, strict=strict, context=context)
+
+    @classmethod
+    def model_json_schema(
+        cls,
+        by_alias: bool = True,
+        ref_template: str = DEFAULT_REF_TEMPLATE,
+        schema_generator: type[GenerateJsonSchema] = GenerateJsonSchema,
+        mode: JsonSchemaMode = "validation",
+    ) -> dict[str, Any]:
+        """The JSON schema of the class, as pydantic generates it."""
+        return _adapter(cls).json_schema(
+            by_alias=by_alias,
+            ref_template=ref_template,
+            schema_generator=schema_generator,
+            mode=mode,
+        )
+
+
+def replaced(value: V, changes: Mapping[str, Any]) -> V:
+    """A copy of ``value`` with ``changes`` applied, without validation (the core's copy, and
+    ``model_copy``'s): its fields in the same order, the values it keeps shared."""
+    new = _new(value.__class__)
+    fields = new.__dict__
+    fields.update(value.__dict__)
+    fields.update(changes)
+    return new
+
+
+# --------------------------------------------------------------------------- per class
+
+
+_ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}
+_FIELDS: dict[type[Any], dict[str, FieldInfo]] = {}
+
+
+def _adapter(cls: type[V]) -> TypeAdapter[V]:
+    """The one ``TypeAdapter`` of a value class, which every pydantic method goes through
+    (made on first use: a class may name types defined after it)."""
+    adapter = _ADAPTERS.get(cls)
+    if adapter is None:
+        adapter = _ADAPTERS[cls] = TypeAdapter(cls)
+    return adapter
+
+
+def _fields_of(cls: type[Frozen]) -> dict[str, FieldInfo]:
+    found = _FIELDS.get(cls)
+    if found is None:
+        found = _FIELDS[cls] = _field_infos(cls)
+    return found
+
+
+def _field_infos(cls: type[Frozen]) -> dict[str, FieldInfo]:
+    hints = typing.get_type_hints(cls, include_extras=True)
+    found: dict[str, FieldInfo] = {}
+    for field in dataclasses.fields(cls):  # type: ignore[arg-type]  # every subclass is one
+        annotation = hints[field.name]
+        default: Any = field.default
+        if field.default_factory is not dataclasses.MISSING:
+            default = Field(default_factory=field.default_factory)
+        if default is dataclasses.MISSING:
+            found[field.name] = FieldInfo.from_annotation(annotation)
+        else:
+            found[field.name] = FieldInfo.from_annotated_attribute(annotation, default)
+    return found
+
+
+_FACTORY: Any = object()
+"""The default of a generated ``_make``'s parameter whose field has a default factory."""
+
+
+def _maker(cls: type[V]) -> Callable[..., V]:
+    """``cls._make``: a function of the fields as keyword-only parameters, with their defaults,
+    that builds the instance's ``__dict__`` in declaration order (as ``dataclasses`` writes an
+    ``__init__``; the names are the class's field names, identifiers by construction)."""
+    scope: dict[str, Any] = {"_new": _new, "_cls": cls, "_FACTORY": _FACTORY}
+    parameters: list[str] = []
+    factories: list[str] = []
+    for index, field in enumerate(dataclasses.fields(cls)):  # type: ignore[arg-type]
+        name = field.name
+        default: Any = field.default
+        factory: Any = field.default_factory
+        if isinstance(default, FieldInfo):  # ``x: T = Field(...)``, as pydantic rewrote it
+            factory = default.default_factory
+            default = default.default
+            if factory is None:
+                factory = dataclasses.MISSING
+            if default is PydanticUndefined:
+                default = dataclasses.MISSING
+        if factory is not dataclasses.MISSING:
+            scope[f"_f{index}"] = factory
+            parameters.append(f"{name}=_FACTORY")
+            factories.append(f"    if {name} is _FACTORY:\n        {name} = _f{index}()\n")
+        elif default is not dataclasses.MISSING:
+            scope[f"_d{index}"] = default
+            parameters.append(f"{name}=_d{index}")
+        else:
+            parameters.append(name)
+    names = [field.name for field in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    # The fields go in as one dict, in declaration order. Stored one by one, they would keep
+    # the dict CPython makes for a new instance (its keys shared with the class's other
+    # instances), whose attributes CPython 3.11 reads without its inline cache, about twice
+    # as slowly (every reader of the value pays that); a dict copied in is the value's own.
+    source = (
+        f"def _make({', '.join(['*', *parameters]) if parameters else ''}):\n"
+        + "".join(factories)
+        + "    value = _new(_cls)\n"
+        + f"    value.__dict__.update({{{', '.join(f'{name!r}: {name}' for name in names)}}})\n"
+        + "    return value\n"
+    )
+    exec(source, scope)  # noqa: S102  # our own source, from the class's field names
+    made: Callable[..., V] = scope["_make"]
+    made.__qualname__ = f"{cls.__qualname__}._make"
+    return made
+
+
+def given_fields(data: Any) -> dict[str, Any] | None:
+    """What a ``mode="before"`` model validator was given, as a dict of fields: pydantic passes
+    a dict when validating one (``model_validate``, a store, a field of another value) and the
+    keyword arguments when the constructor is called. ``None`` for anything else (an instance,
+    positional arguments), which field validation then reports."""
+    if isinstance(data, dict):
+        return data
+    if isinstance(data, ArgsKwargs) and not data.args:
+        return data.kwargs or {}  # read, never changed: a validator returns a new dict
+    return None
+
+
+def _frozen(value: Frozen, name: str, given: Any) -> ValidationError:
+    """What assigning a field of a value raises: pydantic's error for a frozen instance."""
+    return ValidationError.from_exception_data(
+        type(value).__name__,
+        [{"type": "frozen_instance", "loc": (name,), "input": given}],
+    )

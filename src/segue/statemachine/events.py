@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictInt, model_validator
 
-from segue.statemachine._values import Frozen
+from segue.statemachine._values import Frozen, given_fields
 from segue.statemachine.checkpoint import SessionSnapshot
 from segue.statemachine.content import ContentBlock, ToolResultBlock, UserBlock
 from segue.statemachine.models import TokenCount, ToolCall, Usage
@@ -44,9 +44,10 @@ class UserMessage(Frozen):
 
     @model_validator(mode="before")
     @classmethod
-    def _text_of_content(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or not data.get("content"):
-            return data
+    def _text_of_content(cls, given: Any) -> Any:
+        data = given_fields(given)
+        if data is None or not data.get("content"):
+            return given
         derived = content_text(data["content"])
         text = data.get("text")
         if text in (None, ""):
@@ -54,7 +55,7 @@ class UserMessage(Frozen):
         if text != derived:
             msg = "text must be what the content says (its text blocks joined), or be left out"
             raise ValueError(msg)
-        return data
+        return given
 
 
 class LlmResponse(Frozen):

@@ -12,20 +12,22 @@ Rules of this module (read these before changing anything):
 4. Occupancy is never summed: a response's usage replaces the figure, it does not add to it.
 
 Theory of operation. ``_HANDLERS`` maps (phase kind, event kind) to a handler; pairs not listed
-change nothing. Which phases are busy and which wait for a request is read from ``rules``,
-where it is written once for this table and for everyone who asks. The handlers live in
-``_turns`` (an ordinary turn) and ``_summaries`` (the requests that end a context); both end on
-the shared paths of ``_paths``.
+change nothing (``transition`` reads it by phase, then by event). Which phases are busy and
+which wait for a request is read from ``rules``, where it is written once for this table and for
+everyone who asks. The handlers live in ``_turns`` (an ordinary turn) and ``_summaries`` (the
+requests that end a context); both end on the shared paths of ``_paths``.
 ``specs/transitions.toml`` is the same table as data: the tests hold the two together row by
 row, and a reference model built from the data runs beside this code.
 
-The core builds its values through pydantic's public API only: new ones with their constructor,
-changed ones with ``model_copy(update=...)`` (``segue.statemachine._values`` says why those two).
+The core builds its values without validating them again (everything it combines was validated
+when it entered): new ones with ``Cls._make(...)``, changed ones with ``replaced(value, changes)``,
+plain Python over the values' dataclass fields (``segue.statemachine._values`` says why). Nothing
+outside this package calls them; handlers read fields as attributes.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, get_args
 
 from segue.statemachine._paths import (
     CANCELLED_SUMMARY,
@@ -69,6 +71,7 @@ from segue.statemachine._turns import (
     reject_exhausted,
     reject_paused,
 )
+from segue.statemachine.phases import PhaseKind
 from segue.statemachine.rules import BUSY_PHASES, REQUEST_PHASES
 from segue.statemachine.state import ConversationState
 
@@ -79,7 +82,7 @@ def transition(state: ConversationState, event: Any) -> Result:
     ``event`` is any of ``segue.statemachine.events``; anything that does not fit the current
     phase returns ``(state, ())``.
     """
-    handler = _HANDLERS.get((state.phase.kind, event.kind))
+    handler = _BY_PHASE[state.phase.kind].get(event.kind)
     if handler is None:
         return state, NOTHING
     return handler(state, event)
@@ -117,6 +120,12 @@ for _phase in BUSY_PHASES:
     _HANDLERS[(_phase, "pause_requested")] = on_pause_when_busy
 for _phase in REQUEST_PHASES:
     _HANDLERS[(_phase, "retry_due")] = on_retry_due
+
+_BY_PHASE: Final[dict[str, dict[str, Handler]]] = {kind: {} for kind in get_args(PhaseKind)}
+"""The same table by phase, then event: two lookups of a string cost less than building and
+hashing the pair on every event."""
+for (_kind, _event), _handler in _HANDLERS.items():
+    _BY_PHASE[_kind][_event] = _handler
 
 HANDLED_PAIRS: Final = frozenset(_HANDLERS)
 """The (phase kind, event kind) pairs that can change something; all others change nothing."""

@@ -1,9 +1,9 @@
 """Value types shared by the pure core: usage, tool calls, messages, models, enums.
 
-Everything here is a frozen pydantic model validated at construction. Values that come from the
-outside world (usage reported by a provider, tool calls an LLM asked for, text a user typed) pass
-through here once; the core then builds its own values from them through pydantic's public API
-(``segue.statemachine._values`` says how, and why).
+Everything here is a frozen dataclass that pydantic validates at construction. Values that come
+from the outside world (usage reported by a provider, tool calls an LLM asked for, text a user
+typed) pass through here once; the core then builds its own values from them without validating
+them again (``segue.statemachine._values`` says how, and why).
 """
 
 from __future__ import annotations

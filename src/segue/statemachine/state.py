@@ -8,7 +8,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import Field, StrictInt, model_validator
 
-from segue.statemachine._values import Frozen
+from segue.statemachine._values import Frozen, given_fields
 from segue.statemachine.models import (
     DEFAULT_SETTINGS,
     ContextExhaustionBehavior,
@@ -101,9 +101,10 @@ class ConversationConfig(Frozen):
 
     @model_validator(mode="before")
     @classmethod
-    def _derive_thresholds(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
+    def _derive_thresholds(cls, given: Any) -> Any:
+        data = given_fields(given)
+        if data is None:
+            return given
         window = data.get("context_window")
         warning = data.get("warning_threshold", 0.80)
         continuation = data.get("continuation_threshold", 0.90)
@@ -116,7 +117,7 @@ class ConversationConfig(Frozen):
             and 0 < continuation <= 1
             and window > 0
         ):
-            return data  # field validation reports what is wrong
+            return given  # field validation reports what is wrong
         settings = data.get("settings")
         budget = getattr(settings, "thinking_budget", None)
         if isinstance(settings, dict):
@@ -260,7 +261,7 @@ def new_conversation(
         max_output_tokens=info.max_output_tokens
         if max_output_tokens is None
         else max_output_tokens,
-        behavior=behavior,  # pydantic coerces names and values
+        behavior=behavior,  # type: ignore[arg-type]  # validation takes names and values
         warning_threshold=warning_threshold,
         continuation_threshold=continuation_threshold,
         max_attempts=max_attempts,
