@@ -66,7 +66,7 @@ from segue.statemachine.models import (
     Usage,
     model_info,
 )
-from segue.statemachine.options import ConversationOptions
+from segue.statemachine.options import ConversationOptions, new_conversation
 from segue.statemachine.phases import (
     PHASE_TYPES,
     AwaitingCheckpoint,
@@ -94,7 +94,6 @@ from segue.statemachine.rules import (
 from segue.statemachine.state import (
     ConversationConfig,
     ConversationState,
-    new_conversation,
     threshold_tokens,
 )
 

@@ -17,8 +17,13 @@ from pydantic import Field, StrictInt, model_validator
 
 from segue.statemachine._values import Frozen
 from segue.statemachine.accounting import estimate_tokens
-from segue.statemachine.models import ContextExhaustionBehavior, ModelSettings
-from segue.statemachine.state import MAX_PROMPT_CHARS, MIN_TOOL_OUTPUT_TOKENS, ConversationConfig
+from segue.statemachine.models import ContextExhaustionBehavior, ModelSettings, model_info
+from segue.statemachine.state import (
+    MAX_PROMPT_CHARS,
+    MIN_TOOL_OUTPUT_TOKENS,
+    ConversationConfig,
+    ConversationState,
+)
 
 _SETTINGS = ("temperature", "thinking_budget", "tool_choice")
 """The options that say how the model is asked: kept together in ``ModelSettings``."""
@@ -107,9 +112,11 @@ class ConversationOptions(Frozen):
         parent_id: str | None,
         context_window: int,
         max_output_tokens: int,
+        system_tokens: int | None = None,
     ) -> ConversationConfig:
         """The conversation's fixed config, once the runtime resolved its window and its bound
-        on output (what the provider reports, segue's table, the defaults)."""
+        on output (what the provider reports, segue's table, the defaults). ``system_tokens``:
+        what the system prompt and the tools take (default: the system prompt's estimate)."""
         fields: dict[str, Any] = {
             name: getattr(self, name) for name in _CONFIG_FIELDS if name in type(self).model_fields
         }
@@ -119,7 +126,13 @@ class ConversationOptions(Frozen):
             parent_id=parent_id,
             context_window=context_window,
             max_output_tokens=max_output_tokens,
-            system_tokens=estimate_tokens(self.system) if self.system else 0,
+            system_tokens=(
+                system_tokens
+                if system_tokens is not None
+                else estimate_tokens(self.system)
+                if self.system
+                else 0
+            ),
             settings=self.settings,
         )
 
@@ -135,3 +148,39 @@ _CONFIG_FIELDS = frozenset(ConversationConfig.model_fields) - {
     "settings",
 }
 """The options the config keeps as they are (the rest it derives or resolves)."""
+
+
+def new_conversation(
+    options: ConversationOptions | None = None,
+    /,
+    *,
+    conversation_id: str | None = None,
+    parent_id: str | None = None,
+    system_tokens: int | None = None,
+    **fields: Any,
+) -> ConversationState:
+    """A new, idle conversation made with ``options``, or with its fields as keywords
+    (``new_conversation(model="claude-sonnet-4-5", behavior=...)``).
+
+    The core has no randomness, so without ``conversation_id`` the id is derived from the
+    parent (``<parent>.child``) or is ``"conversation"``; runtimes always pass a fresh one. A
+    window or a bound on output left out comes from segue's table of models (the runtime asks
+    the provider first). ``system_tokens`` seeds pre-flight with what the system prompt and the
+    tools take (default: the options' system prompt, estimated). Invalid values raise
+    ``pydantic.ValidationError``.
+    """
+    if options is None:
+        options = ConversationOptions(**fields)
+    elif fields:
+        options = ConversationOptions.model_validate(options.model_dump() | fields)
+    info = model_info(options.model)
+    config = options.config(
+        conversation_id=conversation_id
+        if conversation_id is not None
+        else (f"{parent_id}.child" if parent_id else "conversation"),
+        parent_id=parent_id,
+        context_window=options.context_window or info.context_window,
+        max_output_tokens=options.max_output_tokens or info.max_output_tokens,
+        system_tokens=system_tokens,
+    )
+    return ConversationState(config=config, pending_tokens=config.system_tokens)

@@ -13,7 +13,6 @@ from segue.statemachine.models import (
     DEFAULT_SETTINGS,
     ContextExhaustionBehavior,
     ModelSettings,
-    model_info,
 )
 from segue.statemachine.phases import IDLE, Phase
 
@@ -216,62 +215,3 @@ class ConversationState(Frozen):
     def with_phase(self, phase: Phase) -> Self:
         """A copy in another phase, for tests and tools that need a state in a given phase."""
         return self.model_copy(update={"phase": phase})
-
-
-def new_conversation(
-    *,
-    model: str,
-    behavior: ContextExhaustionBehavior | str = (
-        ContextExhaustionBehavior.THRESHOLD_BASED_CONTINUATION
-    ),
-    warning_threshold: float = 0.80,
-    continuation_threshold: float = 0.90,
-    conversation_id: str | None = None,
-    parent_id: str | None = None,
-    context_window: int | None = None,
-    max_output_tokens: int | None = None,
-    system_tokens: int = 0,
-    max_attempts: int = 4,
-    max_continuations: int = 10,
-    max_tool_rounds: int = 50,
-    settings: ModelSettings | None = None,
-    summary_prompt: str | None = None,
-    summary_model: str | None = None,
-    max_tool_output_tokens: int | None = None,
-    max_run_seconds: float | None = None,
-) -> ConversationState:
-    """A new, idle conversation.
-
-    The core has no randomness, so without ``conversation_id`` the id is derived from the
-    parent (``<parent>.child``) or is ``"conversation"``; runtimes always pass a fresh one.
-    ``context_window`` overrides the static model table (the runtime passes what
-    ``models.retrieve`` reported); ``system_tokens`` seeds pre-flight with the system prompt.
-    ``summary_prompt``, ``summary_model``, ``max_tool_output_tokens`` and ``max_run_seconds``
-    are the user's control at the limit (see ``ConversationConfig``).
-    Invalid values raise ``pydantic.ValidationError``.
-    """
-    info = model_info(model)
-    config = ConversationConfig(
-        id=conversation_id
-        if conversation_id is not None
-        else (f"{parent_id}.child" if parent_id else "conversation"),
-        parent_id=parent_id,
-        model=model,
-        context_window=info.context_window if context_window is None else context_window,
-        max_output_tokens=info.max_output_tokens
-        if max_output_tokens is None
-        else max_output_tokens,
-        behavior=behavior,  # type: ignore[arg-type]  # validation takes names and values
-        warning_threshold=warning_threshold,
-        continuation_threshold=continuation_threshold,
-        max_attempts=max_attempts,
-        max_continuations=max_continuations,
-        max_tool_rounds=max_tool_rounds,
-        system_tokens=system_tokens,
-        settings=DEFAULT_SETTINGS if settings is None else settings,
-        summary_prompt=summary_prompt,
-        summary_model=summary_model,
-        max_tool_output_tokens=max_tool_output_tokens,
-        max_run_seconds=max_run_seconds,
-    )
-    return ConversationState(config=config, pending_tokens=config.system_tokens)
