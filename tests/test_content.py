@@ -23,7 +23,6 @@ import pytest
 
 from segue import (
     AnthropicModel,
-    AppendMessage,
     ImageBlock,
     InvalidMessageError,
     LlmReply,
@@ -43,6 +42,7 @@ from segue import (
     new_conversation,
     transition,
 )
+from segue.effects import AppendMessage
 from segue.executor.stores.codec import dump_message, load_message
 from segue.executor.tools import Tool
 from segue.statemachine.content import (

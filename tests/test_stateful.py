@@ -33,7 +33,6 @@ from segue import (
     LlmRequesting,
     LlmResponse,
     PauseRequested,
-    RequestCheckpoint,
     ToolCall,
     Usage,
     UserCancel,
@@ -41,7 +40,7 @@ from segue import (
     new_conversation,
     transition,
 )
-from segue.effects import AppendMessage, Effect
+from segue.effects import AppendMessage, Effect, RequestCheckpoint
 from segue.testing import ConversationMachine, InvariantError, TransitionFunction, conversations
 
 TestConversationMachine = ConversationMachine.TestCase

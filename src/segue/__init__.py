@@ -14,28 +14,13 @@ from segue.statemachine import __all__ as _core_all
 # The effects after the core: the core's machine imports segue.effects, and segue.effects
 # imports the core's leaf modules, which first runs the core's package (see segue.effects).
 from segue.effects import (
-    AppendMessage,
-    ArchiveTranscript,
-    CancelRequest,
     Effect,
     ExecuteTools,
-    NotifyCompactionFailed,
     NotifyContextExhausted,
     NotifyContextWarning,
-    NotifyFailed,
-    NotifyParent,
-    NotifyToolRoundLimit,
-    NotifyTruncated,
     RejectUserMessage,
-    ReportAccountingAnomaly,
-    RequestCheckpoint,
-    RequestCompaction,
     RequestContinuation,
     RequestLlm,
-    SaveSnapshot,
-    ScheduleRetry,
-    StartGeneration,
-    StartSession,
 )
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a re-export)
@@ -164,34 +149,60 @@ _LAZY = {
 }
 
 
-__getattr__ = lazy_getattr("segue", _LAZY, globals())
+_EARLIER = dict.fromkeys(
+    (
+        "AppendMessage",
+        "ArchiveTranscript",
+        "CancelRequest",
+        "NotifyCompactionFailed",
+        "NotifyFailed",
+        "NotifyParent",
+        "NotifyToolRoundLimit",
+        "NotifyTruncated",
+        "ReportAccountingAnomaly",
+        "RequestCheckpoint",
+        "RequestCompaction",
+        "SaveSnapshot",
+        "ScheduleRetry",
+        "StartGeneration",
+        "StartSession",
+    ),
+    "segue.effects",
+)
+"""Effects no application builds: they live in ``segue.effects``, and still resolve here for
+code written when they were listed (they are not part of the public face)."""
+
+__getattr__ = lazy_getattr("segue", {**_LAZY, **_EARLIER}, globals())
 
 
 __version__ = "0.1.0"
 
-__all__ = [  # noqa: PLE0604  # extends the core's list with the effects
-    *_core_all,
+_CORE_MACHINERY = frozenset(
+    {
+        "EVENT_TYPES",
+        "PHASE_TYPES",
+        "HANDLED_PAIRS",
+        "checkpoint_sections",
+        "compile_resume_context",
+        "continuation_prompt",
+        "estimate_content",
+        "extract_checkpoint",
+        "extract_decisions",
+    }
+)
+"""The core's own machinery: importable from ``segue.statemachine`` (and, for code written
+before, from ``segue``), but not what an application calls."""
+
+__all__ = [  # noqa: PLE0604  # the core's values, the runtime's names, the contract's effects
+    *(name for name in _core_all if name not in _CORE_MACHINERY),
     *_LAZY,
-    "AppendMessage",
-    "ArchiveTranscript",
-    "CancelRequest",
+    # Every effect is importable from segue.effects; these are the ones the contract names
+    # (the others still resolve here, for code written before, but are not the public face).
     "Effect",
     "ExecuteTools",
-    "NotifyCompactionFailed",
     "NotifyContextExhausted",
     "NotifyContextWarning",
-    "NotifyFailed",
-    "NotifyParent",
-    "NotifyToolRoundLimit",
-    "NotifyTruncated",
     "RejectUserMessage",
-    "ReportAccountingAnomaly",
-    "RequestCheckpoint",
-    "RequestCompaction",
     "RequestContinuation",
     "RequestLlm",
-    "SaveSnapshot",
-    "ScheduleRetry",
-    "StartGeneration",
-    "StartSession",
 ]
