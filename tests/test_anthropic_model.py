@@ -27,6 +27,7 @@ from segue.executor.model_port import LlmModel, LlmReply, LlmRequest, Purpose, T
 from segue.executor.models.anthropic import AnthropicModel, call_error
 from segue.executor.models.anthropic_payload import turn_messages
 from segue.executor.models.history import MIN_KEPT_MESSAGES, TOOL_RESULT_CHARS
+from segue.executor.models.windows import Window
 from segue.statemachine import Message, ToolCall
 from segue.statemachine import Usage as SegueUsage
 from segue.testing.anthropic_server import (
@@ -684,31 +685,46 @@ def test_call_error_classifies_without_a_server() -> None:
 
 
 def test_context_window_comes_from_the_models_api_and_is_cached() -> None:
+    """The server's figure wins; a model it does not describe gets the table's, and one the
+    table does not know either the smallest of Anthropic's windows, said to be a guess."""
     models = {MODEL: ModelSpec(max_input_tokens=1_000_000), "bare": ModelSpec(None, None)}
 
-    async def ask(model: AnthropicModel) -> list[int | None]:
+    async def ask(model: AnthropicModel) -> list[Window]:
         return [
-            await model.context_window(MODEL),
-            await model.context_window(MODEL),
-            await model.context_window("bare"),
-            await model.context_window("claude-unknown"),
+            await model.window(MODEL),
+            await model.window(MODEL),
+            await model.window("bare"),
+            await model.window("claude-unknown"),
+            await model.window("claude-haiku-4-5"),
         ]
 
-    with FakeAnthropicServer(models=models) as server:
-        assert run(server, ask) == [1_000_000, 1_000_000, None, None]
+    with FakeAnthropicServer(models=models) as server, capture_logs() as logs:
+        assert run(server, ask) == [
+            Window(1_000_000, "server"),
+            Window(1_000_000, "server"),
+            Window(200_000, "assumed"),
+            Window(200_000, "assumed"),
+            Window(200_000, "table"),
+        ]
+        assert run(server, lambda m: m.context_window(MODEL)) == 1_000_000
         paths = [r.path for r in server.requests]
-    assert paths.count(f"/v1/models/{MODEL}") == 1
+    assert paths.count(f"/v1/models/{MODEL}") == 2  # once per adapter
+    unknown = [e for e in logs if e["event"] == "model_window_unknown"]
+    assert [(e["model"], e["assumed_window"]) for e in unknown] == [
+        ("bare", 200_000),
+        ("claude-unknown", 200_000),
+    ]
 
 
-def test_context_window_is_none_when_the_api_is_unreachable() -> None:
+def test_context_window_is_the_tables_when_the_api_is_unreachable() -> None:
     with FakeAnthropicServer() as server:
         url = server.url
 
-    async def ask() -> int | None:
+    async def ask() -> Window:
         async with anthropic.AsyncAnthropic(api_key=KEY, base_url=url, max_retries=0) as client:
-            return await AnthropicModel(client).context_window(MODEL)
+            return await AnthropicModel(client).window(MODEL)
 
-    assert asyncio.run(ask()) is None
+    assert asyncio.run(ask()) == Window(1_000_000, "table")
 
 
 class _Flaky(httpx2.AsyncHTTPTransport):
@@ -727,7 +743,7 @@ def test_a_window_is_asked_again_after_a_failure_but_not_after_an_answer() -> No
     so the next conversation asks again instead of living with the table's guess."""
     transport = _Flaky()
 
-    async def ask(url: str) -> list[int | None]:
+    async def ask(url: str) -> list[int]:
         async with (
             httpx2.AsyncClient(transport=transport) as http,
             anthropic.AsyncAnthropic(api_key=KEY, base_url=url, http_client=http) as client,
@@ -742,8 +758,8 @@ def test_a_window_is_asked_again_after_a_failure_but_not_after_an_answer() -> No
                 await model.context_window("claude-unknown"),
             ]
 
-    with FakeAnthropicServer(models={MODEL: ModelSpec(max_input_tokens=1_000_000)}) as server:
-        assert asyncio.run(ask(server.url)) == [None, 1_000_000, None, None]
+    with FakeAnthropicServer(models={MODEL: ModelSpec(max_input_tokens=900_000)}) as server:
+        assert asyncio.run(ask(server.url)) == [1_000_000, 900_000, 200_000, 200_000]
         paths = [r.path for r in server.requests]
     assert paths.count("/v1/models/claude-unknown") == 1
 
@@ -793,7 +809,9 @@ def test_logs_say_what_happened_and_never_the_key() -> None:
     assert logs, "nothing was logged"
     assert KEY not in repr(logs)
     assert "Bearer" not in repr(logs)
-    assert all(entry["log_level"] == "debug" for entry in logs)
+    guesses = [e for e in logs if e["event"] == "model_window_unknown"]
+    assert [e["log_level"] for e in guesses] == ["warning"]  # the one thing a user must know
+    assert all(entry["log_level"] == "debug" for entry in logs if entry not in guesses)
     reply = next(e for e in logs if e["event"] == "llm.reply")
     assert reply["purpose"] == "compaction"
     assert reply["model"] == MODEL

@@ -598,20 +598,6 @@ def test_an_unreachable_server_is_retryable(api: Api) -> None:
 # --------------------------------------------------------------------------- windows and counting
 
 
-def test_a_compatible_servers_reported_window_is_used(server: FakeOpenAIServer) -> None:
-    server.models["llama3"] = {"owned_by": "vllm", "max_model_len": 32_768}
-
-    async def main() -> tuple[int | None, int | None, int | None]:
-        async with adapter(server) as model:
-            return (
-                await model.context_window("llama3"),
-                await model.context_window("gpt-4o"),  # OpenAI says no window: the table
-                await model.context_window("nobody-knows"),  # 404
-            )
-
-    assert asyncio.run(main()) == (32_768, None, None)
-
-
 def byte_encoding() -> tiktoken.Encoding:
     """A real tiktoken encoding built here (one token per byte, plus one merge), so counting runs
     offline: the published encodings are downloaded on first use."""

@@ -11,16 +11,24 @@ Replies are scripted: ``enqueue`` pushes replies onto a FIFO; when it is empty t
 (or responder callable) answers. Every request is recorded in ``requests`` so tests can assert what
 was sent. Only the standard library is used, so the server also runs in a child process
 (``python -m segue.testing.anthropic_server`` prints its URL and serves default replies).
+
+Claude on Amazon Bedrock and on Google Vertex AI is the same API under other paths: the
+``AsyncAnthropicBedrock`` and ``AsyncAnthropicVertex`` clients pointed at the fake
+(``base_url=server.url``) are answered too, Bedrock's stream in AWS event-stream frames.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import re
+import struct
 import uuid
+import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 from urllib.parse import unquote
 
 from segue.testing._scripted_http import RecordedRequest as RecordedRequest  # noqa: PLC0414  # re-exported: this module's API since it was written here
@@ -301,7 +309,13 @@ class _Handler(ScriptedHandler):
 
     def _route(self, path: str, body: Any) -> None:
         fake = self.fake
-        if self.command == "POST" and path == "/v1/messages":
+        cloud = _cloud_call(path)
+        if self.command == "POST" and cloud is not None and isinstance(body, dict):
+            # Bedrock and Vertex AI name the model (and whether to stream) in the path.
+            model, stream, self._aws_frames = cloud
+            body = {**body, "model": model, "stream": stream}
+            self._messages(body, fake._next_reply(body))
+        elif self.command == "POST" and path == "/v1/messages":
             if not isinstance(body, dict) or not {"model", "messages", "max_tokens"} <= body.keys():
                 msg = "model, messages and max_tokens are required"
                 self._send_error(ErrorReply(400, "invalid_request_error", msg))
@@ -339,6 +353,8 @@ class _Handler(ScriptedHandler):
         model = str(request["model"])
         if isinstance(reply, ErrorReply):
             self._send_sse(_named(_sse_events(MessageReply(), message_id, model, reply)))
+        elif stream and self._aws_frames:
+            self._send_aws_events(_sse_events(reply, message_id, reply.model or model))
         elif stream:
             events = _sse_events(reply, message_id, reply.model or model)
             self._send_sse(_named(events), reply.chunk_delay)
@@ -347,6 +363,63 @@ class _Handler(ScriptedHandler):
 
     def _send_error(self, error: ErrorReply) -> None:
         self._send_json(error.status, error.body(), error.headers)
+
+    _aws_frames = False
+    """This request came as Bedrock's: its stream is AWS event-stream frames, not SSE."""
+
+    def _send_aws_events(self, events: list[dict[str, Any]]) -> None:
+        """Bedrock's ``invoke-with-response-stream``: each event a binary frame whose payload
+        is ``{"bytes": base64(event JSON)}``, then EOF."""
+        self.close_connection = True
+        self.send_response(200)
+        self.send_header("content-type", "application/vnd.amazon.eventstream")
+        self.send_header("connection", "close")
+        self.send_header("x-amzn-requestid", self.fake._request_id())
+        self.end_headers()
+        for event in events:
+            self.wfile.write(_aws_frame(event))
+            self.wfile.flush()
+
+
+_BEDROCK: Final = re.compile(
+    r"^/model/(?P<model>[^/]+)/(?P<how>invoke|invoke-with-response-stream)$"
+)
+_VERTEX: Final = re.compile(
+    r"^(?:/v1)?/projects/[^/]+/locations/[^/]+/publishers/anthropic/models/"
+    r"(?P<model>[^/:]+):(?P<how>rawPredict|streamRawPredict)$"
+)
+
+
+def _cloud_call(path: str) -> tuple[str, bool, bool] | None:
+    """``(model, stream, bedrock)`` of a Bedrock or Vertex AI Messages call, else None."""
+    if (bedrock := _BEDROCK.match(path)) is not None:
+        return unquote(bedrock["model"]), bedrock["how"] != "invoke", True
+    if (vertex := _VERTEX.match(path)) is not None:
+        return unquote(vertex["model"]), vertex["how"] == "streamRawPredict", False
+    return None
+
+
+def _aws_header(name: str, value: str) -> bytes:
+    key, text = name.encode(), value.encode()
+    return struct.pack(">B", len(key)) + key + b"\x07" + struct.pack(">H", len(text)) + text
+
+
+def _aws_frame(event: dict[str, Any]) -> bytes:
+    """One AWS event-stream message (prelude, headers, payload, CRC32s) carrying ``event``
+    as Bedrock carries a Messages API event."""
+    payload = json.dumps({"bytes": base64.b64encode(json.dumps(event).encode()).decode()})
+    headers = b"".join(
+        _aws_header(name, value)
+        for name, value in (
+            (":event-type", "chunk"),
+            (":content-type", "application/json"),
+            (":message-type", "event"),
+        )
+    )
+    total = 12 + len(headers) + len(payload) + 4
+    prelude = struct.pack(">II", total, len(headers))
+    message = prelude + struct.pack(">I", zlib.crc32(prelude)) + headers + payload.encode()
+    return message + struct.pack(">I", zlib.crc32(message))
 
 
 class FakeAnthropicServer(ScriptedServer[Reply]):
@@ -377,12 +450,17 @@ class FakeAnthropicServer(ScriptedServer[Reply]):
         return self.origin
 
     def message_requests(self) -> list[RecordedRequest]:
-        """Only the ``POST /v1/messages`` requests (not count_tokens or models), with or without
-        a query string (the Claude Code CLI sends ``/v1/messages?beta=true``)."""
+        """Only the Messages requests (not count_tokens or models), with or without a query
+        string (the Claude Code CLI sends ``/v1/messages?beta=true``), Bedrock's and Vertex
+        AI's included (their model named in the path, not the body)."""
         return [
             r
             for r in self.requests
-            if r.method == "POST" and r.path.split("?", 1)[0] == "/v1/messages"
+            if r.method == "POST"
+            and (
+                r.path.split("?", 1)[0] == "/v1/messages"
+                or _cloud_call(r.path.split("?", 1)[0]) is not None
+            )
         ]
 
     def _model_json(self, model_id: str, spec: ModelSpec) -> dict[str, Any]:

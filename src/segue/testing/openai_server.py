@@ -31,6 +31,7 @@ from segue.testing._scripted_http import (
     ScriptedServer,
     serve_until_stopped,
 )
+from segue.testing.openai_local import OVERFLOWS, llama_cpp_props, ollama_show
 from segue.testing.openai_replies import (
     DEFAULT_MODELS,
     Disconnect,
@@ -77,14 +78,26 @@ class _Handler(ScriptedHandler):
                 self._send_error(ErrorReply(400, f"model and {wanted} are required"))
                 return
             self._answer(api, body, fake._next_reply(body))
-        elif self.command == "GET" and path.startswith("/v1/models/"):
+        elif self.command == "GET" and path.startswith("/v1/models/") and fake.retrieve:
             model_id = unquote(path.removeprefix("/v1/models/"))
             spec = fake.models.get(model_id)
             if spec is None:
                 message = f"The model '{model_id}' does not exist"
                 self._send_error(ErrorReply(404, message, code="model_not_found"))
                 return
-            self._send_json(200, {"id": model_id, "object": "model", "created": 0, **spec})
+            self._send_json(200, _model(model_id, spec))
+        elif self.command == "GET" and path == "/v1/models":
+            data = [_model(model_id, spec) for model_id, spec in fake.models.items()]
+            self._send_json(200, {"object": "list", "data": data})
+        elif self.command == "GET" and path == "/props" and fake.props is not None:
+            self._send_json(200, fake.props)
+        elif self.command == "POST" and path == "/api/show" and fake.shown is not None:
+            name = body.get("model") if isinstance(body, dict) else None
+            shown = fake.shown.get(str(name))
+            if shown is None:  # Ollama's own error shape, not OpenAI's
+                self._send_json(404, {"error": f"model '{name}' not found"})
+                return
+            self._send_json(200, shown)
         else:
             self._send_error(ErrorReply(404, f"Not found: {path}", code="not_found"))
 
@@ -134,11 +147,20 @@ class _Handler(ScriptedHandler):
         self._send_json(error.status, {"error": error.error()}, error.headers)
 
 
+def _model(model_id: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+    return {"id": model_id, "object": "model", "created": 0, "owned_by": "system", **spec}
+
+
 class FakeOpenAIServer(ScriptedServer[Scripted]):
     """The fake API on ``127.0.0.1`` at an ephemeral port; see the module docstring.
 
     ``default`` answers when the script is empty; ``models`` maps model ids to the extra fields
-    ``GET /v1/models/{id}`` reports (others get 404). All methods are safe from any thread.
+    ``GET /v1/models/{id}`` and the list ``GET /v1/models`` report (others get 404; a field
+    such as ``max_model_len`` plays vLLM). What a local server adds, each switchable per test
+    (the attributes of the same names): ``retrieve=False`` answers ``/v1/models/{id}`` 404, as
+    vLLM does; ``props`` is llama.cpp's ``GET /props`` (``openai_replies.llama_cpp_props``);
+    ``shown`` maps model names to Ollama's ``POST /api/show`` (``openai_replies.ollama_show``);
+    None: the route is not there (404). All methods are safe from any thread.
     """
 
     handler = _Handler
@@ -149,11 +171,17 @@ class FakeOpenAIServer(ScriptedServer[Scripted]):
         *,
         default: Scripted | Responder | None = None,
         models: Mapping[str, Mapping[str, Any]] | None = None,
+        retrieve: bool = True,
+        props: Mapping[str, Any] | None = None,
+        shown: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         super().__init__(Reply() if default is None else default)
         self.models: dict[str, Mapping[str, Any]] = dict(
             DEFAULT_MODELS if models is None else models
         )
+        self.retrieve = retrieve
+        self.props = props
+        self.shown = shown
 
     @property
     def url(self) -> str:
@@ -182,6 +210,7 @@ if __name__ == "__main__":
 
 __all__ = [  # the scripted replies are importable from here, beside the server they script
     "DEFAULT_MODELS",
+    "OVERFLOWS",
     "Disconnect",
     "ErrorReply",
     "FakeOpenAIServer",
@@ -194,7 +223,9 @@ __all__ = [  # the scripted replies are importable from here, beside the server 
     "Usage",
     "context_length_exceeded",
     "invalid_api_key",
+    "llama_cpp_props",
     "main",
+    "ollama_show",
     "rate_limited",
     "server_error",
 ]
