@@ -19,20 +19,26 @@ Claude on Amazon Bedrock and on Google Vertex AI is the same API under other pat
 
 from __future__ import annotations
 
-import base64
 import json
-import re
-import struct
 import uuid
-import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any
 from urllib.parse import unquote
 
+from segue.testing._anthropic_clouds import aws_frame, cloud_call
 from segue.testing._scripted_http import RecordedRequest as RecordedRequest  # noqa: PLC0414  # re-exported: this module's API since it was written here
 from segue.testing._scripted_http import ScriptedHandler, ScriptedServer, serve_until_stopped
+from segue.testing.prompt_cache import (
+    MEASURED,
+    Accounted,
+    Bill,
+    Measured,
+    PromptCache,
+    TooManyBreakpointsError,
+    output_tokens,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +100,9 @@ class MessageReply:
     ``stop_reason`` is a plain string so that any value the API may send (``"end_turn"``,
     ``"tool_use"``, ``"max_tokens"``, ``"model_context_window_exceeded"``, ...) can be scripted.
     ``model=None`` echoes the request's model. ``delay`` seconds pass before the reply is sent.
-    ``usage=None`` leaves usage out entirely (as some compatible servers do). When streamed:
+    ``usage=None`` leaves usage out entirely (as some compatible servers do); by default
+    (``MEASURED``) the server counts it from what it was sent, prompt cache included
+    (``prompt_cache``). When streamed:
     ``pieces`` text deltas per text block, ``chunk_delay`` seconds between events, and
     ``cut_after`` ends the stream (closing the connection) after that many events, before
     ``message_stop``, as a dropped connection does.
@@ -102,7 +110,7 @@ class MessageReply:
 
     text: str = "ok"
     tool_uses: Sequence[ToolUse] = ()
-    usage: Usage | None = field(default_factory=Usage)
+    usage: Usage | Measured | None = MEASURED
     stop_reason: str = "end_turn"
     model: str | None = None
     delay: float = 0.0
@@ -243,9 +251,15 @@ def _message_json(reply: MessageReply, message_id: str, model: str) -> dict[str,
         "stop_reason": reply.stop_reason,
         "stop_sequence": None,
     }
-    if reply.usage is not None:
-        message["usage"] = reply.usage.to_json()
+    usage = _usage(reply)
+    if usage is not None:
+        message["usage"] = usage.to_json()
     return message
+
+
+def _usage(reply: MessageReply) -> Usage | None:
+    """The usage a reply reports (``MEASURED`` not counted, an error's: the defaults)."""
+    return Usage() if isinstance(reply.usage, Measured) else reply.usage
 
 
 def _sse_events(
@@ -254,8 +268,9 @@ def _sse_events(
     """The events the API streams for ``reply`` (or up to ``error``); SSE name = ``type``."""
     start = _message_json(reply, message_id, model)
     start.update(content=[], stop_reason=None)
-    if reply.usage is not None:
-        start["usage"] = reply.usage.to_json(output_tokens=1)
+    usage = _usage(reply)
+    if usage is not None:
+        start["usage"] = usage.to_json(output_tokens=1)
     events: list[dict[str, Any]] = [{"type": "message_start", "message": start}, {"type": "ping"}]
     if error is not None:
         return [*events, error.body()]
@@ -284,8 +299,8 @@ def _sse_events(
     delta = {"stop_reason": reply.stop_reason, "stop_sequence": None}
     # message_delta usage holds cumulative totals, as the API sends them.
     final: dict[str, Any] = {"type": "message_delta", "delta": delta}
-    if reply.usage is not None:
-        final["usage"] = reply.usage.to_json()
+    if usage is not None:
+        final["usage"] = usage.to_json()
     events.append(final)
     events.append({"type": "message_stop"})
     if reply.cut_after is not None:
@@ -309,7 +324,7 @@ class _Handler(ScriptedHandler):
 
     def _route(self, path: str, body: Any) -> None:
         fake = self.fake
-        cloud = _cloud_call(path)
+        cloud = cloud_call(path)
         if self.command == "POST" and cloud is not None and isinstance(body, dict):
             # Bedrock and Vertex AI name the model (and whether to stream) in the path.
             model, stream, self._aws_frames = cloud
@@ -351,6 +366,12 @@ class _Handler(ScriptedHandler):
             return
         message_id = f"msg_fake_{uuid.uuid4().hex[:20]}"
         model = str(request["model"])
+        if isinstance(reply, MessageReply):
+            try:
+                reply = self.fake._measured(request, reply)
+            except TooManyBreakpointsError as exc:
+                self._send_error(ErrorReply(400, "invalid_request_error", str(exc)))
+                return
         if isinstance(reply, ErrorReply):
             self._send_sse(_named(_sse_events(MessageReply(), message_id, model, reply)))
         elif stream and self._aws_frames:
@@ -377,49 +398,8 @@ class _Handler(ScriptedHandler):
         self.send_header("x-amzn-requestid", self.fake._request_id())
         self.end_headers()
         for event in events:
-            self.wfile.write(_aws_frame(event))
+            self.wfile.write(aws_frame(event))
             self.wfile.flush()
-
-
-_BEDROCK: Final = re.compile(
-    r"^/model/(?P<model>[^/]+)/(?P<how>invoke|invoke-with-response-stream)$"
-)
-_VERTEX: Final = re.compile(
-    r"^(?:/v1)?/projects/[^/]+/locations/[^/]+/publishers/anthropic/models/"
-    r"(?P<model>[^/:]+):(?P<how>rawPredict|streamRawPredict)$"
-)
-
-
-def _cloud_call(path: str) -> tuple[str, bool, bool] | None:
-    """``(model, stream, bedrock)`` of a Bedrock or Vertex AI Messages call, else None."""
-    if (bedrock := _BEDROCK.match(path)) is not None:
-        return unquote(bedrock["model"]), bedrock["how"] != "invoke", True
-    if (vertex := _VERTEX.match(path)) is not None:
-        return unquote(vertex["model"]), vertex["how"] == "streamRawPredict", False
-    return None
-
-
-def _aws_header(name: str, value: str) -> bytes:
-    key, text = name.encode(), value.encode()
-    return struct.pack(">B", len(key)) + key + b"\x07" + struct.pack(">H", len(text)) + text
-
-
-def _aws_frame(event: dict[str, Any]) -> bytes:
-    """One AWS event-stream message (prelude, headers, payload, CRC32s) carrying ``event``
-    as Bedrock carries a Messages API event."""
-    payload = json.dumps({"bytes": base64.b64encode(json.dumps(event).encode()).decode()})
-    headers = b"".join(
-        _aws_header(name, value)
-        for name, value in (
-            (":event-type", "chunk"),
-            (":content-type", "application/json"),
-            (":message-type", "event"),
-        )
-    )
-    total = 12 + len(headers) + len(payload) + 4
-    prelude = struct.pack(">II", total, len(headers))
-    message = prelude + struct.pack(">I", zlib.crc32(prelude)) + headers + payload.encode()
-    return message + struct.pack(">I", zlib.crc32(message))
 
 
 class FakeAnthropicServer(ScriptedServer[Reply]):
@@ -441,6 +421,8 @@ class FakeAnthropicServer(ScriptedServer[Reply]):
         models: Mapping[str, ModelSpec] | None = None,
     ) -> None:
         super().__init__(MessageReply() if default is None else default)
+        self.cache = PromptCache()
+        self.bill = Bill()
         self.count_tokens = count_tokens
         self.models: dict[str, ModelSpec] = dict(DEFAULT_MODELS if models is None else models)
 
@@ -459,9 +441,32 @@ class FakeAnthropicServer(ScriptedServer[Reply]):
             if r.method == "POST"
             and (
                 r.path.split("?", 1)[0] == "/v1/messages"
-                or _cloud_call(r.path.split("?", 1)[0]) is not None
+                or cloud_call(r.path.split("?", 1)[0]) is not None
             )
         ]
+
+    def _measured(self, request: dict[str, Any], reply: MessageReply) -> MessageReply:
+        """``reply`` with its usage counted from ``request`` (the cache read and written) when
+        the script left it to the server; every answer with usage goes on the bill."""
+        if isinstance(reply.usage, Measured):
+            prompt = self.cache.account(request)
+            thinking = "".join(t.thinking for t in reply.thinking)
+            calls = [(t.name, dict(t.input)) for t in reply.tool_uses]
+            output = output_tokens(reply.text, calls, thinking)
+            usage = Usage(
+                prompt.input_tokens,
+                output,
+                prompt.cache_creation_input_tokens,
+                prompt.cache_read_input_tokens,
+            )
+            self.bill.add(prompt, output)
+            return replace(reply, usage=usage)
+        if isinstance(reply.usage, Usage):
+            said = reply.usage
+            written = said.cache_creation_input_tokens or 0
+            read = said.cache_read_input_tokens or 0
+            self.bill.add(Accounted(said.input_tokens, read, written), said.output_tokens)
+        return reply
 
     def _model_json(self, model_id: str, spec: ModelSpec) -> dict[str, Any]:
         data: dict[str, Any] = {

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Literal
 from urllib.parse import unquote
 
+from segue.testing._measured import Measured
 from segue.testing._scripted_http import (
     RecordedRequest,
     ScriptedHandler,
@@ -52,6 +54,7 @@ from segue.testing.openai_replies import (
     response_object,
     server_error,
 )
+from segue.testing.prompt_cache import output_tokens, text_tokens
 
 # --------------------------------------------------------------------------- HTTP
 
@@ -115,6 +118,8 @@ class _Handler(ScriptedHandler):
             self._send_error(reply)
             return
         model = str(request["model"])
+        if isinstance(reply, Reply) and isinstance(reply.usage, Measured):
+            reply = replace(reply, usage=_measured(request, reply))
         if api == "chat":
             reply_id = f"chatcmpl-fake{uuid.uuid4().hex[:20]}"
             options = request.get("stream_options")
@@ -145,6 +150,24 @@ class _Handler(ScriptedHandler):
 
     def _send_error(self, error: ErrorReply) -> None:
         self._send_json(error.status, {"error": error.error()}, error.headers)
+
+
+def _measured(request: dict[str, Any], reply: Reply) -> Usage:
+    """The usage of ``reply`` counted from ``request`` as segue estimates tokens: each
+    message's or input item's content, tool calls and outputs, the instructions and tools."""
+    items = request.get("messages") or request.get("input") or []
+    if isinstance(items, str):
+        items = [{"content": items}]
+    prompt = text_tokens(request.get("instructions") or "") if request.get("instructions") else 0
+    for item in items:
+        for key in ("content", "output", "arguments", "tool_calls"):
+            value = item.get(key) if isinstance(item, dict) else None
+            if value:
+                prompt += text_tokens(value)
+    if request.get("tools"):
+        prompt += text_tokens(request["tools"])
+    calls = [(c.name, c.raw()) for c in reply.tool_calls]
+    return Usage(prompt_tokens=prompt, completion_tokens=output_tokens(reply.text, calls))
 
 
 def _model(model_id: str, spec: Mapping[str, Any]) -> dict[str, Any]:
