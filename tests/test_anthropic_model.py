@@ -320,11 +320,45 @@ def test_continuation_payload_has_no_tools_and_names_rejected_calls() -> None:
 @pytest.mark.parametrize("purpose", ["checkpoint", "compaction"])
 def test_other_summary_purposes_are_tool_less_too(purpose: Purpose) -> None:
     with FakeAnthropicServer() as server:
-        complete(server, request(purpose, tools=TOOLS))  # tools passed by mistake: still none
+        complete(server, request(purpose))
         body = last_body(server)
     assert "tools" not in body
     assert not blocks(body, "tool_use")
     assert texts(body["messages"][-1])[-1] == INSTRUCTION
+
+
+@pytest.mark.parametrize("purpose", ["continuation", "checkpoint", "compaction"])
+def test_requests_at_the_limit_keep_the_turns_prefix_and_forbid_every_tool(
+    purpose: Purpose,
+) -> None:
+    """REQ-SEG-040: given the turn's tools, a request at the limit is the turn's prefix with
+    ``tool_choice: none`` and the instruction last, and marks no breakpoint on its history
+    (nothing reads it back)."""
+    rejected = (ToolCall(id="toolu_r", name="bash", input={"cmd": "rm -rf /"}),)
+    with FakeAnthropicServer() as server:
+        complete(server, request("turn", tools=TOOLS))
+        complete(server, request(purpose, tools=TOOLS, rejected_tool_calls=rejected))
+        turn, limit = (r.body for r in server.message_requests())
+    assert limit["tools"] == turn["tools"]  # the breakpoint on the last tool included
+    assert limit["system"] == turn["system"]
+    assert (limit["tool_choice"], "tool_choice" in turn) == ({"type": "none"}, False)
+    last = len(turn["messages"]) - 1
+    assert limit["messages"][:last] == turn["messages"][:last]
+    assert blocks(limit, "tool_use") == blocks(turn, "tool_use")
+    closing = texts(limit["messages"][-1])[-1]
+    assert closing.endswith(INSTRUCTION)
+    assert 'bash({"cmd": "rm -rf /"}); they were not run.' in closing
+    assert "cache_control" not in str(limit["messages"])
+    assert "cache_control" in str(turn["messages"])
+
+
+def test_a_turns_last_round_marks_no_breakpoint_on_its_history() -> None:
+    with FakeAnthropicServer() as server:
+        complete(server, request("turn", tools=TOOLS, final=True, instruction=INSTRUCTION))
+        body = last_body(server, raw=True)
+    assert body["tool_choice"] == {"type": "none"}
+    assert "cache_control" not in str(body["messages"])
+    assert body["tools"][-1]["cache_control"] == {"type": "ephemeral"}
 
 
 def test_tool_results_are_clipped_in_summary_requests() -> None:
