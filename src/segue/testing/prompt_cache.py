@@ -257,9 +257,12 @@ class Bill:
     written_1h: int = 0
     output_tokens: int = 0
     by_request: list[float] = field(default_factory=list)
+    entries: list[tuple[Accounted, int]] = field(default_factory=list)
+    """Each answer's prompt and output tokens, in the order they were served."""
 
     def add(self, prompt: Accounted, output_tokens: int) -> None:
         """Count one answer."""
+        self.entries.append((prompt, output_tokens))
         self.requests += 1
         self.input_tokens += prompt.input_tokens
         self.cache_read_input_tokens += prompt.cache_read_input_tokens
