@@ -447,7 +447,6 @@ def test_every_answer_parses_as_the_sdks_own_type(stream: bool) -> None:
     """The fake's JSON (usage it measured, a tool call, thinking) validates as the SDK's
     ``Message`` and ``RawMessageStreamEvent``, not only as what the SDK tolerates."""
     import json
-    import urllib.request
 
     from anthropic.types import RawMessageStreamEvent
     from pydantic import TypeAdapter
@@ -460,13 +459,7 @@ def test_every_answer_parses_as_the_sdks_own_type(stream: bool) -> None:
     body = {"model": "claude-sonnet-4-6", "max_tokens": 100, "stream": stream}
     body["messages"] = [{"role": "user", "content": "hi"}]
     with FakeAnthropicServer(default=reply) as server:
-        request = urllib.request.Request(  # noqa: S310  # the fake on loopback
-            f"{server.url}/v1/messages",
-            data=json.dumps(body).encode(),
-            headers={"content-type": "application/json", "x-api-key": "k"},
-        )
-        with urllib.request.urlopen(request) as answer:  # noqa: S310
-            raw = answer.read().decode()
+        raw = server.post("/v1/messages", body, {"x-api-key": "k"})
     if not stream:
         message = Message.model_validate(json.loads(raw))
         assert message.usage.input_tokens == 9  # "hi", as segue estimates it

@@ -4,7 +4,6 @@ does itself rather than what ``OpenAIModel`` makes of it (that is ``test_openai_
 from __future__ import annotations
 
 import asyncio
-import urllib.request
 from typing import Any
 
 import openai
@@ -54,13 +53,8 @@ def _answers(api: str, stream: bool) -> list[Any]:
                 }
             else:
                 body["input"] = "hi"
-            request = urllib.request.Request(  # noqa: S310  # the fake on loopback
-                f"{server.url}/{'chat/completions' if api == 'chat' else 'responses'}",
-                data=json.dumps(body).encode(),
-                headers={"content-type": "application/json", "authorization": "Bearer k"},
-            )
-            with urllib.request.urlopen(request) as answer:  # noqa: S310
-                raw = answer.read().decode()
+            path = "/v1/chat/completions" if api == "chat" else "/v1/responses"
+            raw = server.post(path, body, {"authorization": "Bearer k"})
             if not stream:
                 answers.append(json.loads(raw))
                 continue
