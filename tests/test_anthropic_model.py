@@ -27,6 +27,7 @@ from segue.executor.model_port import LlmModel, LlmReply, LlmRequest, Purpose, T
 from segue.executor.models.anthropic import AnthropicModel, call_error
 from segue.executor.models.anthropic_payload import turn_messages
 from segue.executor.models.history import MIN_KEPT_MESSAGES, TOOL_RESULT_CHARS
+from segue.executor.models.windows import Window
 from segue.statemachine import Message, ToolCall
 from segue.statemachine import Usage as SegueUsage
 from segue.testing.anthropic_server import (
@@ -319,11 +320,45 @@ def test_continuation_payload_has_no_tools_and_names_rejected_calls() -> None:
 @pytest.mark.parametrize("purpose", ["checkpoint", "compaction"])
 def test_other_summary_purposes_are_tool_less_too(purpose: Purpose) -> None:
     with FakeAnthropicServer() as server:
-        complete(server, request(purpose, tools=TOOLS))  # tools passed by mistake: still none
+        complete(server, request(purpose))
         body = last_body(server)
     assert "tools" not in body
     assert not blocks(body, "tool_use")
     assert texts(body["messages"][-1])[-1] == INSTRUCTION
+
+
+@pytest.mark.parametrize("purpose", ["continuation", "checkpoint", "compaction"])
+def test_requests_at_the_limit_keep_the_turns_prefix_and_forbid_every_tool(
+    purpose: Purpose,
+) -> None:
+    """REQ-SEG-040: given the turn's tools, a request at the limit is the turn's prefix with
+    ``tool_choice: none`` and the instruction last, and marks no breakpoint on its history
+    (nothing reads it back)."""
+    rejected = (ToolCall(id="toolu_r", name="bash", input={"cmd": "rm -rf /"}),)
+    with FakeAnthropicServer() as server:
+        complete(server, request("turn", tools=TOOLS))
+        complete(server, request(purpose, tools=TOOLS, rejected_tool_calls=rejected))
+        turn, limit = (r.body for r in server.message_requests())
+    assert limit["tools"] == turn["tools"]  # the breakpoint on the last tool included
+    assert limit["system"] == turn["system"]
+    assert (limit["tool_choice"], "tool_choice" in turn) == ({"type": "none"}, False)
+    last = len(turn["messages"]) - 1
+    assert limit["messages"][:last] == turn["messages"][:last]
+    assert blocks(limit, "tool_use") == blocks(turn, "tool_use")
+    closing = texts(limit["messages"][-1])[-1]
+    assert closing.endswith(INSTRUCTION)
+    assert 'bash({"cmd": "rm -rf /"}); they were not run.' in closing
+    assert "cache_control" not in str(limit["messages"])
+    assert "cache_control" in str(turn["messages"])
+
+
+def test_a_turns_last_round_marks_no_breakpoint_on_its_history() -> None:
+    with FakeAnthropicServer() as server:
+        complete(server, request("turn", tools=TOOLS, final=True, instruction=INSTRUCTION))
+        body = last_body(server, raw=True)
+    assert body["tool_choice"] == {"type": "none"}
+    assert "cache_control" not in str(body["messages"])
+    assert body["tools"][-1]["cache_control"] == {"type": "ephemeral"}
 
 
 def test_tool_results_are_clipped_in_summary_requests() -> None:
@@ -684,31 +719,46 @@ def test_call_error_classifies_without_a_server() -> None:
 
 
 def test_context_window_comes_from_the_models_api_and_is_cached() -> None:
+    """The server's figure wins; a model it does not describe gets the table's, and one the
+    table does not know either the smallest of Anthropic's windows, said to be a guess."""
     models = {MODEL: ModelSpec(max_input_tokens=1_000_000), "bare": ModelSpec(None, None)}
 
-    async def ask(model: AnthropicModel) -> list[int | None]:
+    async def ask(model: AnthropicModel) -> list[Window]:
         return [
-            await model.context_window(MODEL),
-            await model.context_window(MODEL),
-            await model.context_window("bare"),
-            await model.context_window("claude-unknown"),
+            await model.window(MODEL),
+            await model.window(MODEL),
+            await model.window("bare"),
+            await model.window("claude-unknown"),
+            await model.window("claude-haiku-4-5"),
         ]
 
-    with FakeAnthropicServer(models=models) as server:
-        assert run(server, ask) == [1_000_000, 1_000_000, None, None]
+    with FakeAnthropicServer(models=models) as server, capture_logs() as logs:
+        assert run(server, ask) == [
+            Window(1_000_000, "server"),
+            Window(1_000_000, "server"),
+            Window(200_000, "assumed"),
+            Window(200_000, "assumed"),
+            Window(200_000, "table"),
+        ]
+        assert run(server, lambda m: m.context_window(MODEL)) == 1_000_000
         paths = [r.path for r in server.requests]
-    assert paths.count(f"/v1/models/{MODEL}") == 1
+    assert paths.count(f"/v1/models/{MODEL}") == 2  # once per adapter
+    unknown = [e for e in logs if e["event"] == "model_window_unknown"]
+    assert [(e["model"], e["assumed_window"]) for e in unknown] == [
+        ("bare", 200_000),
+        ("claude-unknown", 200_000),
+    ]
 
 
-def test_context_window_is_none_when_the_api_is_unreachable() -> None:
+def test_context_window_is_the_tables_when_the_api_is_unreachable() -> None:
     with FakeAnthropicServer() as server:
         url = server.url
 
-    async def ask() -> int | None:
+    async def ask() -> Window:
         async with anthropic.AsyncAnthropic(api_key=KEY, base_url=url, max_retries=0) as client:
-            return await AnthropicModel(client).context_window(MODEL)
+            return await AnthropicModel(client).window(MODEL)
 
-    assert asyncio.run(ask()) is None
+    assert asyncio.run(ask()) == Window(1_000_000, "table")
 
 
 class _Flaky(httpx2.AsyncHTTPTransport):
@@ -727,7 +777,7 @@ def test_a_window_is_asked_again_after_a_failure_but_not_after_an_answer() -> No
     so the next conversation asks again instead of living with the table's guess."""
     transport = _Flaky()
 
-    async def ask(url: str) -> list[int | None]:
+    async def ask(url: str) -> list[int]:
         async with (
             httpx2.AsyncClient(transport=transport) as http,
             anthropic.AsyncAnthropic(api_key=KEY, base_url=url, http_client=http) as client,
@@ -742,8 +792,8 @@ def test_a_window_is_asked_again_after_a_failure_but_not_after_an_answer() -> No
                 await model.context_window("claude-unknown"),
             ]
 
-    with FakeAnthropicServer(models={MODEL: ModelSpec(max_input_tokens=1_000_000)}) as server:
-        assert asyncio.run(ask(server.url)) == [None, 1_000_000, None, None]
+    with FakeAnthropicServer(models={MODEL: ModelSpec(max_input_tokens=900_000)}) as server:
+        assert asyncio.run(ask(server.url)) == [1_000_000, 900_000, 200_000, 200_000]
         paths = [r.path for r in server.requests]
     assert paths.count("/v1/models/claude-unknown") == 1
 
@@ -793,7 +843,9 @@ def test_logs_say_what_happened_and_never_the_key() -> None:
     assert logs, "nothing was logged"
     assert KEY not in repr(logs)
     assert "Bearer" not in repr(logs)
-    assert all(entry["log_level"] == "debug" for entry in logs)
+    guesses = [e for e in logs if e["event"] == "model_window_unknown"]
+    assert [e["log_level"] for e in guesses] == ["warning"]  # the one thing a user must know
+    assert all(entry["log_level"] == "debug" for entry in logs if entry not in guesses)
     reply = next(e for e in logs if e["event"] == "llm.reply")
     assert reply["purpose"] == "compaction"
     assert reply["model"] == MODEL

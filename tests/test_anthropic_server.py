@@ -440,3 +440,31 @@ def test_a_failing_responder_surfaces_as_an_unretried_500() -> None:
             call(server, create, max_retries=2)
         assert len(server.requests) == 1
     assert "scripted bug" in info.value.message
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_every_answer_parses_as_the_sdks_own_type(stream: bool) -> None:
+    """The fake's JSON (usage it measured, a tool call, thinking) validates as the SDK's
+    ``Message`` and ``RawMessageStreamEvent``, not only as what the SDK tolerates."""
+    import json
+
+    from anthropic.types import RawMessageStreamEvent
+    from pydantic import TypeAdapter
+
+    from segue.testing.anthropic_server import Thinking
+
+    reply = MessageReply(
+        text="Let me look.", tool_uses=[ToolUse("read", {"p": 1})], thinking=[Thinking("hm")]
+    )
+    body = {"model": "claude-sonnet-4-6", "max_tokens": 100, "stream": stream}
+    body["messages"] = [{"role": "user", "content": "hi"}]
+    with FakeAnthropicServer(default=reply) as server:
+        raw = server.post("/v1/messages", body, {"x-api-key": "k"})
+    if not stream:
+        message = Message.model_validate(json.loads(raw))
+        assert message.usage.input_tokens == 9  # "hi", as segue estimates it
+        return
+    events = [json.loads(line[5:]) for line in raw.splitlines() if line.startswith("data:")]
+    events = [e for e in events if e["type"] != "ping"]  # the API's keep-alive, no type of it
+    adapter: TypeAdapter[Any] = TypeAdapter(RawMessageStreamEvent)
+    assert [adapter.validate_python(e).type for e in events][-1] == "message_stop"

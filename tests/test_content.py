@@ -426,11 +426,14 @@ def test_a_given_window_needs_no_lookup_and_a_failed_lookup_falls_back_with_a_wa
             assert given.context_window == 32_000
             assert not server.requests  # no models lookup was made
             with capture_logs() as logs:
-                guessed = await rt.create_conversation(model="claude-sonnet-4-5-proxy")
-            assert guessed.context_window == 200_000  # the table's window, not "unknown model"
+                named = await rt.create_conversation(model="claude-sonnet-4-5-proxy")
+            assert named.context_window == 200_000  # the table's window, not "unknown model"
+            assert not [e for e in logs if e["event"] == "model_window_unknown"]
+            with capture_logs() as logs:
+                guessed = await rt.create_conversation(model="house-model")
+            assert guessed.context_window == 200_000  # Anthropic's smallest, said to be a guess
             warnings = [e for e in logs if e["event"] == "model_window_unknown"]
-            assert warnings
-            assert warnings[0]["log_level"] == "warning"
+            assert [(w["model"], w["log_level"]) for w in warnings] == [("house-model", "warning")]
 
     asyncio.run(main())
 

@@ -336,6 +336,31 @@ def test_a_request_at_the_limit_offers_no_tool(server: FakeOpenAIServer, api: Ap
     assert bound == 2_000
 
 
+@pytest.mark.parametrize("purpose", ["continuation", "checkpoint", "compaction"])
+def test_a_request_at_the_limit_with_the_turns_tools_is_the_turns_prefix(
+    server: FakeOpenAIServer, api: Api, purpose: str
+) -> None:
+    """REQ-SEG-047: the turn's tools and history unchanged, no tool callable, the rejected
+    calls and the instruction last: a server that caches prompt prefixes reads it back."""
+    history = history_with_a_tool_round()
+    ask(server, api, request(history, tools=(LOOKUP,)))
+    rejected = (ToolCall(id="r1", name="delete_all", input={}),)
+    limit = request(
+        history,
+        purpose=purpose,
+        tools=(LOOKUP,),
+        instruction="Summarise.",
+        rejected_tool_calls=rejected,
+    )
+    ask(server, api, limit)
+    turn, sent = body(server, 0), body(server)
+    assert (sent["tools"], sent["tool_choice"]) == (turn["tools"], "none")
+    assert items(sent)[: len(items(turn))] == items(turn)
+    closing = json.dumps(items(sent)[-1])
+    assert "delete_all" in closing
+    assert "Summarise." in closing
+
+
 # --------------------------------------------------------------------------- model settings
 
 
@@ -596,20 +621,6 @@ def test_an_unreachable_server_is_retryable(api: Api) -> None:
 
 
 # --------------------------------------------------------------------------- windows and counting
-
-
-def test_a_compatible_servers_reported_window_is_used(server: FakeOpenAIServer) -> None:
-    server.models["llama3"] = {"owned_by": "vllm", "max_model_len": 32_768}
-
-    async def main() -> tuple[int | None, int | None, int | None]:
-        async with adapter(server) as model:
-            return (
-                await model.context_window("llama3"),
-                await model.context_window("gpt-4o"),  # OpenAI says no window: the table
-                await model.context_window("nobody-knows"),  # 404
-            )
-
-    assert asyncio.run(main()) == (32_768, None, None)
 
 
 def byte_encoding() -> tiktoken.Encoding:

@@ -2227,6 +2227,57 @@ def test_seg046_a_cancel_ends_a_pause_and_keeps_the_session() -> None:
     playbook >> UserMessage(text="back") << ["append_message", "request_llm"]
 
 
+@requirement("REQ-SEG-047")
+@pytest.mark.parametrize("purpose", ["continuation", "checkpoint", "compaction"])
+def test_seg047_the_limits_request_reuses_the_turns_cached_prefix(purpose: Any) -> None:
+    """The request at the limit, as ``AnthropicModel`` sends it, against the fake server's
+    prompt cache: it reads the tools and system prompt the turn cached, writes nothing, and
+    can call no tool; without the turn's tools (or trimmed) it declares none."""
+    from segue.executor.model_port import LlmRequest, ToolSpec
+    from segue.executor.models.anthropic_payload import build_payload
+    from segue.testing.prompt_cache import PromptCache
+
+    tools = (ToolSpec(name="lookup", description="Look it up. " * 400, input_schema={}),)
+    call = ToolCall(id="toolu_1", name="lookup", input={"q": "x"})
+    history = (
+        Message(kind="user", text="Find x."),
+        Message(kind="assistant", text="Looking.", tool_calls=(call,)),
+        Message(kind="tool_result", text="x is 42. " * 200, tool_call_id="toolu_1"),
+        Message(
+            kind="assistant", text="x is 42.", tool_calls=(call.model_copy(update={"id": "r"}),)
+        ),
+    )
+
+    def body(**fields: Any) -> dict[str, Any]:
+        request = LlmRequest(
+            conversation_id="c",
+            model="claude-sonnet-4-6",
+            system="Be brief. " * 200,
+            messages=history,
+            **fields,
+        )
+        payload = build_payload(request, max_tokens=1_000)
+        return {"model": request.model, **payload.arguments(), **payload.options}
+
+    cache = PromptCache()
+    turn = body(purpose="turn", tools=tools)
+    cache.account(turn)
+    limit = body(purpose=purpose, tools=tools, instruction="Summarise.")
+    accounted = cache.account(limit)
+    assert limit["tool_choice"] == {"type": "none"}  # no tool can be called
+    assert (limit["tools"], limit["system"]) == (turn["tools"], turn["system"])
+    assert limit["messages"][:-1] == turn["messages"][:-1]
+    assert accounted.cache_read_input_tokens > 0  # the tools and system, read back
+    assert accounted.cache_creation_input_tokens == 0  # nothing written that nobody reads
+    for tool_less in (
+        body(purpose=purpose, instruction="Summarise."),
+        body(purpose=purpose, tools=tools, instruction="Summarise.", trim_level=1),
+    ):
+        assert "tools" not in tool_less
+        assert "tool_use" not in str(tool_less["messages"])
+        assert tool_less["messages"][-1]["content"][-1]["text"] == "Summarise."
+
+
 # =========================================================================== traceability
 
 
@@ -2244,7 +2295,7 @@ def _tagged_tests() -> dict[str, tuple[str, ...]]:
 def test_every_requirement_in_the_spec_has_a_test() -> None:
     spec = SPEC.read_text(encoding="utf-8")
     declared = re.findall(r"^### (REQ-[A-Z]+-\d{3}):", spec, flags=re.MULTILINE)
-    assert len(declared) == len(set(declared)) == 51, declared
+    assert len(declared) == len(set(declared)) == 52, declared
     mentioned = set(re.findall(r"REQ-[A-Z]+-\d{3}", spec))
     assert mentioned == set(declared), "the spec mentions ids it does not declare"
     tagged = _tagged_tests()

@@ -50,6 +50,7 @@ from segue.executor.errors import LlmCallError
 from segue.executor.model_port import BaseLlmModel, LlmReply, LlmRequest
 from segue.executor.models.call_errors import RETRYABLE_STATUS, redact, secrets_of
 from segue.executor.models.calls import guarded
+from segue.executor.models.windows import Window, table_window
 from segue.statemachine import ContextExhaustionBehavior, Message
 
 _log = get_logger("segue.agent_sdk")
@@ -94,7 +95,7 @@ class AgentSdkModel(BaseLlmModel):
             msg = f"context_window must be a positive number of tokens, not {context_window}"
             raise ValueError(msg)
         self.options = options or ClaudeAgentOptions()
-        self.window = context_window
+        self._window = context_window
         self.archive_dir = (
             Path(archive_dir)
             if archive_dir is not None
@@ -104,7 +105,14 @@ class AgentSdkModel(BaseLlmModel):
     async def context_window(self, model: str) -> int | None:
         """The window given to the constructor, else None: segue's table of models (the SDK has
         no model endpoint to ask)."""
-        return self.window
+        return self._window
+
+    async def window(self, model: str) -> Window:
+        """The window given to the constructor (``given``), else segue's table's (Claude's
+        windows, the smallest of them for a model it does not know)."""
+        if self._window is not None:
+            return Window(self._window, "given")
+        return table_window(model, "anthropic")
 
     async def complete(self, request: LlmRequest) -> LlmReply:
         """Run one query for ``request`` (see the module docstring); every failure is raised as

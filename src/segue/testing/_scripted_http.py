@@ -17,6 +17,7 @@ import signal
 import socket
 import sys
 import threading
+import urllib.request
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -243,6 +244,19 @@ class ScriptedServer(Generic[R]):
         if self._httpd is None:
             raise RuntimeError(f"{type(self).__name__} is not running")
         return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def post(self, path: str, body: object, headers: Mapping[str, str]) -> str:
+        """POST ``body`` as JSON to ``path`` on the running server and return the answer's
+        text: the wire as a client receives it, for tests that check it against the
+        provider's own types rather than what an SDK tolerates."""
+        request = urllib.request.Request(  # noqa: S310  # this fake, on loopback
+            f"{self.origin}{path}",
+            data=json.dumps(body).encode(),
+            headers={"content-type": "application/json", **headers},
+        )
+        with urllib.request.urlopen(request) as answer:  # noqa: S310
+            text: str = answer.read().decode()
+        return text
 
     def enqueue(self, *replies: R | Callable[[dict[str, Any]], R]) -> None:
         """Append replies to the script; each model request consumes the first."""

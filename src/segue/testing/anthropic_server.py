@@ -11,6 +11,10 @@ Replies are scripted: ``enqueue`` pushes replies onto a FIFO; when it is empty t
 (or responder callable) answers. Every request is recorded in ``requests`` so tests can assert what
 was sent. Only the standard library is used, so the server also runs in a child process
 (``python -m segue.testing.anthropic_server`` prints its URL and serves default replies).
+
+Claude on Amazon Bedrock and on Google Vertex AI is the same API under other paths: the
+``AsyncAnthropicBedrock`` and ``AsyncAnthropicVertex`` clients pointed at the fake
+(``base_url=server.url``) are answered too, Bedrock's stream in AWS event-stream frames.
 """
 
 from __future__ import annotations
@@ -18,13 +22,23 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 from urllib.parse import unquote
 
+from segue.testing._anthropic_clouds import aws_frame, cloud_call
 from segue.testing._scripted_http import RecordedRequest as RecordedRequest  # noqa: PLC0414  # re-exported: this module's API since it was written here
 from segue.testing._scripted_http import ScriptedHandler, ScriptedServer, serve_until_stopped
+from segue.testing.prompt_cache import (
+    MEASURED,
+    Accounted,
+    Bill,
+    Measured,
+    PromptCache,
+    TooManyBreakpointsError,
+    output_tokens,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +100,9 @@ class MessageReply:
     ``stop_reason`` is a plain string so that any value the API may send (``"end_turn"``,
     ``"tool_use"``, ``"max_tokens"``, ``"model_context_window_exceeded"``, ...) can be scripted.
     ``model=None`` echoes the request's model. ``delay`` seconds pass before the reply is sent.
-    ``usage=None`` leaves usage out entirely (as some compatible servers do). When streamed:
+    ``usage=None`` leaves usage out entirely (as some compatible servers do); by default
+    (``MEASURED``) the server counts it from what it was sent, prompt cache included
+    (``prompt_cache``). When streamed:
     ``pieces`` text deltas per text block, ``chunk_delay`` seconds between events, and
     ``cut_after`` ends the stream (closing the connection) after that many events, before
     ``message_stop``, as a dropped connection does.
@@ -94,7 +110,7 @@ class MessageReply:
 
     text: str = "ok"
     tool_uses: Sequence[ToolUse] = ()
-    usage: Usage | None = field(default_factory=Usage)
+    usage: Usage | Measured | None = MEASURED
     stop_reason: str = "end_turn"
     model: str | None = None
     delay: float = 0.0
@@ -235,9 +251,15 @@ def _message_json(reply: MessageReply, message_id: str, model: str) -> dict[str,
         "stop_reason": reply.stop_reason,
         "stop_sequence": None,
     }
-    if reply.usage is not None:
-        message["usage"] = reply.usage.to_json()
+    usage = _usage(reply)
+    if usage is not None:
+        message["usage"] = usage.to_json()
     return message
+
+
+def _usage(reply: MessageReply) -> Usage | None:
+    """The usage a reply reports (``MEASURED`` not counted, an error's: the defaults)."""
+    return Usage() if isinstance(reply.usage, Measured) else reply.usage
 
 
 def _sse_events(
@@ -246,8 +268,9 @@ def _sse_events(
     """The events the API streams for ``reply`` (or up to ``error``); SSE name = ``type``."""
     start = _message_json(reply, message_id, model)
     start.update(content=[], stop_reason=None)
-    if reply.usage is not None:
-        start["usage"] = reply.usage.to_json(output_tokens=1)
+    usage = _usage(reply)
+    if usage is not None:
+        start["usage"] = usage.to_json(output_tokens=1)
     events: list[dict[str, Any]] = [{"type": "message_start", "message": start}, {"type": "ping"}]
     if error is not None:
         return [*events, error.body()]
@@ -276,8 +299,8 @@ def _sse_events(
     delta = {"stop_reason": reply.stop_reason, "stop_sequence": None}
     # message_delta usage holds cumulative totals, as the API sends them.
     final: dict[str, Any] = {"type": "message_delta", "delta": delta}
-    if reply.usage is not None:
-        final["usage"] = reply.usage.to_json()
+    if usage is not None:
+        final["usage"] = usage.to_json()
     events.append(final)
     events.append({"type": "message_stop"})
     if reply.cut_after is not None:
@@ -301,7 +324,13 @@ class _Handler(ScriptedHandler):
 
     def _route(self, path: str, body: Any) -> None:
         fake = self.fake
-        if self.command == "POST" and path == "/v1/messages":
+        cloud = cloud_call(path)
+        if self.command == "POST" and cloud is not None and isinstance(body, dict):
+            # Bedrock and Vertex AI name the model (and whether to stream) in the path.
+            model, stream, self._aws_frames = cloud
+            body = {**body, "model": model, "stream": stream}
+            self._messages(body, fake._next_reply(body))
+        elif self.command == "POST" and path == "/v1/messages":
             if not isinstance(body, dict) or not {"model", "messages", "max_tokens"} <= body.keys():
                 msg = "model, messages and max_tokens are required"
                 self._send_error(ErrorReply(400, "invalid_request_error", msg))
@@ -337,8 +366,16 @@ class _Handler(ScriptedHandler):
             return
         message_id = f"msg_fake_{uuid.uuid4().hex[:20]}"
         model = str(request["model"])
+        if isinstance(reply, MessageReply):
+            try:
+                reply = self.fake._measured(request, reply)
+            except TooManyBreakpointsError as exc:
+                self._send_error(ErrorReply(400, "invalid_request_error", str(exc)))
+                return
         if isinstance(reply, ErrorReply):
             self._send_sse(_named(_sse_events(MessageReply(), message_id, model, reply)))
+        elif stream and self._aws_frames:
+            self._send_aws_events(_sse_events(reply, message_id, reply.model or model))
         elif stream:
             events = _sse_events(reply, message_id, reply.model or model)
             self._send_sse(_named(events), reply.chunk_delay)
@@ -347,6 +384,22 @@ class _Handler(ScriptedHandler):
 
     def _send_error(self, error: ErrorReply) -> None:
         self._send_json(error.status, error.body(), error.headers)
+
+    _aws_frames = False
+    """This request came as Bedrock's: its stream is AWS event-stream frames, not SSE."""
+
+    def _send_aws_events(self, events: list[dict[str, Any]]) -> None:
+        """Bedrock's ``invoke-with-response-stream``: each event a binary frame whose payload
+        is ``{"bytes": base64(event JSON)}``, then EOF."""
+        self.close_connection = True
+        self.send_response(200)
+        self.send_header("content-type", "application/vnd.amazon.eventstream")
+        self.send_header("connection", "close")
+        self.send_header("x-amzn-requestid", self.fake._request_id())
+        self.end_headers()
+        for event in events:
+            self.wfile.write(aws_frame(event))
+            self.wfile.flush()
 
 
 class FakeAnthropicServer(ScriptedServer[Reply]):
@@ -368,6 +421,8 @@ class FakeAnthropicServer(ScriptedServer[Reply]):
         models: Mapping[str, ModelSpec] | None = None,
     ) -> None:
         super().__init__(MessageReply() if default is None else default)
+        self.cache = PromptCache()
+        self.bill = Bill()
         self.count_tokens = count_tokens
         self.models: dict[str, ModelSpec] = dict(DEFAULT_MODELS if models is None else models)
 
@@ -377,13 +432,41 @@ class FakeAnthropicServer(ScriptedServer[Reply]):
         return self.origin
 
     def message_requests(self) -> list[RecordedRequest]:
-        """Only the ``POST /v1/messages`` requests (not count_tokens or models), with or without
-        a query string (the Claude Code CLI sends ``/v1/messages?beta=true``)."""
+        """Only the Messages requests (not count_tokens or models), with or without a query
+        string (the Claude Code CLI sends ``/v1/messages?beta=true``), Bedrock's and Vertex
+        AI's included (their model named in the path, not the body)."""
         return [
             r
             for r in self.requests
-            if r.method == "POST" and r.path.split("?", 1)[0] == "/v1/messages"
+            if r.method == "POST"
+            and (
+                r.path.split("?", 1)[0] == "/v1/messages"
+                or cloud_call(r.path.split("?", 1)[0]) is not None
+            )
         ]
+
+    def _measured(self, request: dict[str, Any], reply: MessageReply) -> MessageReply:
+        """``reply`` with its usage counted from ``request`` (the cache read and written) when
+        the script left it to the server; every answer with usage goes on the bill."""
+        if isinstance(reply.usage, Measured):
+            prompt = self.cache.account(request)
+            thinking = "".join(t.thinking for t in reply.thinking)
+            calls = [(t.name, dict(t.input)) for t in reply.tool_uses]
+            output = output_tokens(reply.text, calls, thinking)
+            usage = Usage(
+                prompt.input_tokens,
+                output,
+                prompt.cache_creation_input_tokens,
+                prompt.cache_read_input_tokens,
+            )
+            self.bill.add(prompt, output)
+            return replace(reply, usage=usage)
+        if isinstance(reply.usage, Usage):
+            said = reply.usage
+            written = said.cache_creation_input_tokens or 0
+            read = said.cache_read_input_tokens or 0
+            self.bill.add(Accounted(said.input_tokens, read, written), said.output_tokens)
+        return reply
 
     def _model_json(self, model_id: str, spec: ModelSpec) -> dict[str, Any]:
         data: dict[str, Any] = {

@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from segue.testing._measured import MEASURED, Measured
+
 
 @dataclass(frozen=True, slots=True)
 class Usage:
@@ -61,6 +63,11 @@ class Usage:
         return details
 
 
+def said(reply: Reply) -> Usage | None:
+    """The usage a reply reports (``MEASURED`` not counted, an error's: the defaults)."""
+    return Usage() if isinstance(reply.usage, Measured) else reply.usage
+
+
 def _call_id() -> str:
     return f"call_fake_{uuid.uuid4().hex[:16]}"
 
@@ -87,7 +94,8 @@ class Reply:
 
     ``finish_reason`` None: ``tool_calls`` when the reply calls a tool, else ``stop``;
     ``length`` makes a Responses reply end ``incomplete`` (``max_output_tokens``).
-    ``usage=None`` sends none (a server that does not count). When streamed: ``pieces`` text
+    ``usage=None`` sends none (a server that does not count); by default (``MEASURED``) the
+    server counts it from what it was sent, as segue estimates it. When streamed: ``pieces`` text
     deltas, ``arg_pieces`` fragments per call's arguments, ``chunk_delay`` seconds between
     events, ``cut_after`` ends the stream after that many events (closing the connection before
     its end, as a dropped connection does), ``failed`` ends a Responses stream with
@@ -96,7 +104,7 @@ class Reply:
 
     text: str = "ok"
     tool_calls: Sequence[ToolCall] = ()
-    usage: Usage | None = field(default_factory=Usage)
+    usage: Usage | Measured | None = MEASURED
     finish_reason: str | None = None
     model: str | None = None
     delay: float = 0.0
@@ -225,8 +233,9 @@ def chat_completion(reply: Reply, reply_id: str, model: str) -> dict[str, Any]:
         "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": reply.finish}],
     }
-    if reply.usage is not None:
-        data["usage"] = reply.usage.chat()
+    usage = said(reply)
+    if usage is not None:
+        data["usage"] = usage.chat()
     return data
 
 
@@ -261,7 +270,8 @@ def chat_chunks(
                 chunk({"tool_calls": [{"index": index, "function": {"arguments": part}}]})
             )
     chunks.append(chunk({}, reply.finish))
-    if with_usage and reply.usage is not None:
+    usage = said(reply)
+    if with_usage and usage is not None:
         chunks.append(
             {
                 "id": reply_id,
@@ -269,7 +279,7 @@ def chat_chunks(
                 "created": 0,
                 "model": model,
                 "choices": [],
-                "usage": reply.usage.chat(),
+                "usage": usage.chat(),
             }
         )
     if reply.cut_after is not None:
@@ -300,8 +310,9 @@ def response_object(
         data["incomplete_details"] = {"reason": "max_output_tokens"}
     if status == "failed":
         data["error"] = {"code": "server_error", "message": "The model failed to answer."}
-    if status != "in_progress" and reply.usage is not None:
-        data["usage"] = reply.usage.responses()
+    usage = said(reply)
+    if status != "in_progress" and usage is not None:
+        data["usage"] = usage.responses()
     return data
 
 

@@ -22,15 +22,18 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Literal
 from urllib.parse import unquote
 
+from segue.testing._measured import Measured
 from segue.testing._scripted_http import (
     RecordedRequest,
     ScriptedHandler,
     ScriptedServer,
     serve_until_stopped,
 )
+from segue.testing.openai_local import OVERFLOWS, llama_cpp_props, ollama_show
 from segue.testing.openai_replies import (
     DEFAULT_MODELS,
     Disconnect,
@@ -51,6 +54,7 @@ from segue.testing.openai_replies import (
     response_object,
     server_error,
 )
+from segue.testing.prompt_cache import output_tokens, text_tokens
 
 # --------------------------------------------------------------------------- HTTP
 
@@ -77,14 +81,26 @@ class _Handler(ScriptedHandler):
                 self._send_error(ErrorReply(400, f"model and {wanted} are required"))
                 return
             self._answer(api, body, fake._next_reply(body))
-        elif self.command == "GET" and path.startswith("/v1/models/"):
+        elif self.command == "GET" and path.startswith("/v1/models/") and fake.retrieve:
             model_id = unquote(path.removeprefix("/v1/models/"))
             spec = fake.models.get(model_id)
             if spec is None:
                 message = f"The model '{model_id}' does not exist"
                 self._send_error(ErrorReply(404, message, code="model_not_found"))
                 return
-            self._send_json(200, {"id": model_id, "object": "model", "created": 0, **spec})
+            self._send_json(200, _model(model_id, spec))
+        elif self.command == "GET" and path == "/v1/models":
+            data = [_model(model_id, spec) for model_id, spec in fake.models.items()]
+            self._send_json(200, {"object": "list", "data": data})
+        elif self.command == "GET" and path == "/props" and fake.props is not None:
+            self._send_json(200, fake.props)
+        elif self.command == "POST" and path == "/api/show" and fake.shown is not None:
+            name = body.get("model") if isinstance(body, dict) else None
+            shown = fake.shown.get(str(name))
+            if shown is None:  # Ollama's own error shape, not OpenAI's
+                self._send_json(404, {"error": f"model '{name}' not found"})
+                return
+            self._send_json(200, shown)
         else:
             self._send_error(ErrorReply(404, f"Not found: {path}", code="not_found"))
 
@@ -102,6 +118,8 @@ class _Handler(ScriptedHandler):
             self._send_error(reply)
             return
         model = str(request["model"])
+        if isinstance(reply, Reply) and isinstance(reply.usage, Measured):
+            reply = replace(reply, usage=_measured(request, reply))
         if api == "chat":
             reply_id = f"chatcmpl-fake{uuid.uuid4().hex[:20]}"
             options = request.get("stream_options")
@@ -134,11 +152,38 @@ class _Handler(ScriptedHandler):
         self._send_json(error.status, {"error": error.error()}, error.headers)
 
 
+def _measured(request: dict[str, Any], reply: Reply) -> Usage:
+    """The usage of ``reply`` counted from ``request`` as segue estimates tokens: each
+    message's or input item's content, tool calls and outputs, the instructions and tools."""
+    items = request.get("messages") or request.get("input") or []
+    if isinstance(items, str):
+        items = [{"content": items}]
+    prompt = text_tokens(request.get("instructions") or "") if request.get("instructions") else 0
+    for item in items:
+        for key in ("content", "output", "arguments", "tool_calls"):
+            value = item.get(key) if isinstance(item, dict) else None
+            if value:
+                prompt += text_tokens(value)
+    if request.get("tools"):
+        prompt += text_tokens(request["tools"])
+    calls = [(c.name, c.raw()) for c in reply.tool_calls]
+    return Usage(prompt_tokens=prompt, completion_tokens=output_tokens(reply.text, calls))
+
+
+def _model(model_id: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+    return {"id": model_id, "object": "model", "created": 0, "owned_by": "system", **spec}
+
+
 class FakeOpenAIServer(ScriptedServer[Scripted]):
     """The fake API on ``127.0.0.1`` at an ephemeral port; see the module docstring.
 
     ``default`` answers when the script is empty; ``models`` maps model ids to the extra fields
-    ``GET /v1/models/{id}`` reports (others get 404). All methods are safe from any thread.
+    ``GET /v1/models/{id}`` and the list ``GET /v1/models`` report (others get 404; a field
+    such as ``max_model_len`` plays vLLM). What a local server adds, each switchable per test
+    (the attributes of the same names): ``retrieve=False`` answers ``/v1/models/{id}`` 404, as
+    vLLM does; ``props`` is llama.cpp's ``GET /props`` (``openai_replies.llama_cpp_props``);
+    ``shown`` maps model names to Ollama's ``POST /api/show`` (``openai_replies.ollama_show``);
+    None: the route is not there (404). All methods are safe from any thread.
     """
 
     handler = _Handler
@@ -149,11 +194,17 @@ class FakeOpenAIServer(ScriptedServer[Scripted]):
         *,
         default: Scripted | Responder | None = None,
         models: Mapping[str, Mapping[str, Any]] | None = None,
+        retrieve: bool = True,
+        props: Mapping[str, Any] | None = None,
+        shown: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         super().__init__(Reply() if default is None else default)
         self.models: dict[str, Mapping[str, Any]] = dict(
             DEFAULT_MODELS if models is None else models
         )
+        self.retrieve = retrieve
+        self.props = props
+        self.shown = shown
 
     @property
     def url(self) -> str:
@@ -182,6 +233,7 @@ if __name__ == "__main__":
 
 __all__ = [  # the scripted replies are importable from here, beside the server they script
     "DEFAULT_MODELS",
+    "OVERFLOWS",
     "Disconnect",
     "ErrorReply",
     "FakeOpenAIServer",
@@ -194,7 +246,9 @@ __all__ = [  # the scripted replies are importable from here, beside the server 
     "Usage",
     "context_length_exceeded",
     "invalid_api_key",
+    "llama_cpp_props",
     "main",
+    "ollama_show",
     "rate_limited",
     "server_error",
 ]

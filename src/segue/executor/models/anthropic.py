@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anthropic
 import httpx2
@@ -34,15 +34,33 @@ from segue.executor.errors import LlmCallError
 from segue.executor.model_port import LlmRequest, TextSink
 from segue.executor.models.anthropic_payload import Payload, build_payload
 from segue.executor.models.anthropic_stream import StreamReader
-from segue.executor.models.call_errors import Meaning, http_error, redact, retry_after, secrets_of
+from segue.executor.models.call_errors import (
+    Meaning,
+    http_error,
+    redact,
+    retry_after,
+    says_overflow,
+    secrets_of,
+)
 from segue.executor.models.calls import EventStreamModel, Opened
+from segue.executor.models.windows import anthropic_model_name
+
+if TYPE_CHECKING:  # the Vertex AI client: its module imports google-auth only when it is used
+    from anthropic import AsyncAnthropicVertex
 
 log = get_logger(__name__)
 
+_CREDENTIALS: Final = (
+    "api_key",
+    "auth_token",
+    "aws_secret_key",
+    "aws_session_token",
+    "access_token",
+)
+"""The attributes a client keeps a credential in: first-party, Bedrock and Vertex AI."""
 _COUNTED_OPTIONS: Final = frozenset({"thinking", "tool_choice"})
 """Request options ``count_tokens`` takes (it refuses ``temperature``)."""
 
-_OVERFLOW_MARKERS: Final = ("prompt is too long", "exceed context limit", "exceeds context limit")
 # A stream that already got HTTP 200 carries its failure as an SSE ``error`` event: the SDK raises
 # a plain APIStatusError with status 200, so only the error type says what happened.
 _MEANINGS: Final[dict[str, Meaning]] = {
@@ -77,14 +95,13 @@ def _status_error(
     status = exc.status_code if exc.status_code >= 400 else None
     kind = exc.type or ""
     detail = redact(exc.api_message or exc.message, secrets)
-    lowered = detail.lower()
     return http_error(
         status,
         detail,
         provider="Anthropic",
         key_variable="ANTHROPIC_API_KEY",
         model=model,
-        overflow=status in (400, None) and any(m in lowered for m in _OVERFLOW_MARKERS),
+        overflow=says_overflow(status, detail, kind),
         kind=kind,
         means=_MEANINGS.get(kind),
         wait=retry_after(exc.response.headers) if status is not None else None,
@@ -97,8 +114,11 @@ def _status_error(
 class AnthropicModel(EventStreamModel[Payload, Any]):
     """``LlmModel`` for Anthropic's Messages API.
 
-    ``client``: a configured ``AsyncAnthropic``; the adapter uses a copy with the SDK's retries
-    off (segue's core retries, honouring ``retry-after``, and counts what it tried).
+    ``client``: a configured ``AsyncAnthropic``, or ``AsyncAnthropicBedrock`` /
+    ``AsyncAnthropicVertex`` (Claude on Amazon Bedrock or Google Vertex AI: their model ids map
+    onto segue's table of windows, ``windows.anthropic_model_name``); the adapter uses a copy
+    with the SDK's retries off (segue's core retries, honouring ``retry-after``, and counts
+    what it tried).
     ``max_tokens``: the output bound of a normal turn; None uses the request's (the
     conversation's ``max_output_tokens``). ``summary_max_tokens``: the bound for the tool-less
     requests. ``exact_preflight``: let ``count_tokens`` ask the API (one extra request per
@@ -108,10 +128,12 @@ class AnthropicModel(EventStreamModel[Payload, Any]):
 
     _log = log
     _not_its_api = "is the base URL an Anthropic Messages API?"
+    _provider = "anthropic"
+    _stream_types = ("event-stream", "vnd.amazon.eventstream")  # Bedrock's binary frames
 
     def __init__(
         self,
-        client: anthropic.AsyncAnthropic,
+        client: anthropic.AsyncAnthropic | anthropic.AsyncAnthropicBedrock | AsyncAnthropicVertex,
         *,
         max_tokens: int | None = None,
         summary_max_tokens: int = 4096,
@@ -134,7 +156,12 @@ class AnthropicModel(EventStreamModel[Payload, Any]):
 
     def _secrets(self) -> tuple[str, ...]:
         # A credential too short to be real (a test's "k") would blank out letters of messages.
-        return secrets_of(self._client.api_key, getattr(self._client, "auth_token", None))
+        # Bedrock signs with an AWS secret key and Vertex AI sends an access token: both are
+        # credentials too, and neither client has the first-party ``auth_token``.
+        client = self._client
+        return secrets_of(
+            *(getattr(client, name, None) for name in _CREDENTIALS),
+        )
 
     def _error(self, exc: Exception, *, model: str, secrets: Sequence[str]) -> LlmCallError:
         return call_error(exc, model=model, secrets=secrets)
@@ -158,9 +185,16 @@ class AnthropicModel(EventStreamModel[Payload, Any]):
     def _reader(self, on_text: TextSink | None) -> StreamReader:
         return StreamReader(on_text=on_text)
 
+    def _table_name(self, model: str) -> str:
+        return anthropic_model_name(model)
+
     async def _ask_window(self, model: str) -> int | None:
-        """``max_input_tokens`` from ``models.retrieve``."""
-        window = (await self._client.models.retrieve(model)).max_input_tokens
+        """``max_input_tokens`` from ``models.retrieve``; Bedrock's and Vertex AI's clients have
+        no models endpoint (their ids map onto segue's table instead)."""
+        models = getattr(self._client, "models", None)
+        if models is None:
+            return None
+        window = (await models.retrieve(model)).max_input_tokens
         return window if isinstance(window, int) and window > 0 else None
 
     async def count_tokens(self, request: LlmRequest) -> int | None:

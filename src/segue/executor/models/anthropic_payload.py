@@ -6,14 +6,18 @@ sending it so it can be read, tested and counted (``count_tokens`` uses the same
   go out as they are: a user's images and documents, a tool result's images, and a reply's
   thinking blocks, which the API requires back unchanged (signature included) when thinking and
   tools meet.
-* **The tool-less requests** (continuation summary, checkpoint, compaction) send the history
-  *repaired*: every tool block turned into a bounded line of prose, so nothing can be left
-  unpaired, images and documents named rather than sent, thinking left out, the oldest
-  ``trim_level`` quarters dropped after an overflow, the rejected tool calls named and the
-  instruction last.
+* **The requests at the limit** (continuation summary, checkpoint, compaction; REQ-SEG-040)
+  offer no callable tool. Given the turn's tools, they send the turn's prefix unchanged (the
+  same tools, system prompt and history with its tool blocks) with ``tool_choice: none``, the
+  rejected calls named and the instruction appended as the last user text, so the provider
+  reads what it cached of that prefix instead of a new prompt. Given none (or after an
+  overflow, ``trim_level``), the history goes *repaired*: every tool block a bounded line of
+  prose, images and documents named, the oldest quarters dropped, the instruction last.
 * **Prompt caching** is on by default: breakpoints on the tools, the system prompt and the last
-  block of the conversation, so each turn reads the history before it from the cache (the
-  accounting already counts cache reads as part of the prompt).
+  block of a turn, so each turn reads the history before it from the cache (the accounting
+  already counts cache reads as part of the prompt). A request at the limit marks no
+  breakpoint on its history: the conversation goes on in a new session or generation, so
+  nothing would read it back, and writing it costs a quarter more than reading it plainly.
 * **Model settings** (temperature, extended thinking, tool choice) come from the conversation.
   The grace request of a turn that reached its tool-round limit keeps the tools (the history
   holds tool blocks, which the API accepts only with tools declared) with ``tool_choice: none``.
@@ -36,12 +40,14 @@ from anthropic.types import (
 from segue.executor.model_port import LlmRequest
 from segue.executor.models.history import (
     AGENT_BLOCKS,
+    CONTINUE,
     NOT_RECORDED,
     START_PLACEHOLDER,
     TOOL_RESULT_CHARS,
     Role,
     agent_prose,
     clip,
+    rejected_prose,
     role_text,
     text_turns,
 )
@@ -236,17 +242,25 @@ def text_messages(request: LlmRequest) -> list[MessageParam]:
 
 
 def build_payload(request: LlmRequest, *, max_tokens: int, caching: bool = True) -> Payload:
-    """The Messages API payload for ``request`` (tools only for a normal turn)."""
+    """The Messages API payload for ``request``: a turn's, or a request at the limit (the
+    turn's prefix when the turn's tools come with it, else the history as text)."""
     settings = request.settings
     options: dict[str, Any] = {}
-    if request.purpose == "turn":
+    if request.purpose != "turn" and request.tools and request.trim_level == 0:
+        messages = turn_messages(request.messages)
+        closing = "\n\n".join(
+            text
+            for text in (rejected_prose(request.rejected_tool_calls), request.instruction)
+            if text
+        )
+        messages = _with_final_user_text(messages, closing or CONTINUE)
+        tools = _tool_params(request)
+        options["tool_choice"] = {"type": "none"}
+    elif request.purpose == "turn":
         messages = turn_messages(request.messages)
         if request.instruction:
             messages = _with_final_user_text(messages, request.instruction)
-        tools = [
-            ToolParam(name=t.name, description=t.description, input_schema=dict(t.input_schema))
-            for t in request.tools
-        ]
+        tools = _tool_params(request)
         if settings.thinking_budget is not None:
             options["thinking"] = {"type": "enabled", "budget_tokens": settings.thinking_budget}
             max_tokens = max(max_tokens, settings.thinking_budget + 1)
@@ -264,7 +278,10 @@ def build_payload(request: LlmRequest, *, max_tokens: int, caching: bool = True)
         options["extra_body"] = {"temperature": settings.temperature}
     system: str | list[TextBlockParam] | None = request.system or None
     if caching:
-        system = _cache_marked(request.system or None, tools, messages)
+        # Nothing reads back the history of a request at the limit, nor of a turn's last
+        # round (tool_choice none: the next turn's prefix is keyed without it).
+        history = request.purpose == "turn" and not request.final
+        system = _cache_marked(request.system or None, tools, messages, history=history)
     return Payload(
         system=system,
         messages=messages,
@@ -274,14 +291,25 @@ def build_payload(request: LlmRequest, *, max_tokens: int, caching: bool = True)
     )
 
 
+def _tool_params(request: LlmRequest) -> list[ToolParam]:
+    return [
+        ToolParam(name=t.name, description=t.description, input_schema=dict(t.input_schema))
+        for t in request.tools
+    ]
+
+
 def _cache_marked(
-    system: str | None, tools: list[ToolParam], messages: list[MessageParam]
+    system: str | None,
+    tools: list[ToolParam],
+    messages: list[MessageParam],
+    *,
+    history: bool = True,
 ) -> list[TextBlockParam] | None:
-    """Mark the prompt-cache breakpoints (tools, system, latest turn); the system prompt becomes
-    a block list, the only form that carries one."""
+    """Mark the prompt-cache breakpoints (tools, system, and with ``history`` the latest
+    turn); the system prompt becomes a block list, the only form that carries one."""
     if tools:
         tools[-1] = cast(ToolParam, {**tools[-1], "cache_control": CACHE})
-    if messages:
+    if messages and history:
         last = messages[-1]
         blocks = last["content"]
         if not isinstance(blocks, str):

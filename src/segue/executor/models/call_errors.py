@@ -4,6 +4,9 @@ the API key kept out of it.
 * ``http_error`` classifies an HTTP failure as the ``LlmCallError`` the core acts on (retry,
   trim, or give up) from the status, whether the provider said the prompt overflowed, what its
   error type means (``Meaning``) and its ``Retry-After`` (``retry_after``).
+* ``says_overflow`` tells a provider's "the prompt does not fit" in any of the wordings the
+  servers segue meets use (``OVERFLOW_WORDINGS``: OpenAI, Anthropic, vLLM, llama.cpp, Ollama,
+  LM Studio, LiteLLM): each takes the exhaustion path, never a failed turn.
 * ``secrets_of`` picks the credentials worth redacting, ``redact`` keeps them out of a
   message, and ``scrub_secrets`` out of every exception chained below the error raised (what
   ``calls.guarded`` does for every adapter).
@@ -26,6 +29,47 @@ MIN_SECRET: Final = 8
 """A credential shorter than this is not redacted: a test's ``"k"`` would blank out letters."""
 RETRYABLE_STATUS: Final = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 """Statuses worth another attempt: timeout, conflict, rate limit, the server's own trouble."""
+
+
+OVERFLOW_WORDINGS: Final[tuple[tuple[str, str], ...]] = (
+    ("OpenAI", "context_length_exceeded"),
+    ("OpenAI, vLLM, LiteLLM", "maximum context length is"),
+    ("OpenAI (Responses API)", "exceeds the context window"),
+    ("Azure OpenAI", "input tokens exceed the configured limit"),
+    ("Anthropic", "prompt is too long"),
+    ("Anthropic", "exceed context limit"),
+    ("Anthropic", "exceeds context limit"),
+    ("vLLM (V1 engine)", "longer than the maximum model length"),
+    ("llama.cpp server", "exceeds the available context size"),
+    ("llama.cpp server", "exceed_context_size_error"),
+    ("Ollama", "input length exceeds the context length"),
+    ("LM Studio", "is greater than the context length"),
+    ("LM Studio", "loaded with context length of only"),
+    ("LiteLLM proxy", "contextwindowexceedederror"),
+)
+"""How each server says that the prompt does not fit its window (``(who, wording)``, the
+wording lower-cased, as the server's own source writes it): an HTTP error or a stream's error
+event whose message or type holds one is an overflow. ``tests/test_overflow_wordings.py``
+checks each against the error body its server sends."""
+
+
+NOT_OVERFLOW_STATUS: Final = frozenset({401, 403, 404, 429})
+"""Statuses that mean something else whatever their message says (a key, a model, a rate)."""
+
+
+def says_overflow(status: int | None, *texts: str | None) -> bool:
+    """Whether an error of HTTP ``status`` (None: an error event in a stream) whose message,
+    type or code are ``texts`` is a server saying the prompt does not fit
+    (``OVERFLOW_WORDINGS``). Any other status counts: a server may say it with a 400, a 413,
+    or (Ollama, some proxies) a 500, and no retry would make the prompt fit."""
+    if status in NOT_OVERFLOW_STATUS:
+        return False
+    for text in texts:
+        if text:
+            lowered = text.lower()
+            if any(wording in lowered for _, wording in OVERFLOW_WORDINGS):
+                return True
+    return False
 
 
 def secrets_of(*candidates: object) -> tuple[str, ...]:
@@ -185,11 +229,13 @@ def http_error(
 __all__ = [
     "MAX_RETRY_AFTER",
     "MIN_SECRET",
+    "OVERFLOW_WORDINGS",
     "RETRYABLE_STATUS",
     "Meaning",
     "http_error",
     "redact",
     "retry_after",
+    "says_overflow",
     "scrub_secrets",
     "secrets_of",
 ]

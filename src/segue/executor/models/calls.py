@@ -9,7 +9,8 @@
   the payload, opening the stream, reading its events, naming its errors, asking for a window.
   What is the same is here: the output bound of each purpose, the debug line of what is sent,
   a 200 that is not an event stream named for what it is, each event fed to the reader as it
-  comes, the windows cached per model.
+  comes, the windows asked once per model and cached, with where each came from (a server's
+  report, segue's table, or the provider's smallest window assumed: ``windows``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from segue.executor._log import get_logger
 from segue.executor.errors import LlmCallError
 from segue.executor.model_port import BaseLlmModel, LlmReply, LlmRequest, TextSink
 from segue.executor.models.call_errors import scrub_secrets
+from segue.executor.models.windows import Window, table_window
+from segue.statemachine.models import Provider
 
 _log = get_logger(__name__)
 
@@ -143,6 +146,10 @@ class EventStreamModel(BaseLlmModel, ABC, Generic[PayloadT, Event]):
     """The adapter's logger (events under its own module's name)."""
     _not_its_api: ClassVar[str]
     """The question a 200 that is not an event stream raises, about the base URL."""
+    _provider: ClassVar[Provider]
+    """Whose models the adapter serves: an unknown model gets this provider's smallest window."""
+    _stream_types: ClassVar[tuple[str, ...]] = ("event-stream",)
+    """What the content type of a stream holds (any of them)."""
 
     def __init__(
         self,
@@ -158,7 +165,7 @@ class EventStreamModel(BaseLlmModel, ABC, Generic[PayloadT, Event]):
         self._max_tokens = max_tokens
         self._summary_max_tokens = summary_max_tokens
         self.exact_preflight = exact_preflight
-        self._windows: dict[str, int | None] = {}
+        self._windows: dict[str, Window] = {}
 
     # ------------------------------------------------------------------ what a provider gives
 
@@ -192,6 +199,10 @@ class EventStreamModel(BaseLlmModel, ABC, Generic[PayloadT, Event]):
     def _described(self, payload: PayloadT) -> dict[str, object]:
         """The provider's own fields of the ``llm.request`` debug line."""
         return {}
+
+    def _table_name(self, model: str) -> str:
+        """The name segue's table knows ``model`` by (a cloud's spelling mapped back)."""
+        return model
 
     # ------------------------------------------------------------------ written once
 
@@ -232,7 +243,8 @@ class EventStreamModel(BaseLlmModel, ABC, Generic[PayloadT, Event]):
         )
         reader = self._reader(request.on_text)
         async with self._open(request, payload) as (response, events):
-            if "event-stream" not in response.headers.get("content-type", ""):
+            content_type = response.headers.get("content-type", "")
+            if not any(kind in content_type for kind in self._stream_types):
                 raise self._not_a_stream(response)
             async for event in events:
                 reader.feed(event)
@@ -246,18 +258,28 @@ class EventStreamModel(BaseLlmModel, ABC, Generic[PayloadT, Event]):
             status_code=response.status_code,
         )
 
-    async def context_window(self, model: str) -> int | None:
-        """The window the provider reports for ``model``, cached per model; None when it
-        reports none or cannot be asked (segue's table decides then). A failure another
-        attempt may not meet (unreachable, overloaded) is not cached: the next asks again."""
+    async def context_window(self, model: str) -> int:
+        """The model's window in tokens (``window`` says where it came from)."""
+        return (await self.window(model)).tokens
+
+    async def window(self, model: str) -> Window:
+        """The window the provider's server reports for ``model``, else segue's table, else
+        the provider's smallest (logged as ``model_window_unknown``), asked once per model and
+        cached. A failure another attempt may not meet (unreachable, overloaded) is not
+        cached: the table answers now and the next conversation asks again."""
         if model in self._windows:
             return self._windows[model]
         try:
-            window = await self._ask_window(model)
-        except Exception as exc:  # noqa: BLE001  # None means "use the static table"
+            served = await self._ask_window(model)
+        except Exception as exc:  # noqa: BLE001  # the table answers instead
             if self._unanswered("llm.context_window_unavailable", model, exc).retryable:
-                return None
-            window = None
+                return table_window(self._table_name(model), self._provider)
+            served = None
+        window = (
+            Window(served, "server")
+            if served is not None
+            else table_window(self._table_name(model), self._provider)
+        )
         self._windows[model] = window
         return window
 

@@ -11,8 +11,9 @@ provider, the guard, the debug lines, the check that a 200 is an event stream, i
 * **Reply** (``openai_stream``): chunks or events read into an ``LlmReply``, text passed on as
   it arrives, usage mapped so the cached part of the prompt is counted once, a stream that did
   not end properly an error, never a reply.
-* **Errors** (here): every failure an ``LlmCallError``: ``context_length_exceeded`` (or "maximum
-  context length is N tokens") takes the exhaustion path; 429 and 5xx are retried by segue,
+* **Errors** (here): every failure an ``LlmCallError``: ``context_length_exceeded``, or an
+  overflow as vLLM, llama.cpp, Ollama, LM Studio or LiteLLM word it
+  (``call_errors.OVERFLOW_WORDINGS``), takes the exhaustion path; 429 and 5xx are retried by segue,
   honouring ``Retry-After``, with the client's own retries off; 401 names ``OPENAI_API_KEY``.
   The key never appears in a log entry, an error message or an exception chained below it.
 
@@ -27,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final, Literal, Protocol
 
@@ -36,7 +36,14 @@ import openai
 from segue.executor._log import get_logger
 from segue.executor.errors import LlmCallError
 from segue.executor.model_port import LlmRequest, TextSink
-from segue.executor.models.call_errors import Meaning, http_error, redact, retry_after, secrets_of
+from segue.executor.models.call_errors import (
+    Meaning,
+    http_error,
+    redact,
+    retry_after,
+    says_overflow,
+    secrets_of,
+)
 from segue.executor.models.calls import EventStreamModel, Opened
 from segue.executor.models.openai_payload import (
     Api,
@@ -46,16 +53,12 @@ from segue.executor.models.openai_payload import (
     check_content,
 )
 from segue.executor.models.openai_stream import ChatReader, ResponsesReader, failure
+from segue.executor.models.openai_windows import served_window
 from segue.statemachine.content import ContentBlock, document_tokens, image_tokens
 
 log = get_logger(__name__)
 
 KEY_VARIABLE: Final = "OPENAI_API_KEY"
-_OVERFLOW: Final = re.compile(
-    r"maximum context length is \d+|context_length_exceeded|exceeds the context window|"
-    r"input tokens exceed the configured limit",
-    re.IGNORECASE,
-)
 _MEANINGS: Final[dict[str, Meaning]] = {
     "rate_limit_exceeded": "retryable",
     "server_error": "retryable",
@@ -65,14 +68,6 @@ _MEANINGS: Final[dict[str, Meaning]] = {
     "model_not_found": "not_found",
 }
 _TRANSPORTS: Final = frozenset({"httpx", "httpx2", "httpcore", "httpcore2", "h11", "anyio"})
-_WINDOW_FIELDS: Final = (
-    "context_window",
-    "max_model_len",
-    "context_length",
-    "max_context_length",
-    "max_input_tokens",
-)
-"""Fields some compatible servers add to ``GET /models/{id}`` (vLLM, LM Studio, OpenRouter)."""
 _MESSAGE_TOKENS: Final = 4
 """What each message costs besides its content (role and separators), as OpenAI counts it."""
 _REPLY_PRIMING: Final = 3
@@ -128,14 +123,14 @@ def _status_error(
     status = exc.status_code
     code, message = _error_fields(exc.body, exc.message)
     detail = redact(message, secrets)
+    kind = exc.body.get("type") if isinstance(exc.body, dict) else None
     return http_error(
         status,
         detail,
         provider="OpenAI",
         key_variable=KEY_VARIABLE,
         model=model,
-        overflow=status == 400
-        and (code == "context_length_exceeded" or bool(_OVERFLOW.search(detail))),
+        overflow=says_overflow(status, code, detail, kind if isinstance(kind, str) else None),
         kind=code or "",
         means=_MEANINGS.get(code or ""),
         wait=retry_after(exc.response.headers),
@@ -184,6 +179,7 @@ class OpenAIModel(EventStreamModel[Payload, dict[str, Any]]):
 
     _log = log
     _not_its_api = "is the base URL an OpenAI-compatible API (ending in /v1)?"
+    _provider = "openai"
 
     def __init__(
         self,
@@ -264,19 +260,9 @@ class OpenAIModel(EventStreamModel[Payload, dict[str, Any]]):
         return ResponsesReader(on_text=on_text)
 
     async def _ask_window(self, model: str) -> int | None:
-        """The window a compatible server reports in ``GET /models/{id}`` (vLLM's
-        ``max_model_len``, ``context_length``...); OpenAI itself reports none."""
-        extra = (await self._client.models.retrieve(model)).model_extra or {}
-        return next(
-            (
-                value
-                for name in _WINDOW_FIELDS
-                if isinstance(value := extra.get(name), int)
-                and not isinstance(value, bool)
-                and value > 0
-            ),
-            None,
-        )
+        """The window the server serves ``model`` with (``openai_windows``: vLLM, llama.cpp,
+        Ollama and the fields other compatible servers add); OpenAI itself reports none."""
+        return await served_window(self._client, model)
 
     async def count_tokens(self, request: LlmRequest) -> int | None:
         """The prompt's tokens as the model's tokenizer counts them, or None (not enabled, no

@@ -11,8 +11,11 @@
   (``UnsupportedContentError``). Thinking blocks (another provider's) are left out.
 * **The grace request** of a turn at its tool-round limit keeps the tools declared (the
   history holds calls) with ``tool_choice: "none"`` and the instruction last.
-* **The tool-less requests** (continuation, checkpoint, compaction) send the history as plain
-  text turns (``history.text_turns``): no tool is declared, so none can be called.
+* **The requests at the limit** (continuation, checkpoint, compaction) offer no callable tool
+  (REQ-SEG-047): given the turn's tools, the turn's prefix unchanged with ``tool_choice:
+  "none"``, the rejected calls and the instruction last, so a server that caches prompt
+  prefixes reads it back; without them (or after an overflow) the history as plain text turns
+  (``history.text_turns``) with no tool declared.
 * **Model settings.** Reasoning models (the o-series, gpt-5) take ``max_completion_tokens``
   and refuse a temperature other than the default, so none is sent to them; other models take
   ``max_tokens`` (what every compatible server knows) and the conversation's temperature. A
@@ -33,6 +36,7 @@ from segue.executor.models.history import (
     agent_prose,
     offers_tools,
     paired,
+    rejected_prose,
     role_text,
     text_turns,
     to_json,
@@ -82,21 +86,28 @@ class Payload:
 def build_payload(
     request: LlmRequest, *, api: Api, max_tokens: int, reasoning: bool | None = None
 ) -> Payload:
-    """The request for ``api`` (tools only for a normal turn); ``reasoning`` None: told by the
-    model's name. ``UnsupportedContentError`` for content the API cannot take."""
+    """The request for ``api``: a turn's, or a request at the limit (the turn's prefix with
+    ``tool_choice`` none when the turn's tools come with it, else the history as text, no tool
+    declared); ``reasoning`` None: told by the model's name. ``UnsupportedContentError`` for
+    content the API cannot take."""
     thinks = is_reasoning_model(request.model) if reasoning is None else reasoning
     tools: list[Item] = []
     options: dict[str, Any] = {}
-    if request.purpose == "turn":
+    # REQ-SEG-047: at the limit, given the turn's tools, the turn's prefix with no tool callable.
+    prefix = request.purpose != "turn" and bool(request.tools) and request.trim_level == 0
+    if request.purpose == "turn" or prefix:
         items = _chat_history(request) if api == "chat" else _responses_history(request)
-        if request.instruction:
-            items.append(_user_text(api, request.instruction))
-        if offers_tools(request):
+        closing = [request.instruction or ""]
+        if prefix:
+            closing.insert(0, rejected_prose(request.rejected_tool_calls))
+        if any(closing):
+            items.append(_user_text(api, "\n\n".join(part for part in closing if part)))
+        if offers_tools(request) or prefix:
             tools = [_tool(api, spec) for spec in request.tools]
-            choice = "none" if request.final else _tool_choice(api, request.settings)
+            choice = "none" if request.final or prefix else _tool_choice(api, request.settings)
             if choice is not None:
                 options["tool_choice"] = choice
-            if _no_parallel(request.settings) and not request.final:
+            if _no_parallel(request.settings) and not request.final and not prefix:
                 options["parallel_tool_calls"] = False
     else:
         items = [_turn(api, turn.role, turn.text) for turn in text_turns(request)]

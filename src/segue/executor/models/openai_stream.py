@@ -27,6 +27,7 @@ from typing import Any, Final
 
 from segue.executor.errors import LlmCallError
 from segue.executor.model_port import LlmReply, TextSink
+from segue.executor.models.call_errors import says_overflow
 from segue.executor.models.replies import ToolCallParts, usage_from_prompt
 from segue.statemachine import ToolCall, Usage
 
@@ -76,8 +77,7 @@ def read_usage(usage: Any) -> Usage | None:
 def failure(code: str | None, message: str, *, where: str) -> LlmCallError:
     """An error the stream itself carried (an ``error`` chunk or event, ``response.failed``)."""
     shown = f"{where}{f' {code}' if code else ''}: {message}"
-    lowered = message.lower()
-    if code in _OVERFLOW_CODES or "maximum context length" in lowered:
+    if code in _OVERFLOW_CODES or says_overflow(None, code, message):
         return LlmCallError(
             f"the prompt does not fit the context window ({shown})", context_overflow=True
         )

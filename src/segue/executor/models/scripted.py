@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from segue.executor.errors import LlmCallError
 from segue.executor.model_port import BaseLlmModel, LlmReply, LlmRequest, TextSink
+from segue.executor.models.windows import Window, table_window
 from segue.statemachine import ToolCall, Usage, estimate_tokens
 
 Step = LlmReply | LlmCallError | Callable[[LlmRequest], LlmReply]
@@ -151,6 +152,12 @@ class ScriptedModel(BaseLlmModel):
     async def context_window(self, model: str) -> int | None:  # one window for all
         """The window given at construction (None: use segue's static table)."""
         return self._window
+
+    async def window(self, model: str) -> Window:
+        """The window given at construction (``given``), else segue's table's."""
+        if self._window is not None:
+            return Window(self._window, "given")
+        return table_window(model, None)
 
     async def count_tokens(self, request: LlmRequest) -> int | None:
         """The scripted provider's exact count of ``request``, if exact pre-flight is on."""

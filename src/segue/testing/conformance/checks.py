@@ -187,9 +187,11 @@ async def the_grace_request_forbids_tools(harness: Harness) -> None:
 
 
 async def requests_at_the_limit_offer_no_tool(harness: Harness) -> None:
-    """A summary request (continuation, checkpoint, compaction) declares no tool, turns tool
-    blocks into text, names the rejected calls, honours ``trim_level`` and ends with the
-    instruction."""
+    """A summary request (continuation, checkpoint, compaction) offers no callable tool:
+    without the turn's tools (or trimmed) it declares none, turns tool blocks into text, names
+    the rejected calls, honours ``trim_level`` and ends with the instruction; given the turn's
+    tools it may send the turn's prefix instead (REQ-SEG-047), tools declared with the
+    provider's "none" tool choice, the rejected calls named and the instruction last."""
     if not harness.wire:
         raise NotApplicable("no wire to read")
     history = [Message(kind="user", text="The very first question.")]
@@ -217,6 +219,17 @@ async def requests_at_the_limit_offer_no_tool(harness: Harness) -> None:
         last.role == "user" and "Summarise the conversation." in last.text,
         "the instruction must come last",
     )
+    harness.script(Said(text="Summary."))
+    with_tools = dataclasses.replace(request, tools=(LOOKUP,), trim_level=0)
+    async with harness.model() as model:
+        await _ask(model, with_tools)
+    sent = harness.sent()[-1]
+    _require(
+        not sent.tools or sent.tool_choice_none,
+        f"a summary request declared tools {sent.tools!r} that can be called",
+    )
+    _require("delete_everything" in sent.text, "the rejected tool calls must be named in prose")
+    _require("Summarise the conversation." in sent.turns[-1].text, "the instruction must come last")
 
 
 async def overflow_takes_the_exhaustion_path(harness: Harness) -> None:
