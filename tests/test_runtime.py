@@ -147,8 +147,8 @@ def test_threshold_ends_read_only_and_continues_in_one_seeded_child(
             assert transcript[-1].text == summary
             assert transcript[-2].kind == "assistant"  # the crossing response was kept
             asked = model.requests[-1]
-            assert asked.purpose == "continuation"
-            assert asked.tools == ()
+            assert asked.purpose == "continuation"  # declared tools, none callable at the limit
+            assert asked.tools == model.requests[0].tools
             assert asked.instruction == CONTINUATION_INSTRUCTION
             assert all(r.purpose == "turn" and r.tools for r in model.requests[:-1])
             assert effects.count("notify_context_warning") == 1
@@ -245,7 +245,7 @@ def test_checkpoint_restart_continues_in_a_new_session_seeded_with_the_checkpoin
             assert (state.session, state.continuations) == (2, 1)
             checkpoint_request = model.requests[-1]
             assert checkpoint_request.purpose == "checkpoint"
-            assert checkpoint_request.tools == ()
+            assert checkpoint_request.tools == model.requests[0].tools
             assert checkpoint_request.instruction == CHECKPOINT_PROMPT
 
             transcript = await rt.messages(conv.id)
@@ -345,7 +345,7 @@ def test_compact_in_place_archives_privately_and_keeps_the_tail_paired(
             assert (state.generation, state.continuations) == (2, 1)
             compaction = model.requests[-1]
             assert compaction.purpose == "compaction"
-            assert compaction.tools == ()
+            assert compaction.tools == model.requests[0].tools
             assert compaction.instruction == COMPACTION_INSTRUCTION
 
             transcript = await rt.messages(conv.id)

@@ -167,7 +167,8 @@ def test_exact_preflight_acts_on_the_providers_count(name: str, exact: bool) -> 
         harness.__exit__(None, None, None)
     if exact:
         assert kinds == ["user", "assistant", "user", "continuation", "context_exhausted"]
-        assert not sent[1].tools  # the summary request
+        summary = sent[1]  # no tool can be called: none declared, or none callable
+        assert not summary.tools or summary.tool_choice_none
     else:
         assert kinds == ["user", "assistant", "user", "assistant", "idle"]
     if name == "anthropic":
@@ -255,7 +256,10 @@ def test_an_overflowing_prompt_takes_the_exhaustion_path(
     asyncio.run(main())
     turn, summary = provider.sent()
     assert turn.tools
-    assert not summary.tools
+    # The turn's tools stay declared, so the request repeats the turn's cached prefix, but no
+    # tool can be called (REQ-BED-020, REQ-SEG-047).
+    assert summary.tools == turn.tools
+    assert summary.tool_choice_none
     assert summary.tool_blocks == 0
     assert CONTINUATION_INSTRUCTION in summary.turns[-1].text
     assert "Here is a book, read it all." in summary.turns[0].text
@@ -380,8 +384,9 @@ def test_a_whole_conversation_per_behaviour(
                 assert len(sent) == 3  # no summary request
                 return
             asked = sent[3]
-            assert not asked.tools
-            assert asked.tool_blocks == 0
+            # The turn's tools declared (its cached prefix), none callable (REQ-SEG-047).
+            assert asked.tools == sent[0].tools
+            assert asked.tool_choice_none
             instruction = asked.turns[-1].text
             if behavior is Behavior.THRESHOLD_BASED_CONTINUATION:
                 assert CONTINUATION_INSTRUCTION in instruction

@@ -64,9 +64,10 @@ class LlmRequest:
 
     ``messages`` is the view the model must see: the current session and generation only, with
     every ``tool_use`` paired (the core guarantees this outside ``ToolExecuting``). For the
-    tool-less purposes ``tools`` is empty and ``instruction`` is the request to append (the
-    summary prompt, the checkpoint prompt); the adapter must turn tool blocks into text, name
-    ``rejected_tool_calls`` in prose, and drop ``trim_level`` slices of the oldest history.
+    requests at the limit ``instruction`` is the request to append (the summary prompt, the
+    checkpoint prompt) and ``tools`` are the turn's, declared so that the request repeats the
+    turn's prefix (which the provider's prompt cache holds) but never callable (REQ-SEG-047);
+    see ``LlmModel`` for what an adapter sends.
     """
 
     conversation_id: str
@@ -151,8 +152,12 @@ class LlmModel(Protocol):
       grace request at ``max_tool_rounds``) keep the tools declared but not callable (the
       provider's "none" tool choice) and send ``request.instruction`` last.
     - ``continuation``, ``checkpoint``, ``compaction`` (the requests at the limit): offer no
-      callable tool; send the history as text (``history.text_turns``: tool blocks as prose,
-      ``rejected_tool_calls`` named, ``trim_level`` honoured, ``instruction`` last).
+      callable tool (REQ-BED-020). An adapter whose provider caches prompts sends the turn's
+      prefix unchanged, ``request.tools`` declared with the provider's "none" tool choice,
+      then ``rejected_tool_calls`` and ``instruction`` (REQ-SEG-047, ``anthropic_payload``);
+      any adapter may instead send the history as text without tools (``history.text_turns``:
+      tool blocks as prose, ``rejected_tool_calls`` named, ``instruction`` last), and must
+      when ``trim_level`` asks it to drop the oldest history.
 
     The reply's ``usage`` is this one call's, in the four fields whose sum is the occupancy
     after it (``replies.usage_from_prompt`` maps a report whose prompt holds its cached part),

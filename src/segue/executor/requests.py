@@ -142,7 +142,7 @@ class Requests:
             purpose=purpose,
             system=await self._system(stored),
             messages=messages if messages is not None else await self._cache.view(stored),
-            tools=self._setup.tools.specs if purpose == "turn" else (),
+            tools=self._setup.tools.specs,  # at the limit too: declared, never callable
             instruction=instruction,
             rejected_tool_calls=tuple(rejected),
             trim_level=trim_level,
