@@ -28,7 +28,7 @@ from segue.effects import (
     ScheduleRetry,
 )
 from segue.executor._log import get_logger
-from segue.executor.archive import write_archive, write_tool_output
+from segue.executor.archive import archive_directory, write_archive, write_tool_output
 from segue.executor.bus import UpdateBus
 from segue.executor.cache import ViewCache
 from segue.executor.errors import LlmCallError
@@ -308,7 +308,7 @@ class Performer:
         to the last message now. Each compaction's archive takes over where the one before
         left off, so together they hold the whole transcript up to the last compaction, and
         each costs what its own generation holds, not the conversation's age."""
-        directory = self._setup.archive_dir or Path.home() / ".segue" / "archives"
+        directory = archive_directory(self._setup.archive_dir)
         cid = stored.state.id
         store = self._setup.store
         start = await store.generation_start(cid, None, effect.generation)
