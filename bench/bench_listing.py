@@ -84,37 +84,40 @@ async def stores(which: str, tmp: Path) -> AsyncIterator[list[tuple[str, Callabl
     yield made
 
 
+async def measure(name: str, store: Store, total: int) -> bool:
+    """Fill ``store``, print its pages' times; whether the target was met."""
+    user = {"user": "u-17"}
+    started = time.perf_counter()
+    await fill(store, total)
+    print(f"{name}: filled in {time.perf_counter() - started:,.1f} s")
+    first = await timed(lambda: store.list_page(metadata=user, limit=50))
+    ok = first < TARGET_MS
+    print(
+        f"{name} a user's first page of 50: {first:,.2f} ms "
+        f"(target < {TARGET_MS:g} ms) {'PASS' if ok else 'FAIL'}"
+    )
+    cursor = await deep(store, user)
+    later = await timed(lambda: store.list_page(metadata=user, limit=50, cursor=cursor))
+    print(f"{name} a user's 11th page of 50: {later:,.2f} ms")
+    everyone = await timed(lambda: store.list_page(limit=50))
+    print(f"{name} everyone's first page of 50: {everyone:,.2f} ms")
+    cursor = await deep(store, None)
+    later = await timed(lambda: store.list_page(limit=50, cursor=cursor))
+    print(f"{name} everyone's 11th page of 50: {later:,.2f} ms")
+    return ok
+
+
 async def main(quick: bool, which: str) -> int:
     total = TOTAL // 10 if quick else TOTAL
     failures = 0
     load, cpus = os.getloadavg()[0], os.cpu_count() or 1
     print(f"load average {load:.2f} on {cpus} CPUs; {total:,} conversations, {USERS} users")
-    user = {"user": "u-17"}
     with tempfile.TemporaryDirectory() as tmp:
         async with stores(which, Path(tmp)) as made:
             for name, make in made:
                 store = make()
                 try:
-                    started = time.perf_counter()
-                    await fill(store, total)
-                    print(f"{name}: filled in {time.perf_counter() - started:,.1f} s")
-                    first = await timed(lambda: store.list_page(metadata=user, limit=50))
-                    ok = first < TARGET_MS
-                    failures += not ok
-                    print(
-                        f"{name} a user's first page of 50: {first:,.2f} ms "
-                        f"(target < {TARGET_MS:g} ms) {'PASS' if ok else 'FAIL'}"
-                    )
-                    cursor = await deep(store, user)
-                    later = await timed(
-                        lambda: store.list_page(metadata=user, limit=50, cursor=cursor)
-                    )
-                    print(f"{name} a user's 11th page of 50: {later:,.2f} ms")
-                    everyone = await timed(lambda: store.list_page(limit=50))
-                    print(f"{name} everyone's first page of 50: {everyone:,.2f} ms")
-                    cursor = await deep(store, None)
-                    later = await timed(lambda: store.list_page(limit=50, cursor=cursor))
-                    print(f"{name} everyone's 11th page of 50: {later:,.2f} ms")
+                    failures += not await measure(name, store, total)
                 finally:
                     await store.close()
     return 1 if failures else 0

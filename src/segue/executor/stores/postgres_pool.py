@@ -22,7 +22,12 @@ import psycopg
 from psycopg import errors
 from psycopg_pool import AsyncConnectionPool
 
-from segue.executor.errors import SegueError, StoreLockedError, StoreUnavailableError
+from segue.executor.errors import (
+    SegueError,
+    StoreFullError,
+    StoreLockedError,
+    StoreUnavailableError,
+)
 from segue.executor.stores._shared import newer_schema
 from segue.executor.stores.postgres_schema import MIGRATION_LOCK, MIGRATIONS, SCHEMA_VERSION
 
@@ -157,6 +162,13 @@ class Pool:
                 f"lock_timeout ({self._lock_timeout:g}s)"
             )
             raise StoreLockedError(msg) from error
+        except errors.DiskFull as error:
+            # A statement is a transaction, or runs in one: nothing of it was kept.
+            msg = (
+                "PostgreSQL has no room left to write (disk full): nothing of this call was "
+                f"stored; free space and call again: {error}"
+            )
+            raise StoreFullError(msg) from error
         except (psycopg.OperationalError, psycopg.InterfaceError) as error:
             # A dropped session, a server restart (AdminShutdown), no server at all (the
             # pool's timeout): nothing was committed. The pool throws the broken connection

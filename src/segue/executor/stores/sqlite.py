@@ -42,6 +42,7 @@ from typing import Final, TypeVar
 
 from segue.executor.errors import (
     SegueError,
+    StoreFullError,
     StoreLockedError,
     StoreUnavailableError,
 )
@@ -121,7 +122,12 @@ class SqliteStore(SqlStore):
     def _segue_error(self, error: BaseException) -> BaseException:
         """The error a caller gets for ``error``: the driver's become segue's."""
         mapped: SegueError
-        if isinstance(error, sqlite3.OperationalError) and is_locked(error):
+        if isinstance(error, sqlite3.DatabaseError) and _is_full(error):
+            mapped = StoreFullError(
+                f"the disk holding the SQLite store is full: nothing of this call was stored; "
+                f"free space and call again ({error}): {self._path}"
+            )
+        elif isinstance(error, sqlite3.OperationalError) and is_locked(error):
             mapped = StoreLockedError(
                 f"database is locked: another process holds it for longer than "
                 f"busy_timeout ({self._busy_timeout:g}s): {self._path}"
@@ -410,6 +416,12 @@ class SqliteStore(SqlStore):
     async def close(self) -> None:
         """Close the connection and stop the worker thread; later calls raise ``SegueError``."""
         await self._runner.close()
+
+
+def _is_full(error: sqlite3.DatabaseError) -> bool:
+    """Whether SQLite failed for lack of space (``SQLITE_FULL``)."""
+    code = getattr(error, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF == sqlite3.SQLITE_FULL
 
 
 def _ordinal(conn: sqlite3.Connection, conversation_id: str) -> int:
