@@ -159,7 +159,7 @@ class PostgresStore(SqlStore):
                 raise not_found(conversation_id)
             return [row[1:] for row in rows if row[1] is not None]
 
-        return self._db.run(work)
+        return self._db.run(work, retry=True)
 
     # ------------------------------------------------------------------ SqlStore's dialect
 
@@ -200,7 +200,7 @@ class PostgresStore(SqlStore):
             cur = await conn.execute(_LOAD, (conversation_id,))
             return await cur.fetchone()
 
-        return self._db.run(work)
+        return self._db.run(work, retry=True)
 
     def _outbox_step(self, conversation_id: str, change: _outbox.Change[T]) -> Awaitable[T]:
         """One transaction with the conversation's row locked: two runtimes changing the
@@ -223,7 +223,7 @@ class PostgresStore(SqlStore):
                     )
                 return result
 
-        return self._db.run(work)
+        return self._db.run(work, retry=True)
 
     def _message_rows(
         self, conversation_id: str, after_seq: int, before_seq: int | None
@@ -270,7 +270,7 @@ class PostgresStore(SqlStore):
                 cur = await conn.execute(_LOAD, (conversation_id,))
                 return await cur.fetchone()
 
-        return self._db.run(work)
+        return self._db.run(work, retry=True)
 
     async def _inactive_ids(self, before: float, pairs: Sequence[tuple[str, str]]) -> Sequence[str]:
         statement, values = postgres_data.inactive(before, pairs)
@@ -289,7 +289,7 @@ class PostgresStore(SqlStore):
             cur = await conn.execute(statement, values)
             return await cur.fetchall()
 
-        return self._db.run(work)
+        return self._db.run(work, retry=True)
 
     def _transition_rows(self, conversation_id: str) -> Awaitable[Sequence[Row]]:
         return self._fetch(
@@ -320,7 +320,7 @@ class PostgresStore(SqlStore):
             )
             return await cur.fetchall()
 
-        return self._db.run(work)
+        return self._db.run(work, retry=True)
 
     def _link_child(self, parent_id: str, child_id: str) -> Awaitable[str | None]:
         async def work(conn: Connection) -> str | None:
@@ -332,7 +332,7 @@ class PostgresStore(SqlStore):
             row = await cur.fetchone()
             return None if row is None else str(row[0])
 
-        return self._db.run(work)
+        return self._db.run(work, retry=True)
 
     def _insert_snapshot(
         self, conversation_id: str, version: int, text: str
@@ -355,7 +355,7 @@ class PostgresStore(SqlStore):
             saved, existing = row
             return None if saved else existing
 
-        return self._db.run(work)
+        return self._db.run(work, retry=True)
 
     # ------------------------------------------------------------------ Store
 
@@ -372,7 +372,7 @@ class PostgresStore(SqlStore):
             cur = await conn.execute("SELECT id FROM conversations WHERE outbox::text <> '[]'")
             return [str(row[0]) for row in await cur.fetchall()]
 
-        return await self._db.run(work)
+        return await self._db.run(work, retry=True)
 
     async def close(self) -> None:
         """Finish the commits under way, close the pool's connections; later calls raise
