@@ -28,6 +28,7 @@ from segue import (
     ContextExhaustionBehavior,
     ConversationExistsError,
     ConversationNotFoundError,
+    ConversationState,
     PostgresStore,
     Runtime,
     ScriptedModel,
@@ -87,6 +88,16 @@ class Gated(ScriptedModel):
         self.asked.set()
         await self.opened.wait()
         return await super().complete(request)
+
+
+async def running_turn(
+    rt: Runtime, model: Gated
+) -> tuple[ConversationState, asyncio.Future[ConversationState]]:
+    """A new conversation, and its first turn, under way: the model was asked and waits."""
+    conv = await rt.create_conversation(model=MODEL)
+    turn = asyncio.ensure_future(rt.send(conv.id, "hello"))
+    await model.asked.wait()
+    return conv, turn
 
 
 # --------------------------------------------------------------------------- metadata and pages
@@ -243,9 +254,7 @@ def test_a_running_turn_is_refused_or_cancelled_first(where: str) -> None:
     async def main() -> None:
         model = Gated()
         async with Runtime(store=open_store(where), llm=model) as rt:
-            conv = await rt.create_conversation(model=MODEL)
-            turn = asyncio.ensure_future(rt.send(conv.id, "hello"))
-            await model.asked.wait()
+            conv, turn = await running_turn(rt, model)
             with pytest.raises(ConversationBusyError) as refused:
                 await rt.delete_conversation(conv.id)
             assert isinstance(refused.value, MessageRejectedError)
@@ -517,9 +526,7 @@ def test_a_turn_in_flight_is_not_exported(where: str) -> None:
     async def main() -> None:
         model = Gated()
         async with Runtime(store=open_store(where), llm=model) as rt:
-            conv = await rt.create_conversation(model=MODEL)
-            turn = asyncio.ensure_future(rt.send(conv.id, "hello"))
-            await model.asked.wait()
+            conv, turn = await running_turn(rt, model)
             with pytest.raises(ConversationBusyError):
                 await rt.export_conversation(conv.id)
             model.opened.set()

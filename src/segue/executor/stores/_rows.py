@@ -20,7 +20,7 @@ from segue.executor.store_port import (
 )
 from segue.executor.stores import _outbox
 from segue.executor.stores._outbox import Entry
-from segue.executor.stores._shared import check_commit_target, log_line, not_found
+from segue.executor.stores._shared import check_commit_target, line_of, log_line, not_found
 from segue.executor.stores.codec import (
     dump_effect,
     dump_message,
@@ -136,19 +136,8 @@ def restored_rows(record: ConversationRecord) -> RestoredRows:
             [], [_outbox.entry_text(n, t, None, None) for n, t in enumerate(texts, 1)]
         ),
         transitions=[
-            (
-                line.seq,
-                line.event_kind,
-                line.event_json,
-                line.from_phase,
-                line.to_phase,
-                line.context_tokens,
-                line.reason,
-                json.dumps(list(line.effect_kinds)),
-                line.at,
-                line.session,
-            )
-            for line in record.transitions
+            (*head, json.dumps(list(kinds)), at, session)
+            for *head, kinds, at, session in map(line_of, record.transitions)
         ],
         snapshots=[(snapshot.version, dump_snapshot(snapshot)) for snapshot in record.snapshots],
     )

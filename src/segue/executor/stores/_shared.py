@@ -17,8 +17,9 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Self, TypeVar
 
 from annotated_types import MaxLen
 
@@ -31,10 +32,18 @@ from segue.executor.errors import (
     InvalidTextError,
     SegueError,
 )
-from segue.executor.store_port import Commit, PendingEffect, TransitionRecord
+from segue.executor.store_port import (
+    Commit,
+    ConversationPage,
+    PendingEffect,
+    StoredConversation,
+    TransitionRecord,
+)
 from segue.statemachine import ConversationState
 from segue.statemachine.checkpoint import SessionSnapshot
 from segue.statemachine.state import ConversationConfig
+
+T = TypeVar("T")
 
 # --------------------------------------------------------------------------- refusals
 
@@ -116,6 +125,39 @@ def page_limit(limit: int) -> int:
         msg = f"limit is a number of conversations from 1 to {MAX_PAGE}, not {limit!r}"
         raise ValueError(msg)
     return limit
+
+
+@dataclass(frozen=True, slots=True)
+class PageRequest:
+    """A listing's arguments, checked: the metadata pairs (sorted), the limit, the keyset."""
+
+    pairs: list[tuple[str, str]]
+    limit: int
+    after: tuple[float, int] | None
+
+    @classmethod
+    def of(cls, metadata: Mapping[str, str] | None, limit: int, cursor: str | None) -> Self:
+        """``InvalidMetadataError``, ``ValueError`` or ``InvalidCursorError`` for what is off."""
+        return cls(
+            sorted(checked_metadata(metadata).items()),
+            page_limit(limit),
+            None if cursor is None else decode_cursor(cursor),
+        )
+
+    def page(
+        self,
+        found: Sequence[T],
+        listed: Callable[[T], StoredConversation],
+        key: Callable[[T], tuple[float, int]],
+    ) -> ConversationPage:
+        """The page of ``found`` (up to ``limit`` + 1 of them, newest first): the first
+        ``limit`` as ``listed`` makes them, and the cursor after the last if there were more."""
+        shown = found[: self.limit]
+        more = len(found) > self.limit
+        return ConversationPage(
+            conversations=tuple(listed(item) for item in shown),
+            next_cursor=encode_cursor(*key(shown[-1])) if more else None,
+        )
 
 
 def encode_cursor(created_at: float, key: int) -> str:
@@ -233,6 +275,22 @@ def log_line(commit: Commit, effect_kinds: tuple[str, ...]) -> LogLine:
         effect_kinds,
         commit.at,
         commit.session,
+    )
+
+
+def line_of(record: TransitionRecord) -> LogLine:
+    """A record as the log line it was written from (an import writes it back)."""
+    return (
+        record.seq,
+        record.event_kind,
+        record.event_json,
+        record.from_phase,
+        record.to_phase,
+        record.context_tokens,
+        record.reason,
+        record.effect_kinds,
+        record.at,
+        record.session,
     )
 
 

@@ -44,13 +44,11 @@ from segue.executor.stores._rows import (
     transcript_landmarks,
 )
 from segue.executor.stores._shared import (
+    PageRequest,
     check_snapshot_unchanged,
     check_storable,
     checked_metadata,
-    decode_cursor,
-    encode_cursor,
     not_found,
-    page_limit,
     require_holdable,
     transition_from_row,
 )
@@ -303,17 +301,9 @@ class SqlStore(ABC):
         limit: int = 50,
         cursor: str | None = None,
     ) -> ConversationPage:
-        pairs = sorted(checked_metadata(metadata).items())
-        limit = page_limit(limit)
-        after = None if cursor is None else decode_cursor(cursor)
-        rows = await self._page_rows(pairs, limit + 1, after)
-        more = len(rows) > limit
-        rows = rows[:limit]
-        last = rows[-1] if more else None
-        return ConversationPage(
-            conversations=tuple(listed(row) for row in rows),
-            next_cursor=None if last is None else encode_cursor(last[4], last[-1]),
-        )
+        request = PageRequest.of(metadata, limit, cursor)
+        rows = await self._page_rows(request.pairs, request.limit + 1, request.after)
+        return request.page(rows, listed, lambda row: (row[4], row[-1]))
 
     async def set_metadata(
         self, conversation_id: str, metadata: Mapping[str, str]

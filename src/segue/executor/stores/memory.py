@@ -37,17 +37,16 @@ from segue.executor.stores._rows import (
 )
 from segue.executor.stores._shared import (
     LogLine,
+    PageRequest,
     already_exists,
     check_commit_target,
     check_snapshot_unchanged,
     check_storable,
     checked_metadata,
     claimable,
-    decode_cursor,
-    encode_cursor,
+    line_of,
     log_line,
     not_found,
-    page_limit,
     transition_record,
     version_moved,
 )
@@ -275,24 +274,22 @@ class MemoryStore:
         cursor: str | None = None,
     ) -> ConversationPage:
         """A sort of every conversation: memory holds few, and none of them for long."""
-        pairs = sorted(checked_metadata(metadata).items())
-        limit = page_limit(limit)
-        after = None if cursor is None else decode_cursor(cursor)
+        request = PageRequest.of(metadata, limit, cursor)
+        after = request.after
         records = sorted(
             (
                 record
                 for record in self._conversations.values()
-                if record.matches(pairs)
+                if record.matches(request.pairs)
                 and (after is None or (record.created_at, record.order) < after)
             ),
             key=lambda record: (record.created_at, record.order),
             reverse=True,
         )
-        page = records[:limit]
-        last = page[-1] if len(records) > limit else None
-        return ConversationPage(
-            conversations=tuple(record.stored(with_pending=False) for record in page),
-            next_cursor=None if last is None else encode_cursor(last.created_at, last.order),
+        return request.page(
+            records[: request.limit + 1],
+            lambda record: record.stored(with_pending=False),
+            lambda record: (record.created_at, record.order),
         )
 
     async def set_metadata(
@@ -345,21 +342,7 @@ class MemoryStore:
             for seq, message in enumerate(record.messages, 1)
         )
         restored.landmarks.extend(transcript_landmarks(record.messages))
-        restored.log.extend(
-            (
-                line.seq,
-                line.event_kind,
-                line.event_json,
-                line.from_phase,
-                line.to_phase,
-                line.context_tokens,
-                line.reason,
-                line.effect_kinds,
-                line.at,
-                line.session,
-            )
-            for line in record.transitions
-        )
+        restored.log.extend(line_of(line) for line in record.transitions)
         for effect_id, effect in enumerate(record.pending, 1):
             restored.outbox[effect_id] = PendingEffect(id=effect_id, effect=effect)
         restored.effect_count = len(record.pending)

@@ -51,7 +51,7 @@ from psycopg import errors
 
 from segue.executor.errors import SegueError
 from segue.executor.store_port import Commit, StoredConversation
-from segue.executor.stores import _outbox, postgres_data
+from segue.executor.stores import _listing, _outbox, postgres_data
 from segue.executor.stores._rows import LOAD_COLUMNS, NewConversation, RestoredRows, commit_rows
 from segue.executor.stores._shared import already_exists, holdable, not_found
 from segue.executor.stores._sql import Row, SqlStore
@@ -259,7 +259,7 @@ class PostgresStore(SqlStore):
     def _page_rows(
         self, pairs: Sequence[tuple[str, str]], limit: int, after: tuple[float, int] | None
     ) -> Awaitable[Sequence[Row]]:
-        statement, values = postgres_data.page(pairs, limit, after)
+        statement, values = _listing.page(postgres_data.DIALECT, pairs, limit, after)
         return self._rows(statement, values)
 
     def _set_tags(self, conversation_id: str, metadata: dict[str, str]) -> Awaitable[Row | None]:
@@ -273,7 +273,7 @@ class PostgresStore(SqlStore):
         return self._db.run(work, retry=True)
 
     async def _inactive_ids(self, before: float, pairs: Sequence[tuple[str, str]]) -> Sequence[str]:
-        statement, values = postgres_data.inactive(before, pairs)
+        statement, values = _listing.inactive(postgres_data.DIALECT, before, pairs)
         return [str(cid) for (cid,) in await self._rows(statement, values)]
 
     def _delete(self, conversation_id: str) -> Awaitable[bool]:

@@ -1,7 +1,7 @@
-"""``PostgresStore``'s conversation-level reads and writes: landmarks, pages, metadata,
-deletion, import (``sqlite_data`` is SQLite's; the reasons are the same).
+"""``PostgresStore``'s conversation-level reads and writes: landmarks, metadata, deletion,
+import, and its listings' dialect (``sqlite_data`` is SQLite's; the reasons are the same).
 
-Pages follow ``conversations_by_age`` or ``tags_by_value`` backwards from a keyset. A deletion
+A deletion
 is one transaction that locks the conversation's row first: a step committing at the same time
 either lands before it (and is deleted with the rest) or finds no row (``not found``); no row of
 the conversation is left, PostgreSQL's own dead tuples going at the next VACUUM.
@@ -9,11 +9,11 @@ the conversation is left, PostgreSQL's own dead tuples going at the next VACUUM.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Final
 
 from psycopg import errors
 
+from segue.executor.stores._listing import Dialect
 from segue.executor.stores._rows import RestoredRows
 from segue.executor.stores._shared import already_exists
 from segue.executor.stores.postgres_pool import Connection
@@ -24,6 +24,8 @@ LISTED: Final = (
     f" {METADATA.replace('conversations.id', 'c.id')}, c.ordinal"
 )
 """``_rows.LISTED_COLUMNS`` and the place, of ``conversations AS c``."""
+DIALECT: Final = Dialect(mark="%s", listed=LISTED, link="conversation_id", key="id")
+"""PostgreSQL's listings (``_listing``)."""
 START_SEQ: Final = (
     "SELECT c.id, l.seq FROM conversations AS c LEFT JOIN LATERAL ("
     " SELECT seq FROM landmarks WHERE conversation_id = c.id AND {which}"
@@ -45,55 +47,6 @@ def start_seq(session: int | None, generation: int) -> tuple[str, tuple[Any, ...
         return START_SEQ.format(which="start = 2 AND generation <= %s"), (generation,)
     which = "start > 0 AND (session < %s OR (session = %s AND generation <= %s))"
     return START_SEQ.format(which=which), (session, session, generation)
-
-
-def _also(pairs: Sequence[tuple[str, str]], conversation: str) -> tuple[str, list[str]]:
-    clause = "".join(
-        f" AND EXISTS (SELECT FROM tags AS o WHERE o.conversation_id = {conversation}"
-        " AND o.key = %s AND o.value = %s)"
-        for _ in pairs
-    )
-    return clause, [part for pair in pairs for part in pair]
-
-
-def page(
-    pairs: Sequence[tuple[str, str]], limit: int, after: tuple[float, int] | None
-) -> tuple[str, tuple[Any, ...]]:
-    """A page's statement and values (``PostgresStore._page_rows``)."""
-    values: list[Any] = []
-    if not pairs:
-        where = ""
-        if after is not None:
-            where, values = " WHERE (c.created_at, c.ordinal) < (%s, %s)", [*after]
-        statement = (
-            f"SELECT {LISTED} FROM conversations AS c{where}"  # noqa: S608
-            " ORDER BY c.created_at DESC, c.ordinal DESC LIMIT %s"
-        )
-        return statement, (*values, limit)
-    (key, value), rest = pairs[0], pairs[1:]
-    values = [key, value]
-    where = " WHERE t.key = %s AND t.value = %s"
-    if after is not None:
-        where += " AND (t.created_at, t.ordinal) < (%s, %s)"
-        values.extend(after)
-    clause, more = _also(rest, "t.conversation_id")
-    statement = (
-        f"SELECT {LISTED} FROM tags AS t"  # noqa: S608
-        f" JOIN conversations AS c ON c.id = t.conversation_id{where}{clause}"
-        " ORDER BY t.created_at DESC, t.ordinal DESC LIMIT %s"
-    )
-    return statement, (*values, *more, limit)
-
-
-def inactive(before: float, pairs: Sequence[tuple[str, str]]) -> tuple[str, tuple[Any, ...]]:
-    """``PostgresStore._inactive_ids``'s statement: a scan (an index on ``updated_at`` would
-    make every step's update a non-HOT one)."""
-    clause, more = _also(pairs, "c.id")
-    statement = (
-        f"SELECT c.id FROM conversations AS c WHERE c.updated_at < %s{clause}"  # noqa: S608
-        " ORDER BY c.updated_at, c.ordinal"
-    )
-    return statement, (before, *more)
 
 
 async def write_tags(conn: Connection, conversation_id: str, metadata: dict[str, str]) -> bool:

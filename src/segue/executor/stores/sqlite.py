@@ -47,7 +47,7 @@ from segue.executor.errors import (
     StoreUnavailableError,
 )
 from segue.executor.store_port import Commit, StoredConversation
-from segue.executor.stores import _outbox, sqlite_data
+from segue.executor.stores import _listing, _outbox, sqlite_data
 from segue.executor.stores._rows import (
     LISTED_COLUMNS,
     LOAD_COLUMNS,
@@ -312,7 +312,7 @@ class SqliteStore(SqlStore):
     def _page_rows(
         self, pairs: Sequence[tuple[str, str]], limit: int, after: tuple[float, int] | None
     ) -> Awaitable[Sequence[Row]]:
-        statement, values = sqlite_data.page(pairs, limit, after)
+        statement, values = _listing.page(sqlite_data.DIALECT, pairs, limit, after)
 
         def work(conn: sqlite3.Connection) -> list[Row]:
             rows: list[Row] = conn.execute(statement, values).fetchall()
@@ -336,7 +336,7 @@ class SqliteStore(SqlStore):
     def _inactive_ids(
         self, before: float, pairs: Sequence[tuple[str, str]]
     ) -> Awaitable[Sequence[str]]:
-        statement, values = sqlite_data.inactive(before, pairs)
+        statement, values = _listing.inactive(sqlite_data.DIALECT, before, pairs)
 
         def work(conn: sqlite3.Connection) -> list[str]:
             return [str(cid) for (cid,) in conn.execute(statement, values).fetchall()]

@@ -1,12 +1,10 @@
-"""``SqliteStore``'s conversation-level writes and listings: pages, metadata, deletion, import.
+"""``SqliteStore``'s conversation-level writes: metadata, deletion, import, and its listings'
+dialect.
 
 Why they are written this way:
 
-- **Pages by keyset, through an index.** A page is the next ``limit`` conversations after the
-  last one seen, by (``created_at``, ``ordinal``), read backwards along
-  ``conversations_by_age``, or along ``tags_by_value`` when a metadata pair filters them (one
-  user's conversations among everyone's): a page costs the same whatever came before it, and
-  pages neither skip nor repeat while conversations are created.
+- **Pages by keyset, through an index** (``_listing``, written once for both dialects):
+  backwards along ``conversations_by_age``, or ``tags_by_value`` when metadata filters them.
 - **Deletion leaves no text behind.** It runs alone on the store's connection, in a transaction
   of its own, with ``secure_delete`` on (SQLite zeroes what it frees) and the foreign keys'
   checks off (each would scan the transcript and the log, which are keyed by rid rather than
@@ -18,18 +16,21 @@ Why they are written this way:
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
-from typing import Any, Final
+from typing import Final
 
+from segue.executor.stores._listing import Dialect
 from segue.executor.stores._rows import RestoredRows
 from segue.executor.stores.sqlite_schema import KEY_SPAN, METADATA, SYSTEM
 
-LISTED: Final = (
-    f"conversations.state, conversations.version, {SYSTEM}, conversations.child_id,"
-    f" conversations.created_at, {METADATA}, conversations.ordinal"
+DIALECT: Final = Dialect(
+    mark="?",
+    listed=(
+        f"c.state, c.version, {SYSTEM}, c.child_id, c.created_at, {METADATA}, c.ordinal"
+    ).replace("conversations.ordinal", "c.ordinal"),
+    link="ordinal",
+    key="ordinal",
 )
-"""``_rows.LISTED_COLUMNS`` and the place, as a page reads them (qualified: ``tags`` has a
-``created_at`` too)."""
+"""SQLite's listings (``_listing``)."""
 CHECKPOINT_WAIT_MS: Final = 2_000
 """How long the checkpoint after a deletion waits for readers to let go of the WAL."""
 _SECURE_DELETE: Final = {0: "OFF", 1: "ON", 2: "FAST"}
@@ -39,56 +40,6 @@ _INSERT_TRANSITION: Final = (
     " to_phase, context_tokens, reason, effect_kinds, at, session)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-
-
-def _also(pairs: Sequence[tuple[str, str]], ordinal: str) -> tuple[str, list[str]]:
-    """SQL requiring every pair of ``pairs`` of the conversation whose place is ``ordinal``."""
-    clause = "".join(
-        f" AND EXISTS (SELECT 1 FROM tags AS o WHERE o.ordinal = {ordinal}"  # noqa: S608
-        " AND o.key = ? AND o.value = ?)"
-        for _ in pairs
-    )
-    return clause, [part for pair in pairs for part in pair]
-
-
-def page(
-    pairs: Sequence[tuple[str, str]], limit: int, after: tuple[float, int] | None
-) -> tuple[str, tuple[Any, ...]]:
-    """A page's statement and values (``SqliteStore._page_rows``)."""
-    values: list[Any] = []
-    if not pairs:
-        where = ""
-        if after is not None:
-            where, values = " WHERE (created_at, ordinal) < (?, ?)", [*after]
-        statement = (
-            f"SELECT {LISTED} FROM conversations{where}"  # noqa: S608
-            " ORDER BY created_at DESC, ordinal DESC LIMIT ?"
-        )
-        return statement, (*values, limit)
-    (key, value), rest = pairs[0], pairs[1:]
-    values = [key, value]
-    where = " WHERE t.key = ? AND t.value = ?"
-    if after is not None:
-        where += " AND (t.created_at, t.ordinal) < (?, ?)"
-        values.extend(after)
-    clause, more = _also(rest, "t.ordinal")
-    statement = (
-        f"SELECT {LISTED} FROM tags AS t"  # noqa: S608
-        f" JOIN conversations ON conversations.ordinal = t.ordinal{where}{clause}"
-        " ORDER BY t.created_at DESC, t.ordinal DESC LIMIT ?"
-    )
-    return statement, (*values, *more, limit)
-
-
-def inactive(before: float, pairs: Sequence[tuple[str, str]]) -> tuple[str, tuple[Any, ...]]:
-    """The statement and values of ``SqliteStore._inactive_ids``: a scan of the conversations
-    (an index on ``updated_at`` would cost every step an index entry; a purge is rare)."""
-    clause, more = _also(pairs, "conversations.ordinal")
-    statement = (
-        f"SELECT id FROM conversations WHERE updated_at < ?{clause}"  # noqa: S608
-        " ORDER BY updated_at, ordinal"
-    )
-    return statement, (before, *more)
 
 
 def write_tags(
