@@ -37,6 +37,17 @@ _REPLY_SCAN: Final = 64
 """Messages read per step when ``last_reply`` looks back for the latest assistant message."""
 
 
+def _output_bound(options: ConversationOptions) -> int:
+    """What one answer may hold: as given, else ``DEFAULT_OUTPUT_TOKENS`` (with room for the
+    thinking budget), within the model's limit."""
+    if options.max_output_tokens is not None:
+        return options.max_output_tokens
+    wanted = DEFAULT_OUTPUT_TOKENS
+    if options.thinking_budget is not None:
+        wanted = max(wanted, options.thinking_budget + DEFAULT_OUTPUT_TOKENS)
+    return min(model_info(options.model).max_output_tokens, wanted)
+
+
 class Conversations:
     """Creating and reading conversations (``Runtime`` is one; see its docstring)."""
 
@@ -76,18 +87,11 @@ class Conversations:
         elif fields:
             options = options.model_copy(update=fields)
             options = ConversationOptions.model_validate(options.model_dump())
-        window = options.context_window or await self._window(options.model)
-        output = options.max_output_tokens
-        if output is None:
-            wanted = DEFAULT_OUTPUT_TOKENS
-            if options.thinking_budget is not None:
-                wanted = max(wanted, options.thinking_budget + DEFAULT_OUTPUT_TOKENS)
-            output = min(model_info(options.model).max_output_tokens, wanted)
         config = options.config(
             conversation_id=conversation_id or uuid.uuid4().hex,
             parent_id=parent_id,
-            context_window=window,
-            max_output_tokens=output,
+            context_window=options.context_window or await self._window(options.model),
+            max_output_tokens=_output_bound(options),
         )
         seeded = sum(estimate_tokens(message.text) for message in seed)
         pinned = sum(estimate_tokens(m.text) for m in seed if m.pinned)

@@ -218,6 +218,15 @@ class Driver:
             ):
                 return stored
 
+    async def _outcome(self, stored: StoredConversation, pending: PendingEffect) -> list[Event]:
+        """What performing ``pending`` gives: an outcome this runtime was paid for and could
+        not store is committed again, not asked for again (the effect is still the one pending
+        under its id)."""
+        unsaved = self._unsaved.pop((stored.state.id, pending.id), None)
+        if unsaved is not None:
+            return unsaved
+        return await self._performer.outcome(stored, pending.effect)
+
     async def _perform(
         self, stored: StoredConversation, pending: PendingEffect
     ) -> StoredConversation:
@@ -237,12 +246,7 @@ class Driver:
             if update is not None:
                 bus.emit(cid, update)
         claims = self._claims
-        # An outcome that was paid for and could not be stored is committed again, not asked
-        # for again (its effect is still the one pending under this id).
-        unsaved = self._unsaved.pop((cid, pending.id), None)
-        task = asyncio.ensure_future(
-            _ready(unsaved) if unsaved is not None else self._performer.outcome(stored, effect)
-        )
+        task = asyncio.ensure_future(self._outcome(stored, pending))
         claims.performing(cid, pending.id)
         try:
             with self._signals.performing(cid, task, effect):
@@ -281,8 +285,3 @@ class Driver:
                 "and the next message or recover() performs it again"
             )
             raise type(error)(msg) from error  # the same kind: a full disk says so
-
-
-async def _ready(outcome: list[Event]) -> list[Event]:
-    """An outcome already in hand, as a performer's would come."""
-    return outcome
