@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -151,3 +153,59 @@ def test_rows_read_per_compaction_do_not_grow_and_the_view_is_the_whole_fold(
             await store.close()
 
     asyncio.run(main())
+
+
+LEGACY = Path(__file__).parent / "fixtures" / "legacy"
+
+
+def whole_pinned(messages: list[StoredMessage]) -> list[StoredMessage]:
+    return [message for message in messages if message.message.pinned]
+
+
+async def views_match_the_whole_fold(store: Store) -> int:
+    """For every conversation of ``store``: the view folded from its landmarks is the fold of
+    its whole transcript. How many conversations were compared."""
+    fresh = 0
+    try:
+        listed = await store.list_conversations()
+        for conversation in listed:
+            stored = await store.load(conversation.state.id)
+            state = stored.state
+            whole = [m.message for m in await store.messages(state.id)]
+            view = list(await ViewCache(lambda: store).view(stored))
+            assert view == current_view(whole, state.session, state.generation), state.id
+            start = await store.generation_start(state.id, state.session, state.generation)
+            started_again = (state.session, state.generation) != (1, 1)
+            assert (start > 1) == started_again, state.id  # found, not read from the start
+            pinned = [m.seq for m in whole_pinned(await store.messages(state.id))]
+            assert [
+                m.seq for m in await store.pinned_messages(state.id, before_seq=10**6)
+            ] == pinned
+            fresh += started_again
+        assert fresh >= 2  # the compacted and the restarted ones
+        return len(listed)
+    finally:
+        await store.close()
+
+
+def test_the_landmarks_of_a_release_database_are_found_when_it_is_migrated(
+    tmp_path: Path, cluster: ThrowawayCluster
+) -> None:
+    """The databases the last release wrote (``test_legacy_stores``' fixtures), migrated on
+    opening: their landmarks are found from the transcripts, so every view folded from them
+    (a compacted conversation, a restarted one, pinned messages) is the whole fold."""
+    path = tmp_path / "legacy.db"
+    shutil.copyfile(LEGACY / "legacy.db", path)
+    path.chmod(0o600)
+    assert asyncio.run(views_match_the_whole_fold(SqliteStore(path))) >= 5
+    url = cluster.create_database("legacy_landmarks")
+    subprocess.run(  # noqa: S603  # the cluster's own psql, on a file of ours
+        [
+            str(cluster.binaries / "psql"),
+            *("-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url),
+            *("-f", str(LEGACY / "legacy-postgres.sql")),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    assert asyncio.run(views_match_the_whole_fold(PostgresStore(url))) >= 5
