@@ -180,6 +180,22 @@ def fast(rows: CommitRows) -> tuple[str, dict[str, Any]] | None:
     return fast_commit(len(appended), len(queued), len(completes), key is not None), values
 
 
+def general(rows: CommitRows) -> tuple[str, dict[str, Any]]:
+    """The statement for a step of any shape and its parameters: ``COMMIT``, or
+    ``COMMIT_MARKED`` for a step that appends landmarks (built only when the usual shape's
+    statement is not enough: most steps never need them)."""
+    values = params(rows)
+    if not rows.landmarks:
+        return COMMIT, values
+    values["landmarks"] = json.dumps(
+        [
+            {"n": n, "session": s, "generation": g, "start": start, "pinned": pinned}
+            for n, s, g, start, pinned in rows.landmarks
+        ]
+    )
+    return COMMIT_MARKED, values
+
+
 def stored(rows: CommitRows, returned: Sequence[Any]) -> StoredConversation:
     """The conversation as committed, from what ``COMMIT`` (or a row of ``COMMIT_MANY``, its
     ``n`` left out) returned: the counters, and the outbox when it holds more than what the
@@ -304,15 +320,6 @@ class Commits:
         key = rows.commit.idempotency_key
         conversation_id = rows.commit.conversation_id
         shaped = fast(rows)
-        statement, values = COMMIT, params(rows)
-        if rows.landmarks:
-            statement = COMMIT_MARKED
-            values["landmarks"] = json.dumps(
-                [
-                    {"n": n, "session": s, "generation": g, "start": start, "pinned": pinned}
-                    for n, s, g, start, pinned in rows.landmarks
-                ]
-            )
 
         async def work(conn: Connection) -> tuple[Any, ...] | None:
             if shaped is not None:
@@ -320,7 +327,7 @@ class Commits:
                 landed = await cur.fetchone()
                 if landed is not None:
                     return landed
-            cur = await conn.execute(statement, values, binary=True)
+            cur = await conn.execute(*general(rows), binary=True)
             return await cur.fetchone()
 
         try:
