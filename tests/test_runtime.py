@@ -880,9 +880,11 @@ class CountingStore(MemoryStore):
         self._count("commit")
         return await super().commit(commit)
 
-    async def messages(self, conversation_id: str, *, after_seq: int = 0) -> list[StoredMessage]:
+    async def messages(
+        self, conversation_id: str, *, after_seq: int = 0, before_seq: int | None = None
+    ) -> list[StoredMessage]:
         self._count("messages")
-        read = await super().messages(conversation_id, after_seq=after_seq)
+        read = await super().messages(conversation_id, after_seq=after_seq, before_seq=before_seq)
         self.messages_read += len(read)
         return read
 

@@ -1267,6 +1267,10 @@ def _plant_old_rows(backend: Backend) -> None:
     entry = json.dumps([{"id": 1, "effect": json.loads(dump_effect(request)), **_CLAIMED}])
     for row in _old_conversations(asked, answered, entry, keyed):
         _insert_present(backend, "conversations", row)
+        if backend.columns("prompts"):  # SQLite 6 keeps the system prompt apart
+            _insert_present(
+                backend, "prompts", {"ordinal": row["ordinal"], "system": row["system"]}
+            )
     for cid, seq, kind in (("w", 1, "user"), ("done", 1, "user"), ("done", 2, "assistant")):
         message = Message.model_validate({"kind": kind, "text": f"{cid} {seq}"})
         _insert_present(

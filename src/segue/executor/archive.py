@@ -22,6 +22,11 @@ from segue.statemachine import Message
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
 
+def archive_directory(configured: Path | None) -> Path:
+    """Where archives go: the runtime's ``archive_dir``, else ``~/.segue/archives``."""
+    return configured if configured is not None else Path.home() / ".segue" / "archives"
+
+
 def safe_slug(conversation_id: str, *, limit: int = 48) -> str:
     """A filename-safe stand-in for ``conversation_id``: slug plus a hash, unique per id."""
     digest = hashlib.sha256(conversation_id.encode("utf-8", "surrogatepass")).hexdigest()[:12]
@@ -90,6 +95,22 @@ def write_archive(
         for message in transcript:
             handle.write(message.model_dump_json() + "\n")
     return path
+
+
+def remove_files(directory: Path, conversation_id: str) -> int:
+    """Delete the conversation's archives and saved tool outputs from ``directory``; how many.
+
+    Its files are found by name (every one starts with its ``safe_slug`` and a dot, which no
+    other id's files share: the slug ends with a hash of the id), never by reading them; a
+    directory that does not exist holds none."""
+    prefix = f"{safe_slug(conversation_id)}."
+    try:
+        names = [entry.name for entry in os.scandir(directory) if entry.name.startswith(prefix)]
+    except FileNotFoundError:
+        return 0
+    for name in names:
+        (directory / name).unlink(missing_ok=True)
+    return len(names)
 
 
 def write_tool_output(

@@ -17,7 +17,7 @@ from typing import Final
 
 from segue.executor.errors import SegueError
 from segue.executor.store_port import Store, StoredConversation
-from segue.executor.transcript import TranscriptView, ViewSnapshot
+from segue.executor.transcript import TranscriptView, ViewSnapshot, fold_from
 from segue.statemachine import Message
 
 CACHE_SIZE: Final = 256
@@ -76,7 +76,9 @@ class ViewCache:
         The fold is reused only for the state's session and generation and only while it holds
         no more than the store does; it is brought up to ``stored.last_seq`` with the messages
         after its own ``last_seq``, whoever wrote them. A new session or generation, or a
-        transcript the store no longer agrees with, is folded again from the start.
+        transcript the store no longer agrees with, is folded again from where that session or
+        generation starts (``_start``): what came before costs nothing, however much of it
+        there is.
         """
         state = stored.state
         cid = state.id
@@ -88,7 +90,8 @@ class ViewCache:
             or view.generation != state.generation
             or view.last_seq > stored.last_seq
         ):
-            view = known.view = TranscriptView(state.session, state.generation)
+            known.view = None
+            view = known.view = await self._start(stored)
         if view.last_seq < stored.last_seq:
             try:
                 for message in await self._store().messages(cid, after_seq=view.last_seq):
@@ -103,6 +106,31 @@ class ViewCache:
                 msg = f"the store holds {view.last_seq} messages of {cid}, not {stored.last_seq}"
                 raise SegueError(msg)
         return view.snapshot()
+
+    def drop(self, conversation_id: str) -> None:
+        """The conversation is gone (deleted): drop its copy and its view."""
+        self._known.pop(conversation_id, None)
+
+    async def _start(self, stored: StoredConversation) -> TranscriptView:
+        """A view of the state's session and generation, folded from its start: the
+        generation's summary and the messages it keeps (``transcript.fold_from``), with the
+        pinned messages before them; never the transcript of earlier generations."""
+        state = stored.state
+        cid, session, generation = state.id, state.session, state.generation
+        store = self._store()
+        start = min(await store.generation_start(cid, session, generation), stored.last_seq + 1)
+        first: Message | None = None
+        if 1 < start <= stored.last_seq:  # from 1, there is nothing before it to keep
+            head = await store.messages(cid, after_seq=start - 1, before_seq=start + 1)
+            first = head[0].message if head else None
+        begin = fold_from(start, first, session, generation)
+        pinned = await store.pinned_messages(cid, before_seq=begin)
+        return TranscriptView(
+            session,
+            generation,
+            first_seq=begin,
+            pinned=[(message.seq, message.message) for message in pinned],
+        )
 
     def _entry(self, conversation_id: str) -> _Known:
         """The conversation's entry (made if missing), marked most recently used."""

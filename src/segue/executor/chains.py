@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from segue.executor.errors import SegueError
+from segue.executor.errors import ConversationNotFoundError, SegueError
 from segue.executor.store_port import Store, StoredConversation, StoredMessage, TransitionRecord
 from segue.statemachine import (
     CONTEXT_FAILURES,
@@ -75,9 +75,12 @@ async def lineage(store: Store, conversation_id: str) -> list[Link]:
     current = await store.load(conversation_id)
     ancestors: list[StoredConversation] = []
     while current.state.parent_id is not None and len(ancestors) < _MAX_CHAIN:
-        parent = await store.load(current.state.parent_id)
+        try:
+            parent = await store.load(current.state.parent_id)
+        except ConversationNotFoundError:
+            break  # deleted alone (``delete_conversation``): this one is the root now
         if parent.child_id != current.state.id:
-            break  # a sub-agent's parent: not a continuation
+            break  # a sub-agent's parent, or a parent that let go: not a continuation
         ancestors.append(parent)
         current = parent
     chain = [*reversed(ancestors), await store.load(conversation_id)]

@@ -10,16 +10,21 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from segue.executor import documents
 from segue.executor._log import get_logger
 from segue.executor.cache import ViewCache
 from segue.executor.chains import LIMIT_PURPOSES, Link, UsageReport, lineage, usage_from_log
 from segue.executor.chains import usage_report as usage_of_messages
+from segue.executor.claims import Claims, live_holder
+from segue.executor.errors import ConversationBusyError, ConversationNotFoundError
 from segue.executor.locks import Locks
+from segue.executor.retention import erase, wait_for_claims
 from segue.executor.setup import Setup
-from segue.executor.store_port import StoredConversation, StoredMessage
+from segue.executor.store_port import ConversationPage, StoredConversation, StoredMessage
+from segue.executor.stores._shared import checked_metadata
 from segue.statemachine import ConversationState, Message, estimate_tokens, model_info
 from segue.statemachine.options import ConversationOptions
 
@@ -27,8 +32,20 @@ _log = get_logger("segue.runtime")
 DEFAULT_OUTPUT_TOKENS: Final = 8192
 """A conversation's bound on one answer unless it says otherwise: room for a long reply, while a
 prompt at the continuation threshold plus this still fits the smallest window."""
+_BUSY_HERE: Final = "a turn runs in this runtime; cancel it (cancel=True) or wait for it"
 _REPLY_SCAN: Final = 64
 """Messages read per step when ``last_reply`` looks back for the latest assistant message."""
+
+
+def _output_bound(options: ConversationOptions) -> int:
+    """What one answer may hold: as given, else ``DEFAULT_OUTPUT_TOKENS`` (with room for the
+    thinking budget), within the model's limit."""
+    if options.max_output_tokens is not None:
+        return options.max_output_tokens
+    wanted = DEFAULT_OUTPUT_TOKENS
+    if options.thinking_budget is not None:
+        wanted = max(wanted, options.thinking_budget + DEFAULT_OUTPUT_TOKENS)
+    return min(model_info(options.model).max_output_tokens, wanted)
 
 
 class Conversations:
@@ -37,6 +54,7 @@ class Conversations:
     _setup: Setup
     _cache: ViewCache
     _locks: Locks
+    claims: Claims
 
     async def create_conversation(
         self,
@@ -46,6 +64,7 @@ class Conversations:
         conversation_id: str | None = None,
         parent_id: str | None = None,
         seed: Sequence[Message] = (),
+        metadata: Mapping[str, str] | None = None,
         **fields: Any,
     ) -> ConversationState:
         """Create and store a new idle conversation with ``options`` (``ConversationOptions``),
@@ -57,25 +76,22 @@ class Conversations:
         warning in the log: a lookup that fails never fails the conversation). Each answer may
         hold ``max_output_tokens`` (default: ``DEFAULT_OUTPUT_TOKENS``, or room for the thinking
         budget, within the model's limit). ``seed``: messages the conversation starts with (a
-        summary, pinned messages: what a continued conversation carries over).
+        summary, pinned messages: what a continued conversation carries over). ``metadata``: the
+        application's labels for finding it again (``{"user": "u-17", "title": "Tides"}``;
+        ``list_conversations(metadata=...)``), string keys and values within
+        ``METADATA_LIMITS``, refused with ``InvalidMetadataError`` before anything is stored.
         """
+        tags = checked_metadata(metadata)
         if options is None:
             options = ConversationOptions(**fields)
         elif fields:
             options = options.model_copy(update=fields)
             options = ConversationOptions.model_validate(options.model_dump())
-        window = options.context_window or await self._window(options.model)
-        output = options.max_output_tokens
-        if output is None:
-            wanted = DEFAULT_OUTPUT_TOKENS
-            if options.thinking_budget is not None:
-                wanted = max(wanted, options.thinking_budget + DEFAULT_OUTPUT_TOKENS)
-            output = min(model_info(options.model).max_output_tokens, wanted)
         config = options.config(
             conversation_id=conversation_id or uuid.uuid4().hex,
             parent_id=parent_id,
-            context_window=window,
-            max_output_tokens=output,
+            context_window=options.context_window or await self._window(options.model),
+            max_output_tokens=_output_bound(options),
         )
         seeded = sum(estimate_tokens(message.text) for message in seed)
         pinned = sum(estimate_tokens(m.text) for m in seed if m.pinned)
@@ -83,7 +99,7 @@ class Conversations:
             config=config, pending_tokens=config.system_tokens + seeded, pinned_tokens=pinned
         )
         stored = await self._setup.store.create(
-            state, system=options.system, messages=seed, at=self._setup.clock()
+            state, system=options.system, messages=seed, at=self._setup.clock(), metadata=tags
         )
         self._cache.keep(stored)
         _log.info(
@@ -129,6 +145,135 @@ class Conversations:
         """Every conversation in the store, newest first (without their pending work)."""
         listed = await self._setup.store.list_conversations()
         return listed[::-1]
+
+    async def list_conversations(
+        self,
+        *,
+        metadata: Mapping[str, str] | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> ConversationPage:
+        """A page of conversations, newest first: those whose metadata holds every pair of
+        ``metadata`` (one user's: ``{"user": "u-17"}``), at most ``limit`` (1 to 1,000), and
+        ``next_cursor`` to pass as ``cursor`` for the next page (None on the last). Pages
+        neither skip nor repeat while conversations are created, and cost the same however
+        many there are (an index, not an offset)."""
+        return await self._setup.store.list_page(metadata=metadata, limit=limit, cursor=cursor)
+
+    async def set_metadata(
+        self, conversation_id: str, metadata: Mapping[str, str]
+    ) -> StoredConversation:
+        """Replace the conversation's metadata (``create_conversation`` says what it may
+        hold); the conversation as stored now."""
+        return await self._setup.store.set_metadata(conversation_id, metadata)
+
+    async def cancel(self, conversation_id: str) -> ConversationState:
+        """Stop the turn now (``Runtime.cancel``)."""
+        raise NotImplementedError
+
+    async def delete_conversation(
+        self, conversation_id: str, *, chain: bool = False, cancel: bool = False
+    ) -> list[str]:
+        """Delete the conversation: its transcript, log, snapshots, pending work, idempotency
+        keys, claims and metadata, and its archives and saved tool outputs; the ids deleted.
+
+        With ``chain=True`` its whole continuation chain (``lineage``) goes; otherwise the
+        conversations linked to it lose the link and keep their own text. A conversation whose
+        turn runs (here, or under another runtime's live claim) is refused with
+        ``ConversationBusyError`` (a ``MessageRejectedError``, cause ``busy``) before anything
+        is deleted, or cancelled first with ``cancel=True``. Each conversation goes in one
+        transaction: another process sees it whole or not at all (``ConversationNotFoundError``),
+        and a crash leaves it whole or gone. Its files go first: a crash between leaves the
+        conversation, whose deletion can be asked again.
+        """
+        ids = (
+            [link.id for link in await self.lineage(conversation_id)]
+            if chain
+            else [conversation_id]
+        )
+        for cid in ids:
+            await self._settle(cid, cancel=cancel)
+        for cid in ids:
+            async with self._locks.holding(cid):
+                await self._refuse_if_busy_elsewhere(cid)
+                await erase(self._setup, cid)
+                self._cache.drop(cid)
+            _log.info("conversation_deleted", conversation_id=cid)
+        return ids
+
+    async def purge(self, *, older_than: float, metadata: Mapping[str, str] | None = None) -> int:
+        """Delete the conversations nobody wrote to for ``older_than`` seconds (by the
+        runtime's clock), those whose metadata holds every pair of ``metadata`` only; how many
+        were deleted. Each goes as ``delete_conversation`` deletes one (alone, not its chain);
+        one whose turn runs is left for the next purge."""
+        if isinstance(older_than, bool) or not isinstance(older_than, int | float):
+            msg = f"older_than is a number of seconds, not {older_than!r}"
+            raise TypeError(msg)
+        if not older_than >= 0:
+            msg = f"older_than is a number of seconds of inactivity, at least 0, not {older_than!r}"
+            raise ValueError(msg)
+        store = self._setup.store
+        deleted = 0
+        for cid in await store.inactive(before=self._setup.clock() - older_than, metadata=metadata):
+            try:
+                await self.delete_conversation(cid)
+            except (ConversationBusyError, ConversationNotFoundError):
+                continue  # running, or deleted meanwhile by someone else
+            deleted += 1
+        return deleted
+
+    async def export_conversation(self, conversation_id: str) -> dict[str, Any]:
+        """The conversation as one JSON-ready document (``docs/data.md``): its state, whole
+        transcript, event log, snapshots, pending work, metadata, lineage ids and usage. A
+        conversation whose turn runs is refused (``ConversationBusyError``): its state would be
+        stale before the document is written; work left pending by a crash is exported, and
+        performed by ``recover()`` once imported."""
+        if self._locks.busy(conversation_id):
+            raise ConversationBusyError(conversation_id, _BUSY_HERE)
+        async with self._locks.holding(conversation_id):
+            await self._refuse_if_busy_elsewhere(conversation_id)
+            store = self._setup.store
+            stored = await store.load(conversation_id)
+            exported = documents.Exported(
+                stored=stored,
+                messages=[m.message for m in await store.messages(conversation_id)],
+                transitions=await store.transitions(conversation_id),
+                snapshots=await store.snapshots(conversation_id),
+                lineage=await self.lineage(conversation_id),
+                usage=await self.usage(conversation_id),
+                exported_at=self._setup.clock(),
+            )
+        return documents.document(exported)
+
+    async def import_conversation(
+        self, document: Mapping[str, Any], *, conversation_id: str | None = None
+    ) -> ConversationState:
+        """Store the conversation an export holds, in this runtime's store, under
+        ``conversation_id`` if given (else its own id): it continues exactly where it was.
+        A document that is not one, or is broken, is refused (``InvalidDocumentError``, which
+        says why), an id taken with ``ConversationExistsError``; either way nothing is
+        stored. Pending work it carried is performed by the next ``recover()``."""
+        record = documents.record(document, conversation_id=conversation_id)
+        stored = await self._setup.store.restore(record)
+        _log.info("conversation_imported", conversation_id=stored.state.id)
+        return stored.state
+
+    async def _settle(self, conversation_id: str, *, cancel: bool) -> None:
+        """Refuse (or with ``cancel``, stop) a turn of the conversation that runs."""
+        if not cancel:
+            if self._locks.busy(conversation_id):
+                raise ConversationBusyError(conversation_id, _BUSY_HERE)
+            await self._refuse_if_busy_elsewhere(conversation_id)
+            return
+        await self.cancel(conversation_id)
+        claims = self.claims
+        await wait_for_claims(self._setup, conversation_id, owner=claims.owner, within=claims.lease)
+
+    async def _refuse_if_busy_elsewhere(self, conversation_id: str) -> None:
+        holder = live_holder((await self._setup.store.load(conversation_id)).pending)
+        if holder is not None and holder != self.claims.owner:
+            reason = f"{holder} runs its turn; cancel it (cancel=True) or wait for it"
+            raise ConversationBusyError(conversation_id, reason)
 
     async def messages(self, conversation_id: str) -> list[StoredMessage]:
         """The whole transcript (every session and generation), in order."""

@@ -39,6 +39,8 @@ Listener = Callable[[str, Effect], None]
 """Called with a conversation id and each effect performed for it (UI hooks)."""
 _log = get_logger("segue.runtime")
 _POLL_FIRST, _POLL_MAX = 0.02, 0.5
+_UNSAVED = 64
+"""Outcomes kept for a store that could not take them (the oldest go first)."""
 """Pauses (seconds) between reads of the store while another runtime performs the work."""
 
 
@@ -84,6 +86,9 @@ class Driver:
         self._bus = bus
         self.listeners: list[Listener] = []
         """Told of every effect as it is performed (``Runtime.subscribe``)."""
+        self._unsaved: dict[tuple[str, int], list[Event]] = {}
+        """Outcomes performed here whose commit failed (a full disk, a store gone), by
+        conversation and effect id: the next drive commits them rather than paying again."""
         self._key_prefix = f"auto:{secrets.token_hex(8)}"
         self._keys = itertools.count(1)
         """Idempotency keys of messages sent without one: unique to this runtime (a random
@@ -230,6 +235,15 @@ class Driver:
             ):
                 return stored
 
+    async def _outcome(self, stored: StoredConversation, pending: PendingEffect) -> list[Event]:
+        """What performing ``pending`` gives: an outcome this runtime was paid for and could
+        not store is committed again, not asked for again (the effect is still the one pending
+        under its id)."""
+        unsaved = self._unsaved.pop((stored.state.id, pending.id), None)
+        if unsaved is not None:
+            return unsaved
+        return await self._performer.outcome(stored, pending.effect)
+
     async def _perform(
         self, stored: StoredConversation, pending: PendingEffect
     ) -> StoredConversation:
@@ -249,7 +263,7 @@ class Driver:
             if update is not None:
                 bus.emit(cid, update)
         claims = self._claims
-        task = asyncio.ensure_future(self._performer.outcome(stored, effect))
+        task = asyncio.ensure_future(self._outcome(stored, pending))
         claims.performing(cid, pending.id)
         try:
             with self._signals.performing(cid, task, effect):
@@ -275,11 +289,16 @@ class Driver:
             return await self._commits.settle(stored, pending, outcome)
         except (StoreLockedError, StoreUnavailableError) as error:
             # The store stayed down: let go of the work, so that the next drive (here or in
-            # another process) asks again instead of waiting out the lease.
+            # another process) asks again instead of waiting out the lease; this runtime keeps
+            # the outcome for its next try.
+            if outcome:
+                self._unsaved[(cid, pending.id)] = outcome
+                while len(self._unsaved) > _UNSAVED:
+                    self._unsaved.pop(next(iter(self._unsaved)))
             await claims.let_go(cid, (pending.id,))
             self._commits.forget(cid)
             msg = (
                 f"the outcome of {effect.kind} could not be stored ({error}); it was let go, "
                 "and the next message or recover() performs it again"
             )
-            raise SegueError(msg) from error
+            raise type(error)(msg) from error  # the same kind: a full disk says so

@@ -64,6 +64,36 @@ class StoreUnavailableError(SegueError):
     call may be retried once the store is back."""
 
 
+class StoreFullError(StoreUnavailableError):
+    """The store has no room left (SQLite's ``SQLITE_FULL``, PostgreSQL's ``disk full``):
+    nothing of the call was written; free space and call again, the conversation is as it
+    was."""
+
+
+class InvalidMetadataError(SegueError, ValueError):
+    """Metadata that is not string keys and values within the bounds
+    (``conversations.METADATA_LIMITS``): refused before anything is stored."""
+
+
+class ConversationBusyError(MessageRejectedError):
+    """The conversation is in use (a turn runs here or another runtime holds a live claim on its
+    work): it was neither deleted nor changed. Wait for the turn, cancel it, or pass
+    ``cancel=True``. A ``MessageRejectedError`` with cause ``busy``, as a busy ``send`` is."""
+
+    def __init__(self, conversation_id: str, reason: str) -> None:
+        super().__init__(conversation_id, reason, "busy")
+
+
+class InvalidCursorError(SegueError, ValueError):
+    """A listing's ``cursor`` that no listing of this store handed out: pass a page's
+    ``next_cursor`` as it is, or None for the first page."""
+
+
+class InvalidDocumentError(SegueError, ValueError):
+    """An export document that segue cannot import (not one, another version, a broken or
+    inconsistent part): the message says which; nothing was stored."""
+
+
 class InvalidTextError(SegueError, ValueError):
     """An id, model name or system prompt holds what a store cannot keep (a NUL character),
     refused the same way by every store before anything is written."""

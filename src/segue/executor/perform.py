@@ -28,7 +28,7 @@ from segue.effects import (
     ScheduleRetry,
 )
 from segue.executor._log import get_logger
-from segue.executor.archive import write_archive, write_tool_output
+from segue.executor.archive import archive_directory, write_archive, write_tool_output
 from segue.executor.bus import UpdateBus
 from segue.executor.cache import ViewCache
 from segue.executor.errors import LlmCallError
@@ -313,9 +313,17 @@ class Performer:
         )
 
     async def _archive(self, stored: StoredConversation, effect: ArchiveTranscript) -> None:
-        directory = self._setup.archive_dir or Path.home() / ".segue" / "archives"
+        """Archive what this compaction is about to summarise: the transcript from the first
+        message of ``effect.generation`` (its summary; the transcript's start for the first)
+        to the last message now. Each compaction's archive takes over where the one before
+        left off, so together they hold the whole transcript up to the last compaction, and
+        each costs what its own generation holds, not the conversation's age."""
+        directory = archive_directory(self._setup.archive_dir)
         cid = stored.state.id
-        transcript = [m.message for m in await self._setup.store.messages(cid)]
+        store = self._setup.store
+        start = await store.generation_start(cid, None, effect.generation)
+        read = await store.messages(cid, after_seq=start - 1, before_seq=stored.last_seq + 1)
+        transcript = [m.message for m in read]
         path = await _saved(
             "archive_failed", write_archive, directory, cid, effect.generation, transcript
         )

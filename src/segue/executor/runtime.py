@@ -439,7 +439,9 @@ class Runtime(Conversations):
                 store, parent, with_summary=seed_with_summary, recent_turns=recent_turns
             )
             options = ConversationOptions.of(parent.state.config, parent.system)
-            child = await self.create_conversation(options, parent_id=conversation_id, seed=seed)
+            child = await self.create_conversation(
+                options, parent_id=conversation_id, seed=seed, metadata=parent.metadata
+            )
             winner = await store.link_child(conversation_id, child.id)
         if winner != child.id or not auto_continue or summary is None:
             return (await store.load(winner)).state

@@ -9,8 +9,8 @@ the plain data below, so every store is held to the same contract tests
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from segue.effects import Effect
@@ -83,6 +83,21 @@ class StoredConversation:
     """Seq of the transcript's last message when this was read (0: none), from the same read as
     ``state``. Seqs are never reused, so a reader holding messages up to ``last_seq`` holds the
     whole transcript that goes with ``state``; the runtime's view cache relies on it."""
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    """The application's labels (``{"user": "u-17"}``), as ``load``, ``create``, listings and
+    ``set_metadata`` read them. A commit's answer leaves them empty: a step never changes them,
+    and reading them back would cost every step."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConversationPage:
+    """One page of a listing, newest first, and where the next one starts."""
+
+    conversations: tuple[StoredConversation, ...]
+    next_cursor: str | None
+    """Pass it as ``cursor`` for the next page; None when this is the last one. A keyset (the
+    last conversation's creation time and place), so pages neither skip nor repeat while new
+    conversations are created."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,6 +132,23 @@ class Commit:
     """The session the event happened in (the state's before the event), for the log."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConversationRecord:
+    """A whole conversation as an export carries it and ``Store.restore`` writes it back."""
+
+    state: ConversationState
+    version: int
+    system: str | None
+    created_at: float
+    updated_at: float
+    metadata: Mapping[str, str]
+    messages: tuple[Message, ...]
+    transitions: tuple[TransitionRecord, ...]
+    snapshots: tuple[SessionSnapshot, ...]
+    pending: tuple[Effect, ...]
+    """Work that was pending, restored unclaimed: ``recover()`` performs it."""
+
+
 class Store(Protocol):
     """Persistence of conversations. Every method is atomic on its own.
 
@@ -146,9 +178,11 @@ class Store(Protocol):
         system: str | None,
         messages: Sequence[Message] = (),
         at: float = 0.0,
+        metadata: Mapping[str, str] | None = None,
     ) -> StoredConversation:
-        """Insert a new conversation (version 1) with optional seed messages (seqs 1..n); raise
-        ``ConversationExistsError`` if the id exists."""
+        """Insert a new conversation (version 1) with optional seed messages (seqs 1..n) and
+        metadata; raise ``ConversationExistsError`` if the id exists, ``InvalidMetadataError``
+        for metadata out of bounds (nothing written)."""
         ...
 
     async def load(self, conversation_id: str) -> StoredConversation:
@@ -194,9 +228,28 @@ class Store(Protocol):
         """Give up ``owner``'s claims (the next drive may take the work at once)."""
         ...
 
-    async def messages(self, conversation_id: str, *, after_seq: int = 0) -> list[StoredMessage]:
+    async def messages(
+        self, conversation_id: str, *, after_seq: int = 0, before_seq: int | None = None
+    ) -> list[StoredMessage]:
         """The transcript in order, from ``after_seq`` + 1 (a reader that has the first
-        ``after_seq`` messages fetches only what is new)."""
+        ``after_seq`` messages fetches only what is new), up to ``before_seq`` - 1 if given."""
+        ...
+
+    async def generation_start(
+        self, conversation_id: str, session: int | None, generation: int
+    ) -> int:
+        """Where the model's view of (``session``, ``generation``) may be folded from: the seq
+        of the latest fresh start (a new session's or generation's first message) at or before
+        it, 1 if there is none. With ``session=None``, the first message of ``generation``
+        whatever its session (its summary; 1 for the first generation). Indexed: the cost does
+        not grow with the generations before (``transcript``, ``cache``)."""
+        ...
+
+    async def pinned_messages(
+        self, conversation_id: str, *, before_seq: int
+    ) -> list[StoredMessage]:
+        """The pinned messages before ``before_seq``, in order (what a view folded from there
+        still sends first); indexed, like ``generation_start``."""
         ...
 
     async def transitions(self, conversation_id: str) -> list[TransitionRecord]:
@@ -209,6 +262,44 @@ class Store(Protocol):
 
     async def with_pending(self) -> list[str]:
         """Ids of conversations with a non-empty outbox (to finish after a crash)."""
+        ...
+
+    async def list_page(
+        self,
+        *,
+        metadata: Mapping[str, str] | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> ConversationPage:
+        """Conversations newest first (without their pending effects), those whose metadata
+        holds every pair of ``metadata`` only; at most ``limit``, from ``cursor`` (a page's
+        ``next_cursor``). Indexed: a page costs the same among a hundred or a million."""
+        ...
+
+    async def set_metadata(
+        self, conversation_id: str, metadata: Mapping[str, str]
+    ) -> StoredConversation:
+        """Replace the conversation's metadata; the conversation as ``load`` now reads it."""
+        ...
+
+    async def inactive(
+        self, *, before: float, metadata: Mapping[str, str] | None = None
+    ) -> list[str]:
+        """Ids of the conversations last written before ``before`` (Unix time) whose metadata
+        holds every pair of ``metadata``, oldest first (what a retention purge deletes)."""
+        ...
+
+    async def delete(self, conversation_id: str) -> None:
+        """Remove the conversation and every row of it (transcript, log, snapshots, metadata,
+        outbox, keys) in one transaction, so a reader sees it whole or not at all; the
+        conversations linked to it lose the link (a parent's ``child_id``). Deleted text is not
+        left readable in the store's files where the store can see to it (SQLite overwrites it
+        and empties its WAL). ``ConversationNotFoundError`` if there is none."""
+        ...
+
+    async def restore(self, record: ConversationRecord) -> StoredConversation:
+        """Write a whole conversation as it was exported (``documents``), in one transaction:
+        ``ConversationExistsError`` if its id is taken, nothing written then."""
         ...
 
     async def link_child(self, parent_id: str, child_id: str) -> str:

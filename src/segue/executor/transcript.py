@@ -95,17 +95,35 @@ class TranscriptView:
         "session",
     )
 
-    def __init__(self, session: int, generation: int) -> None:
+    def __init__(
+        self,
+        session: int,
+        generation: int,
+        *,
+        first_seq: int = 1,
+        pinned: Iterable[tuple[int, Message]] = (),
+    ) -> None:
+        """A view folded from ``first_seq`` on (``fold_from`` says where that may be), with
+        ``pinned``: the (seq, message) of the pinned messages before it, which it does not
+        read. From 1 with none, it is the fold of the whole transcript."""
         self.session = session
         self.generation = generation
-        self.last_seq = 0
+        self.last_seq = first_seq - 1
         self._summary: Message | None = None
         self._kept: tuple[tuple[int, Message], ...] = ()
         self._after: list[Message] = []
         self._previous: list[tuple[int, Message]] = []
         """The previous generation's non-summary messages: where a new summary's tail is from."""
-        self._pinned: list[tuple[int, Message]] = []
+        self._pinned: list[tuple[int, Message]] = [
+            (seq, message) for seq, message in pinned if self._earlier(message)
+        ]
         """Pinned messages of earlier sessions and generations, with their seqs."""
+
+    def _earlier(self, message: Message) -> bool:
+        """Whether ``message`` is of an earlier session, or an earlier generation of this one."""
+        return message.session < self.session or (
+            message.session == self.session and message.generation < self.generation
+        )
 
     def add(self, seq: int, message: Message) -> None:
         """Fold in the transcript message ``seq``; seqs must come one after another."""
@@ -146,6 +164,24 @@ class TranscriptView:
         if self._summary is not None:
             head = (*head, self._summary, *(message for _, message in kept))
         return ViewSnapshot(head, self._after, len(self._after))
+
+
+def fold_from(start: int, first: Message | None, session: int, generation: int) -> int:
+    """Where the view of (``session``, ``generation``) is folded from, given ``start`` (the
+    seq of its first message, ``Store.generation_start``) and ``first``, the message there (if
+    any): a summary of this generation keeps the previous generation's last ``kept_messages``
+    verbatim, which lie just before it (one more, in case the previous generation's own
+    summary is among them). The transcript before that is never read again: only its pinned
+    messages are (``Store.pinned_messages``)."""
+    if (
+        first is not None
+        and first.kind == "summary"
+        and first.session == session
+        and first.generation == generation
+        and first.kept_messages
+    ):
+        return max(1, start - first.kept_messages - 1)
+    return start
 
 
 def current_view(transcript: Sequence[Message], session: int, generation: int) -> list[Message]:

@@ -6,16 +6,28 @@ read back. Column lists in the docstrings below are the order the rows are bound
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from segue.effects import AppendMessage, Effect
-from segue.executor.store_port import Commit, PendingEffect, StoredConversation
+from segue.effects import AppendMessage, Effect, StartGeneration, StartSession
+from segue.executor.store_port import (
+    Commit,
+    ConversationRecord,
+    PendingEffect,
+    StoredConversation,
+)
 from segue.executor.stores import _outbox
 from segue.executor.stores._outbox import Entry
-from segue.executor.stores._shared import check_commit_target, log_line, not_found
-from segue.executor.stores.codec import dump_effect, dump_message, dump_state, load_state
+from segue.executor.stores._shared import check_commit_target, line_of, log_line, not_found
+from segue.executor.stores.codec import (
+    dump_effect,
+    dump_message,
+    dump_snapshot,
+    dump_state,
+    load_state,
+)
 from segue.statemachine import ConversationState, Message
 
 
@@ -52,19 +64,123 @@ def seed_rows(conversation_id: str, messages: Sequence[Message]) -> list[tuple[s
     )
 
 
+Landmark = tuple[int, int, int, int, bool]
+"""A message worth finding without reading the transcript: (its seq, or its place among what a
+step appends, from 1; session; generation; ``START_*``; pinned)."""
+START_NONE, START_SESSION, START_GENERATION = 0, 1, 2
+"""What a landmark starts: nothing (a pinned message), a session, a generation (a summary)."""
+
+
+def landmark(place: int, message: Message, opening: bool) -> Landmark | None:
+    """``message`` as a landmark, if it is one: a summary (it starts a generation), the first
+    message after a ``StartSession`` or ``StartGeneration`` (``opening``), or a pinned one."""
+    if message.kind == "summary":
+        start = START_GENERATION
+    elif opening:
+        start = START_SESSION
+    elif not message.pinned:
+        return None
+    else:
+        start = START_NONE
+    return (place, message.session, message.generation, start, message.pinned)
+
+
+@dataclass(frozen=True, slots=True)
+class NewConversation:
+    """What ``create`` writes, encoded: the row, the seed messages and their landmarks, the
+    system prompt and the metadata."""
+
+    row: tuple[Any, ...]
+    seeds: list[tuple[str, int, str, str]]
+    landmarks: list[Landmark]
+    system: str | None
+    metadata: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class RestoredRows:
+    """A ``ConversationRecord`` encoded for the SQL tables (``restored_rows``)."""
+
+    new: NewConversation
+    """The conversation's row (at version 1 and its creation time: ``version`` and
+    ``updated_at`` say what to write instead), its transcript with landmarks, its metadata."""
+    version: int
+    updated_at: float
+    effect_count: int
+    outbox: str
+    """The pending work, unclaimed, ids 1..``effect_count``."""
+    transitions: list[tuple[Any, ...]]
+    """``transitions`` rows (seq, event_kind, event, from_phase, to_phase, context_tokens,
+    reason, effect_kinds as JSON, at, session)."""
+    snapshots: list[tuple[int, str]]
+    """(version, JSON) of each snapshot."""
+
+
+def restored_rows(record: ConversationRecord) -> RestoredRows:
+    """Everything ``Store.restore`` writes, encoded before the write lock is taken."""
+    state = record.state
+    messages = record.messages
+    texts = [dump_effect(effect) for effect in record.pending]
+    return RestoredRows(
+        new=NewConversation(
+            row=conversation_row(state, record.system, len(messages), record.created_at),
+            seeds=seed_rows(state.config.id, messages),
+            landmarks=transcript_landmarks(messages),
+            system=record.system,
+            metadata=dict(record.metadata),
+        ),
+        version=record.version,
+        updated_at=record.updated_at,
+        effect_count=len(texts),
+        outbox=_outbox.dump(
+            [], [_outbox.entry_text(n, t, None, None) for n, t in enumerate(texts, 1)]
+        ),
+        transitions=[
+            (*head, json.dumps(list(kinds)), at, session)
+            for *head, kinds, at, session in map(line_of, record.transitions)
+        ],
+        snapshots=[(snapshot.version, dump_snapshot(snapshot)) for snapshot in record.snapshots],
+    )
+
+
+def transcript_landmarks(messages: Sequence[Message]) -> list[Landmark]:
+    """The landmarks of a whole transcript (a new conversation's seed, an import): each message
+    whose (session, generation) differs from the one before it starts one."""
+    marks: list[Landmark] = []
+    before: tuple[int, int] | None = None
+    for seq, message in enumerate(messages, 1):
+        now = (message.session, message.generation)
+        mark = landmark(seq, message, now != before)
+        before = now
+        if mark is not None:
+            marks.append(mark)
+    return marks
+
+
 _KINDS_SEPARATOR = '","'
 """Effect kinds are plain words (``append_message``): their JSON list is a join, not a
 ``json.dumps`` (which cost as much as a step's SQL UPDATE)."""
 
-LOAD_COLUMNS = "state, version, system, child_id, created_at, message_count, outbox"
-"""What ``loaded`` reads, in order (PostgreSQL casts the JSON columns to text)."""
+LOAD_COLUMNS = "state, version, system, child_id, created_at, message_count, outbox, metadata"
+"""What ``loaded`` reads, in order (PostgreSQL casts the JSON columns to text; ``metadata`` is
+each store's expression for the conversation's tags as a JSON object)."""
+LISTED_COLUMNS = "state, version, system, child_id, created_at, metadata"
+"""What ``listed`` reads, in order."""
+
+
+def tags_of(text: str | None) -> dict[str, str]:
+    """Metadata from the JSON object a store aggregated (None or ``{}``: none)."""
+    if not text or text == "{}":
+        return {}
+    tags: dict[str, str] = json.loads(text)
+    return tags
 
 
 def loaded(conversation_id: str, row: Sequence[Any] | None) -> StoredConversation:
     """The conversation from its row (``LOAD_COLUMNS``), outbox included."""
     if row is None:
         raise not_found(conversation_id)
-    state, version, system, child_id, created_at, last_seq, outbox = row
+    state, version, system, child_id, created_at, last_seq, outbox, metadata = row
     return StoredConversation(
         state=load_state(state),
         version=version,
@@ -73,19 +189,20 @@ def loaded(conversation_id: str, row: Sequence[Any] | None) -> StoredConversatio
         child_id=child_id,
         created_at=created_at,
         last_seq=last_seq,
+        metadata=tags_of(metadata),
     )
 
 
 def listed(row: Sequence[Any]) -> StoredConversation:
-    """A conversation from ``list_conversations`` (state, version, system, child_id,
-    created_at), without its pending effects."""
-    state, version, system, child_id, created_at = row
+    """A conversation from a listing (``LISTED_COLUMNS``), without its pending effects."""
+    state, version, system, child_id, created_at, metadata = row[:6]
     return StoredConversation(
         state=load_state(state),
         version=version,
         system=system,
         child_id=child_id,
         created_at=created_at,
+        metadata=tags_of(metadata),
     )
 
 
@@ -116,6 +233,9 @@ class CommitRows:
     context_tokens, reason, effect_kinds as JSON, at, session, idempotency_key)."""
     completes: frozenset[int]
     """Ids of the outbox entries this step finished."""
+    landmarks: list[Landmark]
+    """The appended messages that start a session or a generation, or are pinned (their place
+    among ``appended``, from 1): rare, so a usual step writes none."""
 
     def messages(self, message_count: int) -> list[tuple[str, int, str, str]]:
         """The ``messages`` rows, given ``message_count`` once the step is written."""
@@ -171,11 +291,19 @@ def commit_rows(commit: Commit) -> CommitRows:
     conversation_id = commit.conversation_id
     appended: list[tuple[str, str]] = []
     queued: list[tuple[Effect, str]] = []
+    marks: list[Landmark] = []
+    opening = False
     for effect in commit.effects:
         if isinstance(effect, AppendMessage):
-            appended.append((effect.message.kind, dump_message(effect.message)))
+            message = effect.message
+            appended.append((message.kind, dump_message(message)))
+            mark = landmark(len(appended), message, opening)
+            if mark is not None:
+                marks.append(mark)
+            opening = False
         else:
             queued.append((effect, dump_effect(effect)))
+            opening = opening or isinstance(effect, StartSession | StartGeneration)
     *line, kinds, at, session = log_line(commit, tuple(effect.kind for effect in commit.effects))
     return CommitRows(
         commit=commit,
@@ -191,4 +319,5 @@ def commit_rows(commit: Commit) -> CommitRows:
             commit.idempotency_key,
         ),
         completes=frozenset(commit.completes),
+        landmarks=marks,
     )

@@ -14,9 +14,12 @@ The rows of the two SQL stores are in ``_rows``, their outbox in ``_outbox``.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
-from collections.abc import Sequence
-from typing import Any, Final
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Self, TypeVar
 
 from annotated_types import MaxLen
 
@@ -24,13 +27,23 @@ from segue.executor.errors import (
     ConcurrentUpdateError,
     ConversationExistsError,
     ConversationNotFoundError,
+    InvalidCursorError,
+    InvalidMetadataError,
     InvalidTextError,
     SegueError,
 )
-from segue.executor.store_port import Commit, PendingEffect, TransitionRecord
+from segue.executor.store_port import (
+    Commit,
+    ConversationPage,
+    PendingEffect,
+    StoredConversation,
+    TransitionRecord,
+)
 from segue.statemachine import ConversationState
 from segue.statemachine.checkpoint import SessionSnapshot
 from segue.statemachine.state import ConversationConfig
+
+T = TypeVar("T")
 
 # --------------------------------------------------------------------------- refusals
 
@@ -61,6 +74,109 @@ def require_holdable(conversation_id: str) -> None:
     """``ConversationNotFoundError`` for an id no conversation can have, before any query."""
     if not holdable(conversation_id):
         raise not_found(conversation_id)
+
+
+MAX_METADATA_KEYS: Final = 64
+MAX_METADATA_KEY: Final = 64
+MAX_METADATA_VALUE: Final = 1024
+"""Bounds on a conversation's metadata: labels for finding conversations (a user, a title, a
+project), not a document store; each pair is an index entry."""
+
+
+def checked_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
+    """``metadata`` as a plain dict, or ``InvalidMetadataError`` saying what to change: string
+    keys and values (no NUL, which PostgreSQL's text cannot hold), at most
+    ``MAX_METADATA_KEYS`` keys of ``MAX_METADATA_KEY`` characters, values of at most
+    ``MAX_METADATA_VALUE``."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        msg = f"metadata is a mapping of strings to strings, not {type(metadata).__name__}"
+        raise InvalidMetadataError(msg)
+    if len(metadata) > MAX_METADATA_KEYS:
+        msg = f"metadata holds {len(metadata)} keys; at most {MAX_METADATA_KEYS} are kept"
+        raise InvalidMetadataError(msg)
+    for key, value in metadata.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            msg = f"metadata keys and values are strings: {key!r}: {value!r} is not"
+            raise InvalidMetadataError(msg)
+        if not key or len(key) > MAX_METADATA_KEY:
+            msg = f"a metadata key has 1 to {MAX_METADATA_KEY} characters: {key[:80]!r}"
+            raise InvalidMetadataError(msg)
+        if len(value) > MAX_METADATA_VALUE:
+            msg = (
+                f"metadata {key!r} has {len(value):,} characters; at most "
+                f"{MAX_METADATA_VALUE:,} are kept"
+            )
+            raise InvalidMetadataError(msg)
+        if "\x00" in key or "\x00" in value:
+            msg = f"metadata {key!r} holds a NUL character, which no store can keep"
+            raise InvalidMetadataError(msg)
+    return dict(metadata)
+
+
+MAX_PAGE: Final = 1000
+"""The most conversations one listing page holds."""
+
+
+def page_limit(limit: int) -> int:
+    """``limit`` checked: 1 to ``MAX_PAGE`` conversations a page."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        msg = f"limit is a number of conversations from 1 to {MAX_PAGE}, not {limit!r}"
+        raise ValueError(msg)
+    return limit
+
+
+@dataclass(frozen=True, slots=True)
+class PageRequest:
+    """A listing's arguments, checked: the metadata pairs (sorted), the limit, the keyset."""
+
+    pairs: list[tuple[str, str]]
+    limit: int
+    after: tuple[float, int] | None
+
+    @classmethod
+    def of(cls, metadata: Mapping[str, str] | None, limit: int, cursor: str | None) -> Self:
+        """``InvalidMetadataError``, ``ValueError`` or ``InvalidCursorError`` for what is off."""
+        return cls(
+            sorted(checked_metadata(metadata).items()),
+            page_limit(limit),
+            None if cursor is None else decode_cursor(cursor),
+        )
+
+    def page(
+        self,
+        found: Sequence[T],
+        listed: Callable[[T], StoredConversation],
+        key: Callable[[T], tuple[float, int]],
+    ) -> ConversationPage:
+        """The page of ``found`` (up to ``limit`` + 1 of them, newest first): the first
+        ``limit`` as ``listed`` makes them, and the cursor after the last if there were more."""
+        shown = found[: self.limit]
+        more = len(found) > self.limit
+        return ConversationPage(
+            conversations=tuple(listed(item) for item in shown),
+            next_cursor=encode_cursor(*key(shown[-1])) if more else None,
+        )
+
+
+def encode_cursor(created_at: float, key: int) -> str:
+    """The keyset a listing resumes after: the last conversation's creation time and place."""
+    text = json.dumps([created_at, key], separators=(",", ":"))
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[float, int]:
+    """``encode_cursor``'s keyset back, or ``InvalidCursorError``."""
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        created_at, key = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        if isinstance(key, bool) or not isinstance(key, int):
+            raise TypeError(key)
+        return float(created_at), key
+    except (binascii.Error, UnicodeError, ValueError, TypeError, AttributeError) as error:
+        msg = f"not a cursor of this store: {cursor[:60]!r}; pass a page's next_cursor as it is"
+        raise InvalidCursorError(msg) from error
 
 
 def check_storable(state: ConversationState, system: str | None) -> None:
@@ -159,6 +275,22 @@ def log_line(commit: Commit, effect_kinds: tuple[str, ...]) -> LogLine:
         effect_kinds,
         commit.at,
         commit.session,
+    )
+
+
+def line_of(record: TransitionRecord) -> LogLine:
+    """A record as the log line it was written from (an import writes it back)."""
+    return (
+        record.seq,
+        record.event_kind,
+        record.event_json,
+        record.from_phase,
+        record.to_phase,
+        record.context_tokens,
+        record.reason,
+        record.effect_kinds,
+        record.at,
+        record.session,
     )
 
 

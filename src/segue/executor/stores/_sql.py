@@ -20,21 +20,34 @@ dialect hands back its runner's or pool's), so the split costs no extra coroutin
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from segue.executor.store_port import (
     Commit,
+    ConversationPage,
+    ConversationRecord,
     PendingEffect,
     StoredConversation,
     StoredMessage,
     TransitionRecord,
 )
 from segue.executor.stores import _outbox
-from segue.executor.stores._rows import conversation_row, listed, loaded, seed_rows
+from segue.executor.stores._rows import (
+    NewConversation,
+    RestoredRows,
+    conversation_row,
+    listed,
+    loaded,
+    restored_rows,
+    seed_rows,
+    transcript_landmarks,
+)
 from segue.executor.stores._shared import (
+    PageRequest,
     check_snapshot_unchanged,
     check_storable,
+    checked_metadata,
     not_found,
     require_holdable,
     transition_from_row,
@@ -53,12 +66,10 @@ class SqlStore(ABC):
     # ------------------------------------------------------------------ the dialect
 
     @abstractmethod
-    def _insert(
-        self, row: Row, seeds: Sequence[tuple[str, int, str, str]], system: str | None
-    ) -> Awaitable[None]:
-        """Insert a conversation's row (``_rows.conversation_row``), its system prompt and its
-        seed messages (``_rows.seed_rows``) in one transaction; ``already_exists`` if the id
-        is taken."""
+    def _insert(self, new: NewConversation) -> Awaitable[None]:
+        """Insert a conversation's row (``_rows.conversation_row``), its system prompt, its
+        seed messages (``_rows.seed_rows``) with their landmarks, and its metadata, in one
+        transaction; ``already_exists`` if the id is taken."""
 
     @abstractmethod
     def _load_row(self, conversation_id: str) -> Awaitable[Row | None]:
@@ -73,10 +84,26 @@ class SqlStore(ABC):
 
     @abstractmethod
     def _message_rows(
-        self, conversation_id: str, after_seq: int
+        self, conversation_id: str, after_seq: int, before_seq: int | None
     ) -> Awaitable[Sequence[tuple[int, str]]]:
-        """(seq, message JSON) of the transcript after ``after_seq``, in order, read with the
-        conversation's existence (``not_found``)."""
+        """(seq, message JSON) of the transcript after ``after_seq`` (and before
+        ``before_seq``), in order, read with the conversation's existence (``not_found``)."""
+
+    @abstractmethod
+    def _start_seq(
+        self, conversation_id: str, session: int | None, generation: int
+    ) -> Awaitable[int | None]:
+        """From ``landmarks``: the seq of the latest start (``START_SESSION`` or
+        ``START_GENERATION``) whose (session, generation) is at or before the one given; with
+        ``session=None``, of the latest ``START_GENERATION`` of a generation at or before
+        ``generation``. None when there is none (``not_found``)."""
+
+    @abstractmethod
+    def _pinned_rows(
+        self, conversation_id: str, before_seq: int
+    ) -> Awaitable[Sequence[tuple[int, str]]]:
+        """(seq, message JSON) of the pinned messages before ``before_seq``, in order
+        (``not_found``)."""
 
     @abstractmethod
     def _transition_rows(self, conversation_id: str) -> Awaitable[Sequence[Row]]:
@@ -90,6 +117,35 @@ class SqlStore(ABC):
     @abstractmethod
     def _listed_rows(self) -> Awaitable[Sequence[Row]]:
         """Every conversation as ``_rows.listed`` takes it, oldest first."""
+
+    @abstractmethod
+    def _page_rows(
+        self, pairs: Sequence[tuple[str, str]], limit: int, after: tuple[float, int] | None
+    ) -> Awaitable[Sequence[Row]]:
+        """Up to ``limit`` conversations as ``_rows.listed`` takes them, then their place
+        (``ordinal``), newest first (by creation time, then place), after the keyset ``after``,
+        whose metadata holds every pair; through the index on the first pair's value and age
+        (or on age alone)."""
+
+    @abstractmethod
+    def _set_tags(self, conversation_id: str, metadata: dict[str, str]) -> Awaitable[Row | None]:
+        """Replace the conversation's metadata; its ``LOAD_COLUMNS`` then (None: not found)."""
+
+    @abstractmethod
+    def _inactive_ids(
+        self, before: float, pairs: Sequence[tuple[str, str]]
+    ) -> Awaitable[Sequence[str]]:
+        """Ids of the conversations last written before ``before`` whose metadata holds every
+        pair, oldest first."""
+
+    @abstractmethod
+    def _delete(self, conversation_id: str) -> Awaitable[bool]:
+        """Remove the conversation's every row in one transaction, unlink its neighbours;
+        False when there was none."""
+
+    @abstractmethod
+    def _restore(self, rows: RestoredRows) -> Awaitable[None]:
+        """Write a whole conversation in one transaction (``already_exists`` if taken)."""
 
     @abstractmethod
     def _link_child(self, parent_id: str, child_id: str) -> Awaitable[str | None]:
@@ -124,12 +180,25 @@ class SqlStore(ABC):
         system: str | None,
         messages: Sequence[Message] = (),
         at: float = 0.0,
+        metadata: Mapping[str, str] | None = None,
     ) -> StoredConversation:
         check_storable(state, system)
-        row = conversation_row(state, system, len(messages), at)
-        await self._insert(row, seed_rows(state.config.id, messages), system)
+        tags = checked_metadata(metadata)
+        new = NewConversation(
+            row=conversation_row(state, system, len(messages), at),
+            seeds=seed_rows(state.config.id, messages),
+            landmarks=transcript_landmarks(messages),
+            system=system,
+            metadata=tags,
+        )
+        await self._insert(new)
         return StoredConversation(
-            state=state, version=1, system=system, created_at=at, last_seq=len(messages)
+            state=state,
+            version=1,
+            system=system,
+            created_at=at,
+            last_seq=len(messages),
+            metadata=tags,
         )
 
     async def load(self, conversation_id: str) -> StoredConversation:
@@ -197,9 +266,25 @@ class SqlStore(ABC):
         require_holdable(conversation_id)
         await self._outbox_step(conversation_id, change)
 
-    async def messages(self, conversation_id: str, *, after_seq: int = 0) -> list[StoredMessage]:
+    async def messages(
+        self, conversation_id: str, *, after_seq: int = 0, before_seq: int | None = None
+    ) -> list[StoredMessage]:
         require_holdable(conversation_id)
-        rows = await self._message_rows(conversation_id, max(after_seq, 0))
+        rows = await self._message_rows(conversation_id, max(after_seq, 0), before_seq)
+        return [StoredMessage(seq=seq, message=load_message(text)) for seq, text in rows]
+
+    async def generation_start(
+        self, conversation_id: str, session: int | None, generation: int
+    ) -> int:
+        require_holdable(conversation_id)
+        start = await self._start_seq(conversation_id, session, generation)
+        return 1 if start is None else start
+
+    async def pinned_messages(
+        self, conversation_id: str, *, before_seq: int
+    ) -> list[StoredMessage]:
+        require_holdable(conversation_id)
+        rows = await self._pinned_rows(conversation_id, before_seq)
         return [StoredMessage(seq=seq, message=load_message(text)) for seq, text in rows]
 
     async def transitions(self, conversation_id: str) -> list[TransitionRecord]:
@@ -208,6 +293,40 @@ class SqlStore(ABC):
 
     async def list_conversations(self) -> list[StoredConversation]:
         return [listed(row) for row in await self._listed_rows()]
+
+    async def list_page(
+        self,
+        *,
+        metadata: Mapping[str, str] | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> ConversationPage:
+        request = PageRequest.of(metadata, limit, cursor)
+        rows = await self._page_rows(request.pairs, request.limit + 1, request.after)
+        return request.page(rows, listed, lambda row: (row[4], row[-1]))
+
+    async def set_metadata(
+        self, conversation_id: str, metadata: Mapping[str, str]
+    ) -> StoredConversation:
+        tags = checked_metadata(metadata)
+        require_holdable(conversation_id)
+        return loaded(conversation_id, await self._set_tags(conversation_id, tags))
+
+    async def inactive(
+        self, *, before: float, metadata: Mapping[str, str] | None = None
+    ) -> list[str]:
+        pairs = sorted(checked_metadata(metadata).items())
+        return list(await self._inactive_ids(before, pairs))
+
+    async def delete(self, conversation_id: str) -> None:
+        require_holdable(conversation_id)
+        if not await self._delete(conversation_id):
+            raise not_found(conversation_id)
+
+    async def restore(self, record: ConversationRecord) -> StoredConversation:
+        check_storable(record.state, record.system)
+        await self._restore(restored_rows(record))
+        return await self.load(record.state.id)
 
     async def link_child(self, parent_id: str, child_id: str) -> str:
         require_holdable(parent_id)

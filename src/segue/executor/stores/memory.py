@@ -14,25 +14,37 @@ serialised by the version check, exactly as in the persistent stores.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from segue.effects import AppendMessage
+from segue.effects import AppendMessage, StartGeneration, StartSession
 from segue.executor.errors import DuplicateMessageError
 from segue.executor.store_port import (
     Commit,
+    ConversationPage,
+    ConversationRecord,
     PendingEffect,
     StoredConversation,
     StoredMessage,
     TransitionRecord,
 )
+from segue.executor.stores._rows import (
+    START_GENERATION,
+    START_NONE,
+    Landmark,
+    landmark,
+    transcript_landmarks,
+)
 from segue.executor.stores._shared import (
     LogLine,
+    PageRequest,
     already_exists,
     check_commit_target,
     check_snapshot_unchanged,
     check_storable,
+    checked_metadata,
     claimable,
+    line_of,
     log_line,
     not_found,
     transition_record,
@@ -62,8 +74,12 @@ class _Conversation:
     snapshots: dict[int, SessionSnapshot] = field(default_factory=dict)
     keys: set[str] = field(default_factory=set)
     """Idempotency keys of the commits that carried one."""
+    landmarks: list[Landmark] = field(default_factory=list)
+    """The messages that start a session or a generation, or are pinned (``_rows.landmark``),
+    by seq: what the SQL stores index."""
+    metadata: dict[str, str] = field(default_factory=dict)
 
-    def stored(self, *, with_pending: bool = True) -> StoredConversation:
+    def stored(self, *, with_pending: bool = True, metadata: bool = True) -> StoredConversation:
         return StoredConversation(
             state=self.state,
             version=self.version,
@@ -72,7 +88,12 @@ class _Conversation:
             child_id=self.child_id,
             created_at=self.created_at,
             last_seq=len(self.messages),
+            metadata=dict(self.metadata) if metadata else {},
         )
+
+    def matches(self, pairs: Sequence[tuple[str, str]]) -> bool:
+        """Whether the metadata holds every pair."""
+        return all(self.metadata.get(key) == value for key, value in pairs)
 
 
 class MemoryStore:
@@ -83,6 +104,8 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self._conversations: dict[str, _Conversation] = {}
+        self._created = 0
+        """Conversations created so far: each one's ``order`` (never reused after a delete)."""
 
     def _get(self, conversation_id: str) -> _Conversation:
         try:
@@ -97,9 +120,11 @@ class MemoryStore:
         system: str | None,
         messages: Sequence[Message] = (),
         at: float = 0.0,
+        metadata: Mapping[str, str] | None = None,
     ) -> StoredConversation:
         conversation_id = state.config.id
         check_storable(state, system)
+        tags = checked_metadata(metadata)
         if conversation_id in self._conversations:
             raise already_exists(conversation_id)
         record = _Conversation(
@@ -107,12 +132,15 @@ class MemoryStore:
             version=1,
             system=system,
             created_at=at,
-            order=len(self._conversations),
+            order=self._created,
             updated_at=at,
+            metadata=tags,
         )
+        self._created += 1
         record.messages.extend(
             StoredMessage(seq=seq, message=message) for seq, message in enumerate(messages, 1)
         )
+        record.landmarks.extend(transcript_landmarks(messages))
         self._conversations[conversation_id] = record
         return record.stored()
 
@@ -133,11 +161,17 @@ class MemoryStore:
         outbox = record.outbox
         kinds: list[str] = []
         owner, lease = commit.owner, commit.lease_until
+        opening = False
         for effect in commit.effects:
             kinds.append(effect.kind)
             if isinstance(effect, AppendMessage):
                 messages.append(StoredMessage(seq=len(messages) + 1, message=effect.message))
+                mark = landmark(len(messages), effect.message, opening)
+                if mark is not None:
+                    record.landmarks.append(mark)
+                opening = False
             else:
+                opening = opening or isinstance(effect, StartSession | StartGeneration)
                 record.effect_count += 1
                 outbox[record.effect_count] = PendingEffect(
                     id=record.effect_count, effect=effect, owner=owner, lease_until=lease
@@ -150,7 +184,7 @@ class MemoryStore:
         record.version += 1
         record.state = commit.state
         record.updated_at = commit.at
-        return record.stored()
+        return record.stored(metadata=False)
 
     async def complete(self, conversation_id: str, effect_ids: Sequence[int]) -> None:
         outbox = self._get(conversation_id).outbox
@@ -192,9 +226,35 @@ class MemoryStore:
             if pending is not None and pending.owner == owner:
                 outbox[effect_id] = dataclasses.replace(pending, owner=None, lease_until=None)
 
-    async def messages(self, conversation_id: str, *, after_seq: int = 0) -> list[StoredMessage]:
+    async def messages(
+        self, conversation_id: str, *, after_seq: int = 0, before_seq: int | None = None
+    ) -> list[StoredMessage]:
         # seq N sits at index N - 1
-        return self._get(conversation_id).messages[max(after_seq, 0) :]
+        end = None if before_seq is None else max(before_seq - 1, 0)
+        return self._get(conversation_id).messages[max(after_seq, 0) : end]
+
+    async def generation_start(
+        self, conversation_id: str, session: int | None, generation: int
+    ) -> int:
+        for seq, mark_session, mark_generation, start, _ in reversed(
+            self._get(conversation_id).landmarks
+        ):
+            if session is None:
+                if start == START_GENERATION and mark_generation <= generation:
+                    return seq
+            elif start != START_NONE and (mark_session, mark_generation) <= (session, generation):
+                return seq
+        return 1
+
+    async def pinned_messages(
+        self, conversation_id: str, *, before_seq: int
+    ) -> list[StoredMessage]:
+        record = self._get(conversation_id)
+        return [
+            record.messages[seq - 1]
+            for seq, *_, pinned in record.landmarks
+            if pinned and seq < before_seq
+        ]
 
     async def transitions(self, conversation_id: str) -> list[TransitionRecord]:
         return [transition_record(line) for line in self._get(conversation_id).log]
@@ -205,6 +265,90 @@ class MemoryStore:
 
     async def with_pending(self) -> list[str]:
         return [cid for cid, record in self._conversations.items() if record.outbox]
+
+    async def list_page(
+        self,
+        *,
+        metadata: Mapping[str, str] | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> ConversationPage:
+        """A sort of every conversation: memory holds few, and none of them for long."""
+        request = PageRequest.of(metadata, limit, cursor)
+        after = request.after
+        records = sorted(
+            (
+                record
+                for record in self._conversations.values()
+                if record.matches(request.pairs)
+                and (after is None or (record.created_at, record.order) < after)
+            ),
+            key=lambda record: (record.created_at, record.order),
+            reverse=True,
+        )
+        return request.page(
+            records[: request.limit + 1],
+            lambda record: record.stored(with_pending=False),
+            lambda record: (record.created_at, record.order),
+        )
+
+    async def set_metadata(
+        self, conversation_id: str, metadata: Mapping[str, str]
+    ) -> StoredConversation:
+        tags = checked_metadata(metadata)
+        record = self._get(conversation_id)
+        record.metadata = tags
+        return record.stored()
+
+    async def inactive(
+        self, *, before: float, metadata: Mapping[str, str] | None = None
+    ) -> list[str]:
+        pairs = sorted(checked_metadata(metadata).items())
+        found = [
+            record
+            for record in self._conversations.values()
+            if record.updated_at < before and record.matches(pairs)
+        ]
+        found.sort(key=lambda record: (record.updated_at, record.order))
+        return [record.state.id for record in found]
+
+    async def delete(self, conversation_id: str) -> None:
+        record = self._get(conversation_id)
+        parent_id = record.state.parent_id
+        parent = None if parent_id is None else self._conversations.get(parent_id)
+        if parent is not None and parent.child_id == conversation_id:
+            parent.child_id = None
+        del self._conversations[conversation_id]
+
+    async def restore(self, record: ConversationRecord) -> StoredConversation:
+        state = record.state
+        conversation_id = state.config.id
+        check_storable(state, record.system)
+        tags = checked_metadata(record.metadata)
+        if conversation_id in self._conversations:
+            raise already_exists(conversation_id)
+        restored = _Conversation(
+            state=state,
+            version=record.version,
+            system=record.system,
+            created_at=record.created_at,
+            order=self._created,
+            updated_at=record.updated_at,
+            metadata=tags,
+        )
+        self._created += 1
+        restored.messages.extend(
+            StoredMessage(seq=seq, message=message)
+            for seq, message in enumerate(record.messages, 1)
+        )
+        restored.landmarks.extend(transcript_landmarks(record.messages))
+        restored.log.extend(line_of(line) for line in record.transitions)
+        for effect_id, effect in enumerate(record.pending, 1):
+            restored.outbox[effect_id] = PendingEffect(id=effect_id, effect=effect)
+        restored.effect_count = len(record.pending)
+        restored.snapshots.update({snapshot.version: snapshot for snapshot in record.snapshots})
+        self._conversations[conversation_id] = restored
+        return restored.stored()
 
     async def link_child(self, parent_id: str, child_id: str) -> str:
         record = self._get(parent_id)

@@ -51,23 +51,25 @@ from psycopg import errors
 
 from segue.executor.errors import SegueError
 from segue.executor.store_port import Commit, StoredConversation
-from segue.executor.stores import _outbox
-from segue.executor.stores._rows import LOAD_COLUMNS, commit_rows
+from segue.executor.stores import _listing, _outbox, postgres_data
+from segue.executor.stores._rows import LOAD_COLUMNS, NewConversation, RestoredRows, commit_rows
 from segue.executor.stores._shared import already_exists, holdable, not_found
 from segue.executor.stores._sql import Row, SqlStore
 from segue.executor.stores.postgres_commits import Commits
 from segue.executor.stores.postgres_pool import Connection, Pool
-from segue.executor.stores.postgres_schema import SCHEMA_VERSION
+from segue.executor.stores.postgres_schema import METADATA, SCHEMA_VERSION
 from segue.executor.stores.postgres_watch import Watches
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
 T = TypeVar("T")
 
-_LOAD: Final = (
-    f"SELECT {LOAD_COLUMNS.replace('state', 'state::text').replace('outbox', 'outbox::text')}"  # noqa: S608
-    " FROM conversations WHERE id = %s"
+_LOAD_SQL: Final = (
+    LOAD_COLUMNS.replace("state", "state::text")
+    .replace("outbox", "outbox::text")
+    .replace("metadata", METADATA)
 )
+_LOAD: Final = f"SELECT {_LOAD_SQL} FROM conversations WHERE id = %s"  # noqa: S608
 
 # psycopg_pool reports failed connection attempts as warnings on "psycopg.pool". An application
 # that configured logging sees them; one that did not must not get them on stderr from Python's
@@ -157,13 +159,14 @@ class PostgresStore(SqlStore):
                 raise not_found(conversation_id)
             return [row[1:] for row in rows if row[1] is not None]
 
-        return self._db.run(work)
+        return self._db.run(work, retry=True)
 
     # ------------------------------------------------------------------ SqlStore's dialect
 
-    def _insert(
-        self, row: Row, seeds: Sequence[tuple[str, int, str, str]], system: str | None
-    ) -> Awaitable[None]:
+    def _insert(self, new: NewConversation) -> Awaitable[None]:
+        row, seeds = new.row, new.seeds
+        conversation_id = row[0]
+
         async def work(conn: Connection) -> None:
             try:
                 async with conn.transaction():
@@ -180,8 +183,15 @@ class PostgresStore(SqlStore):
                                 " VALUES (%s, %s, %s, %s)",
                                 seeds,
                             )
+                            await cur.executemany(
+                                "INSERT INTO landmarks (conversation_id, seq, session,"
+                                " generation, start, pinned) VALUES (%s, %s, %s, %s, %s, %s)",
+                                [(conversation_id, *mark) for mark in new.landmarks],
+                            )
+                    if new.metadata:
+                        await postgres_data.write_tags(conn, conversation_id, new.metadata)
             except errors.UniqueViolation:
-                raise already_exists(row[0]) from None
+                raise already_exists(conversation_id) from None
 
         return self._db.run(work)
 
@@ -190,7 +200,7 @@ class PostgresStore(SqlStore):
             cur = await conn.execute(_LOAD, (conversation_id,))
             return await cur.fetchone()
 
-        return self._db.run(work)
+        return self._db.run(work, retry=True)
 
     def _outbox_step(self, conversation_id: str, change: _outbox.Change[T]) -> Awaitable[T]:
         """One transaction with the conversation's row locked: two runtimes changing the
@@ -213,18 +223,73 @@ class PostgresStore(SqlStore):
                     )
                 return result
 
-        return self._db.run(work)
+        return self._db.run(work, retry=True)
 
     def _message_rows(
-        self, conversation_id: str, after_seq: int
+        self, conversation_id: str, after_seq: int, before_seq: int | None
     ) -> Awaitable[Sequence[tuple[int, str]]]:
+        if before_seq is None:
+            return self._fetch(
+                conversation_id,
+                "SELECT c.id, m.seq, m.message::text FROM conversations AS c"
+                " LEFT JOIN messages AS m ON m.conversation_id = c.id AND m.seq > %s"
+                " WHERE c.id = %s ORDER BY m.seq",
+                (after_seq, conversation_id),
+            )
         return self._fetch(
             conversation_id,
             "SELECT c.id, m.seq, m.message::text FROM conversations AS c"
-            " LEFT JOIN messages AS m ON m.conversation_id = c.id AND m.seq > %s"
+            " LEFT JOIN messages AS m ON m.conversation_id = c.id AND m.seq > %s AND m.seq < %s"
             " WHERE c.id = %s ORDER BY m.seq",
-            (after_seq, conversation_id),
+            (after_seq, before_seq, conversation_id),
         )
+
+    async def _start_seq(
+        self, conversation_id: str, session: int | None, generation: int
+    ) -> int | None:
+        statement, values = postgres_data.start_seq(session, generation)
+        rows = await self._fetch(conversation_id, statement, (*values, conversation_id))
+        return int(rows[0][0]) if rows else None
+
+    def _pinned_rows(
+        self, conversation_id: str, before_seq: int
+    ) -> Awaitable[Sequence[tuple[int, str]]]:
+        return self._fetch(conversation_id, postgres_data.PINNED, (before_seq, conversation_id))
+
+    def _page_rows(
+        self, pairs: Sequence[tuple[str, str]], limit: int, after: tuple[float, int] | None
+    ) -> Awaitable[Sequence[Row]]:
+        statement, values = _listing.page(postgres_data.DIALECT, pairs, limit, after)
+        return self._rows(statement, values)
+
+    def _set_tags(self, conversation_id: str, metadata: dict[str, str]) -> Awaitable[Row | None]:
+        async def work(conn: Connection) -> Row | None:
+            async with conn.transaction():
+                if not await postgres_data.write_tags(conn, conversation_id, metadata):
+                    return None
+                cur = await conn.execute(_LOAD, (conversation_id,))
+                return await cur.fetchone()
+
+        return self._db.run(work, retry=True)
+
+    async def _inactive_ids(self, before: float, pairs: Sequence[tuple[str, str]]) -> Sequence[str]:
+        statement, values = _listing.inactive(postgres_data.DIALECT, before, pairs)
+        return [str(cid) for (cid,) in await self._rows(statement, values)]
+
+    def _delete(self, conversation_id: str) -> Awaitable[bool]:
+        return self._db.run(lambda conn: postgres_data.delete(conn, conversation_id))
+
+    def _restore(self, rows: RestoredRows) -> Awaitable[None]:
+        return self._db.run(lambda conn: postgres_data.restore(conn, rows))
+
+    def _rows(self, statement: str, values: tuple[Any, ...]) -> Awaitable[list[tuple[Any, ...]]]:
+        """The rows of one read."""
+
+        async def work(conn: Connection) -> list[tuple[Any, ...]]:
+            cur = await conn.execute(statement, values)
+            return await cur.fetchall()
+
+        return self._db.run(work, retry=True)
 
     def _transition_rows(self, conversation_id: str) -> Awaitable[Sequence[Row]]:
         return self._fetch(
@@ -250,12 +315,12 @@ class PostgresStore(SqlStore):
     def _listed_rows(self) -> Awaitable[Sequence[Row]]:
         async def work(conn: Connection) -> list[tuple[Any, ...]]:
             cur = await conn.execute(
-                "SELECT state::text, version, system, child_id, created_at FROM conversations"
-                " ORDER BY created_at, ordinal"
+                f"SELECT {postgres_data.LISTED} FROM conversations AS c"  # noqa: S608
+                " ORDER BY c.created_at, c.ordinal"
             )
             return await cur.fetchall()
 
-        return self._db.run(work)
+        return self._db.run(work, retry=True)
 
     def _link_child(self, parent_id: str, child_id: str) -> Awaitable[str | None]:
         async def work(conn: Connection) -> str | None:
@@ -267,7 +332,7 @@ class PostgresStore(SqlStore):
             row = await cur.fetchone()
             return None if row is None else str(row[0])
 
-        return self._db.run(work)
+        return self._db.run(work, retry=True)
 
     def _insert_snapshot(
         self, conversation_id: str, version: int, text: str
@@ -290,7 +355,7 @@ class PostgresStore(SqlStore):
             saved, existing = row
             return None if saved else existing
 
-        return self._db.run(work)
+        return self._db.run(work, retry=True)
 
     # ------------------------------------------------------------------ Store
 
@@ -307,7 +372,7 @@ class PostgresStore(SqlStore):
             cur = await conn.execute("SELECT id FROM conversations WHERE outbox::text <> '[]'")
             return [str(row[0]) for row in await cur.fetchall()]
 
-        return await self._db.run(work)
+        return await self._db.run(work, retry=True)
 
     async def close(self) -> None:
         """Finish the commits under way, close the pool's connections; later calls raise

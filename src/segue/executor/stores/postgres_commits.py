@@ -27,7 +27,7 @@ from segue.executor.stores import _outbox
 from segue.executor.stores._rows import CommitRows, Counters
 from segue.executor.stores._shared import not_found, version_moved
 from segue.executor.stores.postgres_pool import Connection, Pool
-from segue.executor.stores.postgres_schema import COMMIT, WHY_REFUSED, fast_commit
+from segue.executor.stores.postgres_schema import COMMIT, COMMIT_MARKED, WHY_REFUSED, fast_commit
 
 Waiting = list[tuple[CommitRows, asyncio.Future[StoredConversation]]]
 """Commits and the futures their callers wait on."""
@@ -166,7 +166,7 @@ def fast(rows: CommitRows) -> tuple[str, dict[str, Any]] | None:
     """``fast_commit``'s statement for ``rows`` and its parameters, when the step has its
     shape (see there); else None."""
     appended, queued, completes = rows.appended, rows.queued, rows.completes
-    if len(appended) > 1 or len(queued) > 1 or len(completes) > 1:
+    if len(appended) > 1 or len(queued) > 1 or len(completes) > 1 or rows.landmarks:
         return None
     commit = rows.commit
     key = commit.idempotency_key
@@ -178,6 +178,22 @@ def fast(rows: CommitRows) -> tuple[str, dict[str, Any]] | None:
     if completes:
         (values["completed"],) = completes
     return fast_commit(len(appended), len(queued), len(completes), key is not None), values
+
+
+def general(rows: CommitRows) -> tuple[str, dict[str, Any]]:
+    """The statement for a step of any shape and its parameters: ``COMMIT``, or
+    ``COMMIT_MARKED`` for a step that appends landmarks (built only when the usual shape's
+    statement is not enough: most steps never need them)."""
+    values = params(rows)
+    if not rows.landmarks:
+        return COMMIT, values
+    values["landmarks"] = json.dumps(
+        [
+            {"n": n, "session": s, "generation": g, "start": start, "pinned": pinned}
+            for n, s, g, start, pinned in rows.landmarks
+        ]
+    )
+    return COMMIT_MARKED, values
 
 
 def stored(rows: CommitRows, returned: Sequence[Any]) -> StoredConversation:
@@ -246,7 +262,8 @@ class Commits:
         seen: set[str] = set()
         for rows, future in batch:
             cid = rows.commit.conversation_id
-            (alone if cid in seen else together).append((rows, future))
+            # A step with landmarks has a statement of its own (``COMMIT_MARKED``).
+            (alone if cid in seen or rows.landmarks else together).append((rows, future))
             seen.add(cid)
         if len(together) == 1:
             alone.insert(0, together.pop())
@@ -310,7 +327,7 @@ class Commits:
                 landed = await cur.fetchone()
                 if landed is not None:
                     return landed
-            cur = await conn.execute(COMMIT, params(rows), binary=True)
+            cur = await conn.execute(*general(rows), binary=True)
             return await cur.fetchone()
 
         try:

@@ -14,19 +14,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import psycopg
 from psycopg import errors
 from psycopg_pool import AsyncConnectionPool
 
-from segue.executor.errors import SegueError, StoreLockedError, StoreUnavailableError
+from segue.executor.errors import (
+    SegueError,
+    StoreFullError,
+    StoreLockedError,
+    StoreUnavailableError,
+)
 from segue.executor.stores._shared import newer_schema
 from segue.executor.stores.postgres_schema import MIGRATION_LOCK, MIGRATIONS, SCHEMA_VERSION
 
 T = TypeVar("T")
+_RETRY_PAUSES: Final = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
+"""Pauses between the tries of work that may run again (``Pool.run``): 6.35 s in all (tries
+included), the time a fast restart of a server takes, with room."""
 Connection = psycopg.AsyncConnection[tuple[Any, ...]]
 
 
@@ -137,8 +146,30 @@ class Pool:
                     "INSERT INTO segue_schema (version) VALUES (%s)", (SCHEMA_VERSION,)
                 )
 
-    async def run(self, work: Callable[[Connection], Awaitable[T]]) -> T:
-        """Run ``work`` on a connection of the pool, with the driver's errors made segue's."""
+    async def run(self, work: Callable[[Connection], Awaitable[T]], *, retry: bool = False) -> T:
+        """Run ``work`` on a connection of the pool, with the driver's errors made segue's.
+
+        ``retry``: ``work`` may run again, as it does the same whether or not a run the server
+        cut short was applied (a read, a claim by its owner, completing done work). Such work is
+        tried again while the server cannot be reached, for ``_RESTART`` seconds in all: a
+        restarted server (every session cut) costs its callers a pause, not an error. A commit
+        is not run twice here: its outcome may be unknown, and ``Commits`` decides."""
+        if not retry:
+            return await self._run_once(work)
+        deadline = time.monotonic() + sum(_RETRY_PAUSES)
+        for pause in _RETRY_PAUSES:
+            try:
+                return await self._run_once(work)
+            except StoreFullError:
+                raise
+            except StoreUnavailableError:
+                # Never reached (no pool opened): a wrong address, not a restart; say so now.
+                if self.closed or self._pool is None or time.monotonic() + pause > deadline:
+                    raise
+                await asyncio.sleep(pause)
+        return await self._run_once(work)
+
+    async def _run_once(self, work: Callable[[Connection], Awaitable[T]]) -> T:
         if self.closed:
             msg = "the store is closed"
             raise SegueError(msg)
@@ -157,6 +188,13 @@ class Pool:
                 f"lock_timeout ({self._lock_timeout:g}s)"
             )
             raise StoreLockedError(msg) from error
+        except errors.DiskFull as error:
+            # A statement is a transaction, or runs in one: nothing of it was kept.
+            msg = (
+                "PostgreSQL has no room left to write (disk full): nothing of this call was "
+                f"stored; free space and call again: {error}"
+            )
+            raise StoreFullError(msg) from error
         except (psycopg.OperationalError, psycopg.InterfaceError) as error:
             # A dropped session, a server restart (AdminShutdown), no server at all (the
             # pool's timeout): nothing was committed. The pool throws the broken connection

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from typing import Final
 
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 MIGRATION_LOCK: Final = 0x5E9E_0001
 """Advisory lock key held while migrating (any constant unlikely to clash with an app's)."""
 
@@ -121,7 +121,52 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             PRIMARY KEY (conversation_id, pid)
         )""",
     ),
+    # 5 -> 6: a conversation's age costs nothing, and a chat backend finds its conversations
+    # (as SQLite's schema 7 says): ``landmarks`` (the first message of each session and
+    # generation, and the pinned ones), filled once from the transcripts here; ``tags``, the
+    # application's metadata, one row a pair, indexed by value and age.
+    (
+        """CREATE TABLE landmarks (
+            conversation_id text NOT NULL,
+            seq integer NOT NULL,
+            session integer NOT NULL,
+            generation integer NOT NULL,
+            start smallint NOT NULL,
+            pinned boolean NOT NULL,
+            PRIMARY KEY (conversation_id, seq)
+        )""",
+        "CREATE INDEX landmarks_pinned ON landmarks (conversation_id, seq) WHERE pinned",
+        """INSERT INTO landmarks (conversation_id, seq, session, generation, start, pinned)
+            SELECT conversation_id, seq, s, g, start, pinned FROM (
+                SELECT conversation_id, seq, s, g, pinned, CASE
+                    WHEN kind = 'summary' THEN 2
+                    WHEN (lag(s) OVER w, lag(g) OVER w) IS DISTINCT FROM (s, g) THEN 1
+                    ELSE 0 END AS start
+                FROM (SELECT conversation_id, seq, kind,
+                        coalesce((message->>'session')::integer, 1) AS s,
+                        coalesce((message->>'generation')::integer, 1) AS g,
+                        coalesce((message->>'pinned')::boolean, false) AS pinned
+                    FROM messages) AS m
+                WINDOW w AS (PARTITION BY conversation_id ORDER BY seq)
+            ) AS marked WHERE start > 0 OR pinned""",
+        """CREATE TABLE tags (
+            conversation_id text NOT NULL,
+            key text NOT NULL,
+            value text NOT NULL,
+            created_at double precision NOT NULL,
+            ordinal bigint NOT NULL,
+            PRIMARY KEY (conversation_id, key)
+        )""",
+        "CREATE INDEX tags_by_value ON tags (key, value, created_at, ordinal)",
+    ),
 )
+
+METADATA: Final = (
+    "(SELECT json_object_agg(t.key, t.value)::text FROM tags AS t"
+    " WHERE t.conversation_id = conversations.id)"
+)
+"""A conversation's metadata as a JSON object (NULL when it has none), as a column of its
+row."""
 
 NOTIFY: Final = (
     "(SELECT pg_notify('segue_changes', w.conversation_id) IS NULL FROM segue_watches AS w"
@@ -178,6 +223,19 @@ WITH upd AS (
 )
 SELECT upd.*, NOTIFY FROM upd
 """.replace("NOTIFY", NOTIFY.format(cid="%(cid)s"))
+
+COMMIT_MARKED: Final = COMMIT.replace(
+    "), logged AS (",
+    """), marked AS (
+    INSERT INTO landmarks (conversation_id, seq, session, generation, start, pinned)
+    SELECT %(cid)s, upd.message_count - %(appended)s + l.n, l.session, l.generation, l.start,
+        l.pinned
+    FROM upd, json_to_recordset(%(landmarks)s::json)
+        AS l (n integer, session integer, generation integer, start smallint, pinned boolean)
+), logged AS (""",
+)
+"""``COMMIT`` for a step that appends landmarks (``_rows.landmark``: a new session or
+generation, a pinned message). Rare, so the usual statements carry no clause for them."""
 
 WHY_REFUSED: Final = """
 SELECT version,

@@ -42,19 +42,32 @@ from typing import Final, TypeVar
 
 from segue.executor.errors import (
     SegueError,
+    StoreFullError,
     StoreLockedError,
     StoreUnavailableError,
 )
 from segue.executor.store_port import Commit, StoredConversation
-from segue.executor.stores import _outbox
-from segue.executor.stores._rows import LOAD_COLUMNS, commit_rows
+from segue.executor.stores import _listing, _outbox, sqlite_data
+from segue.executor.stores._rows import (
+    LISTED_COLUMNS,
+    LOAD_COLUMNS,
+    NewConversation,
+    RestoredRows,
+    commit_rows,
+)
 from segue.executor.stores._shared import already_exists, not_found
 from segue.executor.stores._sql import Row, SqlStore
-from segue.executor.stores.sqlite_commits import INSERT_MESSAGE, STEP_PAGES, commit_step
+from segue.executor.stores.sqlite_commits import (
+    INSERT_LANDMARK,
+    INSERT_MESSAGE,
+    STEP_PAGES,
+    commit_step,
+)
 from segue.executor.stores.sqlite_runner import PAGE, Runner, is_locked
 from segue.executor.stores.sqlite_schema import (
     KEY_SPAN,
     MEMORY,
+    METADATA,
     SCHEMA_VERSION,
     SYSTEM,
     connect,
@@ -68,11 +81,12 @@ callers that imported it from here."""
 
 T = TypeVar("T")
 
-_LOAD: Final = f"SELECT {LOAD_COLUMNS.replace('system', SYSTEM)} FROM conversations WHERE id = ?"  # noqa: S608
-_LISTED: Final = (
-    f"SELECT state, version, {SYSTEM}, child_id, created_at"  # noqa: S608
-    " FROM conversations ORDER BY created_at, rowid"
+_LOAD: Final = (
+    f"SELECT {LOAD_COLUMNS.replace('system', SYSTEM).replace('metadata', METADATA)}"  # noqa: S608
+    " FROM conversations WHERE id = ?"
 )
+_LISTED_SQL: Final = LISTED_COLUMNS.replace("system", SYSTEM).replace("metadata", METADATA)
+_LISTED: Final = f"SELECT {_LISTED_SQL} FROM conversations ORDER BY created_at, ordinal"  # noqa: S608
 
 
 class SqliteStore(SqlStore):
@@ -108,7 +122,12 @@ class SqliteStore(SqlStore):
     def _segue_error(self, error: BaseException) -> BaseException:
         """The error a caller gets for ``error``: the driver's become segue's."""
         mapped: SegueError
-        if isinstance(error, sqlite3.OperationalError) and is_locked(error):
+        if isinstance(error, sqlite3.DatabaseError) and _is_full(error):
+            mapped = StoreFullError(
+                f"the disk holding the SQLite store is full: nothing of this call was stored; "
+                f"free space and call again ({error}): {self._path}"
+            )
+        elif isinstance(error, sqlite3.OperationalError) and is_locked(error):
             mapped = StoreLockedError(
                 f"database is locked: another process holds it for longer than "
                 f"busy_timeout ({self._busy_timeout:g}s): {self._path}"
@@ -153,9 +172,15 @@ class SqliteStore(SqlStore):
 
     # ------------------------------------------------------------------ SqlStore's dialect
 
-    def _insert(
-        self, row: Row, seeds: Sequence[tuple[str, int, str, str]], system: str | None
-    ) -> Awaitable[None]:
+    def _insert(self, new: NewConversation) -> Awaitable[None]:
+        row, seeds = new.row, new.seeds
+        size = sum(len(text) for *_, text in seeds) + len(row[2]) + len(new.system or "")
+        return self._run_step(self._insert_step(new), pages=STEP_PAGES + size // PAGE)
+
+    @staticmethod
+    def _insert_step(new: NewConversation) -> Callable[[sqlite3.Connection], None]:
+        """The write that inserts a new conversation (``_insert``, ``_restore``)."""
+        row, seeds = new.row, new.seeds
         conversation_id = row[0]
 
         def step(conn: sqlite3.Connection) -> None:
@@ -170,13 +195,14 @@ class SqliteStore(SqlStore):
                 ).fetchone()
             except sqlite3.IntegrityError:
                 raise already_exists(conversation_id) from None
-            if system is not None:
-                conn.execute("INSERT INTO prompts VALUES (?, ?)", (ordinal, system))
+            if new.system is not None:
+                conn.execute("INSERT INTO prompts VALUES (?, ?)", (ordinal, new.system))
             base = ordinal * KEY_SPAN
             conn.executemany(INSERT_MESSAGE, [(base + seed[1], *seed) for seed in seeds])
+            conn.executemany(INSERT_LANDMARK, [(base + seq, *mark) for seq, *mark in new.landmarks])
+            sqlite_data.write_tags(conn, ordinal, new.metadata, row[6])
 
-        size = sum(len(text) for *_, text in seeds) + len(row[2]) + len(system or "")
-        return self._run_step(step, pages=STEP_PAGES + size // PAGE)
+        return step
 
     def _load_row(self, conversation_id: str) -> Awaitable[Row | None]:
         def work(conn: sqlite3.Connection) -> Row | None:
@@ -205,12 +231,50 @@ class SqliteStore(SqlStore):
         return self._run_step(step)
 
     def _message_rows(
-        self, conversation_id: str, after_seq: int
+        self, conversation_id: str, after_seq: int, before_seq: int | None
     ) -> Awaitable[Sequence[tuple[int, str]]]:
+        before = KEY_SPAN if before_seq is None else min(max(before_seq, 0), KEY_SPAN)
+
         def work(conn: sqlite3.Connection, base: int) -> list[tuple[int, str]]:
             rows: list[tuple[int, str]] = conn.execute(
                 "SELECT seq, message FROM messages WHERE rid > ? AND rid < ? ORDER BY rid",
-                (base + after_seq, base + KEY_SPAN),
+                (base + after_seq, base + before),
+            ).fetchall()
+            return rows
+
+        return self._read(conversation_id, work)
+
+    def _start_seq(
+        self, conversation_id: str, session: int | None, generation: int
+    ) -> Awaitable[int | None]:
+        # Backwards from the newest landmark: the one wanted is nearly always the last one.
+        values: tuple[int, ...]
+        if session is None:
+            which, values = "start = 2 AND generation <= ?", (generation,)
+        else:
+            which = "start > 0 AND (session < ? OR (session = ? AND generation <= ?))"
+            values = (session, session, generation)
+
+        def work(conn: sqlite3.Connection, base: int) -> int | None:
+            row = conn.execute(
+                f"SELECT rid FROM landmarks WHERE rid > ? AND rid < ? AND {which}"  # noqa: S608
+                " ORDER BY rid DESC LIMIT 1",
+                (base, base + KEY_SPAN, *values),
+            ).fetchone()
+            return None if row is None else int(row[0]) - base
+
+        return self._read(conversation_id, work)
+
+    def _pinned_rows(
+        self, conversation_id: str, before_seq: int
+    ) -> Awaitable[Sequence[tuple[int, str]]]:
+        before = min(max(before_seq, 0), KEY_SPAN)
+
+        def work(conn: sqlite3.Connection, base: int) -> list[tuple[int, str]]:
+            rows: list[tuple[int, str]] = conn.execute(
+                "SELECT m.seq, m.message FROM landmarks AS l JOIN messages AS m ON m.rid = l.rid"
+                " WHERE l.pinned AND l.rid > ? AND l.rid < ? ORDER BY l.rid",
+                (base, base + before),
             ).fetchall()
             return rows
 
@@ -244,6 +308,58 @@ class SqliteStore(SqlStore):
             return rows
 
         return self._run(work)
+
+    def _page_rows(
+        self, pairs: Sequence[tuple[str, str]], limit: int, after: tuple[float, int] | None
+    ) -> Awaitable[Sequence[Row]]:
+        statement, values = _listing.page(sqlite_data.DIALECT, pairs, limit, after)
+
+        def work(conn: sqlite3.Connection) -> list[Row]:
+            rows: list[Row] = conn.execute(statement, values).fetchall()
+            return rows
+
+        return self._run(work)
+
+    def _set_tags(self, conversation_id: str, metadata: dict[str, str]) -> Awaitable[Row | None]:
+        def step(conn: sqlite3.Connection) -> Row | None:
+            row = conn.execute(
+                "SELECT ordinal, created_at FROM conversations WHERE id = ?", (conversation_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            sqlite_data.write_tags(conn, row[0], metadata, row[1])
+            loaded: Row | None = conn.execute(_LOAD, (conversation_id,)).fetchone()
+            return loaded
+
+        return self._run_step(step)
+
+    def _inactive_ids(
+        self, before: float, pairs: Sequence[tuple[str, str]]
+    ) -> Awaitable[Sequence[str]]:
+        statement, values = _listing.inactive(sqlite_data.DIALECT, before, pairs)
+
+        def work(conn: sqlite3.Connection) -> list[str]:
+            return [str(cid) for (cid,) in conn.execute(statement, values).fetchall()]
+
+        return self._run(work)
+
+    def _delete(self, conversation_id: str) -> Awaitable[bool]:
+        """Alone on the connection (``Runner.read``), in a transaction of its own: the foreign
+        keys' checks are off for it (each would scan the transcript and the log, which are
+        keyed by rid, not by id: the rows go by their key range instead), and SQLite's
+        ``secure_delete`` is on, so the freed pages are zeroed; then the WAL, which still holds
+        the pages as they were, is checkpointed and emptied."""
+        return self._run(lambda conn: sqlite_data.delete(conn, conversation_id))
+
+    def _restore(self, rows: RestoredRows) -> Awaitable[None]:
+        new = rows.new
+
+        def step(conn: sqlite3.Connection) -> None:
+            self._insert_step(new)(conn)
+            sqlite_data.restore(conn, rows)
+
+        size = sum(len(text) for *_, text in new.seeds) + sum(len(t[2]) for t in rows.transitions)
+        return self._run_step(step, pages=STEP_PAGES + size // PAGE)
 
     def _link_child(self, parent_id: str, child_id: str) -> Awaitable[str | None]:
         def step(conn: sqlite3.Connection) -> str | None:
@@ -300,6 +416,12 @@ class SqliteStore(SqlStore):
     async def close(self) -> None:
         """Close the connection and stop the worker thread; later calls raise ``SegueError``."""
         await self._runner.close()
+
+
+def _is_full(error: sqlite3.DatabaseError) -> bool:
+    """Whether SQLite failed for lack of space (``SQLITE_FULL``)."""
+    code = getattr(error, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF == sqlite3.SQLITE_FULL
 
 
 def _ordinal(conn: sqlite3.Connection, conversation_id: str) -> int:

@@ -36,6 +36,9 @@ now and then the key index or a new page), for ``Runner``'s checkpoint count."""
 INSERT_MESSAGE: Final = (
     "INSERT INTO messages (rid, conversation_id, seq, kind, message) VALUES (?, ?, ?, ?, ?)"
 )
+INSERT_LANDMARK: Final = (
+    "INSERT INTO landmarks (rid, session, generation, start, pinned) VALUES (?, ?, ?, ?, ?)"
+)
 _INSERT_TRANSITION: Final = (
     "INSERT INTO transitions (rid, conversation_id, seq, event_kind, event, from_phase,"
     " to_phase, context_tokens, reason, effect_kinds, at, session, idempotency_key)"
@@ -179,4 +182,9 @@ def _append(conn: sqlite3.Connection, rows: CommitRows, ordinal: int, counters: 
         conn.execute(INSERT_MESSAGE, (base + appended[0][1], *appended[0]))
     elif appended:
         conn.executemany(INSERT_MESSAGE, [(base + m[1], *m) for m in appended])
+    if rows.landmarks:  # rare: a new session or generation, a pinned message
+        before = base + counters.message_count - len(appended)
+        conn.executemany(
+            INSERT_LANDMARK, [(before + place, *mark) for place, *mark in rows.landmarks]
+        )
     conn.execute(_INSERT_TRANSITION, (base + rows.commit.expected_version, *rows.transition))

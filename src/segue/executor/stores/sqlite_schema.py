@@ -16,7 +16,7 @@ from typing import Final
 from segue.executor.errors import SegueError
 from segue.executor.stores._shared import newer_schema
 
-SCHEMA_VERSION: Final = 6
+SCHEMA_VERSION: Final = 7
 """What ``PRAGMA user_version`` says once every migration below has run."""
 
 MEMORY: Final = ":memory:"
@@ -164,6 +164,46 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         " SELECT ordinal, system FROM conversations WHERE system IS NOT NULL",
         "UPDATE conversations SET system = NULL WHERE system IS NOT NULL",
     ),
+    # 6 -> 7: a conversation's age costs nothing, and a chat backend finds its conversations.
+    # ``landmarks`` holds the messages a view is folded from without reading the transcript
+    # (the first of each session and generation: ``_rows.landmark``) and the pinned ones, keyed
+    # by their message's rid; a usual step writes none. ``tags`` holds the application's
+    # metadata, one row a pair, indexed by value and age for a user's pages; listings page by
+    # (created_at, ordinal). Existing transcripts are read once to fill ``landmarks``.
+    (
+        """CREATE TABLE landmarks (
+            rid INTEGER PRIMARY KEY,
+            session INTEGER NOT NULL,
+            generation INTEGER NOT NULL,
+            start INTEGER NOT NULL,
+            pinned INTEGER NOT NULL
+        )""",
+        "CREATE INDEX landmarks_pinned ON landmarks (rid) WHERE pinned",
+        """INSERT INTO landmarks (rid, session, generation, start, pinned)
+            SELECT rid, s, g, start, pinned FROM (
+                SELECT rid, s, g, pinned, CASE
+                    WHEN kind = 'summary' THEN 2
+                    WHEN lag(s) OVER w IS NULL OR lag(s) OVER w <> s OR lag(g) OVER w <> g
+                        THEN 1
+                    ELSE 0 END AS start
+                FROM (SELECT rid, conversation_id, seq, kind,
+                        coalesce(json_extract(message, '$.session'), 1) AS s,
+                        coalesce(json_extract(message, '$.generation'), 1) AS g,
+                        coalesce(json_extract(message, '$.pinned'), 0) AS pinned
+                    FROM messages)
+                WINDOW w AS (PARTITION BY conversation_id ORDER BY seq)
+            ) WHERE start > 0 OR pinned""",
+        """CREATE TABLE tags (
+            ordinal INTEGER NOT NULL,
+            key TEXT NOT NULL,
+            value TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (ordinal, key)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX tags_by_value ON tags (key, value, created_at, ordinal)",
+        "DROP INDEX conversations_by_age",
+        "CREATE INDEX conversations_by_age ON conversations (created_at, ordinal)",
+    ),
 )
 
 KEY_SPAN: Final = 4_294_967_296
@@ -171,6 +211,11 @@ KEY_SPAN: Final = 4_294_967_296
 SYSTEM: Final = "(SELECT system FROM prompts WHERE prompts.ordinal = conversations.ordinal)"
 """A conversation's system prompt, as a column of its row: kept apart since version 6 (a step
 rewrites the row, and a long prompt in it was written again by every step)."""
+METADATA: Final = (
+    "(SELECT json_group_object(key, value) FROM tags WHERE tags.ordinal = conversations.ordinal)"
+)
+"""A conversation's metadata as a JSON object (``{}`` when it has none), as a column of its
+row."""
 
 
 def prepare_file(path: Path) -> None:
@@ -218,6 +263,9 @@ def connect(path: str, busy_timeout: float) -> sqlite3.Connection:
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("PRAGMA wal_autocheckpoint = 0")
+        # Freed space in a page is zeroed when the page is written anyway (no more I/O): the
+        # older versions of a row a step rewrote do not linger in the file.
+        conn.execute("PRAGMA secure_delete = FAST")
         migrate(conn, path)
         conn.execute("PRAGMA busy_timeout = 0")
     except BaseException:
