@@ -39,6 +39,8 @@ CONTRACT = {
     # errors
     "SegueError", "ConversationExhaustedError", "MessageRejectedError", "InvalidMessageError",
     "ConversationNotFoundError", "LlmCallError", "StoreUnavailableError", "StoreLockedError",
+    "StoreFullError", "ConversationBusyError", "InvalidMetadataError", "InvalidCursorError",
+    "InvalidDocumentError", "ConversationPage",
     # updates
     "Update", "TextUpdate", "DoneUpdate", "OccupancyUpdate", "WarningUpdate", "ExhaustedUpdate",
     "FailedUpdate", "Watch",

@@ -28,15 +28,20 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a
     from segue.executor.chains import Link as Link
     from segue.executor.chains import UsageReport as UsageReport
     from segue.executor.errors import ConcurrentUpdateError as ConcurrentUpdateError
+    from segue.executor.errors import ConversationBusyError as ConversationBusyError
     from segue.executor.errors import ConversationExhaustedError as ConversationExhaustedError
     from segue.executor.errors import ConversationExistsError as ConversationExistsError
     from segue.executor.errors import ConversationNotFoundError as ConversationNotFoundError
     from segue.executor.errors import DuplicateMessageError as DuplicateMessageError
+    from segue.executor.errors import InvalidCursorError as InvalidCursorError
+    from segue.executor.errors import InvalidDocumentError as InvalidDocumentError
     from segue.executor.errors import InvalidMessageError as InvalidMessageError
+    from segue.executor.errors import InvalidMetadataError as InvalidMetadataError
     from segue.executor.errors import InvalidTextError as InvalidTextError
     from segue.executor.errors import LlmCallError as LlmCallError
     from segue.executor.errors import MessageRejectedError as MessageRejectedError
     from segue.executor.errors import SegueError as SegueError
+    from segue.executor.errors import StoreFullError as StoreFullError
     from segue.executor.errors import StoreLockedError as StoreLockedError
     from segue.executor.errors import StoreUnavailableError as StoreUnavailableError
     from segue.executor.errors import SubAgentFailedError as SubAgentFailedError
@@ -58,6 +63,7 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a
     from segue.executor.runtime import Runtime as Runtime
     from segue.executor.snapshots import SnapshotContext as SnapshotContext
     from segue.executor.snapshots import git_context as git_context
+    from segue.executor.store_port import ConversationPage as ConversationPage
     from segue.executor.store_port import Store as Store
     from segue.executor.store_port import StoredConversation as StoredConversation
     from segue.executor.store_port import StoredMessage as StoredMessage
@@ -105,6 +111,12 @@ _LAZY = {
     "LlmRequest": "segue.executor.model_port",
     "ProviderCompaction": "segue.executor.model_port",
     "SegueError": "segue.executor.errors",
+    "StoreFullError": "segue.executor.errors",
+    "InvalidMetadataError": "segue.executor.errors",
+    "ConversationBusyError": "segue.executor.errors",
+    "InvalidCursorError": "segue.executor.errors",
+    "InvalidDocumentError": "segue.executor.errors",
+    "ConversationPage": "segue.executor.store_port",
     "Store": "segue.executor.store_port",
     "StoredConversation": "segue.executor.store_port",
     "StoredMessage": "segue.executor.store_port",

@@ -85,8 +85,10 @@ class RequestCheckpoint(Frozen):
 
 
 class ArchiveTranscript(Frozen):
-    """Write the whole transcript to a private archive before compacting. Never blocks: a
-    failure is logged and compaction goes on."""
+    """Archive what this compaction is about to summarise (the generation's transcript, from its
+    summary on) to a private file before compacting: the archives of a conversation's
+    compactions together hold its whole transcript, and each costs what its generation holds,
+    whatever came before. Never blocks: a failure is logged and compaction goes on."""
 
     kind: Literal["archive_transcript"] = "archive_transcript"
     generation: Annotated[StrictInt, Field(ge=1)]

@@ -230,6 +230,32 @@ class Commits:
                 if conflicts > 1:
                     await asyncio.sleep(random.uniform(0, policy.backoff * conflicts))  # noqa: S311
 
+    async def _decide(
+        self, stored: StoredConversation, event: Event
+    ) -> tuple[StoredConversation, Event, ConversationState, Effects]:
+        """``transition()`` on ``stored``: the copy decided on, the event as counted, the state
+        after it and its effects. A refusal is decided again on the store's own copy (no
+        version check stands behind a refusal, and the copy may be stale)."""
+        requests = self._requests
+        counted = await requests.counted(stored, event)
+        after, effects = transition(stored.state, counted)
+        if not refused(effects):
+            return stored, counted, after, effects
+        stored = await self._setup.store.load(stored.state.id)
+        self._cache.keep(stored)
+        counted = await requests.counted(stored, event)
+        after, effects = transition(stored.state, counted)
+        if refused(effects):
+            cause = next(e.cause for e in effects if isinstance(e, RejectUserMessage))
+            self._setup.telemetry.refused(stored.state.id, cause)
+            _log.info(
+                "message_refused",
+                conversation_id=stored.state.id,
+                phase=stored.state.phase.kind,
+                cause=cause,
+            )
+        return stored, counted, after, effects
+
     async def _write(
         self,
         stored: StoredConversation,
@@ -238,24 +264,9 @@ class Commits:
         key: str | None,
     ) -> tuple[StoredConversation, Effects]:
         """One try: decide the step and write it (a refusal is written nowhere)."""
-        requests = self._requests
-        counted = await requests.counted(stored, event)
-        after, effects = transition(stored.state, counted)
+        stored, counted, after, effects = await self._decide(stored, event)
         if refused(effects):
-            stored = await self._setup.store.load(stored.state.id)  # the store's, not a copy
-            self._cache.keep(stored)
-            counted = await requests.counted(stored, event)
-            after, effects = transition(stored.state, counted)
-            if refused(effects):
-                cause = next(e.cause for e in effects if isinstance(e, RejectUserMessage))
-                self._setup.telemetry.refused(stored.state.id, cause)
-                _log.info(
-                    "message_refused",
-                    conversation_id=stored.state.id,
-                    phase=stored.state.phase.kind,
-                    cause=cause,
-                )
-                return stored, effects
+            return stored, effects
         before = stored.state
         if any(isinstance(effect, CancelRequest) for effect in effects):
             # The core cancelled the pending request: its answer would be stale, so the request

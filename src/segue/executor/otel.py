@@ -25,9 +25,8 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Final
 
 from opentelemetry import context, metrics, trace
@@ -42,21 +41,25 @@ from opentelemetry.trace import (
 
 from segue.effects import (
     Effect,
-    NotifyContextExhausted,
-    NotifyContextWarning,
-    SaveSnapshot,
     ScheduleRetry,
-    StartGeneration,
-    StartSession,
 )
 from segue.executor.errors import LlmCallError
 from segue.executor.model_port import LlmModel, LlmReply, LlmRequest, NamedProvider
+from segue.executor.otel_terms import (
+    Instruments,
+    add_event_for,
+    at_limit,
+    error_type_of,
+    input_messages,
+    input_tokens,
+    limit_outcome,
+    output_messages,
+    response_attributes,
+    turn_attributes,
+)
 from segue.executor.telemetry import Telemetry
 from segue.statemachine import (
-    AwaitingCheckpoint,
-    AwaitingContinuation,
     CheckpointResponse,
-    Compacting,
     CompactionResponse,
     ContinuationResponse,
     ConversationState,
@@ -64,11 +67,9 @@ from segue.statemachine import (
     Event,
     Failed,
     LlmResponse,
-    Phase,
     ProviderCompacted,
     ToolCall,
     ToolResult,
-    Usage,
 )
 
 SCOPE: Final = "segue"
@@ -81,9 +82,6 @@ _ANSWERS: Final = (
     ProviderCompacted,
 )
 """Events after which the conversation's occupancy is a figure worth recording."""
-_SECONDS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
-_TOKENS: Final = tuple(4**n for n in range(1, 11))
-_RATIO: Final = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0)
 
 
 @dataclasses.dataclass(slots=True)
@@ -93,7 +91,7 @@ class _Turn:
 
     conversation_id: str
     tracer: trace.Tracer | None
-    meters: _Instruments | None
+    meters: Instruments | None
     started: float
     span: trace.Span | None = None
     token: object | None = None
@@ -104,66 +102,6 @@ class _Turn:
 _TURN: contextvars.ContextVar[_Turn | None] = contextvars.ContextVar("segue_turn", default=None)
 """The drive running in this context (the model calls and tools it starts see it too: a task
 copies its context)."""
-
-
-class _Instruments:
-    """The metric instruments, made once per meter provider."""
-
-    def __init__(self, meter: metrics.Meter, active: Callable[[], int]) -> None:
-        self.tokens = meter.create_histogram(
-            "gen_ai.client.token.usage",
-            unit="{token}",
-            description="Tokens per model call, by type (input, output)",
-            explicit_bucket_boundaries_advisory=_TOKENS,
-        )
-        self.operation = meter.create_histogram(
-            "gen_ai.client.operation.duration",
-            unit="s",
-            description="Duration of a model call",
-            explicit_bucket_boundaries_advisory=_SECONDS,
-        )
-        self.occupancy = meter.create_histogram(
-            "segue.context.occupancy",
-            unit="1",
-            description="Occupancy of the context window after a response, as a ratio",
-            explicit_bucket_boundaries_advisory=_RATIO,
-        )
-        self.limits = meter.create_counter(
-            "segue.limit.reached",
-            unit="{limit}",
-            description="Conversations that reached their limit, by what happened",
-        )
-        self.limit_duration = meter.create_histogram(
-            "segue.limit.duration",
-            unit="s",
-            description="How long the work at the limit took (a summary, a checkpoint, ...)",
-            explicit_bucket_boundaries_advisory=_SECONDS,
-        )
-        self.turns = meter.create_histogram(
-            "segue.turn.duration",
-            unit="s",
-            description="Duration of a turn, from the message to the conversation waiting again",
-            explicit_bucket_boundaries_advisory=_SECONDS,
-        )
-        self.commits = meter.create_histogram(
-            "segue.store.commit.duration",
-            unit="s",
-            description="Duration of a commit of one step to the store",
-            explicit_bucket_boundaries_advisory=_SECONDS,
-        )
-        # Read when the metrics are collected, not counted at every turn.
-        meter.create_observable_up_down_counter(
-            "segue.conversations.active",
-            callbacks=[lambda _options: [metrics.Observation(active())]],
-            unit="{conversation}",
-            description="Conversations with a turn running in this process",
-        )
-        self.retries = meter.create_counter(
-            "segue.retries", unit="{retry}", description="Requests retried, by request"
-        )
-        self.refusals = meter.create_counter(
-            "segue.refusals", unit="{message}", description="Messages refused, by cause"
-        )
 
 
 class OtelTelemetry(Telemetry):
@@ -178,7 +116,7 @@ class OtelTelemetry(Telemetry):
         self._meter_provider = meter_provider
         self._capture = capture_content
         self._tracers: dict[int, trace.Tracer | None] = {}
-        self._instruments: dict[int, _Instruments | None] = {}
+        self._instruments: dict[int, Instruments | None] = {}
         self._active = 0
         """Turns running now (``segue.conversations.active`` reads it)."""
         self._limits: dict[str, float] = {}
@@ -195,7 +133,7 @@ class OtelTelemetry(Telemetry):
             self._tracers[key] = None if quiet else provider.get_tracer(SCOPE)
         return self._tracers[key]
 
-    def _meters(self) -> _Instruments | None:
+    def _meters(self) -> Instruments | None:
         """The instruments to use now, None while the provider records nothing."""
         provider = self._meter_provider or metrics.get_meter_provider()
         key = id(provider)
@@ -204,7 +142,7 @@ class OtelTelemetry(Telemetry):
                 "_ProxyMeterProvider"  # the API's own, until the application sets one
             )
             self._instruments[key] = (
-                None if quiet else _Instruments(provider.get_meter(SCOPE), lambda: self._active)
+                None if quiet else Instruments(provider.get_meter(SCOPE), lambda: self._active)
             )
         return self._instruments[key]
 
@@ -245,7 +183,7 @@ class OtelTelemetry(Telemetry):
             return
         context.detach(turn.token)
         if state is not None:
-            span.set_attributes(_ending(turn.before, state))
+            span.set_attributes(turn_attributes(turn.before, state))
         if error is not None:
             span.record_exception(error)
             span.set_status(Status(StatusCode.ERROR, type(error).__name__))
@@ -278,7 +216,7 @@ class OtelTelemetry(Telemetry):
             if meters is not None and isinstance(effect, ScheduleRetry):
                 meters.retries.add(1, {"segue.request": effect.request})
             if span is not None:
-                _tell(span, effect)
+                add_event_for(span, effect)
         if before.phase is not after.phase:
             self._limit(before, after, meters, span)
 
@@ -286,12 +224,12 @@ class OtelTelemetry(Telemetry):
         self,
         before: ConversationState,
         after: ConversationState,
-        meters: _Instruments | None,
+        meters: Instruments | None,
         span: trace.Span | None,
     ) -> None:
         """The path at the limit: when it starts, and what came of it when it ends."""
         cid = after.id
-        was, now = _at_limit(before.phase), _at_limit(after.phase)
+        was, now = at_limit(before.phase), at_limit(after.phase)
         if now and not was:
             self._limits[cid] = time.perf_counter()
             if span is not None:
@@ -308,7 +246,10 @@ class OtelTelemetry(Telemetry):
         started = self._limits.pop(cid, None)
         if meters is None:
             return
-        said = {"segue.behavior": after.behavior.value, "segue.outcome": _outcome(before, after)}
+        said = {
+            "segue.behavior": after.behavior.value,
+            "segue.outcome": limit_outcome(before, after),
+        }
         meters.limits.add(1, said)
         if started is not None:
             meters.limit_duration.record(time.perf_counter() - started, said)
@@ -339,7 +280,7 @@ class OtelTelemetry(Telemetry):
                 attributes={**attributes, "gen_ai.conversation.id": request.conversation_id},
             )
             if self._capture:
-                span.set_attribute("gen_ai.input.messages", _input_messages(request))
+                span.set_attribute("gen_ai.input.messages", input_messages(request))
         return turn.meters, span, attributes, time.perf_counter()
 
     def inference_ends(self, token: Any, outcome: LlmReply | LlmCallError) -> None:
@@ -348,7 +289,7 @@ class OtelTelemetry(Telemetry):
         meters, span, labels, started = token
         elapsed = time.perf_counter() - started
         if isinstance(outcome, LlmCallError):
-            error_type = _error_type(outcome)
+            error_type = error_type_of(outcome)
             if meters is not None:
                 meters.operation.record(elapsed, {**labels, "error.type": error_type})
             if span is not None:
@@ -362,14 +303,14 @@ class OtelTelemetry(Telemetry):
             meters.operation.record(elapsed, labels)
             usage = outcome.usage
             if usage is not None:
-                meters.tokens.record(_input_tokens(usage), {**labels, "gen_ai.token.type": "input"})
+                meters.tokens.record(input_tokens(usage), {**labels, "gen_ai.token.type": "input"})
                 output = {**labels, "gen_ai.token.type": "output"}
                 meters.tokens.record(usage.output_tokens, output)
         if span is None:
             return
-        span.set_attributes(_response(outcome))
+        span.set_attributes(response_attributes(outcome))
         if self._capture:
-            span.set_attribute("gen_ai.output.messages", _output_messages(outcome))
+            span.set_attribute("gen_ai.output.messages", output_messages(outcome))
         span.end()
 
     def tool_begins(self, conversation_id: str, call: ToolCall) -> Any:
@@ -394,143 +335,3 @@ class OtelTelemetry(Telemetry):
             token.set_attribute("error.type", "tool_error")
             token.set_status(Status(StatusCode.ERROR, "tool_error"))
         token.end()
-
-
-_METRIC_LABELS: Final = (
-    "gen_ai.operation.name",
-    "gen_ai.provider.name",
-    "gen_ai.request.model",
-    "segue.purpose",
-)
-
-
-def _at_limit(phase: Phase) -> bool:
-    """Whether the conversation is on its path at the limit (not a pause's checkpoint)."""
-    if isinstance(phase, AwaitingContinuation | Compacting):
-        return True
-    return isinstance(phase, AwaitingCheckpoint) and (phase.purpose == "restart" or phase.exhausted)
-
-
-def _outcome(before: ConversationState, after: ConversationState) -> str:
-    """What came of the path at the limit, as ``segue.limit.reached`` counts it."""
-    kind = after.phase.kind
-    if kind == "context_exhausted":
-        return "summarised"
-    if kind == "failed":
-        return "failed"
-    if kind == "paused":
-        return "paused"
-    if after.session > before.session:
-        return "restarted"
-    if after.generation > before.generation:
-        return "compacted"
-    return "cancelled"
-
-
-def _tell(span: trace.Span, effect: Effect) -> None:
-    """The span event a performed step stands for, if it is one an operator looks for."""
-    if isinstance(effect, NotifyContextWarning):
-        span.add_event(
-            "segue.warning",
-            {"segue.tokens": effect.context_tokens, "segue.window": effect.context_window},
-        )
-    elif isinstance(effect, ScheduleRetry):
-        span.add_event(
-            "segue.retry",
-            {
-                "segue.request": effect.request,
-                "segue.attempt": effect.attempt,
-                "segue.delay_seconds": effect.delay_seconds,
-            },
-        )
-    elif isinstance(effect, StartGeneration):
-        span.add_event("segue.compaction", {"segue.generation": effect.generation})
-    elif isinstance(effect, StartSession):
-        span.add_event(
-            "segue.session", {"segue.session": effect.session, "segue.reason": effect.reason}
-        )
-    elif isinstance(effect, SaveSnapshot):
-        snapshot = effect.snapshot
-        span.add_event(
-            "segue.pause", {"segue.snapshot": snapshot.version, "segue.reason": snapshot.reason}
-        )
-    elif isinstance(effect, NotifyContextExhausted):
-        span.add_event("segue.exhausted")
-
-
-def _occupancy(state: ConversationState) -> tuple[int, float]:
-    tokens = state.context_tokens if state.context_tokens is not None else state.projected_tokens
-    return tokens, tokens / state.context_window
-
-
-def _ending(before: ConversationState | None, after: ConversationState) -> dict[str, Any]:
-    """The turn span's attributes once it is over."""
-    tokens, ratio = _occupancy(after)
-    shown: dict[str, Any] = {
-        "segue.behavior": after.behavior.value,
-        "segue.phase.end": after.phase.kind,
-        "segue.occupancy.after": ratio,
-        "segue.tokens.after": tokens,
-    }
-    if before is not None:
-        tokens, ratio = _occupancy(before)
-        shown |= {
-            "segue.phase.start": before.phase.kind,
-            "segue.occupancy.before": ratio,
-            "segue.tokens.before": tokens,
-        }
-    return shown
-
-
-def _input_tokens(usage: Usage) -> int:
-    """The prompt's tokens as the conventions count them: the cached part included."""
-    return usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
-
-
-def _response(reply: LlmReply) -> dict[str, Any]:
-    shown: dict[str, Any] = {"gen_ai.response.finish_reasons": [reply.stop_reason]}
-    if reply.response_id:
-        shown["gen_ai.response.id"] = reply.response_id
-    if reply.response_model:
-        shown["gen_ai.response.model"] = reply.response_model
-    usage = reply.usage
-    if usage is not None:
-        shown |= {
-            "gen_ai.usage.input_tokens": _input_tokens(usage),
-            "gen_ai.usage.output_tokens": usage.output_tokens,
-            "gen_ai.usage.cache_read.input_tokens": usage.cache_read_input_tokens,
-            "gen_ai.usage.cache_creation.input_tokens": usage.cache_creation_input_tokens,
-        }
-    return shown
-
-
-def _error_type(error: LlmCallError) -> str:
-    if error.context_overflow:
-        return "context_overflow"
-    if error.status_code is not None:
-        return str(error.status_code)
-    return "retryable" if error.retryable else "llm_error"
-
-
-def _input_messages(request: LlmRequest) -> str:
-    """The request's messages as the conventions' ``gen_ai.input.messages`` (text parts)."""
-    messages: list[dict[str, Any]] = []
-    if request.system:
-        messages.append({"role": "system", "parts": [{"type": "text", "content": request.system}]})
-    for message in request.messages:
-        role = "assistant" if message.kind == "assistant" else "user"
-        messages.append({"role": role, "parts": [{"type": "text", "content": message.text}]})
-    if request.instruction:
-        messages.append(
-            {"role": "user", "parts": [{"type": "text", "content": request.instruction}]}
-        )
-    return json.dumps(messages)
-
-
-def _output_messages(reply: LlmReply) -> str:
-    parts: list[dict[str, Any]] = [{"type": "text", "content": reply.text}] if reply.text else []
-    parts += [
-        {"type": "tool_call", "id": call.id, "name": call.name, "arguments": call.input}
-        for call in reply.tool_calls
-    ]
-    return json.dumps([{"role": "assistant", "parts": parts, "finish_reason": reply.stop_reason}])
