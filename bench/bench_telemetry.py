@@ -110,7 +110,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=None)
     arguments = parser.parse_args()
     rounds = arguments.rounds or (3 if arguments.quick else 15)
-    turns = 20 if arguments.quick else 100
+    turns = 20 if arguments.quick else 400
     seen = asyncio.run(measure(rounds, turns))
     print(f"tracing overhead per persisted step, SQLite, {rounds} rounds of {turns} turns")
     targets = {"API, no-op providers": 1.01, "SDK tracing": 1.10}

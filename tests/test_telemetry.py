@@ -137,7 +137,7 @@ def test_a_turn_with_a_tool_is_a_turn_span_over_two_inference_spans_and_a_tool_s
     assert dict(tool.attributes or {})["gen_ai.tool.call.id"] == "t1"
     ended = dict(turn.attributes or {})
     assert (ended["segue.phase.start"], ended["segue.phase.end"]) == ("idle", "idle")
-    assert ended["segue.tokens.after"] == usage.context_tokens
+    assert ended["segue.occupancy.after"] == pytest.approx(usage.context_tokens / WINDOW)
     assert ended["segue.behavior"] == "threshold_based_continuation"
     tokens: dict[str, int] = {}
     for point in seen.points("gen_ai.client.token.usage"):

@@ -25,7 +25,7 @@ from typing import Any, Final
 from segue.executor._log import get_logger
 from segue.executor.bus import UpdateBus
 from segue.executor.errors import SegueError
-from segue.executor.store_port import ChangeNotifier, Store, StoredConversation, StoredMessage
+from segue.executor.store_port import Store, StoredConversation, StoredMessage, notifies_changes
 from segue.executor.updates import (
     CompactedUpdate,
     DoneUpdate,
@@ -165,7 +165,7 @@ class Feed:
 
     async def _wait(self, pause: float) -> None:
         store = self._store
-        if isinstance(store, ChangeNotifier):
+        if notifies_changes(store):
             await store.wait_for_change(self._state.id, timeout=pause)
         else:
             await asyncio.sleep(pause)

@@ -20,7 +20,7 @@ from segue.executor.errors import (
     InvalidMessageError,
     MessageRejectedError,
 )
-from segue.executor.model_port import ContentChecker, LlmModel
+from segue.executor.model_port import LlmModel, checks_content
 from segue.statemachine import ConversationState, ErrorKind, Failed, UserMessage
 
 MAX_KEY = 256
@@ -62,7 +62,7 @@ def check_content(llm: LlmModel, message: UserMessage) -> None:
     by the adapter's optional ``check_content(blocks)``, before the message is stored: sent
     anyway, it would fail the turn with the message already in the transcript. The adapter
     raises ``ValueError`` saying why; a message of text alone is not checked."""
-    if not isinstance(llm, ContentChecker) or not message.content:
+    if not message.content or not checks_content(llm):
         return
     try:
         llm.check_content(message.content)

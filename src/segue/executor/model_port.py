@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeGuard, runtime_checkable
 
 from segue.statemachine import (
     ContentBlock,
@@ -202,6 +202,22 @@ class StreamingLlmModel(LlmModel, Protocol):
     ``LlmModel``: the promise is in how ``complete`` behaves."""
 
 
+_CAPABLE: dict[tuple[type[Any], object], bool] = {}
+
+
+def capable(part: object, capability: object) -> bool:
+    """Whether ``part`` (an adapter, a store) has the optional ``capability`` its port declares
+    (a ``runtime_checkable`` protocol), decided once per class: a protocol's ``isinstance``
+    walks the protocol's members each time (about 10 µs on Python 3.11), and the runtime asks
+    on every message and every model call. The ports' ``checks_content`` and the like narrow
+    the type for their callers."""
+    key = (type(part), capability)
+    known = _CAPABLE.get(key)
+    if known is None:
+        known = _CAPABLE[key] = isinstance(part, capability)  # type: ignore[arg-type]
+    return known
+
+
 @runtime_checkable
 class NamedProvider(Protocol):
     """An adapter that says which provider it talks to, as OpenTelemetry's GenAI conventions
@@ -225,6 +241,16 @@ class ContentChecker(Protocol):
         stored or sent. Without the check, such content fails the turn (``LlmCallError``,
         ``fatal``) once the message is in the transcript."""
         ...
+
+
+def checks_content(llm: object) -> TypeGuard[ContentChecker]:
+    """Whether the adapter is a ``ContentChecker`` (asked before a message is stored)."""
+    return capable(llm, ContentChecker)
+
+
+def names_provider(llm: object) -> TypeGuard[NamedProvider]:
+    """Whether the adapter names its provider (``NamedProvider``)."""
+    return capable(llm, NamedProvider)
 
 
 class BaseLlmModel:

@@ -44,7 +44,7 @@ from segue.effects import (
     ScheduleRetry,
 )
 from segue.executor.errors import LlmCallError
-from segue.executor.model_port import LlmModel, LlmReply, LlmRequest, NamedProvider
+from segue.executor.model_port import LlmModel, LlmReply, LlmRequest, names_provider
 from segue.executor.otel_terms import (
     Instruments,
     add_event_for,
@@ -73,6 +73,8 @@ from segue.statemachine import (
 )
 
 SCOPE: Final = "segue"
+RECHECK: Final = 1.0
+"""Seconds between two lookups of the global tracer and meter providers."""
 """The instrumentation scope of every span and instrument."""
 _ANSWERS: Final = (
     LlmResponse,
@@ -121,6 +123,9 @@ class OtelTelemetry(Telemetry):
         """Turns running now (``segue.conversations.active`` reads it)."""
         self._limits: dict[str, float] = {}
         """When each conversation's path at the limit began (``perf_counter``)."""
+        self._recording: tuple[trace.Tracer | None, Instruments | None] = (None, None)
+        self._checked = -RECHECK
+        """When the providers were last looked up (``monotonic``)."""
 
     # ------------------------------------------------------------------ providers
 
@@ -148,10 +153,23 @@ class OtelTelemetry(Telemetry):
 
     # ------------------------------------------------------------------ turns
 
+    def _providers(self) -> tuple[trace.Tracer | None, Instruments | None]:
+        """The tracer and instruments to use now, the global providers looked up again at most
+        every ``RECHECK`` seconds (an application that sets them after making the runtime is
+        heard that soon; looking them up at every turn was most of what a quiet turn cost)."""
+        now = time.monotonic()
+        if now - self._checked >= RECHECK:
+            self._checked = now
+            self._recording = (self._tracer(), self._meters())
+        return self._recording
+
     def turn_begins(self, conversation_id: str, event: Event | None) -> Any:
-        tracer, meters = self._tracer(), self._meters()
-        if tracer is None and meters is None:
-            return None  # nothing records: the turn costs no more than these two checks
+        tracer, meters = self._providers()
+        # Nothing records while both providers are OpenTelemetry's no-op ones: the runtime then
+        # skips even the timing of its commits (``enabled``) until an application sets one.
+        self.enabled = tracer is not None or meters is not None
+        if not self.enabled:
+            return None
         turn = _Turn(conversation_id, tracer, meters, time.perf_counter())
         if tracer is not None:
             turn.span = span = tracer.start_span(
@@ -265,7 +283,7 @@ class OtelTelemetry(Telemetry):
         turn = _TURN.get()
         if turn is None:
             return None
-        provider = llm.provider_name if isinstance(llm, NamedProvider) else "unknown"
+        provider = llm.provider_name if names_provider(llm) else "unknown"
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": provider,

@@ -157,27 +157,24 @@ def add_event_for(span: trace.Span, effect: Effect) -> None:
         span.add_event("segue.exhausted")
 
 
-def occupancy(state: ConversationState) -> tuple[int, float]:
+def occupancy(state: ConversationState) -> float:
+    """What the meter shows, as a ratio of the window: measured, else projected."""
     tokens = state.context_tokens if state.context_tokens is not None else state.projected_tokens
-    return tokens, tokens / state.context_window
+    return tokens / state.context_window
 
 
 def turn_attributes(before: ConversationState | None, after: ConversationState) -> dict[str, Any]:
-    """The turn span's attributes once it is over."""
-    tokens, ratio = occupancy(after)
+    """The turn span's attributes once it is over: the phase and occupancy (a ratio of the
+    window) it ended in, and those it began in (as its first commit found them). Few on
+    purpose: the SDK validates every attribute, which is most of what a span costs."""
     shown: dict[str, Any] = {
         "segue.behavior": after.behavior.value,
         "segue.phase.end": after.phase.kind,
-        "segue.occupancy.after": ratio,
-        "segue.tokens.after": tokens,
+        "segue.occupancy.after": occupancy(after),
     }
     if before is not None:
-        tokens, ratio = occupancy(before)
-        shown |= {
-            "segue.phase.start": before.phase.kind,
-            "segue.occupancy.before": ratio,
-            "segue.tokens.before": tokens,
-        }
+        shown["segue.phase.start"] = before.phase.kind
+        shown["segue.occupancy.before"] = occupancy(before)
     return shown
 
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeGuard, runtime_checkable
 
 from segue.effects import Effect
+from segue.executor.model_port import capable
 from segue.statemachine import ConversationState, Message
 from segue.statemachine.checkpoint import SessionSnapshot
 
@@ -334,3 +335,8 @@ class ChangeNotifier(Protocol):
         """Wait until another process may have committed to the conversation (True) or
         ``timeout`` seconds pass (False); a wake-up with nothing new is harmless."""
         ...
+
+
+def notifies_changes(store: object) -> TypeGuard[ChangeNotifier]:
+    """Whether the store can say when a conversation changed (``ChangeNotifier``)."""
+    return capable(store, ChangeNotifier)

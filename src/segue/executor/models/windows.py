@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Final, Literal, Protocol, runtime_checkable
+from typing import Final, Literal, Protocol, TypeGuard, runtime_checkable
 
 from segue.executor._log import get_logger
-from segue.executor.model_port import LlmModel
+from segue.executor.model_port import LlmModel, capable
 from segue.statemachine import model_info
 from segue.statemachine.models import Provider, provider_of
 
@@ -87,10 +87,15 @@ def table_window(model: str, provider: Provider | None) -> Window:
     return Window(tokens, "assumed")
 
 
+def reports_windows(llm: object) -> TypeGuard[WindowReporter]:
+    """Whether the adapter says where its windows come from (``WindowReporter``)."""
+    return capable(llm, WindowReporter)
+
+
 async def window_of(llm: LlmModel, model: str) -> Window:
     """``model``'s window as ``llm`` knows it: its own answer when it is a
     ``WindowReporter``; else what its ``context_window`` reports (``server``), else the table."""
-    if isinstance(llm, WindowReporter):
+    if reports_windows(llm):
         return await llm.window(model)
     reported = await llm.context_window(model)
     if reported is not None:
