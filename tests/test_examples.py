@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
 from scripts import run_script
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_subagent_example_recovers_from_a_typed_failure() -> None:
@@ -17,3 +26,39 @@ def test_the_subagent_example_recovers_from_a_typed_failure() -> None:
     assert all("answered" in line for line in narrower)
     assert "The coordinator is idle; its answer:" in lines
     assert "- Pages 801-900: safety warnings on p.801, p.898." in lines
+
+
+def test_the_multi_user_backend_keeps_users_apart_with_nothing_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Per-user lists, a streamed turn, deletion and export, on segue's public API alone."""
+    monkeypatch.setenv("CHAT_DB", str(tmp_path / "chat.db"))
+    spec = importlib.util.spec_from_file_location("multi_user", ROOT / "examples/multi_user.py")
+    assert spec is not None
+    assert spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    alice, bob = {"X-User": "alice"}, {"X-User": "bob"}
+    with TestClient(example.app) as client:
+        tides = client.post("/conversations?title=Tides", headers=alice).json()["id"]
+        client.post("/conversations?title=Moons", headers=alice)
+        client.post("/conversations?title=Bread", headers=bob)
+        listed = client.get("/conversations", headers=alice).json()
+        assert [c["title"] for c in listed["conversations"]] == ["Moons", "Tides"]
+        assert [
+            c["title"] for c in client.get("/conversations", headers=bob).json()["conversations"]
+        ] == ["Bread"]
+        streamed = client.post(f"/conversations/{tides}/messages?text=Why+tides%3F", headers=alice)
+        assert streamed.status_code == 200
+        assert "event: text" in streamed.text
+        assert streamed.text.rstrip().splitlines()[-2] == "event: done"
+        assert client.get(f"/conversations/{tides}/export", headers=bob).status_code == 404
+        asked = client.post(f"/conversations/{tides}/messages?text=Mine%3F", headers=bob)
+        assert asked.status_code == 404
+        assert client.delete(f"/conversations/{tides}", headers=bob).status_code == 404
+        document = client.get(f"/conversations/{tides}/export", headers=alice).json()
+        assert "Why tides?" in json.dumps(document)
+        assert client.delete(f"/conversations/{tides}", headers=alice).status_code == 204
+        assert client.get(f"/conversations/{tides}/export", headers=alice).status_code == 404
+        left = client.get("/conversations", headers=alice).json()["conversations"]
+        assert [c["title"] for c in left] == ["Moons"]
