@@ -21,6 +21,7 @@ from segue.executor.chains import usage_report as usage_of_messages
 from segue.executor.claims import Claims, live_holder
 from segue.executor.errors import ConversationBusyError, ConversationNotFoundError
 from segue.executor.locks import Locks
+from segue.executor.models.windows import Window, window_of
 from segue.executor.retention import erase, wait_for_claims
 from segue.executor.setup import Setup
 from segue.executor.store_port import ConversationPage, StoredConversation, StoredMessage
@@ -87,11 +88,17 @@ class Conversations:
         elif fields:
             options = options.model_copy(update=fields)
             options = ConversationOptions.model_validate(options.model_dump())
+        window = (
+            Window(options.context_window, options.window_source or "given")
+            if options.context_window
+            else await window_of(self._setup.llm, options.model)
+        )
         config = options.config(
             conversation_id=conversation_id or uuid.uuid4().hex,
             parent_id=parent_id,
-            context_window=options.context_window or await self._window(options.model),
+            context_window=window.tokens,
             max_output_tokens=_output_bound(options),
+            window_source=window.source,
         )
         seeded = sum(estimate_tokens(message.text) for message in seed)
         pinned = sum(estimate_tokens(m.text) for m in seed if m.pinned)
@@ -111,20 +118,6 @@ class Conversations:
             parent_id=parent_id,
         )
         return stored.state
-
-    async def _window(self, model: str) -> int:
-        """The model's window as the provider reports it, else segue's table (logged)."""
-        window = await self._setup.llm.context_window(model)
-        if window is not None:
-            return window
-        info = model_info(model)
-        _log.warning(
-            "model_window_unknown",
-            model=model,
-            assumed_window=info.context_window,
-            known_model=info.known,
-        )
-        return info.context_window
 
     async def options(self, conversation_id: str) -> ConversationOptions:
         """The options the conversation was created with (as ``start_new_from`` passes them

@@ -94,6 +94,7 @@ from segue.statemachine.rules import (
 from segue.statemachine.state import (
     ConversationConfig,
     ConversationState,
+    WindowSource,
     threshold_tokens,
 )
 
@@ -163,6 +164,7 @@ __all__ = [
     "Usage",
     "UserCancel",
     "UserMessage",
+    "WindowSource",
     "accepts_message",
     "checkpoint_sections",
     "compile_resume_context",

@@ -23,6 +23,7 @@ from segue.statemachine.state import (
     MIN_TOOL_OUTPUT_TOKENS,
     ConversationConfig,
     ConversationState,
+    WindowSource,
 )
 
 _SETTINGS = ("temperature", "thinking_budget", "tool_choice")
@@ -73,6 +74,9 @@ class ConversationOptions(Frozen):
     """The most one tool result may hold (REQ-SEG-043); None: from the window."""
     max_run_seconds: Annotated[float, Field(gt=0)] | None = None
     """``CHECKPOINT_RESTART``: past this many seconds, the limit ends the run (REQ-SEG-044)."""
+    window_source: WindowSource | None = None
+    """Where ``context_window`` came from, when it was resolved before (a continued
+    conversation passes its parent's on); None: ``given`` when ``context_window`` is set."""
 
     @model_validator(mode="after")
     def _coherent(self) -> Self:
@@ -103,6 +107,7 @@ class ConversationOptions(Frozen):
             system=system,
             context_window=config.context_window,
             max_output_tokens=config.max_output_tokens,
+            window_source=config.window_source,
         )
 
     def config(
@@ -113,6 +118,7 @@ class ConversationOptions(Frozen):
         context_window: int,
         max_output_tokens: int,
         system_tokens: int | None = None,
+        window_source: WindowSource | None = None,
     ) -> ConversationConfig:
         """The conversation's fixed config, once the runtime resolved its window and its bound
         on output (what the provider reports, segue's table, the defaults). ``system_tokens``:
@@ -134,6 +140,7 @@ class ConversationOptions(Frozen):
                 else 0
             ),
             settings=self.settings,
+            window_source=window_source or self.window_source,
         )
 
 
@@ -146,6 +153,7 @@ _CONFIG_FIELDS = frozenset(ConversationConfig.model_fields) - {
     "continuation_tokens",
     "system_tokens",
     "settings",
+    "window_source",
 }
 """The options the config keeps as they are (the rest it derives or resolves)."""
 
@@ -182,5 +190,6 @@ def new_conversation(
         context_window=options.context_window or info.context_window,
         max_output_tokens=options.max_output_tokens or info.max_output_tokens,
         system_tokens=system_tokens,
+        window_source="given" if options.context_window else "table" if info.known else "assumed",
     )
     return ConversationState(config=config, pending_tokens=config.system_tokens)

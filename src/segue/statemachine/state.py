@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 from math import ceil
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, StrictInt, model_validator
 
@@ -19,6 +19,11 @@ from segue.statemachine.phases import IDLE, Phase
 Ratio = Annotated[float, Field(gt=0, le=1)]
 Count = Annotated[StrictInt, Field(ge=0)]
 
+
+WindowSource = Literal["given", "server", "table", "assumed"]
+"""Where a conversation's window came from: ``given`` by the application, reported by the
+``server`` that runs the model, segue's ``table`` of models, or ``assumed`` (a model nobody
+described: its provider's smallest window)."""
 
 MAX_PROMPT_CHARS = 20_000
 """Longest custom instruction or focus taken: an instruction, not a document."""
@@ -85,6 +90,10 @@ class ConversationConfig(Frozen):
     max_run_seconds: Annotated[float, Field(gt=0)] | None = None
     """``CHECKPOINT_RESTART``: past this many seconds since the conversation was created, the
     limit ends the run instead of restarting it (REQ-SEG-044). None: no bound."""
+    window_source: WindowSource | None = None
+    """Where ``context_window`` came from (the core does not read it; it is shown where the user
+    looks, so that an assumed window is not taken for a known one). None: a conversation made
+    before segue kept it."""
 
     @property
     def tool_output_cap(self) -> int:

@@ -21,17 +21,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Final, Literal, Protocol, TypeGuard, runtime_checkable
+from typing import Final, Protocol, TypeGuard, runtime_checkable
 
 from segue.executor._log import get_logger
 from segue.executor.model_port import LlmModel, capable
 from segue.statemachine import model_info
 from segue.statemachine.models import Provider, provider_of
+from segue.statemachine.state import WindowSource
 
 log = get_logger(__name__)
-
-WindowSource = Literal["given", "server", "table", "assumed"]
-"""Where a window's figure came from (see the module docstring)."""
 
 
 @dataclass(frozen=True, slots=True)
