@@ -19,11 +19,13 @@ from segue.executor.cache import ViewCache
 from segue.executor.chains import LIMIT_PURPOSES, Link, UsageReport, lineage, usage_from_log
 from segue.executor.chains import usage_report as usage_of_messages
 from segue.executor.claims import Claims, live_holder
+from segue.executor.drive import Driver
 from segue.executor.errors import ConversationBusyError, ConversationNotFoundError
 from segue.executor.locks import Locks
 from segue.executor.models.windows import Window, window_of
 from segue.executor.retention import erase, wait_for_claims
 from segue.executor.setup import Setup
+from segue.executor.signals import Signals
 from segue.executor.store_port import ConversationPage, StoredConversation, StoredMessage
 from segue.executor.stores._shared import checked_metadata
 from segue.statemachine import ConversationState, Message, estimate_tokens, model_info
@@ -55,6 +57,8 @@ class Conversations:
     _setup: Setup
     _cache: ViewCache
     _locks: Locks
+    _signals: Signals
+    _driver: Driver
     claims: Claims
 
     async def create_conversation(
@@ -161,8 +165,17 @@ class Conversations:
         return await self._setup.store.set_metadata(conversation_id, metadata)
 
     async def cancel(self, conversation_id: str) -> ConversationState:
-        """Stop the turn now (``Runtime.cancel``)."""
-        raise NotImplementedError
+        """Stop the turn now; a running ``send`` returns with the cancelled state.
+
+        The cancel lands whether a request is in flight (that request is cancelled) or the drive
+        is between two effects (waiting on the store): it never queues behind the turn it is
+        meant to stop (see ``signals``). It also drops a pause asked for in the meantime
+        (REQ-SEG-021). This call then takes the lock itself, and commits the cancel if no drive
+        did; a turn another runtime runs is cancelled through the store (its answer is then
+        stale)."""
+        self._signals.ask_cancel(conversation_id)
+        state, _ = await self._driver.drive(conversation_id, None)
+        return state
 
     async def delete_conversation(
         self, conversation_id: str, *, chain: bool = False, cancel: bool = False

@@ -334,19 +334,6 @@ class Runtime(Conversations):
         state, _ = await self._driver.drive(conversation_id, event)
         return state
 
-    async def cancel(self, conversation_id: str) -> ConversationState:
-        """Stop the turn now; a running ``send`` returns with the cancelled state.
-
-        The cancel lands whether a request is in flight (that request is cancelled) or the drive
-        is between two effects (waiting on the store): it never queues behind the turn it is
-        meant to stop (see ``signals``). It also drops a pause asked for in the meantime
-        (REQ-SEG-021). This call then takes the lock itself, and commits the cancel if no drive
-        did; a turn another runtime runs is cancelled through the store (its answer is then
-        stale)."""
-        self._signals.ask_cancel(conversation_id)
-        state, _ = await self._driver.drive(conversation_id, None)
-        return state
-
     async def request_pause(self, conversation_id: str, reason: str = "") -> PauseRequest:
         """Ask the conversation to pause at its turn's next boundary, wherever the turn runs,
         and return the request: ``recorded()``, ``taken(timeout)``, ``forced()`` (see
