@@ -9,7 +9,6 @@ from fastapi import APIRouter
 
 from segue.executor.runtime import Runtime
 from segue.server.conversations import view
-from segue.server.errors import ApiError
 from segue.server.pausing import Pauses, snapshot_version
 from segue.server.schemas import Continue, ConversationView, Pause, PauseView, Resume
 from segue.server.turns import continue_now
@@ -56,11 +55,7 @@ def router(runtime: Runtime, pauses: Pauses) -> APIRouter:
     async def resume(conversation_id: str, body: Resume | None = None) -> ConversationView:
         """Resume a paused conversation in a new session (its first turn runs before this
         answers; watch ``/events`` to see it stream)."""
-        stored = await runtime.conversation(conversation_id)
-        if stored.state.phase.kind != "paused":
-            message = f"conversation {conversation_id} is {stored.state.phase.kind}, not paused"
-            raise ApiError(409, "not_paused", message)
-        await runtime.resume(conversation_id, (body or Resume()).prompt)
+        await runtime.resume(conversation_id, (body or Resume()).prompt)  # 409 not_paused
         return await view(runtime, conversation_id)
 
     return routes

@@ -20,7 +20,10 @@ from segue.executor.errors import (
     ConversationNotFoundError,
     InvalidMessageError,
     MessageRejectedError,
+    NotPausedError,
     SegueError,
+    StoreLockedError,
+    StoreUnavailableError,
 )
 from segue.server.schemas import ErrorBody
 
@@ -65,6 +68,12 @@ def mapped(exc: Exception) -> JSONResponse:
     if isinstance(exc, MessageRejectedError):
         status, code = _REFUSALS.get(exc.cause, (409, "rejected"))
         return error(status, code, str(exc))
+    if isinstance(exc, NotPausedError):
+        return error(409, "not_paused", str(exc))
+    if isinstance(exc, StoreUnavailableError | StoreLockedError):
+        # The type only: the driver's text may name the database's host or file.
+        message = f"the store cannot be used now ({type(exc).__name__}): try again shortly"
+        return error(503, "unavailable", message)
     if isinstance(exc, ValidationError):
         return error(422, "invalid_request", readable(exc.errors()))
     if isinstance(exc, InvalidMessageError | ValueError):

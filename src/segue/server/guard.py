@@ -46,6 +46,9 @@ STATE_CHANGING: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 WITH_BODY: Final = frozenset({"POST", "PUT", "PATCH"})
 """The methods an HTML form (POST) or a no-preflight ``fetch`` can send with a body."""
 LOOPBACK_NAMES: Final = frozenset({"localhost"})
+TEST_CLIENT_NAMES: Final = frozenset({"testserver"})
+"""The host Starlette's ``TestClient`` addresses (as FastAPI's docs write tests): a single
+label, which no browser page reaches through DNS, so a rebinding page cannot use it."""
 
 
 async def send_error(
@@ -109,16 +112,25 @@ class Shield:
 
 
 class HostCheck:
-    """Refuse (403) a request whose ``Host`` is not a loopback name, unless ``open`` (a token
-    guards the API, so any name may reach it) or the name is one of ``also``."""
+    """Refuse (403) a request whose ``Host`` is not a loopback name (or ``testserver``), unless
+    ``open`` (a token guards the API, so any name may reach it), the name is one of ``also``,
+    or the path is one of ``exempt`` (the health probes, which say nothing of conversations)."""
 
-    def __init__(self, app: Asgi, *, open_to_any: bool, also: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        app: Asgi,
+        *,
+        open_to_any: bool,
+        also: Iterable[str] = (),
+        exempt: Iterable[str] = (),
+    ) -> None:
         self.app = app
         self.open_to_any = open_to_any
-        self.also = frozenset(name.lower() for name in also)
+        self.also = TEST_CLIENT_NAMES | frozenset(name.lower() for name in also)
+        self.exempt = frozenset(exempt)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self.open_to_any:
+        if scope["type"] != "http" or self.open_to_any or _app_path(scope) in self.exempt:
             await self.app(scope, receive, send)
             return
         host = header(scope, b"host")
@@ -131,6 +143,12 @@ class HostCheck:
             await send_error(send, 403, "forbidden", message)
             return
         await self.app(scope, receive, send)
+
+
+def _app_path(scope: Scope) -> str:
+    """The request's path within the app (without the prefix it is mounted under)."""
+    path, root = str(scope.get("path", "")), str(scope.get("root_path", ""))
+    return path[len(root) :] if root and path.startswith(root) else path
 
 
 class CrossSiteCheck:
