@@ -27,8 +27,8 @@ from segue.testing.postgres import ThrowawayCluster, find_server_binaries
 
 pytestmark = pytest.mark.slow
 READY_WITHIN = 60.0
-TOKEN = "a-token-for-the-test"  # noqa: S105  # not a secret: a test's own server
 """Seconds a server may take to see a store that came up (its retries back off to 10 s)."""
+TOKEN = "a-token-for-the-test"  # noqa: S105  # not a secret: a test's own server
 
 
 def offline(store: MemoryStore | SqliteStore | PostgresStore) -> Runtime:

@@ -48,7 +48,12 @@ from segue.cli._output import (
     say,
 )
 from segue.cli.inspection import print_status
-from segue.executor.errors import ConversationExhaustedError, MessageRejectedError, SegueError
+from segue.executor.errors import (
+    ConversationExhaustedError,
+    MessageRejectedError,
+    NotPausedError,
+    SegueError,
+)
 from segue.executor.inputs import failure_of
 from segue.executor.runtime import Runtime
 from segue.executor.stores.sqlite import SqliteStore
@@ -205,10 +210,11 @@ class _Chat:
 
     async def _resume(self) -> None:
         state = self._current()
-        if state.phase.kind != "paused":
-            say(self.out, f"not paused: the conversation is {state.phase.kind}")
+        try:
+            self.state = await self.runtime.resume(state.id)
+        except NotPausedError as error:
+            say(self.out, f"not resumed: {error}")
             return
-        self.state = await self.runtime.resume(state.id)
         self.out.print(Text(printable(await last_text(self.runtime, self.state.id))))
         await self._after_turn()
 

@@ -183,8 +183,6 @@ async def _resume(
         stack.push_async_callback(store.close)
         cid = await resolve(store, given)
         stored = await store.load(cid)
-        if stored.state.phase.kind != "paused":
-            raise CliError(f"conversation {cid} is {stored.state.phase.kind}, not paused", 1)
         _must_be_still(stored)
         llm = await stack.enter_async_context(
             model_for(stored.state, offline=offline, base_url=base_url, headers=headers)
@@ -192,7 +190,7 @@ async def _resume(
         runtime = Runtime(store=store, llm=llm)
         stack.push_async_callback(runtime.close)
         narrate(runtime, out)
-        state = await runtime.resume(cid, prompt)
+        state = await runtime.resume(cid, prompt)  # NotPausedError: one line, exit 1
         say(out, f"resumed {cid} in session {state.session}", "bold")
         say(out, f"assistant: {clip(await last_text(runtime, cid), 300)}")
         meter(out, "context", state)
