@@ -91,10 +91,11 @@ def create_app(
     pages.install(app)
     app.include_router(health.router(runtime, start))  # probes carry no token
     guard = Depends(bearer(token))
-    app.include_router(conversations.router(runtime, shown), dependencies=[guard])
-    app.include_router(streams.router(runtime, end), dependencies=[guard])
-    app.include_router(control.router(runtime, pauses), dependencies=[guard])
-    app.include_router(lineage.router(runtime), dependencies=[guard])
+    views = conversations.StateViews(runtime)
+    app.include_router(conversations.router(runtime, views, shown), dependencies=[guard])
+    app.include_router(streams.router(runtime, views, end), dependencies=[guard])
+    app.include_router(control.router(runtime, views, pauses), dependencies=[guard])
+    app.include_router(lineage.router(runtime, views), dependencies=[guard])
 
     @app.get("/openapi.json", include_in_schema=False, dependencies=[guard])
     async def schema() -> dict[str, Any]:

@@ -8,13 +8,13 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from segue.executor.runtime import Runtime
-from segue.server.conversations import view
+from segue.server.conversations import StateViews
 from segue.server.errors import ApiError
 from segue.server.schemas import ConversationView, LinkView, SnapshotView, StartChild
 from segue.statemachine.checkpoint import SessionSnapshot
 
 
-def router(runtime: Runtime) -> APIRouter:
+def router(runtime: Runtime, views: StateViews) -> APIRouter:
     """The routes over ``runtime``."""
     routes = APIRouter(prefix="/api/conversations/{conversation_id}")
 
@@ -42,14 +42,16 @@ def router(runtime: Runtime) -> APIRouter:
 
     @routes.post("/children")
     async def child(conversation_id: str, body: StartChild | None = None) -> ConversationView:
-        """The one child of an exhausted conversation (asked twice, the same child)."""
+        """The one child of an ended conversation, read-only at its limit or failed (asked
+        twice, the same child); the old one keeps its summary or its failure's reason."""
         request = body or StartChild()
         state = await runtime.start_new_from(
             conversation_id,
             seed_with_summary=request.seed_with_summary,
             auto_continue=request.auto_continue and request.seed_with_summary,
+            recent_turns=request.recent_turns,
         )
-        return await view(runtime, state.id)
+        return await views.read(state.id)
 
     return routes
 

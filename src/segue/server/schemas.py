@@ -43,11 +43,11 @@ class CreateConversation(ConversationOptions):
     max_run_seconds: Annotated[float, Field(gt=0, le=MAX_RUN_SECONDS)] | None = None
     """``checkpoint_restart``: past this many seconds, the limit ends the run."""
 
-    def options(
-        self, *, model: str, behavior: ContextExhaustionBehavior, context_window: int | None
-    ) -> ConversationOptions:
-        """The conversation's options, with the server's own where the request left them out."""
-        fields = self.model_dump(exclude_unset=True)
+    def options(self, server: Info) -> ConversationOptions:
+        """The conversation's options, with the server's own (``server``: its model,
+        behaviour, window and bounds) where the request left them out."""
+        model, behavior, context_window = server.model, server.behavior, server.context_window
+        fields = {**server.limits, **self.model_dump(exclude_unset=True)}
         fields["model"] = self.model or model
         fields["behavior"] = self.behavior or behavior
         if self.context_window is None and context_window is not None:
@@ -93,11 +93,20 @@ class Resume(_Request):
     prompt: Annotated[str, Field(max_length=100_000)] | None = None
 
 
+MAX_RECENT_TURNS: Final = 100
+"""The most exchanges a child carries as plain text (beyond it, a summary is the way)."""
+
+
 class StartChild(_Request):
-    """Continue an exhausted conversation in its one child."""
+    """Continue an ended conversation (read-only at its limit, or failed) in its one child."""
 
     seed_with_summary: bool = True
+    """Seed the child with the summary (or checkpoint) the conversation ended with, if any."""
+    recent_turns: Annotated[int, Field(ge=0, le=MAX_RECENT_TURNS)] = 0
+    """Carry the last exchanges too, as plain text (a failed conversation has no summary: its
+    last turns, or nothing, are the user's choice)."""
     auto_continue: bool = False
+    """Start the child's first turn from the summary at once (with ``seed_with_summary``)."""
 
 
 class ErrorBody(BaseModel):
@@ -119,6 +128,9 @@ class Info(BaseModel):
     """The behaviour of a conversation created without one."""
     context_window: Annotated[int, Field(ge=MIN_WINDOW)] | None = None
     """The window of a conversation created without one (None: the model's)."""
+    limits: dict[str, int | float] = Field(default_factory=dict)
+    """The bounds a conversation created without them gets (``max_attempts``...; the
+    library's defaults for those not named)."""
 
 
 __all__ = [
