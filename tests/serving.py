@@ -25,9 +25,12 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def segue_serve(*args: str, env: dict[str, str] | None = None) -> Iterator[str]:
+def segue_serve(
+    *args: str, env: dict[str, str] | None = None, said: list[str] | None = None
+) -> Iterator[str]:
     """``segue serve ARGS --port P`` until the block ends; yields its base URL once
-    ``/api/info`` answers. The process is stopped with Ctrl-C's signal, killed if it lingers."""
+    ``/api/info`` answers. The process is stopped with Ctrl-C's signal, killed if it lingers;
+    what it printed on stdout is then added to ``said``."""
     segue = shutil.which("segue")
     assert segue is not None, "the console script is not installed (pip install -e .)"
     port = free_port()
@@ -54,8 +57,10 @@ def segue_serve(*args: str, env: dict[str, str] | None = None) -> Iterator[str]:
     finally:
         server.terminate()
         try:
-            _, err = server.communicate(timeout=30)
+            out, err = server.communicate(timeout=30)
         except subprocess.TimeoutExpired:
             server.kill()
-            _, err = server.communicate()
+            out, err = server.communicate()
+        if said is not None:
+            said.append(out)
         assert "Traceback" not in err, err
