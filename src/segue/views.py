@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 
 from segue.executor.chains import Link
 from segue.executor.store_port import StoredConversation, StoredMessage
+from segue.executor.updates import DoneUpdate
 from segue.statemachine import ContextExhaustionBehavior, ConversationState
 from segue.statemachine.checkpoint import SessionSnapshot
 
@@ -219,6 +220,31 @@ class SnapshotView(BaseModel):
         )
 
 
+class DoneView(BaseModel):
+    """A turn's last update as JSON: ``DoneUpdate`` with its state as ``ConversationView``.
+
+    ``DoneUpdate.model_dump_json()`` writes the state as the core keeps it (``phase`` an
+    object, ``{"kind": "idle", ...}``); a stream sent to a client sends this instead, so that a
+    state has one shape wherever a client reads it (``docs/views.md``)."""
+
+    kind: Literal["done"] = "done"
+    state: ConversationView
+    reply: str | None
+    """The text of the turn's final assistant reply, or None when it wrote none."""
+
+    @classmethod
+    def of(
+        cls,
+        update: DoneUpdate,
+        stored: StoredConversation | None = None,
+        *,
+        title: str | None = None,
+    ) -> DoneView:
+        """The view of ``update`` (``stored`` and ``title`` as for ``ConversationView``)."""
+        state = ConversationView.of(update.state, stored, title=title)
+        return cls(state=state, reply=update.reply)
+
+
 class LinkView(BaseModel):
     """One conversation of a continuation chain, root first."""
 
@@ -241,6 +267,7 @@ class LinkView(BaseModel):
 
 __all__ = [
     "ConversationView",
+    "DoneView",
     "LinkView",
     "MessageView",
     "SnapshotView",

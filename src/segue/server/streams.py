@@ -9,7 +9,6 @@ the turn and the other clients. An update is encoded once however many clients i
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Final
@@ -26,6 +25,7 @@ from segue.server.conversations import StateViews
 from segue.server.ending import StreamsEnd
 from segue.server.relay import relayed, reset_event
 from segue.server.schemas import SendMessage
+from segue.views import DoneView
 
 _SSE_RESPONSE: Final[dict[str, Any]] = {
     "description": "Server-Sent Events: each event named by the update's kind, its data the "
@@ -65,9 +65,9 @@ class Encoder:
             stored = await self.runtime.conversation(update.state.id)
         except ConversationNotFoundError:
             stored = None
-        state = await self.views.of(update.state, stored)
-        data = {"kind": "done", "state": state.model_dump(mode="json"), "reply": update.reply}
-        return format_sse_event(event="done", data_str=json.dumps(data, ensure_ascii=False))
+        title = await self.views.title(update.state.id)
+        done = DoneView.of(update, stored, title=title)
+        return format_sse_event(event="done", data_str=done.model_dump_json())
 
 
 def router(runtime: Runtime, views: StateViews, end: StreamsEnd) -> APIRouter:
