@@ -49,7 +49,7 @@ def test_a_state_has_one_shape_in_rest_both_streams_and_the_cli(tmp_path: Path) 
         httpx2.Client(base_url=url, timeout=60) as http,
     ):
         cid = create(http)["id"]
-        opened, watched = threading.Event(), []
+        opened, watched = threading.Event(), list[dict[str, Any]]()
         watcher = threading.Thread(target=watched_done, args=(url, cid, opened, watched))
         watcher.start()
         assert opened.wait(60)

@@ -3,7 +3,8 @@ server a bounded amount of memory and slows nobody else.
 
 A stream's updates are taken from the runtime as they come (by a task of the relay's own), and
 sent as fast as the client reads them. Between the two sits at most ``BEHIND`` bytes of
-encoded events: a client that falls further behind is dropped. What was waiting for it is
+encoded events (and the one event that crossed it): a client that falls further behind is
+dropped. What was waiting for it is
 let go, one ``reset`` event takes its place (the client reads the state again and reconnects,
 as after any broken stream), and the stream ends after it. The runtime's update bus never waits
 for a client: its queue is emptied as fast as updates arrive, whatever the client does.
@@ -44,15 +45,18 @@ class Relay:
         """The client fell more than ``behind`` bytes behind and was sent ``reset``."""
 
     def _put(self, event: bytes) -> bool:
-        """Queue ``event``; False once the client was dropped (stop producing)."""
+        """Queue ``event``, unless the client is already ``behind`` bytes behind: then drop
+        it (one large event, a ``done`` carrying a long reply, is taken whole by a client that
+        keeps up). False once the client is dropped (stop producing)."""
         if self._ended:
             return False
-        self._queued.append(event)
-        self._size += len(event)
-        if self._size > self.behind:
+        if self._size >= self.behind:
             self._queued.clear()
             self._queued.append(reset_event())
             self._size, self._ended, self.dropped = 0, True, True
+        else:
+            self._queued.append(event)
+            self._size += len(event)
         self._ready.set()
         return not self._ended
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -158,6 +159,30 @@ SHUTDOWN_GRACE: Final = 3
 The pages' watch streams, open for as long as a page is shown, end as it is told to stop."""
 
 
+SEND_BUFFER: Final = 128 * 1024
+"""Bytes the kernel may hold for one client that does not read (its socket's send buffer, set
+on the listening socket, which every accepted one inherits). Left to itself, Linux grows it to
+4 MB a connection: 200 stalled tabs would hold most of a gigabyte. A stream's own bound is the
+relay's (``segue.server.relay``); this bounds what lies beyond it."""
+BACKLOG: Final = 2048
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The socket ``segue serve`` listens on: ``host:port``, each connection's send buffer
+    bounded by ``SEND_BUFFER``."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+        listener.bind((host, port))
+        listener.listen(BACKLOG)
+    except BaseException:
+        listener.close()
+        raise
+    return listener
+
+
 def serve(config: ServerConfig) -> None:
     """Run the server until interrupted."""
     run_app(build_app(config), host=config.host, port=config.port)
@@ -180,5 +205,8 @@ def run_app(app: FastAPI, *, host: str, port: int) -> None:
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=SHUTDOWN_GRACE
     )
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how it is meant to stop
-        Server(config).run()
+    with (
+        listening_socket(host, port) as listener,
+        contextlib.suppress(KeyboardInterrupt),  # Ctrl-C is how it is meant to stop
+    ):
+        Server(config).run(sockets=[listener])
