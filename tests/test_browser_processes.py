@@ -166,6 +166,7 @@ def test_a_pause_asked_on_b_is_taken_by_a_at_its_turns_end(
         assert events[-1][1]["state"]["phase"] == "paused"  # A took it
         paused = page.get_by_role("status").filter(has_text="This conversation is paused")
         expect(paused).to_contain_text("deploy window")
+        page.get_by_role("button", name="Snapshots (1)").click()
         rows = page.get_by_role("table").locator("tbody tr")
         expect(rows).to_have_count(1)
         expect(rows.first).to_contain_text("deploy window")
