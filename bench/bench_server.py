@@ -310,10 +310,16 @@ def report_stalled(tabs: int, stalled: Stalled) -> None:
         return percentile(values, fraction) * 1000
 
     print(f"{tabs} stalled tabs on one conversation, {TURNS_STALLED} turns sent to it")
+    third = len(stalled.with_tabs) // 3
     print(
         f"A turn with them: p50 {ms(stalled.with_tabs, 0.5):,.1f} ms, "
         f"p99 {ms(stalled.with_tabs, 0.99):,.1f} ms; without: "
         f"p50 {ms(stalled.without, 0.5):,.1f} ms, p99 {ms(stalled.without, 0.99):,.1f} ms"
+    )
+    print(
+        f"While their streams still took updates (first {third} turns): "
+        f"p50 {ms(stalled.with_tabs[:third], 0.5):,.1f} ms; once dropped (last {third}): "
+        f"p50 {ms(stalled.with_tabs[-third:], 0.5):,.1f} ms"
     )
     before, after = stalled.memory
     print(

@@ -21,7 +21,7 @@ from segue import __version__
 from segue.executor.models.scripted import ScriptedModel
 from segue.executor.runtime import Runtime
 from segue.server import control, conversations, errors, health, lineage, pages, streams
-from segue.server.auth import bearer
+from segue.server.auth import bearer, requires_json
 from segue.server.ending import StreamsEnd
 from segue.server.errors import ApiError
 from segue.server.guard import BodyLimit, CrossSiteCheck, HostCheck, Shield
@@ -91,11 +91,12 @@ def create_app(
     pages.install(app)
     app.include_router(health.router(runtime, start))  # probes carry no token
     guard = Depends(bearer(token))
+    checks = [guard, Depends(requires_json)]
     views = conversations.StateViews(runtime)
-    app.include_router(conversations.router(runtime, views, shown), dependencies=[guard])
-    app.include_router(streams.router(runtime, views, end), dependencies=[guard])
-    app.include_router(control.router(runtime, views, pauses), dependencies=[guard])
-    app.include_router(lineage.router(runtime, views), dependencies=[guard])
+    app.include_router(conversations.router(runtime, views, shown), dependencies=checks)
+    app.include_router(streams.router(runtime, views, end), dependencies=checks)
+    app.include_router(control.router(runtime, views, pauses), dependencies=checks)
+    app.include_router(lineage.router(runtime, views), dependencies=checks)
 
     @app.get("/openapi.json", include_in_schema=False, dependencies=[guard])
     async def schema() -> dict[str, Any]:

@@ -10,7 +10,17 @@ from fastapi import APIRouter
 from segue.executor.runtime import Runtime
 from segue.server.conversations import StateViews
 from segue.server.pausing import Pauses, snapshot_version
-from segue.server.schemas import Continue, ConversationView, Pause, PauseView, Resume
+from segue.server.schemas import (
+    ABOUT_ONE,
+    EVERY_ROUTE,
+    SENDING,
+    Continue,
+    ConversationView,
+    Pause,
+    PauseView,
+    Resume,
+    documented,
+)
 from segue.server.turns import continue_now
 from segue.statemachine import BUSY_PHASES
 
@@ -18,7 +28,10 @@ from segue.statemachine import BUSY_PHASES
 def router(runtime: Runtime, views: StateViews, pauses: Pauses) -> APIRouter:
     """The routes over ``runtime``; ``pauses`` waits on the pauses of turns other processes
     run."""
-    routes = APIRouter(prefix="/api/conversations/{conversation_id}")
+    routes = APIRouter(
+        prefix="/api/conversations/{conversation_id}",
+        responses=documented(*EVERY_ROUTE, *ABOUT_ONE, *SENDING),
+    )
 
     @routes.post("/continue")
     async def continue_manually(

@@ -12,7 +12,15 @@ from fastapi import APIRouter
 
 from segue.executor.runtime import Runtime
 from segue.executor.store_port import StoredConversation
-from segue.server.schemas import ConversationView, CreateConversation, Info, MessageView
+from segue.server.schemas import (
+    ABOUT_ONE,
+    EVERY_ROUTE,
+    ConversationView,
+    CreateConversation,
+    Info,
+    MessageView,
+    documented,
+)
 from segue.statemachine import ConversationState
 from segue.views import title_of
 
@@ -58,14 +66,14 @@ class StateViews:
 def router(runtime: Runtime, views: StateViews, info: Info) -> APIRouter:
     """The routes over ``runtime``; ``info`` is what ``/api/info`` says and what a new
     conversation gets where the request leaves it out."""
-    routes = APIRouter(prefix="/api")
+    routes = APIRouter(prefix="/api", responses=documented(*EVERY_ROUTE))
 
     @routes.get("/info")
     async def about() -> Info:
         """What the server runs (offline: the scripted model answers)."""
         return info
 
-    @routes.post("/conversations", status_code=201)
+    @routes.post("/conversations", status_code=201, responses=documented(413, 415, 422))
     async def create(body: CreateConversation) -> ConversationView:
         """Create a conversation."""
         options = body.options(info)
@@ -78,12 +86,12 @@ def router(runtime: Runtime, views: StateViews, info: Info) -> APIRouter:
         found = await runtime.conversations()
         return list(await asyncio.gather(*(views.of(c.state, c) for c in found)))
 
-    @routes.get("/conversations/{conversation_id}")
+    @routes.get("/conversations/{conversation_id}", responses=documented(*ABOUT_ONE))
     async def one(conversation_id: str) -> ConversationView:
         """A conversation's state."""
         return await views.read(conversation_id)
 
-    @routes.get("/conversations/{conversation_id}/messages")
+    @routes.get("/conversations/{conversation_id}/messages", responses=documented(*ABOUT_ONE))
     async def messages(conversation_id: str) -> list[MessageView]:
         """The whole transcript, in order."""
         return [MessageView.of(m) for m in await runtime.messages(conversation_id)]

@@ -13,6 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Route
 
 from segue.executor._log import get_logger
 from segue.executor.errors import (
@@ -84,6 +85,16 @@ def mapped(exc: Exception) -> JSONResponse:
     return error(500, "internal", "the server failed; nothing of the request was lost")
 
 
+def allowed_methods(request: Request) -> str:
+    """Every method the request's path takes, for a 405's ``Allow`` (RFC 9110): Starlette's
+    router names only the first route it found for the path, not the others."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if isinstance(route, Route) and route.matches(request.scope)[0] != Match.NONE:
+            methods |= route.methods or set()
+    return ", ".join(sorted(methods))
+
+
 def readable(errors: Sequence[Any]) -> str:
     """Validation errors as a person reads them: ``text: Field required``, and a body that is
     not JSON said so (not ``body.1: JSON decode error``)."""
@@ -125,11 +136,15 @@ def install(app: FastAPI) -> None:
         return error(422, "invalid_request", readable(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 400:  # a body FastAPI could not parse: bad input, like the rest
             return error(422, "invalid_request", f"the body is not valid JSON ({exc.detail})")
         code = _HTTP_CODES.get(exc.status_code, "http_error")
-        return error(exc.status_code, code, str(exc.detail))
+        answer = error(exc.status_code, code, str(exc.detail))
+        answer.headers.update(exc.headers or {})
+        if exc.status_code == 405:
+            answer.headers["allow"] = allowed_methods(request)
+        return answer
 
 
-__all__ = ["ApiError", "error", "install", "mapped", "readable"]
+__all__ = ["ApiError", "allowed_methods", "error", "install", "mapped", "readable"]

@@ -10,13 +10,25 @@ from fastapi import APIRouter
 from segue.executor.runtime import Runtime
 from segue.server.conversations import StateViews
 from segue.server.errors import ApiError
-from segue.server.schemas import ConversationView, LinkView, SnapshotView, StartChild
+from segue.server.schemas import (
+    ABOUT_ONE,
+    EVERY_ROUTE,
+    SENDING,
+    ConversationView,
+    LinkView,
+    SnapshotView,
+    StartChild,
+    documented,
+)
 from segue.statemachine.checkpoint import SessionSnapshot
 
 
 def router(runtime: Runtime, views: StateViews) -> APIRouter:
     """The routes over ``runtime``."""
-    routes = APIRouter(prefix="/api/conversations/{conversation_id}")
+    routes = APIRouter(
+        prefix="/api/conversations/{conversation_id}",
+        responses=documented(*EVERY_ROUTE, *ABOUT_ONE),
+    )
 
     @routes.get("/snapshots")
     async def snapshots(conversation_id: str) -> list[SnapshotView]:
@@ -40,7 +52,7 @@ def router(runtime: Runtime, views: StateViews) -> APIRouter:
         """The continuation chain the conversation belongs to, root first."""
         return [LinkView.of(link) for link in await runtime.lineage(conversation_id)]
 
-    @routes.post("/children")
+    @routes.post("/children", responses=documented(*SENDING))
     async def child(conversation_id: str, body: StartChild | None = None) -> ConversationView:
         """The one child of an ended conversation, read-only at its limit or failed (asked
         twice, the same child); the old one keeps its summary or its failure's reason."""

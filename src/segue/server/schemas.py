@@ -7,7 +7,7 @@ before it reaches the runtime), so a client's mistake is a 422 with the field na
 
 from __future__ import annotations
 
-from typing import Annotated, Final
+from typing import Annotated, Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -114,6 +114,34 @@ class ErrorBody(BaseModel):
 
     error: str
     message: str
+
+
+_REASONS: Final = {
+    401: "The server has a token and the request did not send it (`unauthorized`).",
+    403: "Addressed to a name this server does not answer, or sent from another site "
+    "(`forbidden`).",
+    404: "No such conversation, or no such snapshot of it (`not_found`).",
+    409: "The conversation's state does not allow it (`busy`, `read_only`, `paused`, `failed`, "
+    "`not_paused`, `conflict`).",
+    413: "The body is over the server's bound (`too_large`).",
+    415: "The body is not JSON (`unsupported_media_type`).",
+    422: "The request is not valid; the message names the field (`invalid_request`, "
+    "`message_too_large`).",
+    503: "The store cannot be used now; try again shortly (`unavailable`).",
+}
+
+
+def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The API's errors a route may answer with, for its OpenAPI schema: each an ``ErrorBody``."""
+    return {status: {"model": ErrorBody, "description": _REASONS[status]} for status in statuses}
+
+
+EVERY_ROUTE: Final = (401, 403, 503)
+"""What any API route may answer, whatever it does (the token, the host, the store)."""
+ABOUT_ONE: Final = (404, 422)
+"""What a route about one conversation may answer (it may not exist; its id may not be one)."""
+SENDING: Final = (409, 413, 415, 422)
+"""What a route that sends a body and changes a conversation may answer."""
 
 
 class Info(BaseModel):

@@ -20,18 +20,33 @@ from segue.executor.bus import Watch
 from segue.executor.errors import ConversationNotFoundError, UpdatesLostError
 from segue.executor.runtime import Runtime
 from segue.executor.store_port import StoredConversation
-from segue.executor.updates import DoneUpdate, Update
+from segue.executor.updates import UPDATE_TYPES, DoneUpdate, Update
 from segue.server.conversations import StateViews
 from segue.server.ending import StreamsEnd
 from segue.server.relay import relayed, reset_event
-from segue.server.schemas import SendMessage
+from segue.server.schemas import ABOUT_ONE, EVERY_ROUTE, SENDING, SendMessage, documented
 from segue.views import DoneView
 
+EVENTS: Final = (*(kind.model_fields["kind"].default for kind in UPDATE_TYPES), "reset")
+"""The names of the events a stream sends: each update's kind, and ``reset``."""
 _SSE_RESPONSE: Final[dict[str, Any]] = {
     "description": "Server-Sent Events: each event named by the update's kind, its data the "
     "update as JSON; a turn ends with `done`, carrying the conversation's state. A client that "
     "falls too far behind gets `reset` and the stream ends: read the state, then watch again.",
-    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    "content": {
+        "text/event-stream": {  # before OpenAPI 3.2, ``schema`` describes each event
+            "schema": {
+                "type": "object",
+                "required": ["event", "data"],
+                "properties": {
+                    "event": {"type": "string", "enum": list(EVENTS)},
+                    "data": {"type": "string", "contentMediaType": "application/json"},
+                    "id": {"type": "string"},
+                    "retry": {"type": "integer", "minimum": 0},
+                },
+            }
+        }
+    },
 }
 ENCODED_KEPT: Final = 256
 """Recent updates kept encoded, for the other clients of the same conversation."""
@@ -73,12 +88,13 @@ class Encoder:
 def router(runtime: Runtime, views: StateViews, end: StreamsEnd) -> APIRouter:
     """The routes over ``runtime``; ``end`` ends the open watch streams as the server stops."""
     routes = APIRouter(
-        prefix="/api/conversations/{conversation_id}", responses={200: _SSE_RESPONSE}
+        prefix="/api/conversations/{conversation_id}",
+        responses={200: _SSE_RESPONSE, **documented(*EVERY_ROUTE, *ABOUT_ONE)},
     )
     encoder = Encoder(runtime, views)
 
     # response_model=None: the body is the event stream, not a JSON value to validate
-    @routes.post("/messages", response_model=None)
+    @routes.post("/messages", response_model=None, responses=documented(*SENDING))
     async def send(conversation_id: str, body: SendMessage) -> EventSourceResponse:
         """Send a message (``pinned``: never summarised away); the turn's updates stream back
         as Server-Sent Events, ``done`` last with the conversation's state. A client that
