@@ -21,15 +21,17 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import positive_data_acceptance
 
+import clusters
 from api import create, send
 from segue import LlmCallError, LlmReply, LlmRequest, Runtime, ScriptedModel, SqliteStore
 from segue.executor.stores.postgres import PostgresStore
 from segue.executor.tools import ToolRegistry
 from segue.server import create_app
 from segue.testing import live_server
-from segue.testing.postgres import ThrowawayCluster, find_server_binaries
+from segue.testing.postgres import ThrowawayCluster
 
 pytestmark = pytest.mark.slow
+cluster = clusters.cluster  # one throwaway cluster for the module
 EXAMPLES = 50
 """Examples per operation and per store (about 20 s of requests on each, well within 2 min)."""
 FAIL = "(fail now)"
@@ -89,14 +91,6 @@ def app_on(store: SqliteStore | PostgresStore) -> Any:
 
     model = ScriptedModel(window=24_000, default=answer)
     return create_app(Runtime(store=store, llm=model, tools=tools))
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[ThrowawayCluster]:
-    if find_server_binaries() is None:
-        pytest.skip("PostgreSQL server binaries not found in /usr/lib/postgresql")
-    with ThrowawayCluster() as running:
-        yield running
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])

@@ -11,6 +11,7 @@ import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -100,26 +101,29 @@ def test_a_failed_conversation_offers_its_way_on_and_keeps_its_reason(
     expect(page.get_by_role("button", name="Start a new conversation")).to_be_hidden()
 
 
+def answered_once(page: Page, pattern: re.Pattern[str], **answer: Any) -> None:
+    """The page's first request to ``pattern`` answered with ``answer`` (``Route.fulfill``'s
+    arguments); the ones after it go to the server."""
+    answered: list[Route] = []
+
+    def once(route: Route) -> None:
+        if answered:
+            route.continue_()
+            return
+        answered.append(route)
+        route.fulfill(**answer)
+
+    page.route(pattern, once)
+
+
 def test_a_first_read_that_fails_is_tried_again_saying_so(server: str, tabs: Tabs) -> None:
     with httpx2.Client(base_url=server, timeout=60) as http:
         cid = create(http, context_window=200_000)["id"]
         send(http, cid, "Are you there?")
     page = tabs.open()
     the_state = re.compile(rf"/api/conversations/{cid}$")
-    refused: list[Route] = []
-
-    def once_unavailable(route: Route) -> None:
-        if refused:
-            route.continue_()
-            return
-        refused.append(route)
-        route.fulfill(
-            status=503,
-            content_type="application/json",
-            body='{"error": "unavailable", "message": "the store cannot be used now"}',
-        )
-
-    page.route(the_state, once_unavailable)
+    unavailable = '{"error": "unavailable", "message": "the store cannot be used now"}'
+    answered_once(page, the_state, status=503, content_type="application/json", body=unavailable)
     page.goto(f"{server}/c/{cid}")
     problem = page.get_by_role("alert").filter(has_text="could not be read")
     expect(problem).to_contain_text("the store cannot be used now")
@@ -140,20 +144,8 @@ def test_a_stream_that_drops_the_page_is_recovered_by_reading_again(
     events = re.compile(rf"/api/conversations/{cid}/events$")
     reads: list[str] = []
     page.on("request", lambda r: reads.append(r.url) if r.url.endswith(cid) else None)
-    dropped: list[Route] = []
-
-    def dropped_once(route: Route) -> None:
-        if dropped:
-            route.continue_()
-            return
-        dropped.append(route)
-        route.fulfill(
-            status=200,
-            content_type="text/event-stream",
-            body='event: reset\ndata: {"message": "you fell too far behind"}\n\n',
-        )
-
-    page.route(events, dropped_once)
+    reset = 'event: reset\ndata: {"message": "you fell too far behind"}\n\n'
+    answered_once(page, events, status=200, content_type="text/event-stream", body=reset)
     page.goto(f"{server}/c/{cid}")
     turn_over(page)
     with httpx2.Client(base_url=server, timeout=60) as http:

@@ -9,26 +9,19 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from collections.abc import Iterator
 
 import pytest
 
+import clusters
 from cli_run import invoke, one_error_line, plain_output
 from segue import PostgresStore, Runtime
 from segue.cli._offline import OfflineModel
 from segue.cli.demo import DEMO_MODEL
-from segue.testing.postgres import ThrowawayCluster, find_server_binaries
+from segue.testing.postgres import ThrowawayCluster
 
 pytestmark = pytest.mark.slow
+cluster = clusters.cluster  # one throwaway cluster for the module
 _numbers = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[ThrowawayCluster]:
-    if find_server_binaries() is None:
-        pytest.skip("PostgreSQL server binaries not found in /usr/lib/postgresql")
-    with ThrowawayCluster() as running:
-        yield running
 
 
 @pytest.fixture

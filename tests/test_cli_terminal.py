@@ -44,6 +44,16 @@ def chat(fake: FakeAnthropicServer, tmp_path: Path) -> Terminal:
     )
 
 
+def asked_slowly(terminal: Terminal, fake: FakeAnthropicServer, line: bytes) -> None:
+    """Type ``line`` at the prompt and wait until the model has it (it answers slowly)."""
+    terminal.read_until("you> ")
+    terminal.type(line)
+    deadline = time.monotonic() + 60
+    while not fake.message_requests():
+        assert time.monotonic() < deadline, terminal.text()
+        time.sleep(0.05)
+
+
 @pytest.fixture
 def fake() -> Iterator[FakeAnthropicServer]:
     with FakeAnthropicServer(default=MessageReply(text="A slow answer.", delay=60)) as server:
@@ -71,12 +81,7 @@ def test_a_second_ctrl_c_ends_a_chat_whose_closing_hangs(
     terminal = chat(fake, tmp_path)
     lock = None
     try:
-        terminal.read_until("you> ")
-        terminal.type(b"Tell me a story.\r")
-        deadline = time.monotonic() + 60
-        while not fake.message_requests():  # the model is asked, and answers slowly
-            assert time.monotonic() < deadline, terminal.text()
-            time.sleep(0.05)
+        asked_slowly(terminal, fake, b"Tell me a story.\r")
         lock = sqlite3.connect(tmp_path / "chat.db", timeout=0, isolation_level=None)
         lock.execute("BEGIN EXCLUSIVE")  # the chat's store cannot write while it stops
         terminal.type(CTRL_C)
@@ -97,12 +102,7 @@ def test_the_next_run_finishes_an_interrupted_turn_and_prints_its_reply(tmp_path
         fake.enqueue(MessageReply(text="An answer nobody waits for.", delay=60))
         first = chat(fake, tmp_path)
         try:
-            first.read_until("you> ")
-            first.type(b"What was the question?\r")
-            deadline = time.monotonic() + 60
-            while not fake.message_requests():  # the model is asked, and answers slowly
-                assert time.monotonic() < deadline, first.text()
-                time.sleep(0.05)
+            asked_slowly(first, fake, b"What was the question?\r")
             first.type(CTRL_C)
             assert first.ended() == 130
         finally:

@@ -11,21 +11,22 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
 import pytest
 from fastapi.testclient import TestClient
 
+import clusters
 from api import sse
 from segue import MemoryStore, NotPausedError, Runtime, ScriptedModel, SqliteStore
 from segue.executor.stores.postgres import PostgresStore
 from segue.server import create_app
 from segue.testing import live_server
-from segue.testing.postgres import ThrowawayCluster, find_server_binaries
+from segue.testing.postgres import ThrowawayCluster
 
 pytestmark = pytest.mark.slow
+cluster = clusters.cluster  # one throwaway cluster for the module
 READY_WITHIN = 60.0
 """Seconds a server may take to see a store that came up (its retries back off to 10 s)."""
 TOKEN = "a-token-for-the-test"  # noqa: S105  # not a secret: a test's own server
@@ -136,14 +137,6 @@ class Gate:
             opened.close()
         for thread in self.threads:
             thread.join(timeout=30)
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[ThrowawayCluster]:
-    if find_server_binaries() is None:
-        pytest.skip("PostgreSQL server binaries not found in /usr/lib/postgresql")
-    with ThrowawayCluster() as running:
-        yield running
 
 
 def test_readyz_is_503_until_the_store_answers_then_200(cluster: ThrowawayCluster) -> None:

@@ -108,6 +108,25 @@ class Reach:
     base_url: str | None
     headers: dict[str, str]
 
+    @classmethod
+    def of(
+        cls,
+        db: Path,
+        database_url: str | None,
+        repo: Path | None,
+        offline: bool,
+        base_url: str | None,
+        header: list[str] | None,
+    ) -> Reach:
+        """What a command's options say (``NAME:VALUE`` headers read, or a usage error)."""
+        return cls(
+            where=StoreAt(db, database_url),
+            repo=repo,
+            offline=offline,
+            base_url=base_url,
+            headers=headers_of(header),
+        )
+
     def runtime(self, store: Store, llm: LlmModel) -> Runtime:
         """A runtime over ``store`` (not entered: it recovers no one else's work)."""
         context = git_context(self.repo or Path.cwd())
@@ -181,13 +200,7 @@ def pause(
     """Pause a conversation: the model writes a checkpoint, kept as a snapshot (with the git
     state of the repository). One whose turn another process runs is paused by that process
     at the turn's next boundary."""
-    reach = Reach(
-        where=StoreAt(db, database_url),
-        repo=repo,
-        offline=offline,
-        base_url=base_url,
-        headers=headers_of(header),
-    )
+    reach = Reach.of(db, database_url, repo, offline, base_url, header)
     raise typer.Exit(run(_pause(conversation_id, reach, reason=reason, wait_at_most=timeout)))
 
 
@@ -228,11 +241,10 @@ def resume(
 ) -> None:
     """Resume a paused conversation in a new session, from its snapshot (the resume context
     says whether the repository's HEAD moved since)."""
-    reach = Reach(
-        where=StoreAt(db, database_url),
-        repo=repo,
-        offline=offline,
-        base_url=base_url,
-        headers=headers_of(header),
+    run(
+        _resume(
+            conversation_id,
+            Reach.of(db, database_url, repo, offline, base_url, header),
+            prompt=prompt,
+        )
     )
-    run(_resume(conversation_id, reach, prompt=prompt))
