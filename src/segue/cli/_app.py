@@ -11,7 +11,7 @@ import contextlib
 import logging
 import sqlite3
 import sys
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
 
@@ -71,6 +71,40 @@ BaseUrlOption = Annotated[
         help="API base URL (default: $ANTHROPIC_BASE_URL or $OPENAI_BASE_URL, or the real API)."
     ),
 ]
+
+
+def whole_number(low: int, high: int | None = None) -> Callable[[str], int]:
+    """A typer parser of a whole number from ``low`` to ``high``, refusing any other in the
+    CLI's words (typer's own ``min`` and ``max`` print pydantic's)."""
+
+    def parse(given: str) -> int:
+        try:
+            value = int(str(given).replace("_", "").replace(",", ""))
+        except ValueError:
+            raise typer.BadParameter(f"{given!r} is not a whole number") from None
+        if value < low or (high is not None and value > high):
+            bounds = f"from {low:,} to {high:,}" if high is not None else f"of {low:,} or more"
+            raise typer.BadParameter(f"{value:,} is out of range: give a number {bounds}")
+        return value
+
+    return parse
+
+
+def seconds(high: float) -> Callable[[str], float]:
+    """A typer parser of a number of seconds from 0 to ``high``, in the CLI's words."""
+
+    def parse(given: str) -> float:
+        try:
+            value = float(given)
+        except ValueError:
+            raise typer.BadParameter(f"{given!r} is not a number of seconds") from None
+        if not 0 <= value <= high:
+            raise typer.BadParameter(f"{value:g} is out of range: give 0 to {high:g} seconds")
+        return value
+
+    return parse
+
+
 RepoOption = Annotated[
     Path | None,
     typer.Option(
@@ -84,8 +118,8 @@ _DEFAULTS = ConversationOptions.model_fields
 MaxContinuationsOption = Annotated[
     int | None,
     typer.Option(
-        min=0,
-        max=10_000,
+        parser=whole_number(0, 10_000),
+        metavar="N",
         help="Checkpoint restarts or compactions one conversation may make "
         f"(default {_DEFAULTS['max_continuations'].default}).",
     ),
@@ -93,8 +127,8 @@ MaxContinuationsOption = Annotated[
 MaxAttemptsOption = Annotated[
     int | None,
     typer.Option(
-        min=1,
-        max=20,
+        parser=whole_number(1, 20),
+        metavar="N",
         help="Attempts per request before the conversation fails "
         f"(default {_DEFAULTS['max_attempts'].default}).",
     ),
@@ -102,16 +136,15 @@ MaxAttemptsOption = Annotated[
 MaxToolRoundsOption = Annotated[
     int | None,
     typer.Option(
-        min=1,
-        max=10_000,
+        parser=whole_number(1, 10_000),
+        metavar="N",
         help=f"Tool rounds one turn may run (default {_DEFAULTS['max_tool_rounds'].default}).",
     ),
 ]
 RetryBaseDelayOption = Annotated[
     float | None,
     typer.Option(
-        min=0,
-        max=600,
+        parser=seconds(600),
         metavar="SECONDS",
         help="Seconds before the first retry of a failed request, doubled for each after "
         f"(default {_DEFAULTS['retry_base_delay'].default:g}).",
@@ -120,8 +153,7 @@ RetryBaseDelayOption = Annotated[
 RetryMaxDelayOption = Annotated[
     float | None,
     typer.Option(
-        min=0,
-        max=3_600,
+        parser=seconds(3_600),
         metavar="SECONDS",
         help=f"The longest wait before a retry (default {_DEFAULTS['retry_max_delay'].default:g}).",
     ),

@@ -39,6 +39,7 @@ from segue.cli._app import (
     headers_of,
     limits_of,
     run,
+    whole_number,
 )
 from segue.cli._models import (
     DEFAULT_MODELS,
@@ -356,7 +357,8 @@ def chat(
     context_window: Annotated[
         int | None,
         typer.Option(
-            min=MIN_WINDOW,
+            parser=whole_number(MIN_WINDOW),
+            metavar="N",
             help="The model's window in tokens, for a server that cannot say it "
             "(default: asked from the API).",
         ),

@@ -28,6 +28,7 @@ from segue.cli._app import (
     app,
     headers_of,
     run,
+    seconds,
 )
 from segue.cli._models import model_for
 from segue.cli._output import clip, console, last_text, meter, narrate, say
@@ -183,7 +184,7 @@ def pause(
     timeout: Annotated[
         float | None,
         typer.Option(
-            min=0,
+            parser=seconds(24 * 3_600),
             metavar="SECONDS",
             help="Seconds to wait for another process's turn to reach its boundary (default: "
             f"as long as it takes); exit {NOT_YET_TAKEN} if the pause is requested but not "

@@ -36,6 +36,7 @@ from segue.cli._app import (
     fail,
     headers_of,
     limits_of,
+    whole_number,
 )
 from segue.cli._models import DEFAULT_MODELS, KEY_VARIABLES, offline_line, provider_for
 from segue.cli._output import printable
@@ -100,7 +101,9 @@ def serve(
     db: DbOption = Path("segue.db"),
     database_url: DatabaseUrlOption = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=1, max=65_535, help="Port to listen on.")] = 8000,
+    port: Annotated[
+        int, typer.Option(parser=whole_number(1, 65_535), metavar="N", help="Port to listen on.")
+    ] = 8000,
     model: Annotated[
         str | None,
         typer.Option(help="Model of new conversations (default: claude-sonnet-4-6, or gpt-4o)."),
@@ -113,7 +116,8 @@ def serve(
     context_window: Annotated[
         int | None,
         typer.Option(
-            min=MIN_WINDOW,
+            parser=whole_number(MIN_WINDOW),
+            metavar="N",
             help="Window of new conversations in tokens (a small one reaches the limit in a "
             "few messages; default: the model's).",
         ),
