@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -22,7 +23,15 @@ from typing import Any, NamedTuple
 
 import httpx2
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, Route, expect, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    BrowserContext,
+    Locator,
+    Page,
+    Route,
+    expect,
+    sync_playwright,
+)
 
 import backends
 from backends import PROVIDERS, chat
@@ -231,3 +240,45 @@ def release(page: Page, pattern: re.Pattern[str], held: list[Route]) -> None:
     for route in held:
         route.continue_()
     page.unroute(pattern)
+
+
+ROOM = """() => {
+  const box = document.getElementById('messages').getBoundingClientRect();
+  const last = document.querySelector('#messages > li:last-child');
+  const list = document.getElementById('messages');
+  return {
+    room: Math.min(box.bottom, innerHeight) - Math.max(box.top, 0),
+    height: innerHeight,
+    scrolled: scrollY,
+    gap: list.scrollHeight - list.scrollTop - list.clientHeight,
+    newest: last === null ? null : last.getBoundingClientRect().bottom - box.bottom,
+  };
+}"""
+"""The messages' box on the screen: its visible height, the window's, how far the document is
+scrolled, how far the list is from its end, and where the newest message ends below the box."""
+
+
+def messages_room(page: Page) -> dict[str, float]:
+    """What ``ROOM`` measures, now."""
+    measured: dict[str, float] = page.evaluate(ROOM)
+    return measured
+
+
+def newest_in_view(page: Page) -> dict[str, float]:
+    """Wait until the newest message's end is in view in the messages' box (the list at its
+    end), as the page keeps it; what ``ROOM`` measures then."""
+    deadline = time.monotonic() + TIMEOUT / 1000
+    while True:
+        measured = messages_room(page)
+        if measured["gap"] <= 2 and (measured["newest"] is None or measured["newest"] <= 2):
+            return measured
+        assert time.monotonic() < deadline, f"the newest message is out of view: {measured}"
+        page.wait_for_timeout(50)
+
+
+def shown_in_the_messages(page: Page, item: Locator) -> bool:
+    """Whether ``item`` begins inside the messages' visible box."""
+    box = page.locator("#messages").bounding_box()
+    found = item.bounding_box()
+    assert box is not None
+    return found is not None and box["y"] - 1 <= found["y"] < box["y"] + box["height"]

@@ -4,7 +4,9 @@ inspect, and ``chat`` against the fake Anthropic API."""
 
 from __future__ import annotations
 
+import contextlib
 import re
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,14 @@ def chat(
     """``segue chat`` against a fake provider API (Anthropic's unless ``args`` name another
     ``--provider``), on ``db``, typing ``stdin``."""
     return invoke("chat", "--base-url", fake.url, "--db", str(db), *args, stdin=stdin)
+
+
+def stored_ids(db: Path) -> list[str]:
+    """The ids of the conversations a SQLite store holds (none when there is no file)."""
+    if not db.exists():
+        return []
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        return [row[0] for row in conn.execute("SELECT id FROM conversations")]
 
 
 def one_error_line(result: Result) -> str:

@@ -3,11 +3,15 @@ so Ctrl-C typed there is the terminal's SIGINT to it, not a signal the test send
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
+import re
 import select
+import struct
 import subprocess
 import sys
+import termios
 import time
 from dataclasses import dataclass, field
 
@@ -18,6 +22,8 @@ _LAUNCHER = (
     "os.execvp(sys.argv[1], sys.argv[1:])"
 )
 CTRL_C = b"\x03"
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+"""Terminal escapes (colours, cursor moves, titles): not part of what a person reads."""
 
 
 @dataclass
@@ -65,6 +71,10 @@ class Terminal:
     def text(self) -> str:
         return self.output.decode("utf-8", "replace")
 
+    def lines(self) -> list[str]:
+        """What was shown, line by line, without colours and cursor codes."""
+        return [ANSI.sub("", line) for line in self.text().replace("\r", "").split("\n")]
+
     def close(self) -> None:
         if self.process.poll() is None:
             self.process.kill()
@@ -72,9 +82,10 @@ class Terminal:
         os.close(self.master)
 
 
-def spawn(*args: str, env: dict[str, str], cwd: str) -> Terminal:
-    """Run ``args`` in a new pseudo-terminal."""
+def spawn(*args: str, env: dict[str, str], cwd: str, columns: int = 80) -> Terminal:
+    """Run ``args`` in a new pseudo-terminal ``columns`` wide (24 lines)."""
     master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
     process = subprocess.Popen(  # noqa: S603  # our own interpreter, our own launcher
         [sys.executable, "-c", _LAUNCHER, *args],
         stdin=slave,

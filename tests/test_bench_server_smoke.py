@@ -18,6 +18,11 @@ REPORT_LINES = (
     r"^In process \(Runtime.stream, reference\): first text p50 [\d,.]+ ms",
     r"^HTTP / in process: first text p50 [\d.]+x, p99 [\d.]+x; done p50 [\d.]+x, p99 [\d.]+x$",
     r"^Server memory: RSS [\d,.]+ MB idle, [\d,.]+ MB after, peak [\d,.]+ MB$",
+    r"^20 stalled tabs on one conversation, \d+ turns sent to it$",
+    r"^A turn with them: p50 [\d,.]+ ms, p99 [\d,.]+ ms; without: p50 [\d,.]+ ms",
+    r"^While their streams still took updates \(first \d+ turns\): p50 [\d,.]+ ms; once dropped",
+    r"^Server memory with the stalled tabs: RSS [\d,.]+ MB before the turns, [\d,.]+ MB after",
+    r"^The tab that kept up saw (\d+) of \1 turns' done; 20 of 20 stalled tabs were dropped",
 )
 
 

@@ -7,15 +7,15 @@ streaming in and tools running, a reload in the middle of a reply losing nothing
 resume with the snapshot list, the keyboard, and the orderings that once broke the page's
 script (a click before the state was read; the watch stream ahead of the turn's own).
 
-``SEGUE_UPDATE_SCREENSHOT=1`` also writes the screenshot to ``docs/screenshot.png`` for the
-README. The limit and a streamed reply with tools run on the offline model and on each
-provider's real client (``browsing.served``). More of the page (a phone's width, a second tab,
-Markdown, an unknown id, the app mounted under a prefix) is in ``test_browser_page.py``.
+The limit and a streamed reply with tools run on the offline model and on each provider's real
+client (``browsing.served``). More of the page (a second tab, Markdown, an unknown id, the app
+mounted under a prefix) is in ``test_browser_page.py``; its screens (how much room the messages
+get at each moment, on a desktop and a phone, and the screenshots in ``docs/screenshots``) in
+``test_browser_screens.py``.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -30,8 +30,10 @@ from browsing import (
     in_view,
     meter,
     new_conversation,
+    newest_in_view,
     release,
     send,
+    shown_in_the_messages,
     state,
     stored,
     turn_over,
@@ -44,21 +46,12 @@ from segue.testing import live_server
 pytestmark = pytest.mark.slow
 browser, server, tabs, page = browsing.browser, browsing.server, browsing.tabs, browsing.page
 served = browsing.served
-SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "screenshot.png"
-
-
-def scroll_to_the_end(page: Page) -> None:
-    page.locator("#messages li").last.scroll_into_view_if_needed()
-    page.evaluate("window.scrollTo(0, document.documentElement.scrollHeight)")
-
-
-# --------------------------------------------------------------------------- near the limit
 
 
 def the_warning_in_sight(page: Page, figure: float) -> None:
-    """Reading the newest reply, far down the page, the meter and the warning are in sight,
-    and the warning says the meter's own figure."""
-    scroll_to_the_end(page)
+    """With the newest reply in view, the meter and the warning are in sight too, and the
+    warning says the meter's own figure."""
+    newest_in_view(page)
     warning = page.locator("#warning")
     expect(warning).to_be_visible()
     expect(warning).to_contain_text(f"{figure:g}% full")
@@ -91,19 +84,22 @@ def test_the_meter_the_warning_the_limit_and_the_seeded_child(served: Served, pa
     expect(page.locator("#meter-label")).to_have_text(f"{values[-1]:g}%")
 
     banner = page.get_by_role("status").filter(has_text="context limit")
-    expect(banner).to_contain_text("read-only")
-    summary = str(state(server, parent)["summary"])
-    expect(page.locator("#summary")).to_contain_text(summary.split(":", 1)[0])
+    expect(banner).to_contain_text("Read-only")
     expect(page.locator("#warning")).to_be_hidden()
-    expect(page.get_by_label("Your message")).to_be_disabled()
-    expect(page.locator("#input-reason")).to_contain_text("read-only")
-    expect(page.get_by_role("button", name="Send")).to_be_disabled()
+    # The composer is reduced to its one action: no box, no buttons that do nothing.
+    for gone in ("Your message", "Pin this message"):
+        expect(page.get_by_label(gone)).to_be_hidden()
+    for gone in ("Send", "Pause", "Resume", "Cancel the turn"):
+        expect(page.get_by_role("button", name=gone)).to_be_hidden()
     start = page.get_by_role("button", name="Start a new conversation")
-    scroll_to_the_end(page)
-    for shown in ("#meter", "#exhausted", "#start-new", "#text"):
+    newest_in_view(page)
+    for shown in ("#meter", "#exhausted", "#start-new"):
         assert in_view(page, shown), f"{shown} is out of sight at the limit"
-    if served.offline and os.environ.get("SEGUE_UPDATE_SCREENSHOT") == "1":
-        page.screenshot(path=str(SCREENSHOT), full_page=False)
+    summary = str(state(server, parent)["summary"])
+    page.get_by_role("button", name="Read its continuation summary").click()
+    shown_summary = page.locator("#messages li.continuation").last
+    expect(shown_summary).to_contain_text(summary.split(":", 1)[0])
+    assert shown_in_the_messages(page, shown_summary), "the summary is not in view"
 
     start.click()
     page.wait_for_url(lambda address: not address.endswith(parent))
@@ -275,9 +271,10 @@ def test_pause_asks_why_then_resume_and_the_snapshot_list(page: Page, server: st
         "waiting for the deploy window"
     )
     expect(reason).to_be_hidden()
-    expect(page.get_by_label("Your message")).to_be_disabled()
-    expect(page.locator("#input-reason")).to_contain_text("Resume it")
-    rows = page.get_by_role("table").locator("tbody tr")
+    expect(page.get_by_label("Your message")).to_be_hidden()  # Resume is the way on
+    expect(page.get_by_role("button", name="Send")).to_be_hidden()
+    page.get_by_role("button", name="Snapshots (1)").click()
+    rows = page.get_by_role("dialog", name="Snapshots").get_by_role("table").locator("tbody tr")
     expect(rows).to_have_count(1)
     cells = rows.first.locator("td")
     expect(cells.nth(0)).to_have_text("v1")
@@ -291,6 +288,7 @@ def test_pause_asks_why_then_resume_and_the_snapshot_list(page: Page, server: st
     assert whole.json()["checkpoint"]
     kinds = [m["kind"] for m in stored(server, cid)]
     assert kinds.count("user") == 1  # the Enter in the reason's box sent no message
+    page.get_by_role("button", name="Close").click()
     page.get_by_role("button", name="Resume").click()
     expect(page.get_by_label("Your message")).to_be_enabled()
     expect(page.locator("#paused")).to_be_hidden()
@@ -298,7 +296,10 @@ def test_pause_asks_why_then_resume_and_the_snapshot_list(page: Page, server: st
 
 
 def test_the_keyboard_alone_sends_and_html_stays_text(page: Page, server: str) -> None:
-    new_conversation(page, server, window=200_000)
+    cid = new_conversation(page, server, window=200_000)
+    expect(page.get_by_label("Your message")).to_have_attribute(
+        "placeholder", re.compile("Enter sends, Shift\\+Enter: new line")
+    )
     for _ in range(20):
         page.keyboard.press("Tab")
         if page.evaluate("document.activeElement.id") == "text":
@@ -307,18 +308,20 @@ def test_the_keyboard_alone_sends_and_html_stays_text(page: Page, server: str) -
         pytest.fail("Tab never reached the message box")
     hostile = '<img src=x onerror="window.pwned=1"><b id="bold">bold</b>'
     page.keyboard.type(hostile)
-    page.keyboard.press("Control+Enter")
+    page.keyboard.press("Shift+Enter")  # a new line, not a send
+    page.keyboard.type("second line")
+    expect(page.get_by_label("Your message")).to_have_value(f"{hostile}\nsecond line")
+    assert stored(server, cid) == []
+    page.keyboard.press("Enter")  # sends, as the placeholder says
     turn_over(page)
     expect(page.locator("#messages li.assistant")).not_to_have_count(0)
-    expect(page.locator("#messages li.user .text")).to_have_text(hostile)
+    expect(page.locator("#messages li.user .text")).to_contain_text(hostile)
     assert page.evaluate("window.pwned") is None
     assert page.locator("#bold").count() == 0
     assert page.locator("#messages img").count() == 0
-    for role, name in [
+    for role, name in [  # an idle conversation's controls, each named
         ("button", "Send"),
         ("button", "Pause"),
-        ("button", "Resume"),
-        ("button", "Cancel the turn"),
         ("meter", "Context window used"),
         ("textbox", "Your message"),
     ]:

@@ -25,16 +25,18 @@ from playwright.sync_api import APIResponse, Route, expect
 
 import backends
 import browsing
+import clusters
 from api import create, send
 from backends import PROVIDERS, Backend
 from browsing import Tabs, meter, turn_over
 from gated import HOLD_AT_MOST
 from segue.executor.models.providers import Provider
 from segue.testing.conformance import Said
-from segue.testing.postgres import ThrowawayCluster, find_server_binaries
+from segue.testing.postgres import ThrowawayCluster
 from serving import segue_serve
 
 pytestmark = pytest.mark.slow
+cluster = clusters.cluster  # one throwaway cluster for the module
 browser, tabs = browsing.browser, browsing.tabs
 
 WINDOW = 50_000
@@ -52,14 +54,6 @@ class HeldAnswers:
         self.asked.set()
         self.gate.wait(HOLD_AT_MOST)
         return Said(text=REPLY, prompt=20_000, output=15)
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[ThrowawayCluster]:
-    if find_server_binaries() is None:
-        pytest.skip("PostgreSQL server binaries not found in /usr/lib/postgresql")
-    with ThrowawayCluster() as running:
-        yield running
 
 
 class TwoServers(NamedTuple):
@@ -166,6 +160,7 @@ def test_a_pause_asked_on_b_is_taken_by_a_at_its_turns_end(
         assert events[-1][1]["state"]["phase"] == "paused"  # A took it
         paused = page.get_by_role("status").filter(has_text="This conversation is paused")
         expect(paused).to_contain_text("deploy window")
+        page.get_by_role("button", name="Snapshots (1)").click()
         rows = page.get_by_role("table").locator("tbody tr")
         expect(rows).to_have_count(1)
         expect(rows.first).to_contain_text("deploy window")

@@ -1,12 +1,14 @@
 """``segue chat`` in a terminal, driven through a pseudo-terminal as a person drives it: Ctrl-C at
 the ``you>`` prompt ends the chat at once (it once waited for Enter, a readline blocking in a
-worker thread), and a second Ctrl-C ends a chat whose closing hangs (here on a store another
-process holds locked).
+worker thread), a second Ctrl-C ends a chat whose closing hangs (here on a store another
+process holds locked), and the turn a Ctrl-C interrupted is finished by the next run, which
+prints its reply.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import sys
 import time
@@ -42,6 +44,16 @@ def chat(fake: FakeAnthropicServer, tmp_path: Path) -> Terminal:
     )
 
 
+def asked_slowly(terminal: Terminal, fake: FakeAnthropicServer, line: bytes) -> None:
+    """Type ``line`` at the prompt and wait until the model has it (it answers slowly)."""
+    terminal.read_until("you> ")
+    terminal.type(line)
+    deadline = time.monotonic() + 60
+    while not fake.message_requests():
+        assert time.monotonic() < deadline, terminal.text()
+        time.sleep(0.05)
+
+
 @pytest.fixture
 def fake() -> Iterator[FakeAnthropicServer]:
     with FakeAnthropicServer(default=MessageReply(text="A slow answer.", delay=60)) as server:
@@ -69,12 +81,7 @@ def test_a_second_ctrl_c_ends_a_chat_whose_closing_hangs(
     terminal = chat(fake, tmp_path)
     lock = None
     try:
-        terminal.read_until("you> ")
-        terminal.type(b"Tell me a story.\r")
-        deadline = time.monotonic() + 60
-        while not fake.message_requests():  # the model is asked, and answers slowly
-            assert time.monotonic() < deadline, terminal.text()
-            time.sleep(0.05)
+        asked_slowly(terminal, fake, b"Tell me a story.\r")
         lock = sqlite3.connect(tmp_path / "chat.db", timeout=0, isolation_level=None)
         lock.execute("BEGIN EXCLUSIVE")  # the chat's store cannot write while it stops
         terminal.type(CTRL_C)
@@ -87,3 +94,26 @@ def test_a_second_ctrl_c_ends_a_chat_whose_closing_hangs(
             lock.close()
         terminal.close()
     assert "stopped at once" in terminal.text()
+
+
+def test_the_next_run_finishes_an_interrupted_turn_and_prints_its_reply(tmp_path: Path) -> None:
+    reply = MessageReply(text="The answer the interrupted turn was waiting for.")
+    with FakeAnthropicServer(default=reply) as fake:
+        fake.enqueue(MessageReply(text="An answer nobody waits for.", delay=60))
+        first = chat(fake, tmp_path)
+        try:
+            asked_slowly(first, fake, b"What was the question?\r")
+            first.type(CTRL_C)
+            assert first.ended() == 130
+        finally:
+            first.close()
+        second = chat(fake, tmp_path)
+        try:
+            shown = second.read_until("you> ")
+            second.type(b"/quit\r")
+            assert second.ended() == 0
+        finally:
+            second.close()
+    assert re.search(r"finished the turn interrupted in conversation [0-9a-f]{32}:", shown)
+    assert "The answer the interrupted turn was waiting for." in shown
+    assert shown.index("finished the turn") < shown.index("you> ")

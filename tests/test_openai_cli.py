@@ -74,17 +74,6 @@ def test_the_model_name_tells_the_provider_and_openai_base_url_is_read(
     assert server.model_requests()[0].body["model"] == "gpt-4o-mini"
 
 
-def test_chat_without_the_openai_key_is_a_setup_error(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.delenv("OPENAI_API_KEY")
-    db = tmp_path / "chat.db"
-    result = invoke("chat", "--provider", "openai", "--db", str(db), stdin="hello\n")
-    assert result.exit_code == 2
-    assert one_error_line(result).startswith("error: OPENAI_API_KEY is not set")
-    assert not db.exists()
-
-
 def test_a_refused_key_is_one_line_that_names_the_variable_never_the_key(
     server: FakeOpenAIServer, tmp_path: Path
 ) -> None:
@@ -177,3 +166,39 @@ def test_serve_with_the_openai_provider_and_no_key_is_offline(
         turn = http.post(f"/api/conversations/{cid}/messages", json={"text": "Hello?"})
         assert turn.status_code == 200, turn.text
         assert "event: done" in turn.text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+def test_chat_and_serve_without_a_key_are_offline_alike(
+    provider: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Without the provider's key, both go offline with the same line, which says the server
+    at ``--base-url`` is not the one answering."""
+    for variable in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(variable, raising=False)
+    gateway = "http://127.0.0.1:9/v1"
+    chatted = invoke(
+        "chat",
+        "--provider",
+        provider,
+        "--base-url",
+        gateway,
+        "--db",
+        str(tmp_path / "c.db"),
+        stdin="hello\n",
+    )
+    assert chatted.exit_code == 0, chatted.output
+    said: list[str] = []
+    with segue_serve(
+        "--provider", provider, "--base-url", gateway, "--db", str(tmp_path / "s.db"), said=said
+    ) as url:
+        assert httpx2.get(f"{url}/api/info").json()["offline"] is True
+    lines = [
+        next(line for line in output.splitlines() if line.startswith("offline:"))
+        for output in (chatted.stdout, said[0])
+    ]
+    variable = "ANTHROPIC_API_KEY" if provider == "anthropic" else "OPENAI_API_KEY"
+    assert lines[0] == lines[1]
+    assert lines[0].startswith(f"offline: {variable} is not set, so the scripted model answers")
+    assert f"not the server at {gateway}" in lines[0]

@@ -131,6 +131,12 @@ def test_fastapi_example_serves_the_api_and_the_page_under_its_prefix(tmp_path: 
     assert (tmp_path / "chat.db").exists()
 
 
+def test_test_client_example_serves_one_app_to_two_clients(tmp_path: Path) -> None:
+    result = _run(_block("TestClient(app)"), tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (result.stdout, result.stderr) == ("two clients, one app\n", "")
+
+
 def test_sub_agent_example_fails_typed_and_is_replaced(tmp_path: Path) -> None:
     result = _run(_block("SUB_AGENT ="), tmp_path)
     assert result.returncode == 0, result.stderr
@@ -166,6 +172,7 @@ RUN_BY_A_TEST = (
     "PostgresStore.from_url",
     "summary_prompt=",
     "OpenAIModel(AsyncOpenAI()",
+    "TestClient(app)",
 )
 """What names each Python block for the test that runs it."""
 

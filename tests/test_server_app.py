@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +17,22 @@ import pytest
 from fastapi import FastAPI
 
 from api import create, error, gated_app, held_turn, send
-from segue import AnthropicModel, MemoryStore, OpenAIModel, Runtime, ScriptedModel, SqliteStore
+from segue import (
+    AnthropicModel,
+    MemoryStore,
+    OpenAIModel,
+    Runtime,
+    ScriptedModel,
+    SqliteStore,
+    Watch,
+)
+from segue.cli._offline import OfflineModel
 from segue.server import create_app
+from segue.server.conversations import StateViews
 from segue.server.ending import StreamsEnd
+from segue.server.relay import relayed
 from segue.server.run import ServerConfig, build_app, build_model
-from segue.server.streams import _watched  # the stream behind /events
+from segue.server.streams import Encoder, _watched  # the stream behind /events
 from segue.testing import live_server
 
 pytestmark = pytest.mark.slow
@@ -185,7 +196,7 @@ def test_the_config_names_the_provider_whose_model_answers(tmp_path: Path) -> No
     assert isinstance(build_model(claude), AnthropicModel)
     assert claude.default_model == "claude-sonnet-4-6"
     offline = ServerConfig(db=tmp_path / "s.db", provider="openai")
-    assert isinstance(build_model(offline), ScriptedModel)
+    assert isinstance(build_model(offline), OfflineModel)
     assert ServerConfig(provider="openai", model="gpt-4.1").default_model == "gpt-4.1"
     with pytest.raises(ValueError, match="unknown provider 'mistral'"):
         ServerConfig(provider="mistral")  # type: ignore[arg-type]
@@ -207,12 +218,17 @@ def test_a_watch_stream_ends_when_the_server_stops_and_leaves_nothing_running() 
         async with Runtime(store=MemoryStore(), llm=ScriptedModel()) as runtime:
             cid = (await runtime.create_conversation(model="claude-sonnet-4-6")).id
             others = asyncio.all_tasks()
+            encoder = Encoder(runtime, StateViews(runtime))
+
+            def body(watch: Watch) -> AsyncIterator[bytes]:
+                """The body of an ``/events`` response, as the route makes it."""
+                return relayed(_watched(encoder, watch))
 
             end = StreamsEnd()
             watch = runtime.watch(cid)
             await watch.start()
             end.add(watch)
-            stream = _watched(runtime, watch)
+            stream = body(watch)
             reading = asyncio.ensure_future(anext(stream))
             await asyncio.sleep(0.05)
             assert not reading.done()  # nothing happened to the conversation
@@ -225,10 +241,10 @@ def test_a_watch_stream_ends_when_the_server_stops_and_leaves_nothing_running() 
             await late.start()
             end.add(late)
             with pytest.raises(StopAsyncIteration):
-                await asyncio.wait_for(anext(_watched(runtime, late)), 10)
+                await asyncio.wait_for(anext(body(late)), 10)
             assert await settled(others)
 
-            gone = _watched(runtime, runtime.watch(cid))
+            gone = body(runtime.watch(cid))
             reading = asyncio.ensure_future(anext(gone))
             await asyncio.sleep(0.05)
             reading.cancel()  # the client went away

@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a
     from segue.executor.errors import InvalidTextError as InvalidTextError
     from segue.executor.errors import LlmCallError as LlmCallError
     from segue.executor.errors import MessageRejectedError as MessageRejectedError
+    from segue.executor.errors import NotPausedError as NotPausedError
     from segue.executor.errors import SegueError as SegueError
     from segue.executor.errors import StoreFullError as StoreFullError
     from segue.executor.errors import StoreLockedError as StoreLockedError
@@ -129,6 +130,7 @@ _LAZY = {
     "TransitionRecord": "segue.executor.store_port",
     "ConversationExhaustedError": "segue.executor.errors",
     "MessageRejectedError": "segue.executor.errors",
+    "NotPausedError": "segue.executor.errors",
     "Runtime": "segue.executor.runtime",
     "current_conversation_id": "segue.executor.perform",
     "failure_of": "segue.executor.inputs",

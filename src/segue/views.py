@@ -1,21 +1,47 @@
-"""Conversations, messages, snapshots and chains as JSON: the views the REST API serves and
-``segue list/show/status --json`` print.
+"""Conversations, messages, snapshots and chains as JSON: the views the REST API serves, its
+Server-Sent Events carry and ``segue list/show/status --json`` print (``docs/views.md``).
 
 Thin pydantic views built from the public values (``ConversationState``, ``StoredMessage``,
 ``SessionSnapshot``, ``Link``), never from internals, so the OpenAPI schema, the CLI's JSON and
-the Python API say the same thing. ``View.of(value).model_dump(mode="json")`` is the JSON.
+the Python API say the same thing. ``View.of(value).model_dump(mode="json")`` is the JSON. A
+conversation's state has one shape wherever it is shown: ``ConversationView`` (its ``phase`` the
+phase's kind as a string), in a REST answer, in a turn's ``done`` event, in a watch stream's
+``done`` and in the CLI's ``--json``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Iterable
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, Field
 
 from segue.executor.chains import Link
 from segue.executor.store_port import StoredConversation, StoredMessage
+from segue.executor.updates import DoneUpdate
 from segue.statemachine import ContextExhaustionBehavior, ConversationState
 from segue.statemachine.checkpoint import SessionSnapshot
+
+TITLE_WORDS: Final = 8
+TITLE_CHARS: Final = 60
+"""A title is the first words of the first user message: at most this many, this long."""
+
+
+def title_of(messages: Iterable[StoredMessage]) -> str | None:
+    """A conversation's title: the first words of its first user message (None before it has
+    one), on one line, cut at a word with an ellipsis when there is more."""
+    for stored in messages:
+        if stored.kind != "user":
+            continue
+        words = stored.text.split()
+        if not words:
+            continue
+        shown = " ".join(words[:TITLE_WORDS])
+        if len(shown) > TITLE_CHARS:
+            cut = shown[:TITLE_CHARS].rsplit(" ", 1)[0] or shown[:TITLE_CHARS]
+            return f"{cut}…"
+        return f"{shown}…" if len(words) > TITLE_WORDS else shown
+    return None
 
 
 class ConversationView(BaseModel):
@@ -55,16 +81,34 @@ class ConversationView(BaseModel):
     """The most one tool result may hold in this conversation (the default when not set)."""
     max_run_seconds: float | None = None
     """``checkpoint_restart``: how long a run may go on before the limit ends it."""
+    title: str | None = None
+    """The first words of the first user message (None before there is one)."""
+    continuations: int = 0
+    """Checkpoint restarts and compactions so far (bounded by ``max_continuations``)."""
+    max_continuations: int = 10
+    max_attempts: int = 4
+    """Attempts per request before the conversation fails."""
+    max_tool_rounds: int = 50
+    """Tool rounds one turn may run."""
+    retry_base_delay: float = 1.0
+    """Seconds before the first retry of a failed request (doubled each time after)."""
+    retry_max_delay: float = 30.0
 
     @classmethod
     def of(
-        cls, state: ConversationState, stored: StoredConversation | None = None
+        cls,
+        state: ConversationState,
+        stored: StoredConversation | None = None,
+        *,
+        title: str | None = None,
     ) -> ConversationView:
-        """The view of ``state`` (``stored`` adds the child and the creation time)."""
+        """The view of ``state`` (``stored`` adds the child and the creation time; ``title``
+        is ``title_of`` its messages)."""
         phase: Any = state.phase
         config = state.config
         return cls(
             id=state.id,
+            title=title,
             phase=phase.kind,
             context_tokens=state.context_tokens,
             context_window=state.context_window,
@@ -88,6 +132,12 @@ class ConversationView(BaseModel):
             summary_model=config.summary_model,
             max_tool_output_tokens=config.tool_output_cap,
             max_run_seconds=config.max_run_seconds,
+            continuations=state.continuations,
+            max_continuations=config.max_continuations,
+            max_attempts=config.max_attempts,
+            max_tool_rounds=config.max_tool_rounds,
+            retry_base_delay=config.retry_base_delay,
+            retry_max_delay=config.retry_max_delay,
         )
 
 
@@ -170,6 +220,31 @@ class SnapshotView(BaseModel):
         )
 
 
+class DoneView(BaseModel):
+    """A turn's last update as JSON: ``DoneUpdate`` with its state as ``ConversationView``.
+
+    ``DoneUpdate.model_dump_json()`` writes the state as the core keeps it (``phase`` an
+    object, ``{"kind": "idle", ...}``); a stream sent to a client sends this instead, so that a
+    state has one shape wherever a client reads it (``docs/views.md``)."""
+
+    kind: Literal["done"] = "done"
+    state: ConversationView
+    reply: str | None
+    """The text of the turn's final assistant reply, or None when it wrote none."""
+
+    @classmethod
+    def of(
+        cls,
+        update: DoneUpdate,
+        stored: StoredConversation | None = None,
+        *,
+        title: str | None = None,
+    ) -> DoneView:
+        """The view of ``update`` (``stored`` and ``title`` as for ``ConversationView``)."""
+        state = ConversationView.of(update.state, stored, title=title)
+        return cls(state=state, reply=update.reply)
+
+
 class LinkView(BaseModel):
     """One conversation of a continuation chain, root first."""
 
@@ -190,4 +265,12 @@ class LinkView(BaseModel):
         )
 
 
-__all__ = ["ConversationView", "LinkView", "MessageView", "SnapshotView", "ToolCallView"]
+__all__ = [
+    "ConversationView",
+    "DoneView",
+    "LinkView",
+    "MessageView",
+    "SnapshotView",
+    "ToolCallView",
+    "title_of",
+]

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import sqlite3
 import sys
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
 
@@ -22,6 +22,7 @@ from segue import __version__
 from segue.executor.errors import ConversationNotFoundError, SegueError
 from segue.executor.stores.sqlite import StoreLockedError
 from segue.statemachine import ContextExhaustionBehavior as Behavior
+from segue.statemachine.options import ConversationOptions
 
 T = TypeVar("T")
 
@@ -36,8 +37,25 @@ app = typer.Typer(
 DbOption = Annotated[
     Path, typer.Option("--db", envvar="SEGUE_DB", help="SQLite store file.", show_default=True)
 ]
+
+
+def _behavior(given: str | Behavior) -> Behavior:
+    """A behaviour by its value or its name, in any case; a usage error in the CLI's words
+    otherwise (typer's own coercion would print pydantic's)."""
+    try:
+        return Behavior(given)
+    except ValueError:
+        choices = ", ".join(b.value for b in Behavior)
+        raise typer.BadParameter(f"{given!r} is not a behaviour: choose {choices}") from None
+
+
 BehaviorOption = Annotated[
-    Behavior, typer.Option(case_sensitive=False, help="What happens when the window fills up.")
+    Behavior,
+    typer.Option(
+        parser=_behavior,
+        metavar="BEHAVIOR",
+        help="What happens when the window fills up: " + ", ".join(b.value for b in Behavior) + ".",
+    ),
 ]
 HeaderOption = Annotated[
     list[str] | None,
@@ -53,6 +71,114 @@ BaseUrlOption = Annotated[
         help="API base URL (default: $ANTHROPIC_BASE_URL or $OPENAI_BASE_URL, or the real API)."
     ),
 ]
+
+
+def whole_number(low: int, high: int | None = None) -> Callable[[str], int]:
+    """A typer parser of a whole number from ``low`` to ``high``, refusing any other in the
+    CLI's words (typer's own ``min`` and ``max`` print pydantic's)."""
+
+    def parse(given: str) -> int:
+        try:
+            value = int(str(given).replace("_", "").replace(",", ""))
+        except ValueError:
+            raise typer.BadParameter(f"{given!r} is not a whole number") from None
+        if value < low or (high is not None and value > high):
+            bounds = f"from {low:,} to {high:,}" if high is not None else f"of {low:,} or more"
+            raise typer.BadParameter(f"{value:,} is out of range: give a number {bounds}")
+        return value
+
+    return parse
+
+
+def seconds(high: float) -> Callable[[str], float]:
+    """A typer parser of a number of seconds from 0 to ``high``, in the CLI's words."""
+
+    def parse(given: str) -> float:
+        try:
+            value = float(given)
+        except ValueError:
+            raise typer.BadParameter(f"{given!r} is not a number of seconds") from None
+        if not 0 <= value <= high:
+            raise typer.BadParameter(f"{value:g} is out of range: give 0 to {high:g} seconds")
+        return value
+
+    return parse
+
+
+RepoOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--repo",
+        file_okay=False,
+        help="The git repository whose branch, commit and changed files a pause records "
+        "(default: the current directory).",
+    ),
+]
+_DEFAULTS = ConversationOptions.model_fields
+MaxContinuationsOption = Annotated[
+    int | None,
+    typer.Option(
+        parser=whole_number(0, 10_000),
+        metavar="N",
+        help="Checkpoint restarts or compactions one conversation may make "
+        f"(default {_DEFAULTS['max_continuations'].default}).",
+    ),
+]
+MaxAttemptsOption = Annotated[
+    int | None,
+    typer.Option(
+        parser=whole_number(1, 20),
+        metavar="N",
+        help="Attempts per request before the conversation fails "
+        f"(default {_DEFAULTS['max_attempts'].default}).",
+    ),
+]
+MaxToolRoundsOption = Annotated[
+    int | None,
+    typer.Option(
+        parser=whole_number(1, 10_000),
+        metavar="N",
+        help=f"Tool rounds one turn may run (default {_DEFAULTS['max_tool_rounds'].default}).",
+    ),
+]
+RetryBaseDelayOption = Annotated[
+    float | None,
+    typer.Option(
+        parser=seconds(600),
+        metavar="SECONDS",
+        help="Seconds before the first retry of a failed request, doubled for each after "
+        f"(default {_DEFAULTS['retry_base_delay'].default:g}).",
+    ),
+]
+RetryMaxDelayOption = Annotated[
+    float | None,
+    typer.Option(
+        parser=seconds(3_600),
+        metavar="SECONDS",
+        help=f"The longest wait before a retry (default {_DEFAULTS['retry_max_delay'].default:g}).",
+    ),
+]
+
+
+def limits_of(
+    max_continuations: int | None,
+    max_attempts: int | None,
+    max_tool_rounds: int | None,
+    retry_base_delay: float | None,
+    retry_max_delay: float | None,
+) -> dict[str, int | float]:
+    """The bounds given on the command line, as ``ConversationOptions`` fields (those left
+    out keep the library's defaults)."""
+    given: dict[str, int | float | None] = {
+        "max_continuations": max_continuations,
+        "max_attempts": max_attempts,
+        "max_tool_rounds": max_tool_rounds,
+        "retry_base_delay": retry_base_delay,
+        "retry_max_delay": retry_max_delay,
+    }
+    return {name: value for name, value in given.items() if value is not None}
+
+
 MIN_WINDOW = 1_000
 """The smallest context window a command takes (the API's too): below it not even the system
 prompt and one exchange fit before the threshold."""

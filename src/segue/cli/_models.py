@@ -33,6 +33,11 @@ _NO_KEY: Final[dict[Provider, str]] = {
     "openai": "OPENAI_API_KEY is not set: export your OpenAI API key (any value for a local "
     "server that needs none), or try `segue demo`",
 }
+_GET_A_KEY: Final[dict[Provider, str]] = {
+    "anthropic": "export ANTHROPIC_API_KEY to talk to Claude",
+    "openai": "export OPENAI_API_KEY to talk to an OpenAI model (any value for a server that "
+    "needs none)",
+}
 
 
 def provider_for(provider: str | None, model: str | None) -> Provider:
@@ -45,12 +50,27 @@ def provider_for(provider: str | None, model: str | None) -> Provider:
     return provider_of(model or "") or "anthropic"
 
 
-def api_key(provider: Provider = "anthropic") -> str:
+def api_key(provider: Provider = "anthropic") -> str | None:
+    """The provider's API key from the environment, or None."""
+    return os.environ.get(KEY_VARIABLES[provider], "").strip() or None
+
+
+def required_key(provider: Provider = "anthropic") -> str:
     """The provider's API key from the environment (a setup error without one)."""
-    key = os.environ.get(KEY_VARIABLES[provider], "").strip()
-    if not key:
+    key = api_key(provider)
+    if key is None:
         raise CliError(_NO_KEY[provider], 2)
     return key
+
+
+def offline_line(provider: Provider, base_url: str | None) -> str:
+    """What ``segue chat`` and ``segue serve`` say when the provider's key is not set: the
+    scripted model answers, offline (and not the server at ``base_url``, if one was given)."""
+    instead = f", not the server at {base_url}" if base_url else ""
+    return (
+        f"offline: {KEY_VARIABLES[provider]} is not set, so the scripted model answers"
+        f"{instead} ({_GET_A_KEY[provider]})"
+    )
 
 
 async def connect(
@@ -149,7 +169,9 @@ async def model_for(
         yield demo_model()
         return
     provider = provider_for(None, state.model)
-    client, model = await connect(provider, api_key(provider), base_url=base_url, headers=headers)
+    client, model = await connect(
+        provider, required_key(provider), base_url=base_url, headers=headers
+    )
     try:
         yield model
     finally:
@@ -166,5 +188,7 @@ __all__ = [
     "claude",
     "connect",
     "model_for",
+    "offline_line",
     "provider_for",
+    "required_key",
 ]

@@ -8,14 +8,11 @@ the screen or the window title) and bidirectional overrides, shown here as ``\\x
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import sqlite3
 from collections.abc import Callable, Iterable
 from math import floor
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -23,10 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from segue import effects as fx
-from segue.cli._app import CliError
-from segue.executor.errors import ConversationNotFoundError
 from segue.executor.runtime import Runtime
-from segue.executor.stores.sqlite import SqliteStore
 from segue.statemachine import ConversationState
 
 _UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
@@ -69,6 +63,10 @@ def percent(tokens: int, window: int, decimals: int = 0) -> float:
     return floor(100 * scale * tokens / window) / scale if window else 0.0
 
 
+METER_TEXT = 54
+"""Characters of a meter's line besides its bar (label, figures, phase)."""
+
+
 def meter(out: Console, label: str, state: ConversationState) -> None:
     """Tokens / window, percent, phase; ``~`` marks an estimate (no usage reported yet)."""
     window, config, measured = state.context_window, state.config, state.context_tokens
@@ -76,8 +74,9 @@ def meter(out: Console, label: str, state: ConversationState) -> None:
     style = "green" if tokens < config.warning_tokens else "yellow"
     style = "red" if tokens >= config.continuation_tokens else style
     full, empty = ("█", "░") if out.encoding.lower().startswith("utf") else ("#", ".")
-    filled = min(30, round(30 * tokens / window))
-    line = Text(f"{label:<8} ").append(full * filled, style).append(empty * (30 - filled), "dim")
+    bar = max(10, min(30, out.width - METER_TEXT))  # the whole line fits the terminal
+    filled = min(bar, round(bar * tokens / window))
+    line = Text(f"{label:<8} ").append(full * filled, style).append(empty * (bar - filled), "dim")
     line.append(f" {'' if measured is not None else '~'}{tokens:>6,} / {window:,}  ")
     line.append(f"{percent(tokens, window, 1):5.1f}%", style).append(f"  {state.phase.kind}")
     out.print(line, soft_wrap=True)
@@ -148,48 +147,3 @@ async def last_text(runtime: Runtime, cid: str, kind: str = "assistant") -> str:
     """The text of the conversation's latest message of ``kind``."""
     messages = await runtime.messages(cid)
     return next((m.text for m in reversed(messages) if m.kind == kind and m.text), "")
-
-
-def existing_store(db: Path, *, read_only: bool) -> SqliteStore:
-    """A store on ``db`` only if the file exists and is a segue store: inspecting never creates
-    a database, ``read_only`` opens it in SQLite's read-only mode (nothing is ever written to
-    it), and a command that writes (pause, resume) never adds segue's tables to a file that is
-    some other program's."""
-    if not db.is_file():
-        msg = (
-            f"no database at {db} (set --db or $SEGUE_DB): `segue demo --db {db}` makes one to "
-            "keep, and `segue serve` and `segue chat` write one as they run"
-        )
-        raise CliError(msg, 2)
-    if not read_only and not is_segue_store(db):
-        raise CliError(f"{db} is not a segue store", 1)
-    return SqliteStore(db, read_only=read_only)
-
-
-def is_segue_store(db: Path) -> bool:
-    """Whether ``db`` holds segue's schema (any version: a writer upgrades an older one), read
-    without writing to it."""
-    uri = f"{db.resolve().as_uri()}?mode=ro"
-    try:
-        with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
-            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
-    except sqlite3.DatabaseError:
-        return False
-    return version > 0 and {"conversations", "messages", "transitions"} <= tables
-
-
-async def resolve(store: SqliteStore, given: str) -> str:
-    """The conversation id ``given`` names: the id itself, or a prefix of exactly one."""
-    listed = await store.list_conversations()
-    ids = [c.state.id for c in listed]
-    if given in ids:
-        return given
-    matches = [cid for cid in ids if given and cid.startswith(given)]
-    if len(matches) == 1:
-        return matches[0]
-    if not matches:
-        raise ConversationNotFoundError(f"no conversation {printable(given)!r} in this store")
-    shown = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
-    msg = f"{printable(given)!r} is the start of {len(matches)} conversations ({shown})"
-    raise CliError(f"{msg}: give more of the id", 2)

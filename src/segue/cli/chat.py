@@ -1,20 +1,17 @@
-"""``segue chat``: a conversation with Claude, one stdin line per message, with slash commands
-for what a chat UI's buttons do (continue now, pause, resume, status, a new conversation).
+"""``segue chat``: a conversation with Claude or an OpenAI model (offline with the scripted model
+when there is no key), one stdin line per message, with slash commands for what a chat UI's
+buttons do (continue now, pause, resume, status, a new conversation).
 
 A conversation is stored with its first message, not before (quitting an empty chat leaves
 nothing behind). A line starting with ``/`` is a command, never sent to the model; ``//`` sends
-a line that starts with a slash. Input that is not UTF-8 is refused with a line.
+a line that starts with a slash. Input that is not UTF-8 is refused with a line. A turn that
+Ctrl-C interrupted is finished by the next run, which prints its reply.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import os
-import signal
-import sys
-import threading
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Final
@@ -31,29 +28,46 @@ from segue.cli._app import (
     CliError,
     DbOption,
     HeaderOption,
+    MaxAttemptsOption,
+    MaxContinuationsOption,
+    MaxToolRoundsOption,
+    RepoOption,
+    RetryBaseDelayOption,
+    RetryMaxDelayOption,
     app,
     fail,
     headers_of,
+    limits_of,
     run,
+    whole_number,
 )
-from segue.cli._models import DEFAULT_MODELS, Provider, api_key, connect, provider_for
-from segue.cli._output import (
-    console,
-    existing_store,
-    last_text,
-    meter,
-    narrate,
-    printable,
-    resolve,
-    say,
+from segue.cli._models import (
+    DEFAULT_MODELS,
+    Provider,
+    api_key,
+    connect,
+    offline_line,
+    provider_for,
 )
+from segue.cli._offline import OfflineModel
+from segue.cli._output import console, last_text, meter, narrate, printable, say
+from segue.cli._stores import DatabaseUrlOption, StoreAt, existing_store, resolve, writable_store
+from segue.cli._terminal import StdinLines, interruptible
 from segue.cli.inspection import print_status
-from segue.executor.errors import ConversationExhaustedError, MessageRejectedError, SegueError
+from segue.executor.errors import (
+    ConversationExhaustedError,
+    MessageRejectedError,
+    NotPausedError,
+    SegueError,
+)
 from segue.executor.inputs import failure_of
+from segue.executor.model_port import LlmModel
 from segue.executor.runtime import Runtime
-from segue.executor.stores.sqlite import SqliteStore
+from segue.executor.snapshots import git_context
+from segue.executor.store_port import Store
 from segue.statemachine import ContextExhaustionBehavior as Behavior
 from segue.statemachine import ConversationState, continues_in_new
+from segue.statemachine.options import ConversationOptions
 
 NEW_HINT: Final = "type /new to continue in a new conversation seeded with its summary"
 HELP: Final = """commands:
@@ -71,6 +85,24 @@ HELP: Final = """commands:
   //text             send a message that starts with a slash"""
 
 
+_REFUSED_HINTS: Final = {
+    "paused": "type /resume to carry on in a new session",
+    "failed": "type /new to continue in a new conversation",
+    "busy": "wait for the turn to end and send again",
+    "too_large": "shorten it, or split it into several messages",
+}
+
+
+def refusal(error: ConversationExhaustedError | MessageRejectedError, cid: str) -> str:
+    """Why a message was not sent, and what to type: the chat's own words, never the
+    library's (whose messages name Python calls)."""
+    if isinstance(error, ConversationExhaustedError):
+        return f"conversation {cid} is read-only (its context window is full): {NEW_HINT}"
+    hint = _REFUSED_HINTS.get(error.cause)
+    said = f"not sent: {error.reason.rstrip('.')}"
+    return f"{said}; {hint}" if hint else said
+
+
 @dataclass(slots=True, kw_only=True)
 class _Chat:
     """The loop's state: the runtime, what a new conversation is created with, the current
@@ -78,10 +110,8 @@ class _Chat:
 
     runtime: Runtime
     out: Console
-    db: Path
-    model: str
-    behavior: Behavior
-    context_window: int | None
+    where: StoreAt
+    options: ConversationOptions
     state: ConversationState | None = None
     refused: bool = field(default=False)
 
@@ -92,18 +122,14 @@ class _Chat:
 
     async def message(self, text: str, *, pinned: bool = False) -> None:
         if self.state is None:
-            self.state = await self.runtime.create_conversation(
-                model=self.model, behavior=self.behavior, context_window=self.context_window
-            )
-            say(self.out, f"conversation {self.state.id} ({self.model}, {self.behavior.name})")
+            self.state = await self.runtime.create_conversation(self.options)
+            model, behavior = self.options.model, self.options.behavior.name
+            say(self.out, f"conversation {self.state.id} ({model}, {behavior})")
         cid = self.state.id
         try:
             self.state = await self.runtime.send(cid, text, pinned=pinned)
         except (ConversationExhaustedError, MessageRejectedError) as error:
-            exhausted = isinstance(error, ConversationExhaustedError)
-            paused = isinstance(error, MessageRejectedError) and error.cause == "paused"
-            hint = f" Hint: {NEW_HINT}." if exhausted else " Hint: type /resume." if paused else ""
-            typer.echo(f"error: {printable(str(error))}{hint}", err=True)
+            typer.echo(f"error: {printable(refusal(error, cid))}", err=True)
             self.refused = True
             return
         if (failure := failure_of(self.state)) is not None:
@@ -205,118 +231,24 @@ class _Chat:
 
     async def _resume(self) -> None:
         state = self._current()
-        if state.phase.kind != "paused":
-            say(self.out, f"not paused: the conversation is {state.phase.kind}")
+        try:
+            self.state = await self.runtime.resume(state.id)
+        except NotPausedError as error:
+            say(self.out, f"not resumed: {error}")
             return
-        self.state = await self.runtime.resume(state.id)
         self.out.print(Text(printable(await last_text(self.runtime, self.state.id))))
         await self._after_turn()
-
-
-class _Lines:
-    """Stdin's lines for the event loop, each read when asked for by a daemon thread.
-
-    Not ``asyncio.to_thread``: its worker is joined when the loop and the interpreter shut
-    down, so a Ctrl-C at the prompt waited for Enter while that worker sat in ``readline``. A
-    daemon thread is left behind instead, and the process ends at once. It reads the file
-    descriptor itself (``os.read``), never ``sys.stdin``'s buffer, whose lock a daemon thread
-    must not hold while the interpreter shuts down."""
-
-    def __init__(self, out: Console) -> None:
-        self._out = out
-        self._loop = asyncio.get_running_loop()
-        self._lines: asyncio.Queue[str | bytes | None] = asyncio.Queue()
-        self._wanted = threading.Semaphore(0)
-        try:
-            self._fd: int | None = sys.stdin.fileno()
-        except (AttributeError, OSError, ValueError):  # no descriptor (a test's stdin)
-            self._fd = None
-        thread = threading.Thread(target=self._read, name="segue-chat-stdin", daemon=True)
-        thread.start()
-
-    def _raw_lines(self) -> Iterator[bytes]:
-        """Stdin's lines as bytes, each with its newline (the last one may have none)."""
-        if self._fd is None:
-            yield from iter(sys.stdin.buffer.readline, b"")
-            return
-        pending = b""
-        while chunk := os.read(self._fd, 65536):
-            pending += chunk
-            while (end := pending.find(b"\n")) >= 0:
-                yield pending[: end + 1]
-                pending = pending[end + 1 :]
-        if pending:
-            yield pending
-
-    def _read(self) -> None:
-        raw_lines = self._raw_lines()
-        while True:
-            self._wanted.acquire()
-            raw = next(raw_lines, b"")
-            line: str | bytes | None
-            try:
-                line = raw.decode("utf-8") if raw else None
-            except UnicodeDecodeError:
-                line = raw
-            try:
-                self._loop.call_soon_threadsafe(self._lines.put_nowait, line)
-            except RuntimeError:  # the chat is over and its loop closed
-                return
-            if line is None:
-                return
-
-    async def next(self) -> str | bytes | None:
-        """The next line (None at the end of input), as text, or bytes if it is not UTF-8."""
-        if sys.stdin.isatty():
-            self._out.print("you> ", end="")
-        self._wanted.release()
-        return await self._lines.get()
-
-
-@contextlib.contextmanager
-def _interruptible() -> Iterator[None]:
-    """Ctrl-C ends the chat at once, from the prompt or mid-turn (what the turn left pending is
-    finished by the next run, as after any stop); a second Ctrl-C while it closes (the store
-    waiting on a lock, say) ends the process there and then."""
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    interrupts = 0
-
-    def on_interrupt() -> None:
-        nonlocal interrupts
-        interrupts += 1
-        if interrupts > 1:
-            os.write(2, b"\nstopped at once\n")
-            os._exit(130)
-        typer.echo("\nstopping (Ctrl-C again stops at once)", err=True)
-        if task is not None:
-            task.cancel()
-
-    try:
-        loop.add_signal_handler(signal.SIGINT, on_interrupt)
-    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or Windows
-        yield
-        return
-    try:
-        yield
-    except asyncio.CancelledError:
-        if interrupts:
-            raise KeyboardInterrupt from None  # ``run`` says "interrupted", exit 130
-        raise
-    finally:
-        loop.remove_signal_handler(signal.SIGINT)
 
 
 async def _converse(chat: _Chat) -> int:
     """The read-send-print loop: 1 if the last message was refused, else 0."""
     out = chat.out
-    narrate(chat.runtime, out)
     if chat.state is not None:
         state = chat.state
-        say(out, f"conversation {state.id} ({state.model}, {state.behavior.name}); db {chat.db}")
+        say(out, f"conversation {state.id} ({state.model}, {state.behavior.name}); {chat.where}")
         meter(out, "context", state)
     say(out, "type a message; /help lists the commands; /quit ends; Ctrl-C stops")
-    lines = _Lines(out)
+    lines = StdinLines(out)
     while (line := await lines.next()) is not None:
         if isinstance(line, bytes):
             typer.echo("error: that line is not valid UTF-8; nothing was sent", err=True)
@@ -333,47 +265,76 @@ async def _converse(chat: _Chat) -> int:
 
 
 async def _interruptibly(chatting: Awaitable[int]) -> int:
-    with _interruptible():  # around the closing too: a second Ctrl-C ends a close that hangs
+    with interruptible():  # around the closing too: a second Ctrl-C ends a close that hangs
         return await chatting
 
 
-async def _chatting(
-    *,
-    provider: Provider,
-    key: str,
-    model: str,
-    behavior: Behavior,
-    base_url: str | None,
-    headers: dict[str, str],
-    context_window: int | None,
-    db: Path,
-    resume: str | None,
-) -> int:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChatOptions:
+    """What ``segue chat`` was told, as parsed."""
+
+    provider: Provider
+    key: str | None
+    """The provider's key; None: offline, the scripted model answers."""
+    options: ConversationOptions
+    """What a new conversation is created with."""
+    base_url: str | None
+    headers: dict[str, str]
+    where: StoreAt
+    resume: str | None
+    repo: Path | None
+
+
+async def _finish_interrupted(runtime: Runtime, out: Console, interrupted: list[str]) -> None:
+    """Print the reply of each turn a stop interrupted (Ctrl-C, a crash) that entering the
+    runtime has just finished."""
+    for cid in interrupted:
+        state = await runtime.state(cid)
+        say(out, f"finished the turn interrupted in conversation {cid}:", "bold")
+        if (failure := failure_of(state)) is not None:
+            say(out, f"  it failed ({failure.error_kind.value}): {failure.message}")
+        else:
+            out.print(Text(printable(await last_text(runtime, cid))))
+        meter(out, "context", state)
+
+
+async def _chatting(asked: ChatOptions, out: Console) -> int:
     async with contextlib.AsyncExitStack() as stack:
         state = None
-        if resume is not None:
-            store = existing_store(db, read_only=False)
+        store: Store
+        if asked.resume is not None:
+            store = existing_store(asked.where, read_only=False)
             stack.push_async_callback(store.close)
-            state = (await store.load(await resolve(store, resume))).state
-            model = state.model
+            state = (await store.load(await resolve(store, asked.resume))).state
         else:
-            store = SqliteStore(db)  # created with the first message's conversation
+            store = writable_store(asked.where)  # created with the first message's conversation
             stack.push_async_callback(store.close)
-        check = None if context_window is not None else model  # no models endpoint needed
-        client, llm = await connect(
-            provider, key, base_url=base_url, headers=headers, check_model=check
+        interrupted = await store.with_pending()
+        llm: LlmModel
+        if asked.key is None:
+            llm = OfflineModel()
+            say(out, offline_line(asked.provider, asked.base_url))
+        else:
+            options = asked.options
+            check = None if options.context_window is not None else options.model
+            client, llm = await connect(
+                asked.provider,
+                asked.key,
+                base_url=asked.base_url,
+                headers=asked.headers,
+                check_model=check if state is None else state.model,
+            )
+            stack.push_async_callback(client.close)
+        runtime = Runtime(
+            store=store, llm=llm, snapshot_context=git_context(asked.repo or Path.cwd())
         )
-        stack.push_async_callback(client.close)
-        runtime = await stack.enter_async_context(Runtime(store=store, llm=llm))
-        chat = _Chat(
-            runtime=runtime,
-            out=console(),
-            db=db,
-            model=model,
-            behavior=behavior,
-            context_window=context_window,
-            state=state,
-        )
+        narrate(runtime, out)
+        await stack.enter_async_context(runtime)  # finishes what a stop left pending
+        await _finish_interrupted(runtime, out, interrupted)
+        if state is not None:
+            state = await runtime.state(state.id)
+        chat = _Chat(runtime=runtime, out=out, where=asked.where, options=asked.options)
+        chat.state = state
         return await _converse(chat)
 
 
@@ -389,36 +350,57 @@ def chat(
     behavior: BehaviorOption = Behavior.THRESHOLD_BASED_CONTINUATION,
     base_url: BaseUrlOption = None,
     db: DbOption = Path("segue.db"),
+    database_url: DatabaseUrlOption = None,
     conversation: Annotated[
         str | None, typer.Option(help="Continue this stored conversation (id or its start).")
     ] = None,
     context_window: Annotated[
         int | None,
         typer.Option(
-            min=MIN_WINDOW,
+            parser=whole_number(MIN_WINDOW),
+            metavar="N",
             help="The model's window in tokens, for a server that cannot say it "
             "(default: asked from the API).",
         ),
     ] = None,
     header: HeaderOption = None,
+    repo: RepoOption = None,
+    max_continuations: MaxContinuationsOption = None,
+    max_attempts: MaxAttemptsOption = None,
+    max_tool_rounds: MaxToolRoundsOption = None,
+    retry_base_delay: RetryBaseDelayOption = None,
+    retry_max_delay: RetryMaxDelayOption = None,
 ) -> None:
     """Chat with Claude (ANTHROPIC_API_KEY) or an OpenAI model (OPENAI_API_KEY), one stdin line
-    per message; /help for commands."""
-    headers = headers_of(header)
+    per message; without the key, offline with the scripted model. /help for commands.
+    \f
+    Fifteen parameters, over the bound of ten, and as many declarations, over sixty lines,
+    because typer makes each option of a command a parameter of its function and has no way to
+    group them; they become one ``ChatOptions`` here, which the work takes.
+    """
     try:
         chosen = provider_for(provider, model)
-        key = api_key(chosen)
     except CliError as error:
         fail(error.message, error.code)
-    chatting = _chatting(
-        provider=chosen,
-        key=key,
-        model=model or DEFAULT_MODELS[chosen],
-        behavior=behavior,
-        base_url=base_url,
-        headers=headers,
-        context_window=context_window,
-        db=db,
-        resume=conversation,
+    limits = limits_of(
+        max_continuations, max_attempts, max_tool_rounds, retry_base_delay, retry_max_delay
     )
-    raise typer.Exit(run(_interruptibly(chatting)))
+    options = ConversationOptions.model_validate(
+        {
+            "model": model or DEFAULT_MODELS[chosen],
+            "behavior": behavior,
+            "context_window": context_window,
+            **limits,
+        }
+    )
+    asked = ChatOptions(
+        provider=chosen,
+        key=api_key(chosen),
+        options=options,
+        base_url=base_url,
+        headers=headers_of(header),
+        where=StoreAt(db, database_url),
+        resume=conversation,
+        repo=repo,
+    )
+    raise typer.Exit(run(_interruptibly(_chatting(asked, console()))))

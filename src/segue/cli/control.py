@@ -13,18 +13,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Final
 
 import typer
 
-from segue.cli._app import BaseUrlOption, CliError, DbOption, HeaderOption, app, headers_of, run
+from segue.cli._app import (
+    BaseUrlOption,
+    CliError,
+    DbOption,
+    HeaderOption,
+    RepoOption,
+    app,
+    headers_of,
+    run,
+    seconds,
+)
 from segue.cli._models import model_for
-from segue.cli._output import clip, console, existing_store, last_text, meter, narrate, resolve, say
+from segue.cli._output import clip, console, last_text, meter, narrate, say
+from segue.cli._stores import DatabaseUrlOption, StoreAt, existing_store, resolve
 from segue.cli.inspection import IdArgument
 from segue.executor.claims import live_holder
+from segue.executor.model_port import LlmModel
 from segue.executor.runtime import Runtime
-from segue.executor.store_port import StoredConversation
+from segue.executor.snapshots import git_context
+from segue.executor.store_port import Store, StoredConversation
 from segue.statemachine import WAITING_PHASES, ConversationState
 
 OfflineOption = Annotated[
@@ -84,19 +98,46 @@ async def _paused(
     return (await runtime.store.load(cid)).state
 
 
-async def _pause(
-    given: str,
-    db: Path,
-    *,
-    reason: str,
-    offline: bool,
-    base_url: str | None,
-    headers: dict[str, str],
-    wait_at_most: float | None,
-) -> int:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reach:
+    """Where a command finds the conversation and its model: the store, the git repository
+    whose state a pause records, and how the model is reached."""
+
+    where: StoreAt
+    repo: Path | None
+    offline: bool
+    base_url: str | None
+    headers: dict[str, str]
+
+    @classmethod
+    def of(
+        cls,
+        db: Path,
+        database_url: str | None,
+        repo: Path | None,
+        offline: bool,
+        base_url: str | None,
+        header: list[str] | None,
+    ) -> Reach:
+        """What a command's options say (``NAME:VALUE`` headers read, or a usage error)."""
+        return cls(
+            where=StoreAt(db, database_url),
+            repo=repo,
+            offline=offline,
+            base_url=base_url,
+            headers=headers_of(header),
+        )
+
+    def runtime(self, store: Store, llm: LlmModel) -> Runtime:
+        """A runtime over ``store`` (not entered: it recovers no one else's work)."""
+        context = git_context(self.repo or Path.cwd())
+        return Runtime(store=store, llm=llm, snapshot_context=context)
+
+
+async def _pause(given: str, reach: Reach, *, reason: str, wait_at_most: float | None) -> int:
     out = console()
     async with contextlib.AsyncExitStack() as stack:
-        store = existing_store(db, read_only=False)
+        store = existing_store(reach.where, read_only=False)
         stack.push_async_callback(store.close)
         cid = await resolve(store, given)
         stored = await store.load(cid)
@@ -110,9 +151,11 @@ async def _pause(
                 message = f"conversation {cid} is {phase}: only a live conversation pauses"
                 raise CliError(message, 1)
         llm = await stack.enter_async_context(
-            model_for(stored.state, offline=offline, base_url=base_url, headers=headers)
+            model_for(
+                stored.state, offline=reach.offline, base_url=reach.base_url, headers=reach.headers
+            )
         )
-        runtime = Runtime(store=store, llm=llm)  # not entered: recovers no one else's work
+        runtime = reach.runtime(store, llm)
         stack.push_async_callback(runtime.close)
         narrate(runtime, out)
         if owner is not None:
@@ -141,7 +184,7 @@ def pause(
     timeout: Annotated[
         float | None,
         typer.Option(
-            min=0,
+            parser=seconds(24 * 3_600),
             metavar="SECONDS",
             help="Seconds to wait for another process's turn to reach its boundary (default: "
             f"as long as it takes); exit {NOT_YET_TAKEN} if the pause is requested but not "
@@ -149,50 +192,36 @@ def pause(
         ),
     ] = None,
     db: DbOption = Path("segue.db"),
+    database_url: DatabaseUrlOption = None,
     offline: OfflineOption = False,
     base_url: BaseUrlOption = None,
     header: HeaderOption = None,
+    repo: RepoOption = None,
 ) -> None:
-    """Pause a conversation: the model writes a checkpoint, kept as a snapshot. One whose turn
-    another process runs is paused by that process at the turn's next boundary."""
-    headers = headers_of(header)
-    pausing = _pause(
-        conversation_id,
-        db,
-        reason=reason,
-        offline=offline,
-        base_url=base_url,
-        headers=headers,
-        wait_at_most=timeout,
-    )
-    raise typer.Exit(run(pausing))
+    """Pause a conversation: the model writes a checkpoint, kept as a snapshot (with the git
+    state of the repository). One whose turn another process runs is paused by that process
+    at the turn's next boundary."""
+    reach = Reach.of(db, database_url, repo, offline, base_url, header)
+    raise typer.Exit(run(_pause(conversation_id, reach, reason=reason, wait_at_most=timeout)))
 
 
-async def _resume(
-    given: str,
-    db: Path,
-    *,
-    prompt: str | None,
-    offline: bool,
-    base_url: str | None,
-    headers: dict[str, str],
-) -> None:
+async def _resume(given: str, reach: Reach, *, prompt: str | None) -> None:
     out = console()
     async with contextlib.AsyncExitStack() as stack:
-        store = existing_store(db, read_only=False)
+        store = existing_store(reach.where, read_only=False)
         stack.push_async_callback(store.close)
         cid = await resolve(store, given)
         stored = await store.load(cid)
-        if stored.state.phase.kind != "paused":
-            raise CliError(f"conversation {cid} is {stored.state.phase.kind}, not paused", 1)
         _must_be_still(stored)
         llm = await stack.enter_async_context(
-            model_for(stored.state, offline=offline, base_url=base_url, headers=headers)
+            model_for(
+                stored.state, offline=reach.offline, base_url=reach.base_url, headers=reach.headers
+            )
         )
-        runtime = Runtime(store=store, llm=llm)
+        runtime = reach.runtime(store, llm)
         stack.push_async_callback(runtime.close)
         narrate(runtime, out)
-        state = await runtime.resume(cid, prompt)
+        state = await runtime.resume(cid, prompt)  # NotPausedError: one line, exit 1
         say(out, f"resumed {cid} in session {state.session}", "bold")
         say(out, f"assistant: {clip(await last_text(runtime, cid), 300)}")
         meter(out, "context", state)
@@ -205,14 +234,18 @@ def resume(
         str | None, typer.Option(help="The new session's first message (default: carry on).")
     ] = None,
     db: DbOption = Path("segue.db"),
+    database_url: DatabaseUrlOption = None,
     offline: OfflineOption = False,
     base_url: BaseUrlOption = None,
     header: HeaderOption = None,
+    repo: RepoOption = None,
 ) -> None:
-    """Resume a paused conversation in a new session, from its snapshot."""
-    headers = headers_of(header)
+    """Resume a paused conversation in a new session, from its snapshot (the resume context
+    says whether the repository's HEAD moved since)."""
     run(
         _resume(
-            conversation_id, db, prompt=prompt, offline=offline, base_url=base_url, headers=headers
+            conversation_id,
+            Reach.of(db, database_url, repo, offline, base_url, header),
+            prompt=prompt,
         )
     )

@@ -1,8 +1,10 @@
 """``segue list``, ``show`` and ``status``: a store inspected, never written.
 
-The file is opened in SQLite's read-only mode, so inspecting cannot add tables to some other
-SQLite file or turn an empty file into a store; a conversation is named by its id or any prefix
-that matches only it. ``--json`` prints the same views the REST API serves.
+A SQLite file is opened in SQLite's read-only mode, so inspecting cannot add tables to some
+other SQLite file or turn an empty file into a store; a PostgreSQL database (``--database-url``)
+must hold segue's tables already. A conversation is named by its id or any prefix that matches
+only it. Tables fit the terminal (``_tables``); ``--json`` prints the same views the REST API
+serves (``segue.views``, ``docs/views.md``).
 """
 
 from __future__ import annotations
@@ -15,28 +17,22 @@ import typer
 from rich.console import Console
 
 from segue.cli._app import DbOption, JsonOption, app, run
-from segue.cli._output import (
-    clip,
-    console,
-    existing_store,
-    meter,
-    percent,
-    print_json,
-    resolve,
-    say,
-    table,
-)
+from segue.cli._output import clip, console, meter, percent, print_json, say
+from segue.cli._stores import DatabaseUrlOption, StoreAt, existing_store, resolve
+from segue.cli._tables import Column, fitted
 from segue.executor.chains import lineage, usage_report
 from segue.executor.inputs import failure_of
-from segue.executor.store_port import StoredConversation, TransitionRecord
+from segue.executor.store_port import Store, StoredConversation, TransitionRecord
 from segue.statemachine import ConversationState, Message
 from segue.statemachine.checkpoint import SessionSnapshot
-from segue.views import ConversationView, LinkView, MessageView, SnapshotView
+from segue.views import ConversationView, LinkView, MessageView, SnapshotView, title_of
 
 IdArgument = Annotated[
     str, typer.Argument(help="Conversation id, or the start of one (see `segue list`).")
 ]
 FullOption = Annotated[bool, typer.Option("--full", help="Whole texts, not one clipped line.")]
+SHORT_ID = 8
+"""Characters of an id a narrow table shows (any unique start names a conversation)."""
 
 
 def occupancy(state: ConversationState) -> str:
@@ -55,72 +51,129 @@ def when(timestamp: float | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def plural(count: int, noun: str) -> str:
+    """``1 request``, ``2 requests``."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+async def _titled(store: Store, stored: StoredConversation) -> dict[str, Any]:
+    """The conversation's view as the API shows it, its title read from its messages."""
+    title = title_of(await store.messages(stored.state.id))
+    return ConversationView.of(stored.state, stored, title=title).model_dump(mode="json")
+
+
 # --------------------------------------------------------------------------- list
 
 
-async def _list(db: Path, as_json: bool) -> None:
-    store = existing_store(db, read_only=True)
+LIST_COLUMNS = (
+    Column("id", need=10),
+    Column("title", need=9, wraps=True),
+    Column("phase", need=8),
+    Column("used", need=7),
+    Column("created (UTC)", need=6),
+    Column("model", need=4),
+    Column("behavior", need=3),
+    Column("parent", need=2),
+    Column("child", need=1),
+)
+
+
+async def _list(where: StoreAt, as_json: bool) -> None:
+    store = existing_store(where, read_only=True)
     try:
         conversations = (await store.list_conversations())[::-1]  # newest first
+        views = [await _titled(store, c) for c in conversations]
     finally:
         await store.close()
     if as_json:
-        print_json([_view(c) for c in conversations])
+        print_json(views)
         return
+    out = console()
+    whole_ids = out.width >= 150
     rows = [
         (
-            c.state.id,
-            c.state.model,
-            c.state.behavior.value,
-            c.state.phase.kind,
-            occupancy(c.state),
-            c.state.parent_id,
-            c.child_id,
+            _id(view["id"], whole_ids),
+            view["title"] or "(no message yet)",
+            view["phase"],
+            _used(c.state),
+            when(c.created_at).removesuffix(" UTC")[:16],
+            view["model"],
+            view["behavior"],
+            _id(view["parent_id"], whole_ids),
+            _id(view["child_id"], whole_ids),
         )
-        for c in conversations
+        for c, view in zip(conversations, views, strict=True)
     ]
-    columns = "id|model|behavior|phase|tokens / window|parent|child"
-    console().print(table(f"conversations in {db}", columns, rows))
+    out.print(fitted(f"conversations in {where}", LIST_COLUMNS, rows, out.width))
 
 
-def _view(stored: StoredConversation) -> dict[str, Any]:
-    return ConversationView.of(stored.state, stored).model_dump(mode="json")
+def _id(cid: str | None, whole: bool) -> str | None:
+    return cid if cid is None or whole else cid[:SHORT_ID]
+
+
+def _used(state: ConversationState) -> str:
+    """How full, in few characters: ``88% of 3,000``, or ``- of 3,000`` before any usage."""
+    tokens, window = state.context_tokens, state.context_window
+    shown = "-" if tokens is None else f"{percent(tokens, window):.0f}%"
+    return f"{shown} of {window:,}"
 
 
 @app.command("list")
-def list_(db: DbOption = Path("segue.db"), as_json: JsonOption = False) -> None:
+def list_(
+    db: DbOption = Path("segue.db"),
+    database_url: DatabaseUrlOption = None,
+    as_json: JsonOption = False,
+) -> None:
     """List the conversations in a store, newest first."""
-    run(_list(db, as_json))
+    run(_list(StoreAt(db, database_url), as_json))
 
 
 # --------------------------------------------------------------------------- show
 
 
-async def _show(given: str, db: Path, full: bool, as_json: bool) -> None:
-    store = existing_store(db, read_only=True)
+MESSAGE_COLUMNS = (
+    Column("seq", need=9),
+    Column("kind", need=8),
+    Column("s/g", need=4),
+    Column("text", need=9, wraps=True),
+)
+TRANSITION_COLUMNS = (
+    Column("seq", need=9),
+    Column("event", need=8),
+    Column("from -> to", need=7),
+    Column("tokens", need=6),
+    Column("effects", need=4, wraps=True),
+    Column("reason", need=3, wraps=True),
+)
+
+
+async def _show(given: str, where: StoreAt, full: bool, as_json: bool) -> None:
+    store = existing_store(where, read_only=True)
     try:
         cid = await resolve(store, given)
         stored = await store.load(cid)
         messages, log = await store.messages(cid), await store.transitions(cid)
     finally:
         await store.close()
+    view = ConversationView.of(stored.state, stored, title=title_of(messages))
     if as_json:
         print_json(
             {
-                "conversation": _view(stored),
+                "conversation": view.model_dump(mode="json"),
                 "messages": [MessageView.of(m).model_dump(mode="json") for m in messages],
                 "transitions": [_record(r) for r in log],
             }
         )
         return
     state, out = stored.state, console()
-    say(out, f"{cid}: {state.model}, {state.behavior.value}, {state.phase.kind}", "bold")
+    say(out, f"{cid}: {view.title or '(no message yet)'}", "bold")
+    say(out, f"{state.model}, {state.behavior.value}, {state.phase.kind}")
     family = f"parent {state.parent_id or '-'}; child {stored.child_id or '-'}"
     say(out, f"tokens {occupancy(state)}; {family}")
     rows = [(m.seq, *_cells(m.message, full)) for m in messages]
-    out.print(table("messages", "seq|kind|s/g|text", rows))
+    out.print(fitted("messages", MESSAGE_COLUMNS, rows, out.width))
     entries = [(r.seq, r.event_kind, *_moves(r)) for r in log]
-    out.print(table("transitions", "seq|event|from -> to|tokens|reason|effects", entries))
+    out.print(fitted("transitions", TRANSITION_COLUMNS, entries, out.width))
 
 
 def _record(record: TransitionRecord) -> dict[str, Any]:
@@ -149,7 +202,7 @@ def _cells(message: Message, full: bool) -> tuple[str, str, str]:
 
 def _moves(record: TransitionRecord) -> tuple[object, ...]:
     phases = f"{record.from_phase} -> {record.to_phase}"
-    return phases, record.context_tokens, record.reason, ", ".join(record.effect_kinds)
+    return phases, record.context_tokens, ", ".join(record.effect_kinds), record.reason
 
 
 def ran_for(seconds: float | None) -> str:
@@ -169,30 +222,33 @@ def ran_for(seconds: float | None) -> str:
 def show(
     conversation_id: IdArgument,
     db: DbOption = Path("segue.db"),
+    database_url: DatabaseUrlOption = None,
     full: FullOption = False,
     as_json: JsonOption = False,
 ) -> None:
     """Show a conversation's messages and its transition log."""
-    run(_show(conversation_id, db, full, as_json))
+    run(_show(conversation_id, StoreAt(db, database_url), full, as_json))
 
 
 # --------------------------------------------------------------------------- status
 
 
-async def _status(given: str, db: Path, full: bool, as_json: bool) -> None:
-    store = existing_store(db, read_only=True)
+async def _status(given: str, where: StoreAt, full: bool, as_json: bool) -> None:
+    store = existing_store(where, read_only=True)
     try:
         cid = await resolve(store, given)
         stored = await store.load(cid)
         snapshots = await store.snapshots(cid)
         chain = await lineage(store, cid)
-        report = usage_report(await store.messages(cid))
+        messages = await store.messages(cid)
     finally:
         await store.close()
+    report = usage_report(messages)
     if as_json:
+        view = ConversationView.of(stored.state, stored, title=title_of(messages))
         print_json(
             {
-                "conversation": _view(stored),
+                "conversation": view.model_dump(mode="json"),
                 "snapshots": [SnapshotView.of(s).model_dump(mode="json") for s in snapshots],
                 "lineage": [LinkView.of(link).model_dump(mode="json") for link in chain],
                 "usage": {
@@ -208,9 +264,19 @@ async def _status(given: str, db: Path, full: bool, as_json: bool) -> None:
     total = report.total
     say(
         out,
-        f"usage: {report.requests} requests, {total.input_tokens:,} input and "
+        f"usage: {plural(report.requests, 'request')}, {total.input_tokens:,} input and "
         f"{total.output_tokens:,} output tokens",
     )
+
+
+SNAPSHOT_COLUMNS = (
+    Column("version", need=9),
+    Column("why", need=8, wraps=True),
+    Column("tokens / window", need=7),
+    Column("when (UTC)", need=6),
+    Column("session", need=5),
+    Column("ran for", need=4),
+)
 
 
 def print_status(
@@ -233,6 +299,8 @@ def print_status(
     summary = getattr(phase, "summary", None)
     if isinstance(summary, str):
         say(out, f"summary: {summary if full else clip(summary, 200)}")
+    bound = state.config.max_continuations
+    say(out, f"continuations: {state.continuations} of at most {bound}; session {state.session}")
     say(out, f"parent {state.parent_id or '-'}; child {stored.child_id or '-'}")
     if len(chain) > 1:
         links = " -> ".join(
@@ -243,16 +311,15 @@ def print_status(
         rows = [
             (
                 s.version,
-                when(s.created_at),
                 f"{s.trigger}: {s.reason}" if s.reason else s.trigger,
+                f"{s.context_tokens or 0:,} / {s.context_window:,}",
+                when(s.created_at).removesuffix(" UTC"),
                 s.session,
                 ran_for(s.session_seconds),
-                f"{s.context_tokens or 0:,} / {s.context_window:,}",
             )
             for s in snapshots
         ]
-        columns = "version|when|why|session|ran for|tokens / window"
-        out.print(table("snapshots", columns, rows))
+        out.print(fitted("snapshots", SNAPSHOT_COLUMNS, rows, out.width))
     else:
         say(out, "snapshots: none")
 
@@ -261,11 +328,13 @@ def print_status(
 def status(
     conversation_id: IdArgument,
     db: DbOption = Path("segue.db"),
+    database_url: DatabaseUrlOption = None,
     full: FullOption = False,
     as_json: JsonOption = False,
 ) -> None:
-    """A conversation at a glance: phase, meter, snapshots, its child and its chain."""
-    run(_status(conversation_id, db, full, as_json))
+    """A conversation at a glance: phase, meter, continuations, snapshots, its child and its
+    chain."""
+    run(_status(conversation_id, StoreAt(db, database_url), full, as_json))
 
 
-__all__ = ["occupancy", "print_status", "when"]
+__all__ = ["occupancy", "plural", "print_status", "when"]

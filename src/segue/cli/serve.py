@@ -26,12 +26,21 @@ from segue.cli._app import (
     CliError,
     DbOption,
     HeaderOption,
+    MaxAttemptsOption,
+    MaxContinuationsOption,
+    MaxToolRoundsOption,
+    RepoOption,
+    RetryBaseDelayOption,
+    RetryMaxDelayOption,
     app,
     fail,
     headers_of,
+    limits_of,
+    whole_number,
 )
-from segue.cli._models import DEFAULT_MODELS, KEY_VARIABLES, provider_for
-from segue.cli._output import is_segue_store, printable
+from segue.cli._models import DEFAULT_MODELS, KEY_VARIABLES, offline_line, provider_for
+from segue.cli._output import printable
+from segue.cli._stores import DatabaseUrlOption, is_segue_store
 from segue.statemachine import ContextExhaustionBehavior as Behavior
 
 if TYPE_CHECKING:
@@ -90,14 +99,11 @@ def _address(host: str, port: int, token: str | None) -> str:
 @app.command()
 def serve(
     db: DbOption = Path("segue.db"),
-    database_url: Annotated[
-        str | None,
-        typer.Option(
-            envvar="SEGUE_DATABASE_URL", help="PostgreSQL URL (instead of the SQLite --db)."
-        ),
-    ] = None,
+    database_url: DatabaseUrlOption = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=1, max=65_535, help="Port to listen on.")] = 8000,
+    port: Annotated[
+        int, typer.Option(parser=whole_number(1, 65_535), metavar="N", help="Port to listen on.")
+    ] = 8000,
     model: Annotated[
         str | None,
         typer.Option(help="Model of new conversations (default: claude-sonnet-4-6, or gpt-4o)."),
@@ -110,7 +116,8 @@ def serve(
     context_window: Annotated[
         int | None,
         typer.Option(
-            min=MIN_WINDOW,
+            parser=whole_number(MIN_WINDOW),
+            metavar="N",
             help="Window of new conversations in tokens (a small one reaches the limit in a "
             "few messages; default: the model's).",
         ),
@@ -124,13 +131,22 @@ def serve(
         ),
     ] = None,
     header: HeaderOption = None,
+    repo: RepoOption = None,
+    max_continuations: MaxContinuationsOption = None,
+    max_attempts: MaxAttemptsOption = None,
+    max_tool_rounds: MaxToolRoundsOption = None,
+    retry_base_delay: RetryBaseDelayOption = None,
+    retry_max_delay: RetryMaxDelayOption = None,
 ) -> None:
     """Serve the REST API and the web page (offline scripted model without an API key).
     \f
-    Eleven parameters, over the bound of ten, because typer makes each option of a command a
-    parameter of its function and has no way to group them; the work is ``_serve``'s, which
-    takes them as one value.
+    Seventeen parameters, over the bound of ten, and as many declarations, over sixty lines,
+    because typer makes each option of a command a parameter of its function and has no way to
+    group them; the work is ``_serve``'s, which takes them as one value.
     """
+    limits = limits_of(
+        max_continuations, max_attempts, max_tool_rounds, retry_base_delay, retry_max_delay
+    )
     _serve(
         ServeOptions(
             db=db,
@@ -144,6 +160,8 @@ def serve(
             base_url=base_url,
             token=token,
             header=tuple(header or ()),
+            repo=repo,
+            limits=limits,
         )
     )
 
@@ -164,6 +182,8 @@ class ServeOptions:
     token: str | None
     header: tuple[str, ...]
     """``NAME:VALUE`` as given: read (a usage error for anything else) where the config is made."""
+    repo: Path | None
+    limits: dict[str, int | float]
 
 
 def _serve(asked: ServeOptions) -> None:
@@ -187,11 +207,12 @@ def _serve(asked: ServeOptions) -> None:
         )
     _store_usable(asked.db, asked.database_url)
     _free(asked.host, asked.port)
+    if config.api_key is None:
+        typer.echo(offline_line(config.provider, config.base_url))
     answered = (
         ("Claude" if config.provider == "anthropic" else f"{config.model} (OpenAI API)")
         if config.api_key
-        else f"the offline scripted model (set {KEY_VARIABLES[config.provider]} for "
-        f"{config.provider})"
+        else "the offline scripted model"
     )
     address = _address(asked.host, asked.port, asked.token)
     typer.echo(f"segue serve: {address} answered by {answered}; Ctrl-C stops it")
@@ -222,4 +243,6 @@ def _config(asked: ServeOptions) -> ServerConfig:
         base_url=asked.base_url,
         token=asked.token,
         headers=headers_of(list(asked.header)),
+        repo=asked.repo,
+        limits=asked.limits,
     )

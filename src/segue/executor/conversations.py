@@ -90,8 +90,7 @@ class Conversations:
         if options is None:
             options = ConversationOptions(**fields)
         elif fields:
-            options = options.model_copy(update=fields)
-            options = ConversationOptions.model_validate(options.model_dump())
+            options = ConversationOptions.model_validate(options.model_dump() | fields)
         window = (
             Window(options.context_window, options.window_source or "given")
             if options.context_window

@@ -41,6 +41,15 @@ class MessageRejectedError(SegueError):
         self.cause = cause
 
 
+class NotPausedError(SegueError):
+    """``resume()`` was asked of a conversation that is not paused: nothing was changed."""
+
+    def __init__(self, conversation_id: str, phase: str) -> None:
+        super().__init__(f"conversation {conversation_id} is {phase}, not paused")
+        self.conversation_id = conversation_id
+        self.phase = phase
+
+
 class ConversationNotFoundError(SegueError, LookupError):
     """No conversation has this id in the store."""
 

@@ -25,7 +25,7 @@ from segue.executor.claims import DEFAULT_LEASE, Claims
 from segue.executor.commits import Commits
 from segue.executor.conversations import Conversations
 from segue.executor.drive import Driver, Listener
-from segue.executor.errors import MessageRejectedError
+from segue.executor.errors import MessageRejectedError, NotPausedError
 from segue.executor.feed import Feeds
 from segue.executor.inputs import check_content, check_key, raise_if_rejected, user_message
 from segue.executor.locks import Locks
@@ -382,8 +382,13 @@ class Runtime(Conversations):
     async def resume(self, conversation_id: str, prompt: str | None = None) -> ConversationState:
         """Resume a paused conversation in a new session with the compiled resume context: from
         its snapshot as stored (what the session did, the application's context), and what the
-        ``snapshot_context`` says now (a git HEAD that moved is stated)."""
+        ``snapshot_context`` says now (a git HEAD that moved is stated).
+
+        ``NotPausedError`` when the conversation is not paused (nothing is changed)."""
         setup = self._setup
+        phase = (await self.state(conversation_id)).phase.kind
+        if phase != "paused":
+            raise NotPausedError(conversation_id, phase)
         snapshots = await setup.store.snapshots(conversation_id)
         current = await context_of(setup.snapshot_context, conversation_id)
         event = ResumeRequested(

@@ -340,3 +340,19 @@ class ChangeNotifier(Protocol):
 def notifies_changes(store: object) -> TypeGuard[ChangeNotifier]:
     """Whether the store can say when a conversation changed (``ChangeNotifier``)."""
     return capable(store, ChangeNotifier)
+
+
+@runtime_checkable
+class Reopenable(Protocol):
+    """A store that can be used again after ``close()`` (segue's own stores): an application
+    whose lifespan closes its runtime, then starts again (one app under many test clients),
+    reopens it."""
+
+    async def reopen(self) -> None:
+        """Open again what ``close()`` released; a store that is open stays as it is."""
+        ...
+
+
+def reopens(store: object) -> TypeGuard[Reopenable]:
+    """Whether the store can be used again after ``close()`` (``Reopenable``)."""
+    return capable(store, Reopenable)

@@ -20,8 +20,8 @@ from fastapi import Depends, FastAPI
 from segue import __version__
 from segue.executor.models.scripted import ScriptedModel
 from segue.executor.runtime import Runtime
-from segue.server import control, conversations, errors, lineage, pages, streams
-from segue.server.auth import bearer
+from segue.server import control, conversations, errors, health, lineage, pages, streams
+from segue.server.auth import bearer, requires_json
 from segue.server.ending import StreamsEnd
 from segue.server.errors import ApiError
 from segue.server.guard import BodyLimit, CrossSiteCheck, HostCheck, Shield
@@ -59,9 +59,12 @@ def create_app(
     it out (default: ``default_info(runtime)``). ``token``: required as ``Authorization:
     Bearer`` on every API route and on ``/openapi.json`` (an empty one is refused: it would let
     anyone in). Without a token only requests to a loopback name (``localhost``, 127.0.0.1,
-    ``[::1]``) or one of ``allowed_hosts`` are answered.
+    ``[::1]``), to ``testserver`` (Starlette's ``TestClient``, a name no browser reaches through
+    DNS) or to one of ``allowed_hosts`` are answered. ``/healthz`` and ``/readyz`` answer
+    without the token, to any name (probes have neither).
 
-    The runtime is entered (``recover()``) when the app starts and closed when it stops. Mounted
+    The runtime is entered (``recover()``) when the app starts and closed when it stops (and
+    opened again if the app starts again: one app, many ``TestClient``s). Mounted
     in another app (``parent.mount("/segue", app)``), whose lifespan does not run this one's,
     include it in the parent's (``FastAPI(lifespan=app.router.lifespan_context)``); left out,
     the recovery starts with the first request instead, and the runtime is the application's to
@@ -86,11 +89,14 @@ def create_app(
     app.state.streams_end = end  # called by the server that runs the app as it stops
     errors.install(app)
     pages.install(app)
+    app.include_router(health.router(runtime, start))  # probes carry no token
     guard = Depends(bearer(token))
-    app.include_router(conversations.router(runtime, shown), dependencies=[guard])
-    app.include_router(streams.router(runtime, end), dependencies=[guard])
-    app.include_router(control.router(runtime, pauses), dependencies=[guard])
-    app.include_router(lineage.router(runtime), dependencies=[guard])
+    checks = [guard, Depends(requires_json)]
+    views = conversations.StateViews(runtime)
+    app.include_router(conversations.router(runtime, views, shown), dependencies=checks)
+    app.include_router(streams.router(runtime, views, end), dependencies=checks)
+    app.include_router(control.router(runtime, views, pauses), dependencies=checks)
+    app.include_router(lineage.router(runtime, views), dependencies=checks)
 
     @app.get("/openapi.json", include_in_schema=False, dependencies=[guard])
     async def schema() -> dict[str, Any]:
@@ -108,7 +114,9 @@ def _middleware(
     # Outermost last: the headers on everything, then the host, the origin, the body's size.
     app.add_middleware(BodyLimit, limit=MAX_BODY)
     app.add_middleware(CrossSiteCheck)
-    app.add_middleware(HostCheck, open_to_any=token is not None, also=allowed_hosts)
+    app.add_middleware(
+        HostCheck, open_to_any=token is not None, also=allowed_hosts, exempt=health.PATHS
+    )
     app.add_middleware(StartOnFirstRequest, startup=start)
     app.add_middleware(Shield)
 

@@ -1,4 +1,5 @@
-"""The bearer token: every API route (and the schema) requires it when the server has one."""
+"""What an API route requires of a request before it runs: the bearer token (when the server has
+one, on every API route and the schema), and a JSON body (a state-changing request)."""
 
 from __future__ import annotations
 
@@ -29,4 +30,17 @@ def bearer(token: str | None) -> Callable[[Request], None]:
     return check
 
 
-__all__ = ["bearer"]
+def requires_json(request: Request) -> None:
+    """Refuse (415) a POST whose body is not JSON: an HTML form on another site can send
+    nothing else, and ``fetch`` cannot send JSON across sites without a preflight this server
+    never grants. A dependency, not middleware, so that a method a path does not take is the
+    router's 405 (with its ``Allow``), whatever its body."""
+    if request.method != "POST":
+        return
+    media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media != "application/json":
+        message = "send the request as JSON (Content-Type: application/json), '{}' if empty"
+        raise ApiError(415, "unsupported_media_type", message)
+
+
+__all__ = ["bearer", "requires_json"]

@@ -8,18 +8,30 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from segue.executor.runtime import Runtime
-from segue.server.conversations import view
-from segue.server.errors import ApiError
+from segue.server.conversations import StateViews
 from segue.server.pausing import Pauses, snapshot_version
-from segue.server.schemas import Continue, ConversationView, Pause, PauseView, Resume
+from segue.server.schemas import (
+    ABOUT_ONE,
+    EVERY_ROUTE,
+    SENDING,
+    Continue,
+    ConversationView,
+    Pause,
+    PauseView,
+    Resume,
+    documented,
+)
 from segue.server.turns import continue_now
 from segue.statemachine import BUSY_PHASES
 
 
-def router(runtime: Runtime, pauses: Pauses) -> APIRouter:
+def router(runtime: Runtime, views: StateViews, pauses: Pauses) -> APIRouter:
     """The routes over ``runtime``; ``pauses`` waits on the pauses of turns other processes
     run."""
-    routes = APIRouter(prefix="/api/conversations/{conversation_id}")
+    routes = APIRouter(
+        prefix="/api/conversations/{conversation_id}",
+        responses=documented(*EVERY_ROUTE, *ABOUT_ONE, *SENDING),
+    )
 
     @routes.post("/continue")
     async def continue_manually(
@@ -29,14 +41,14 @@ def router(runtime: Runtime, pauses: Pauses) -> APIRouter:
         compact, restart from a checkpoint): only from idle, else 409. ``focus``: what the
         summary (checkpoint, compaction) must keep above all."""
         await continue_now(runtime, conversation_id, (body or Continue()).focus)
-        return await view(runtime, conversation_id)
+        return await views.read(conversation_id)
 
     @routes.post("/cancel")
     async def cancel(conversation_id: str) -> ConversationView:
         """Stop what is in flight; on a paused conversation, end the pause (idle again, its
         snapshot kept)."""
         await runtime.cancel(conversation_id)
-        return await view(runtime, conversation_id)
+        return await views.read(conversation_id)
 
     @routes.post("/pause")
     async def pause(conversation_id: str, body: Pause | None = None) -> PauseView:
@@ -47,7 +59,7 @@ def router(runtime: Runtime, pauses: Pauses) -> APIRouter:
         request = body or Pause()
         state = await pauses.pause(conversation_id, request.reason, request.timeout)
         stored = await runtime.conversation(conversation_id)
-        shown = ConversationView.of(stored.state, stored).model_dump()
+        shown = (await views.of(stored.state, stored)).model_dump()
         waiting = stored.state.phase.kind in BUSY_PHASES and state.phase.kind != "paused"
         shown["pause_requested"] = shown["pause_requested"] or waiting
         return PauseView(**shown, snapshot_version=snapshot_version(state))
@@ -56,12 +68,8 @@ def router(runtime: Runtime, pauses: Pauses) -> APIRouter:
     async def resume(conversation_id: str, body: Resume | None = None) -> ConversationView:
         """Resume a paused conversation in a new session (its first turn runs before this
         answers; watch ``/events`` to see it stream)."""
-        stored = await runtime.conversation(conversation_id)
-        if stored.state.phase.kind != "paused":
-            message = f"conversation {conversation_id} is {stored.state.phase.kind}, not paused"
-            raise ApiError(409, "not_paused", message)
-        await runtime.resume(conversation_id, (body or Resume()).prompt)
-        return await view(runtime, conversation_id)
+        await runtime.resume(conversation_id, (body or Resume()).prompt)  # 409 not_paused
+        return await views.read(conversation_id)
 
     return routes
 

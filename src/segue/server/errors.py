@@ -13,6 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Route
 
 from segue.executor._log import get_logger
 from segue.executor.errors import (
@@ -20,7 +21,10 @@ from segue.executor.errors import (
     ConversationNotFoundError,
     InvalidMessageError,
     MessageRejectedError,
+    NotPausedError,
     SegueError,
+    StoreLockedError,
+    StoreUnavailableError,
 )
 from segue.server.schemas import ErrorBody
 
@@ -65,6 +69,12 @@ def mapped(exc: Exception) -> JSONResponse:
     if isinstance(exc, MessageRejectedError):
         status, code = _REFUSALS.get(exc.cause, (409, "rejected"))
         return error(status, code, str(exc))
+    if isinstance(exc, NotPausedError):
+        return error(409, "not_paused", str(exc))
+    if isinstance(exc, StoreUnavailableError | StoreLockedError):
+        # The type only: the driver's text may name the database's host or file.
+        message = f"the store cannot be used now ({type(exc).__name__}): try again shortly"
+        return error(503, "unavailable", message)
     if isinstance(exc, ValidationError):
         return error(422, "invalid_request", readable(exc.errors()))
     if isinstance(exc, InvalidMessageError | ValueError):
@@ -73,6 +83,16 @@ def mapped(exc: Exception) -> JSONResponse:
         return error(409, "conflict", str(exc))
     _log.error("request_failed", error_type=type(exc).__name__)
     return error(500, "internal", "the server failed; nothing of the request was lost")
+
+
+def allowed_methods(request: Request) -> str:
+    """Every method the request's path takes, for a 405's ``Allow`` (RFC 9110): Starlette's
+    router names only the first route it found for the path, not the others."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if isinstance(route, Route) and route.matches(request.scope)[0] != Match.NONE:
+            methods |= route.methods or set()
+    return ", ".join(sorted(methods))
 
 
 def readable(errors: Sequence[Any]) -> str:
@@ -116,11 +136,15 @@ def install(app: FastAPI) -> None:
         return error(422, "invalid_request", readable(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 400:  # a body FastAPI could not parse: bad input, like the rest
             return error(422, "invalid_request", f"the body is not valid JSON ({exc.detail})")
         code = _HTTP_CODES.get(exc.status_code, "http_error")
-        return error(exc.status_code, code, str(exc.detail))
+        answer = error(exc.status_code, code, str(exc.detail))
+        answer.headers.update(exc.headers or {})
+        if exc.status_code == 405:
+            answer.headers["allow"] = allowed_methods(request)
+        return answer
 
 
-__all__ = ["ApiError", "error", "install", "mapped", "readable"]
+__all__ = ["ApiError", "allowed_methods", "error", "install", "mapped", "readable"]

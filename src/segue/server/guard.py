@@ -7,9 +7,9 @@ response (Server-Sent Events) goes through untouched.
   token protects the API: a page on a rebinding hostname (``evil.example`` resolving to
   127.0.0.1) reaches the port, but its requests carry its own ``Host``.
 - ``CrossSiteCheck`` refuses a state-changing request from another site: its ``Origin`` must be
-  this server's (or absent, as from curl or a program), and its body JSON. A cross-site HTML
-  form can send neither, and ``fetch`` cannot send JSON across sites without a preflight this
-  server never grants.
+  this server's (or absent, as from curl or a program). Its body must also be JSON, which a
+  cross-site HTML form cannot send: that is the routes' own requirement (``auth.requires_json``),
+  so that a method a path does not take is answered 405.
 - ``BodyLimit`` counts a request body's bytes as the app reads them.
 """
 
@@ -43,9 +43,10 @@ SECURITY_HEADERS: Final = (
     (b"cross-origin-resource-policy", b"same-origin"),
 )
 STATE_CHANGING: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-WITH_BODY: Final = frozenset({"POST", "PUT", "PATCH"})
-"""The methods an HTML form (POST) or a no-preflight ``fetch`` can send with a body."""
 LOOPBACK_NAMES: Final = frozenset({"localhost"})
+TEST_CLIENT_NAMES: Final = frozenset({"testserver"})
+"""The host Starlette's ``TestClient`` addresses (as FastAPI's docs write tests): a single
+label, which no browser page reaches through DNS, so a rebinding page cannot use it."""
 
 
 async def send_error(
@@ -109,16 +110,25 @@ class Shield:
 
 
 class HostCheck:
-    """Refuse (403) a request whose ``Host`` is not a loopback name, unless ``open`` (a token
-    guards the API, so any name may reach it) or the name is one of ``also``."""
+    """Refuse (403) a request whose ``Host`` is not a loopback name (or ``testserver``), unless
+    ``open`` (a token guards the API, so any name may reach it), the name is one of ``also``,
+    or the path is one of ``exempt`` (the health probes, which say nothing of conversations)."""
 
-    def __init__(self, app: Asgi, *, open_to_any: bool, also: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        app: Asgi,
+        *,
+        open_to_any: bool,
+        also: Iterable[str] = (),
+        exempt: Iterable[str] = (),
+    ) -> None:
         self.app = app
         self.open_to_any = open_to_any
-        self.also = frozenset(name.lower() for name in also)
+        self.also = TEST_CLIENT_NAMES | frozenset(name.lower() for name in also)
+        self.exempt = frozenset(exempt)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self.open_to_any:
+        if scope["type"] != "http" or self.open_to_any or _app_path(scope) in self.exempt:
             await self.app(scope, receive, send)
             return
         host = header(scope, b"host")
@@ -133,8 +143,14 @@ class HostCheck:
         await self.app(scope, receive, send)
 
 
+def _app_path(scope: Scope) -> str:
+    """The request's path within the app (without the prefix it is mounted under)."""
+    path, root = str(scope.get("path", "")), str(scope.get("root_path", ""))
+    return path[len(root) :] if root and path.startswith(root) else path
+
+
 class CrossSiteCheck:
-    """Refuse a state-changing request from another site (403) or without a JSON body (415)."""
+    """Refuse a state-changing request from another site (403)."""
 
     def __init__(self, app: Asgi) -> None:
         self.app = app
@@ -147,11 +163,6 @@ class CrossSiteCheck:
         if origin is not None and not _same_site(origin, scope):
             message = f"a request from {origin!r} cannot change anything here"
             await send_error(send, 403, "forbidden", message)
-            return
-        media = (header(scope, b"content-type") or "").partition(";")[0].strip().lower()
-        if scope["method"] in WITH_BODY and media != "application/json":
-            message = "send the request as JSON (Content-Type: application/json), '{}' if empty"
-            await send_error(send, 415, "unsupported_media_type", message)
             return
         await self.app(scope, receive, send)
 

@@ -8,15 +8,27 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from segue.executor.runtime import Runtime
-from segue.server.conversations import view
+from segue.server.conversations import StateViews
 from segue.server.errors import ApiError
-from segue.server.schemas import ConversationView, LinkView, SnapshotView, StartChild
+from segue.server.schemas import (
+    ABOUT_ONE,
+    EVERY_ROUTE,
+    SENDING,
+    ConversationView,
+    LinkView,
+    SnapshotView,
+    StartChild,
+    documented,
+)
 from segue.statemachine.checkpoint import SessionSnapshot
 
 
-def router(runtime: Runtime) -> APIRouter:
+def router(runtime: Runtime, views: StateViews) -> APIRouter:
     """The routes over ``runtime``."""
-    routes = APIRouter(prefix="/api/conversations/{conversation_id}")
+    routes = APIRouter(
+        prefix="/api/conversations/{conversation_id}",
+        responses=documented(*EVERY_ROUTE, *ABOUT_ONE),
+    )
 
     @routes.get("/snapshots")
     async def snapshots(conversation_id: str) -> list[SnapshotView]:
@@ -40,16 +52,18 @@ def router(runtime: Runtime) -> APIRouter:
         """The continuation chain the conversation belongs to, root first."""
         return [LinkView.of(link) for link in await runtime.lineage(conversation_id)]
 
-    @routes.post("/children")
+    @routes.post("/children", responses=documented(*SENDING))
     async def child(conversation_id: str, body: StartChild | None = None) -> ConversationView:
-        """The one child of an exhausted conversation (asked twice, the same child)."""
+        """The one child of an ended conversation, read-only at its limit or failed (asked
+        twice, the same child); the old one keeps its summary or its failure's reason."""
         request = body or StartChild()
         state = await runtime.start_new_from(
             conversation_id,
             seed_with_summary=request.seed_with_summary,
             auto_continue=request.auto_continue and request.seed_with_summary,
+            recent_turns=request.recent_turns,
         )
-        return await view(runtime, state.id)
+        return await views.read(state.id)
 
     return routes
 

@@ -24,6 +24,7 @@ _MEDIA: Final = {
     ".mjs": "text/javascript",
     ".css": "text/css",
     ".txt": "text/plain",
+    ".svg": "image/svg+xml",
 }
 _BASE_MARK: Final = "<!--base-->"
 
@@ -67,6 +68,12 @@ def install(app: FastAPI) -> None:
     @app.get("/c/{conversation_id}", response_class=HTMLResponse, include_in_schema=False)
     async def conversation_page(request: Request, conversation_id: str) -> HTMLResponse:
         return document(request)  # the page reads the id from its address
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> Response:
+        # Browsers (and tools) that ignore the page's <link rel="icon"> ask here: the same icon.
+        content, media = files["favicon.svg"]
+        return Response(content, media_type=media, headers=caching)
 
     @app.get("/static/{name:path}", include_in_schema=False)
     async def static(name: str) -> Response:

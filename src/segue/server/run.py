@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -22,17 +23,14 @@ from segue import __version__
 from segue.executor.errors import SegueError
 from segue.executor.model_port import LlmModel
 from segue.executor.models.providers import DEFAULT_MODELS, PROVIDERS, Provider, build_llm
-from segue.executor.models.scripted import ScriptedModel
 from segue.executor.runtime import Runtime
+from segue.executor.snapshots import git_context
 from segue.executor.store_port import Store
 from segue.executor.tools import ToolRegistry
 from segue.server.app import create_app
 from segue.server.ending import streams_end
 from segue.server.schemas import Info
 from segue.statemachine import ContextExhaustionBehavior
-
-OFFLINE_WINDOW: Final = 24_000
-"""The scripted model's window: small, so a demo reaches 80% and 90% in a few turns."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,6 +56,13 @@ class ServerConfig:
     chunk_delay: float = 0.02
     """Seconds between the offline model's text pieces, so its replies visibly stream."""
     headers: dict[str, str] = field(default_factory=dict)
+    limits: dict[str, int | float] = field(default_factory=dict)
+    """``ConversationOptions`` bounds new conversations get unless the request sets them
+    (``max_continuations``, ``max_attempts``, ``max_tool_rounds``, ``retry_base_delay``,
+    ``retry_max_delay``)."""
+    repo: Path | None = None
+    """The git repository whose state a pause records (branch, HEAD, changed files); None:
+    the directory the server runs in (nothing is recorded outside a repository)."""
 
     def __post_init__(self) -> None:
         if self.provider not in PROVIDERS:
@@ -97,11 +102,11 @@ def demo_tools() -> ToolRegistry:
 
 def build_model(config: ServerConfig) -> LlmModel:
     """The provider's model with an API key (or any compatible server at ``base_url``), else
-    the offline scripted model."""
+    the offline scripted model (its replies sized to each conversation's window)."""
     if config.api_key is None:
-        return ScriptedModel(
-            window=OFFLINE_WINDOW, reply_chars=1_200, tool_every=3, chunk_delay=config.chunk_delay
-        )
+        from segue.cli._offline import OfflineModel  # noqa: PLC0415  # chat's model too
+
+        return OfflineModel(tool_every=3, chunk_delay=config.chunk_delay)
     return build_llm(
         config.provider, config.api_key, base_url=config.base_url, headers=config.headers
     )
@@ -136,6 +141,7 @@ def build_app(
         store=store or build_store(config),
         llm=build_model(config),
         tools=tools if tools is not None else demo_tools() if offline else None,
+        snapshot_context=git_context(config.repo or Path.cwd()),
     )
     info = Info(
         version=__version__,
@@ -143,6 +149,7 @@ def build_app(
         model=config.default_model,
         behavior=config.behavior,
         context_window=config.context_window,
+        limits=config.limits,
     )
     return create_app(runtime, info=info, token=config.token)
 
@@ -150,6 +157,30 @@ def build_app(
 SHUTDOWN_GRACE: Final = 3
 """Seconds a stopping server waits for open responses (a turn's stream) before closing them.
 The pages' watch streams, open for as long as a page is shown, end as it is told to stop."""
+
+
+SEND_BUFFER: Final = 128 * 1024
+"""Bytes the kernel may hold for one client that does not read (its socket's send buffer, set
+on the listening socket, which every accepted one inherits). Left to itself, Linux grows it to
+4 MB a connection: 200 stalled tabs would hold most of a gigabyte. A stream's own bound is the
+relay's (``segue.server.relay``); this bounds what lies beyond it."""
+BACKLOG: Final = 2048
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The socket ``segue serve`` listens on: ``host:port``, each connection's send buffer
+    bounded by ``SEND_BUFFER``."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+        listener.bind((host, port))
+        listener.listen(BACKLOG)
+    except BaseException:
+        listener.close()
+        raise
+    return listener
 
 
 def serve(config: ServerConfig) -> None:
@@ -174,5 +205,8 @@ def run_app(app: FastAPI, *, host: str, port: int) -> None:
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=SHUTDOWN_GRACE
     )
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how it is meant to stop
-        Server(config).run()
+    with (
+        listening_socket(host, port) as listener,
+        contextlib.suppress(KeyboardInterrupt),  # Ctrl-C is how it is meant to stop
+    ):
+        Server(config).run(sockets=[listener])

@@ -7,7 +7,7 @@ before it reaches the runtime), so a client's mistake is a 422 with the field na
 
 from __future__ import annotations
 
-from typing import Annotated, Final
+from typing import Annotated, Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -43,11 +43,11 @@ class CreateConversation(ConversationOptions):
     max_run_seconds: Annotated[float, Field(gt=0, le=MAX_RUN_SECONDS)] | None = None
     """``checkpoint_restart``: past this many seconds, the limit ends the run."""
 
-    def options(
-        self, *, model: str, behavior: ContextExhaustionBehavior, context_window: int | None
-    ) -> ConversationOptions:
-        """The conversation's options, with the server's own where the request left them out."""
-        fields = self.model_dump(exclude_unset=True)
+    def options(self, server: Info) -> ConversationOptions:
+        """The conversation's options, with the server's own (``server``: its model,
+        behaviour, window and bounds) where the request left them out."""
+        model, behavior, context_window = server.model, server.behavior, server.context_window
+        fields = {**server.limits, **self.model_dump(exclude_unset=True)}
         fields["model"] = self.model or model
         fields["behavior"] = self.behavior or behavior
         if self.context_window is None and context_window is not None:
@@ -93,11 +93,20 @@ class Resume(_Request):
     prompt: Annotated[str, Field(max_length=100_000)] | None = None
 
 
+MAX_RECENT_TURNS: Final = 100
+"""The most exchanges a child carries as plain text (beyond it, a summary is the way)."""
+
+
 class StartChild(_Request):
-    """Continue an exhausted conversation in its one child."""
+    """Continue an ended conversation (read-only at its limit, or failed) in its one child."""
 
     seed_with_summary: bool = True
+    """Seed the child with the summary (or checkpoint) the conversation ended with, if any."""
+    recent_turns: Annotated[int, Field(ge=0, le=MAX_RECENT_TURNS)] = 0
+    """Carry the last exchanges too, as plain text (a failed conversation has no summary: its
+    last turns, or nothing, are the user's choice)."""
     auto_continue: bool = False
+    """Start the child's first turn from the summary at once (with ``seed_with_summary``)."""
 
 
 class ErrorBody(BaseModel):
@@ -105,6 +114,34 @@ class ErrorBody(BaseModel):
 
     error: str
     message: str
+
+
+_REASONS: Final = {
+    401: "The server has a token and the request did not send it (`unauthorized`).",
+    403: "Addressed to a name this server does not answer, or sent from another site "
+    "(`forbidden`).",
+    404: "No such conversation, or no such snapshot of it (`not_found`).",
+    409: "The conversation's state does not allow it (`busy`, `read_only`, `paused`, `failed`, "
+    "`not_paused`, `conflict`).",
+    413: "The body is over the server's bound (`too_large`).",
+    415: "The body is not JSON (`unsupported_media_type`).",
+    422: "The request is not valid; the message names the field (`invalid_request`, "
+    "`message_too_large`).",
+    503: "The store cannot be used now; try again shortly (`unavailable`).",
+}
+
+
+def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The API's errors a route may answer with, for its OpenAPI schema: each an ``ErrorBody``."""
+    return {status: {"model": ErrorBody, "description": _REASONS[status]} for status in statuses}
+
+
+EVERY_ROUTE: Final = (401, 403, 503)
+"""What any API route may answer, whatever it does (the token, the host, the store)."""
+ABOUT_ONE: Final = (404, 422)
+"""What a route about one conversation may answer (it may not exist; its id may not be one)."""
+SENDING: Final = (409, 413, 415, 422)
+"""What a route that sends a body and changes a conversation may answer."""
 
 
 class Info(BaseModel):
@@ -119,6 +156,9 @@ class Info(BaseModel):
     """The behaviour of a conversation created without one."""
     context_window: Annotated[int, Field(ge=MIN_WINDOW)] | None = None
     """The window of a conversation created without one (None: the model's)."""
+    limits: dict[str, int | float] = Field(default_factory=dict)
+    """The bounds a conversation created without them gets (``max_attempts``...; the
+    library's defaults for those not named)."""
 
 
 __all__ = [

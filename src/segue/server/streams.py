@@ -1,45 +1,108 @@
 """The routes that stream: a turn's updates as it runs, and every update of a conversation from
 now on, as Server-Sent Events (each event named by the update's kind, its data the update as
-JSON; ``done`` carries the conversation's state as the API shows it)."""
+JSON; ``done`` carries the conversation's state as every route shows it, ``ConversationView``).
+
+Each stream goes through a ``relay``: a client that reads slowly, or not at all, is dropped
+with a ``reset`` event once it is too far behind, rather than held in memory or allowed to slow
+the turn and the other clients. An update is encoded once however many clients it goes to.
+"""
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Final
 
 from fastapi import APIRouter
 from fastapi.sse import EventSourceResponse, format_sse_event
 
+from segue.executor.bus import Watch
 from segue.executor.errors import ConversationNotFoundError, UpdatesLostError
 from segue.executor.runtime import Runtime
 from segue.executor.store_port import StoredConversation
-from segue.executor.updates import DoneUpdate, Update
+from segue.executor.updates import UPDATE_TYPES, DoneUpdate, Update
+from segue.server.conversations import StateViews
 from segue.server.ending import StreamsEnd
-from segue.server.schemas import ConversationView, SendMessage
+from segue.server.relay import relayed, reset_event
+from segue.server.schemas import ABOUT_ONE, EVERY_ROUTE, SENDING, SendMessage, documented
+from segue.views import DoneView
 
+EVENTS: Final = (*(kind.model_fields["kind"].default for kind in UPDATE_TYPES), "reset")
+"""The names of the events a stream sends: each update's kind, and ``reset``."""
 _SSE_RESPONSE: Final[dict[str, Any]] = {
     "description": "Server-Sent Events: each event named by the update's kind, its data the "
-    "update as JSON; a turn ends with `done`, carrying the conversation's state.",
-    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    "update as JSON; a turn ends with `done`, carrying the conversation's state. A client that "
+    "falls too far behind gets `reset` and the stream ends: read the state, then watch again.",
+    "content": {
+        "text/event-stream": {  # before OpenAPI 3.2, ``schema`` describes each event
+            "schema": {
+                "type": "object",
+                "required": ["event", "data"],
+                "properties": {
+                    "event": {"type": "string", "enum": list(EVENTS)},
+                    "data": {"type": "string", "contentMediaType": "application/json"},
+                    "id": {"type": "string"},
+                    "retry": {"type": "integer", "minimum": 0},
+                },
+            }
+        }
+    },
 }
+ENCODED_KEPT: Final = 256
+"""Recent updates kept encoded, for the other clients of the same conversation."""
 
 
-def router(runtime: Runtime, end: StreamsEnd) -> APIRouter:
+class Encoder:
+    """Updates as SSE events, each encoded once for every client it goes to (a watched
+    conversation's update reaches each of its watchers as the same object)."""
+
+    def __init__(self, runtime: Runtime, views: StateViews) -> None:
+        self.runtime = runtime
+        self.views = views
+        self._recent: OrderedDict[int, tuple[Update, bytes]] = OrderedDict()
+
+    async def event(self, update: Update) -> bytes:
+        """``update`` as an SSE event."""
+        known = self._recent.get(id(update))
+        if known is not None and known[0] is update:  # the object itself, not a reused id
+            return known[1]
+        encoded = await self._encoded(update)
+        self._recent[id(update)] = (update, encoded)
+        if len(self._recent) > ENCODED_KEPT:
+            self._recent.popitem(last=False)
+        return encoded
+
+    async def _encoded(self, update: Update) -> bytes:
+        if not isinstance(update, DoneUpdate):
+            return format_sse_event(event=update.kind, data_str=update.model_dump_json())
+        stored: StoredConversation | None
+        try:
+            stored = await self.runtime.conversation(update.state.id)
+        except ConversationNotFoundError:
+            stored = None
+        title = await self.views.title(update.state.id)
+        done = DoneView.of(update, stored, title=title)
+        return format_sse_event(event="done", data_str=done.model_dump_json())
+
+
+def router(runtime: Runtime, views: StateViews, end: StreamsEnd) -> APIRouter:
     """The routes over ``runtime``; ``end`` ends the open watch streams as the server stops."""
     routes = APIRouter(
-        prefix="/api/conversations/{conversation_id}", responses={200: _SSE_RESPONSE}
+        prefix="/api/conversations/{conversation_id}",
+        responses={200: _SSE_RESPONSE, **documented(*EVERY_ROUTE, *ABOUT_ONE)},
     )
+    encoder = Encoder(runtime, views)
 
     # response_model=None: the body is the event stream, not a JSON value to validate
-    @routes.post("/messages", response_model=None)
+    @routes.post("/messages", response_model=None, responses=documented(*SENDING))
     async def send(conversation_id: str, body: SendMessage) -> EventSourceResponse:
         """Send a message (``pinned``: never summarised away); the turn's updates stream back
         as Server-Sent Events, ``done`` last with the conversation's state. A client that
-        disconnects loses nothing: the turn finishes and is stored."""
+        disconnects, or falls too far behind (``reset``), loses nothing: the turn finishes
+        and is stored."""
         updates = runtime.stream(conversation_id, body.text, wait=False, pinned=body.pinned)
         first = await anext(updates)  # a refusal raises here, before any byte is sent
-        return EventSourceResponse(_events(runtime, first, updates))
+        return EventSourceResponse(relayed(_turn(encoder, first, updates)))
 
     @routes.get("/events", response_model=None)
     async def events(conversation_id: str) -> EventSourceResponse:
@@ -51,60 +114,36 @@ def router(runtime: Runtime, end: StreamsEnd) -> APIRouter:
         # An unknown id raises here (a 404), and the watch is over.
         await watch.start()
         end.add(watch)
-        return EventSourceResponse(_watched(runtime, watch))
+        return EventSourceResponse(relayed(_watched(encoder, watch)))
 
     return routes
 
 
-def _sse(update: Update, state: dict[str, Any] | None = None) -> bytes:
-    """One update as an SSE event: its kind as the event name, the update as JSON data (a
-    ``done`` carries the conversation's state as the API shows it)."""
-    if state is not None:
-        data = {"kind": "done", "state": state, "reply": getattr(update, "reply", None)}
-        text = json.dumps(data, ensure_ascii=False)
-    else:
-        text = update.model_dump_json()
-    return format_sse_event(event=update.kind, data_str=text)
-
-
-async def _done_state(runtime: Runtime, update: DoneUpdate) -> dict[str, Any]:
-    stored: StoredConversation | None
-    try:
-        stored = await runtime.conversation(update.state.id)
-    except ConversationNotFoundError:
-        stored = None
-    return ConversationView.of(update.state, stored).model_dump(mode="json")
-
-
-async def _events(
-    runtime: Runtime, first: Update, rest: AsyncIterator[Update]
-) -> AsyncIterator[bytes]:
-    """A streamed turn's updates as SSE text, ``done`` last with the API's state."""
+async def _turn(
+    encoder: Encoder, first: Update, rest: AsyncIterator[Update]
+) -> AsyncGenerator[bytes, None]:
+    """A streamed turn's updates as SSE events, ``done`` last."""
     update: Update | None = first
     try:
         while update is not None:
+            yield await encoder.event(update)
             if isinstance(update, DoneUpdate):
-                yield _sse(update, await _done_state(runtime, update))
                 return
-            yield _sse(update)
             update = await anext(rest, None)
     finally:
         await rest.aclose()  # type: ignore[attr-defined]  # an async generator
 
 
-async def _watched(runtime: Runtime, watch: Any) -> AsyncIterator[bytes]:
-    """A conversation's updates as SSE text, until the client goes away or the watch is
-    ended (the server stops)."""
+async def _watched(encoder: Encoder, watch: Watch) -> AsyncGenerator[bytes, None]:
+    """A conversation's updates as SSE events, until the client goes away or the watch is
+    ended (the server stops); ``reset`` if the runtime dropped the watch."""
     try:
         async for update in watch:
-            if isinstance(update, DoneUpdate):
-                yield _sse(update, await _done_state(runtime, update))
-            else:
-                yield _sse(update)
-    except UpdatesLostError as exc:
-        yield format_sse_event(event="lost", data_str=json.dumps(str(exc)))
+            yield await encoder.event(update)
+    except UpdatesLostError:
+        yield reset_event()
     finally:
         await watch.aclose()
 
 
-__all__ = ["router"]
+__all__ = ["Encoder", "router"]

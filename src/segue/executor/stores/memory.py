@@ -370,3 +370,6 @@ class MemoryStore:
 
     async def close(self) -> None:
         """Nothing to release; the data stays readable until the store is dropped."""
+
+    async def reopen(self) -> None:
+        """Nothing to open again (``close()`` released nothing)."""

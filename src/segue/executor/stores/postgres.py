@@ -103,8 +103,15 @@ class PostgresStore(SqlStore):
         if not lock_timeout > 0 or not timeout > 0:
             msg = "lock_timeout and timeout must be positive numbers of seconds"
             raise ValueError(msg)
+        self._conninfo = conninfo
+        self._bounds = (lock_timeout, min_size, max_size, timeout)
+        self._open_parts()
+
+    def _open_parts(self) -> None:
+        """The pool, the commits and the watches of a store not yet used (none connects yet)."""
+        lock_timeout, min_size, max_size, timeout = self._bounds
         self._db = Pool(
-            conninfo,
+            self._conninfo,
             lock_timeout=lock_timeout,
             min_size=min_size,
             max_size=max_size,
@@ -114,7 +121,7 @@ class PostgresStore(SqlStore):
         """The connections, opened on first use (``postgres_pool``)."""
         self._commits = Commits(self._db)
         """How commits are sent: together within a turn of the loop (``postgres_commits``)."""
-        self._watches = Watches(conninfo, self._db.execute)
+        self._watches = Watches(self._conninfo, self._db.execute)
         """The LISTEN connection of ``wait_for_change`` (opened by the first wait)."""
 
     @classmethod
@@ -382,3 +389,9 @@ class PostgresStore(SqlStore):
             await self._commits.finish(loop)
             await self._watches.close()  # its registrations are deleted through the pool
         await self._db.close()
+
+    async def reopen(self) -> None:
+        """Use a closed store again (an application started again after its shutdown closed
+        it): a new pool, opened by the next call. A no-op while the store is open."""
+        if self._db.closed:
+            self._open_parts()

@@ -104,11 +104,16 @@ class SqliteStore(SqlStore):
     ) -> None:
         self._path = os.fspath(path)
         self._busy_timeout = busy_timeout
-        opener = connect_read_only if read_only else connect
-        checkpoints = not read_only and self._path != MEMORY
-        self._runner = Runner(
-            lambda: opener(self._path, busy_timeout),
-            busy_timeout=int(busy_timeout * 1000),
+        self._read_only = read_only
+        self._runner = self._new_runner()
+
+    def _new_runner(self) -> Runner:
+        """The connection's thread and its batches, opening the file on first use."""
+        opener = connect_read_only if self._read_only else connect
+        checkpoints = not self._read_only and self._path != MEMORY
+        return Runner(
+            lambda: opener(self._path, self._busy_timeout),
+            busy_timeout=int(self._busy_timeout * 1000),
             map_error=self._segue_error,
             closed_message=f"the store for {self._path} is closed",
             checkpointer=(lambda: connect_checkpointer(self._path)) if checkpoints else None,
@@ -414,8 +419,15 @@ class SqliteStore(SqlStore):
         return await self._run(work)
 
     async def close(self) -> None:
-        """Close the connection and stop the worker thread; later calls raise ``SegueError``."""
+        """Close the connection and stop the worker thread; later calls raise ``SegueError``
+        until ``reopen()``."""
         await self._runner.close()
+
+    async def reopen(self) -> None:
+        """Use a closed store again (an application started again after its shutdown closed
+        it): the file is opened on the next call. A no-op while the store is open."""
+        if self._runner.closed:
+            self._runner = self._new_runner()
 
 
 def _is_full(error: sqlite3.DatabaseError) -> bool:

@@ -125,6 +125,11 @@ class Runner:
         self._pages = 0
         """Pages written (estimated) since the last checkpoint."""
 
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` ran: the runner never opens the file again."""
+        return self._jobs is None
+
     # ------------------------------------------------------------------ the connection
 
     def _connection(self) -> sqlite3.Connection:

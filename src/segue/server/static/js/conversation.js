@@ -1,8 +1,10 @@
 // The conversation page: its buttons, and opening it (watch first, then read, so that no
-// update falls between the two).
+// update falls between the two; a first read that fails is tried again, saying so).
 
-import { conversationAddress, json, token } from "./api.js";
+import { conversationAddress, json } from "./api.js";
+import { followMessages, show, toNewest } from "./follow.js";
 import { limitPlan } from "./meter.js";
+import { wireSnapshots } from "./snapshots.js";
 import { clearSendProblem, send, watch } from "./stream.js";
 import { $, clearProblem, showProblem } from "./ui.js";
 import { reload, render, showMissing, view } from "./view.js";
@@ -13,6 +15,8 @@ const WORKING_NOW = {
   compact_in_place: "Summarising older messages to make room…",
   checkpoint_restart: "Writing a checkpoint to restart from…",
 };
+const RECENT_TURNS = 3; // the exchanges a failed conversation's child carries when asked
+const FIRST_READ_RETRY = [1000, 2000, 5000]; // ms between attempts at the first read
 
 function go(id) {
   view.navigating = true;
@@ -55,12 +59,16 @@ async function continueNow() {
   }
 }
 
+// The one way on from an ended conversation: its child, seeded with its summary (or, from a
+// failure that wrote none, its last exchanges) unless the user said otherwise.
 async function startNew() {
   clearProblem();
   view.working = "Opening the new conversation…";
   render();
+  const summary = !$("no-summary-choice").hidden && !$("no-summary").checked;
+  const recent = !$("recent-choice").hidden && $("recent").checked ? RECENT_TURNS : 0;
   try {
-    const child = await json("POST", `${view.path}/children`, { seed_with_summary: !$("no-summary").checked });
+    const child = await json("POST", `${view.path}/children`, { seed_with_summary: summary, recent_turns: recent });
     go(child.id);
   } catch (error) {
     view.working = null;
@@ -101,6 +109,12 @@ async function pauseNow() {
   stopAsking();
 }
 
+// The continuation summary is the transcript's own message: shown there, where there is room.
+function readSummary() {
+  const summaries = document.querySelectorAll("#messages li.continuation");
+  if (summaries.length) show(summaries[summaries.length - 1]);
+}
+
 function wire() {
   $("composer").addEventListener("submit", (event) => {
     event.preventDefault();
@@ -108,7 +122,10 @@ function wire() {
     send();
   });
   $("text").addEventListener("keydown", (event) => {
-    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) $("composer").requestSubmit();
+    // Enter sends (as in a chat); Shift+Enter starts a new line; an IME's Enter is its own.
+    if (event.key !== "Enter" || event.shiftKey || event.isComposing) return;
+    event.preventDefault();
+    $("composer").requestSubmit();
   });
   $("text").addEventListener("input", clearSendProblem);
   $("pin").addEventListener("change", clearSendProblem);
@@ -126,30 +143,39 @@ function wire() {
   $("pause-reason").addEventListener("keydown", (event) => {
     if (event.key === "Escape") stopAsking();
   });
-  $("snapshots").addEventListener("click", showSnapshot);
   $("resume").addEventListener("click", resume);
   $("start-new").addEventListener("click", startNew);
+  $("read-summary").addEventListener("click", readSummary);
+  wireSnapshots();
+  followMessages();
 }
 
-// A snapshot's JSON: its link opens the API's answer; with a token (which a plain link cannot
-// send) it is read here and shown below the table instead.
-async function showSnapshot(event) {
-  const link = event.target.closest("a[data-version]");
-  if (!link || !token()) return;
-  event.preventDefault();
-  try {
-    const whole = await json("GET", `${view.path}/snapshots/${link.dataset.version}`);
-    $("snapshot-shown-title").textContent = `Snapshot v${whole.version}`;
-    $("snapshot-json").textContent = JSON.stringify(whole, null, 2);
-    $("snapshot-shown").hidden = false;
-  } catch (error) {
-    showProblem(error);
+const pause = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// The first read, tried again (saying so) until it is answered: a server restarting, a store
+// not reachable yet. A conversation that does not exist is said at once.
+async function firstRead() {
+  for (let attempt = 0; ; attempt += 1) {
+    try {
+      await reload();
+      clearProblem();
+      return;
+    } catch (error) {
+      if (error.status === 404) {
+        showMissing();
+        return;
+      }
+      const wait = FIRST_READ_RETRY[Math.min(attempt, FIRST_READ_RETRY.length - 1)];
+      showProblem(`The conversation could not be read (${error.message}); trying again in ${wait / 1000} s…`);
+      await pause(wait);
+    }
   }
 }
 
 export async function openConversation(id) {
   view.id = id;
   view.path = `api/conversations/${encodeURIComponent(id)}`;
+  document.body.classList.add("in-conversation");
   $("conversation").hidden = false;
   document.title = "segue: conversation";
   wire();
@@ -158,10 +184,6 @@ export async function openConversation(id) {
     watch(ready);
   });
   if (view.missing) return;
-  try {
-    await reload();
-  } catch (error) {
-    if (error.status === 404) showMissing();
-    else throw error;
-  }
+  await firstRead();
+  toNewest();
 }

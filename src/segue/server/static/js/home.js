@@ -29,17 +29,30 @@ export async function home(info) {
     }
   });
   const list = $("conversations");
-  list.replaceChildren();
-  for (const conversation of await json("GET", "api/conversations")) {
-    const item = document.createElement("li");
-    const link = document.createElement("a");
-    link.href = conversationAddress(conversation.id);
-    link.textContent = conversation.id;
-    const meta = document.createElement("span");
-    meta.className = "meta";
-    const used = percentText(shownTokens(conversation), conversation.context_window, conversation);
-    meta.textContent = `${conversation.phase.replaceAll("_", " ")}, ${used}% of the window`;
-    item.append(link, meta);
-    list.append(item);
-  }
+  const conversations = await json("GET", "api/conversations");
+  list.replaceChildren(...conversations.map(listed));
+  $("no-conversations").hidden = conversations.length > 0;
+}
+
+const WHEN = { dateStyle: "medium", timeStyle: "short" };
+
+// One conversation in the list: its title (the first words of its first message), and when,
+// in what phase and how full.
+function listed(conversation) {
+  const item = document.createElement("li");
+  const link = document.createElement("a");
+  link.href = conversationAddress(conversation.id);
+  link.textContent = conversation.title || "New conversation (no message yet)";
+  const meta = document.createElement("span");
+  meta.className = "meta";
+  const when = conversation.created_at ? new Date(conversation.created_at * 1000).toLocaleString([], WHEN) : "";
+  const used = percentText(shownTokens(conversation), conversation.context_window, conversation);
+  const phase = conversation.phase.replaceAll("_", " ");
+  meta.textContent = [when, phase, `${used}% of the window`].filter(Boolean).join(" · ");
+  const id = document.createElement("span");
+  id.className = "id";
+  id.textContent = ` · ${conversation.id.slice(0, 8)}`;
+  meta.append(id);
+  item.append(link, meta);
+  return item;
 }

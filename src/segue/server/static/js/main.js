@@ -1,7 +1,8 @@
 // segue's page: the conversation list (/) and one conversation (/c/{id}), over the REST API.
 // Modules by concern: api (addresses, token, requests, event streams), markdown (safe
-// rendering), meter (figures and words about the limit), messages (the transcript), view (one
-// conversation's state drawn), stream (updates as they come), conversation (its buttons), home.
+// rendering), meter (figures and words about the limit), messages (the transcript), follow
+// (keeping the newest message in view), view (one conversation's state drawn), snapshots,
+// stream (updates as they come), conversation (its buttons), home.
 
 import { conversationInAddress, json, takeToken } from "./api.js";
 import { openConversation } from "./conversation.js";

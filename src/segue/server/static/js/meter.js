@@ -60,39 +60,35 @@ const AT_THE_LIMIT = {
   threshold_based_continuation: {
     then: "this conversation is summarised and continues in a new one",
     action: "Continue in a new conversation",
-    now: "You can continue in a new conversation now, with a summary of this one.",
   },
   compact_in_place: {
     then: "older messages are summarised to make room, and the conversation goes on",
     action: "Compact now",
-    now: "You can compact now.",
   },
   checkpoint_restart: {
     then: "the assistant writes a checkpoint and goes on in a fresh session",
     action: "Restart from a checkpoint now",
-    now: "You can restart from a checkpoint now.",
   },
   checkpoint_pause: {
     then: "the assistant writes a checkpoint and the conversation pauses",
     action: null,
-    now: "",
   },
   intentionally_unhandled: {
     then: "this sub-agent stops with a context_exhausted error, for its parent to replace it",
     action: null,
-    now: "",
   },
 };
 
 export function limitPlan(behavior) {
-  return AT_THE_LIMIT[behavior] || { then: "the conversation's behaviour applies", action: null, now: "" };
+  return AT_THE_LIMIT[behavior] || { then: "the conversation's behaviour applies", action: null };
 }
 
-// The warning banner's words for `tokens` now, or null when there is nothing to warn about.
+// The warning banner's words for `tokens` now, or null when there is nothing to warn about:
+// short enough for two lines on a phone (the button beside them says what can be done now).
 export function warningText(tokens, state) {
   if (tokens < state.warning_tokens) return null;
   const plan = limitPlan(state.behavior);
   const full = percentText(tokens, state.context_window, state);
   const limit = thresholdText(state.continuation_tokens, state.context_window);
-  return `The context window is ${full}% full. At ${limit}% ${plan.then}. ${plan.now}`.trim();
+  return `Context ${full}% full: at ${limit}% ${plan.then}.`;
 }

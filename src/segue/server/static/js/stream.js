@@ -3,6 +3,7 @@
 // repeats this tab's own turns too; those are skipped there, by their opening user_message.
 
 import { ApiError, call, events } from "./api.js";
+import { toNewest } from "./follow.js";
 import { note, renderMessage } from "./messages.js";
 import { setMeter } from "./meter.js";
 import { $, showProblem } from "./ui.js";
@@ -87,7 +88,7 @@ async function apply(name, update, foreign) {
       );
       break;
     case "done":
-    case "lost":
+    case "reset": // too far behind: what was missed is read from the store
       await safeReload();
       break;
     default:
@@ -109,6 +110,7 @@ export async function send() {
   view.streaming = true;
   view.mine += 1; // its copy on the watch stream may come before the POST's answer
   const shown = renderMessage({ kind: "user", text, pinned });
+  toNewest(); // one's own message, and the reply to it, in view
   render();
   let response;
   try {
@@ -125,7 +127,11 @@ export async function send() {
   box.value = "";
   $("pin").checked = false;
   try {
-    for await (const { name, data } of events(response)) await apply(name, data, false);
+    for await (const { name, data } of events(response)) {
+      // Dropped too far behind: the rest of this turn comes as another tab's would.
+      if (name === "reset" && view.skipping === "mine") view.skipping = null;
+      await apply(name, data, false);
+    }
   } catch (error) {
     showProblem(error);
     await safeReload();
@@ -139,17 +145,34 @@ export async function send() {
 // the whole reply): one of them arriving while the state is read does not make it old.
 const PASSING = new Set(["text", "retry", "notice"]);
 
+// Whether a user message on the watch stream is the last one the latest read drew: an update
+// that reached this tab after the read (the watch stream runs on its own connection, and another
+// server process's turn reaches it a moment later) describes a turn already drawn, and shown
+// again it would be shown twice. Only the first user message after a read can be one.
+function echoesTheRead(data) {
+  const echo = view.echo;
+  view.echo = null;
+  return echo !== null && echo === data.text;
+}
+
 async function watched(name, data) {
   if (name === "user_message") {
-    view.skipping = view.mine > 0;
-    if (view.skipping) {
+    if (view.mine > 0) {
       view.mine -= 1;
+      view.skipping = "mine";
       return;
     }
+    if (echoesTheRead(data)) {
+      view.skipping = "drawn";
+      return;
+    }
+    view.skipping = null;
   }
-  if (view.skipping) {
-    if (name === "done") view.skipping = false;
-    return;
+  if (view.skipping !== null) {
+    if (name !== "done" && name !== "reset") return;
+    const drawn = view.skipping === "drawn";
+    view.skipping = null;
+    if (!drawn) return; // this tab's own turn: its own stream reads it back
   }
   if (!PASSING.has(name)) view.overtaken = true;
   await apply(name, data, true);
@@ -163,7 +186,7 @@ export async function watch(ready) {
     try {
       const response = await call("GET", `${view.path}/events`);
       view.mine = 0;
-      view.skipping = view.streaming; // the rest of this tab's turn comes here too
+      view.skipping = view.streaming ? "mine" : null; // the rest of this tab's turn comes here too
       if (first) ready();
       else await safeReload();
       first = false;

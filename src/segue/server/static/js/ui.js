@@ -4,9 +4,11 @@ import { ApiError } from "./api.js";
 
 export const $ = (id) => document.getElementById(id);
 
+// Say what went wrong (an error, or words) in the header's alert line.
 export function showProblem(error) {
   const problem = $("problem");
-  problem.textContent = error instanceof ApiError ? error.message : String(error?.message ?? error);
+  if (typeof error === "string") problem.textContent = error;
+  else problem.textContent = error instanceof ApiError ? error.message : String(error?.message ?? error);
   problem.hidden = false;
 }
 

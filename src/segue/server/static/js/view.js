@@ -2,9 +2,11 @@
 // read from the server is the truth; updates move the meter and the phase as they come, and
 // each turn's "done" reads the conversation back.
 
-import { address, conversationAddress, json } from "./api.js";
+import { conversationAddress, json } from "./api.js";
+import { toNewest } from "./follow.js";
 import { clearMessages, LiveReplies, renderMessage } from "./messages.js";
 import { levelOf, limitPlan, setMeter, shownTokens, warningText } from "./meter.js";
+import { renderSnapshots } from "./snapshots.js";
 import { $ } from "./ui.js";
 
 export const BUSY = new Set([
@@ -15,7 +17,9 @@ export const BUSY = new Set([
   "compacting",
 ]);
 const RECOVERABLE = new Set(["llm_error", "retries_exhausted"]);
-const CONTEXT_FAILURES = new Set(["context_exhausted", "checkpoint_overflow", "compaction_ineffective"]);
+// Failures whose context ran out: what the conversation wrote last (a summary, a checkpoint)
+// can seed its continuation. Any other failure carries its last exchanges, or nothing.
+const CONTEXT_FAILURES = new Set(["context_exhausted", "checkpoint_overflow", "compaction_ineffective", "run_time_limit"]);
 const WORKING = {
   awaiting_continuation: "Writing a summary of this conversation…",
   compacting: "Summarising older messages to make room…",
@@ -29,12 +33,14 @@ export const view = {
   tokens: 0, // the meter's figure: the state's, or the latest occupancy update's
   streaming: false, // this tab's own turn is streaming
   mine: 0, // own turns whose copy on the watch stream has not begun yet
-  skipping: false, // the watch stream is repeating one of this tab's own turns
+  skipping: null, // the watch stream repeats a turn already shown: "mine" or "drawn"
+  echo: null, // the last user message the latest read drew (a late update may repeat it)
   working: null, // what the page waits for, said while it waits (a summary being written)
   missing: false, // no such conversation
   askingPause: false, // the pause's reason is being asked for
   pauseAsked: false, // this tab asked for a pause the running turn has not reached yet
   navigating: false, // leaving for another conversation
+  drawn: false, // the conversation has been drawn once (the first draw shows the newest)
   live: new LiveReplies(),
   tools: new Map(), // tool call id -> its note
   reloads: 0,
@@ -51,13 +57,20 @@ export function busy() {
   return view.streaming || Boolean(view.working) || (view.state !== null && BUSY.has(view.state.phase));
 }
 
-function failedForGood(state) {
-  return state.phase === "failed" && !RECOVERABLE.has(state.error_kind);
+function recoverable(state) {
+  return state.phase === "failed" && RECOVERABLE.has(state.error_kind);
 }
 
-// Whether the conversation can be continued in a child (the runtime's start_new_from).
+// Whether the conversation goes on only in a new one (the runtime's start_new_from): read-only
+// at its limit, or failed (one whose failure a message recovers from may also take one).
 export function continuable(state) {
-  return state.phase === "context_exhausted" || (state.phase === "failed" && CONTEXT_FAILURES.has(state.error_kind));
+  return state.phase === "context_exhausted" || state.phase === "failed";
+}
+
+// Whether its child would start from a summary or checkpoint it wrote (else from its last
+// exchanges, or from nothing: the user's choice).
+function hasSummary(state) {
+  return state.phase === "context_exhausted" || CONTEXT_FAILURES.has(state.error_kind);
 }
 
 function inputReason(state) {
@@ -70,7 +83,7 @@ function inputReason(state) {
     case "paused":
       return "This conversation is paused. Resume it to send a message.";
     case "failed":
-      return failedForGood(state) ? `This conversation failed (${state.error_kind}).${next}` : null;
+      return recoverable(state) ? null : `This conversation failed (${state.error_kind}).${next}`;
     default:
       return BUSY.has(state.phase) && !view.streaming ? "The assistant is busy with this conversation." : null;
   }
@@ -97,8 +110,9 @@ export function render() {
   renderControls(state);
   if (state === null) return;
   const phase = state.phase;
-  $("title").textContent = `Conversation ${state.id.slice(0, 8)}`;
+  $("title").textContent = state.title || "New conversation";
   $("title").title = state.id;
+  document.title = `segue: ${state.title || "new conversation"}`;
   $("phase").textContent = `${phase.replaceAll("_", " ")} · ${state.behavior.replaceAll("_", " ")} · ${state.model}`;
   setMeter(view.tokens, state.context_window, levelOf(view.tokens, state), state);
   renderBanners(state);
@@ -108,6 +122,7 @@ export function render() {
   const parent = $("parent-link");
   parent.hidden = !state.parent_id;
   if (state.parent_id) parent.href = conversationAddress(state.parent_id);
+  $("chain").hidden = !state.child_id && !state.parent_id;
 }
 
 function renderBanners(state) {
@@ -128,7 +143,6 @@ function renderBanners(state) {
   $("working-text").textContent = working || "";
 
   $("exhausted").hidden = phase !== "context_exhausted";
-  $("summary").textContent = state.summary || "";
   $("failed").hidden = phase !== "failed";
   $("failure").textContent = phase === "failed" ? `${state.error_kind}: ${state.error_message}` : "";
   $("paused").hidden = phase !== "paused";
@@ -136,37 +150,49 @@ function renderBanners(state) {
     phase === "paused" ? `This conversation is paused${state.paused_reason ? `: ${state.paused_reason}` : ""}.` : "";
 }
 
+// Only the controls the state allows are shown: a read-only conversation keeps its one way
+// on, a paused one its Resume, a running turn its Cancel.
 function renderControls(state) {
   const reason = inputReason(state);
   const known = state !== null && !view.missing;
   const phase = known ? state.phase : null;
+  const writable = reason === null || state === null || BUSY.has(phase);
+  $("write").hidden = view.missing || !writable;
+  $("pin-choice").hidden = $("write").hidden;
+  $("keys").hidden = $("write").hidden;
   $("text").disabled = reason !== null;
   $("pin").disabled = reason !== null;
+  $("send").hidden = $("write").hidden;
   $("send").disabled = reason !== null || busy();
   const unread = view.state === null && !view.missing; // the state is still being read
   $("messages").setAttribute("aria-busy", String(busy() || unread));
-  $("input-reason").hidden = reason === null;
+  // Where the box is gone (read-only, paused), the banner above says why.
+  $("input-reason").hidden = reason === null || $("write").hidden;
   $("input-reason").textContent = reason || "";
   const ended = phase === "paused" || phase === "context_exhausted" || phase === "failed";
   const pausable = known && !ended && !pauseWaits(state);
   if (!pausable) view.askingPause = false;
-  $("pause").disabled = !pausable;
-  $("pause").hidden = view.askingPause;
+  $("pause").hidden = !pausable || view.askingPause;
   $("pause-ask").hidden = !view.askingPause;
   $("pause-now").disabled = !pausable;
-  $("resume").disabled = phase !== "paused" || Boolean(view.working);
-  $("cancel").disabled = !known || !(BUSY.has(phase) || view.streaming);
+  $("resume").hidden = phase !== "paused";
+  $("resume").disabled = Boolean(view.working);
+  $("cancel").hidden = !known || !(BUSY.has(phase) || view.streaming);
+  $("composer").hidden = view.missing;
+  renderNext(state, known);
+}
 
-  const readOnly = known && (phase === "context_exhausted" || failedForGood(state));
-  $("next").hidden = !readOnly;
-  if (!readOnly) return;
+function renderNext(state, known) {
+  const goesOn = known && continuable(state);
+  $("next").hidden = !goesOn;
+  if (!goesOn) return;
   const child = state.child_id;
   $("go-child").hidden = !child;
   if (child) $("go-child").href = conversationAddress(child);
-  const startable = !child && continuable(state);
-  $("start-child").hidden = !startable;
-  $("start-new").disabled = !startable || Boolean(view.working);
-  $("start-afresh").hidden = Boolean(child) || startable;
+  $("start-child").hidden = Boolean(child);
+  $("start-new").disabled = Boolean(child) || Boolean(view.working);
+  $("no-summary-choice").hidden = !hasSummary(state);
+  $("recent-choice").hidden = hasSummary(state);
 }
 
 export function showMissing() {
@@ -176,46 +202,6 @@ export function showMissing() {
   $("missing-id").textContent = view.id;
   for (const id of ["warning", "working", "exhausted", "failed", "paused", "next"]) $(id).hidden = true;
   renderControls(null);
-}
-
-// How long a session ran, as a person reads it ("4 s", "2 min 5 s", "1 h 3 min").
-export function duration(seconds) {
-  if (seconds === null || seconds === undefined) return "unknown";
-  const whole = Math.floor(seconds);
-  if (whole < 60) return `${whole} s`;
-  const minutes = Math.floor(whole / 60);
-  if (minutes < 60) return `${minutes} min ${whole % 60} s`;
-  return `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
-}
-
-function renderSnapshots(snapshots) {
-  const body = $("snapshots").querySelector("tbody");
-  body.replaceChildren();
-  $("no-snapshots").hidden = snapshots.length > 0;
-  for (const snapshot of snapshots) {
-    const row = document.createElement("tr");
-    const when = snapshot.created_at ? new Date(snapshot.created_at * 1000).toLocaleString() : "";
-    const why = snapshot.trigger === "exhaustion" ? "context limit" : snapshot.reason || "paused";
-    const tokens =
-      snapshot.context_tokens === null
-        ? "unknown"
-        : `${snapshot.context_tokens.toLocaleString("en")} / ${snapshot.context_window.toLocaleString("en")}`;
-    const calls = `${snapshot.llm_calls} LLM, ${snapshot.tool_calls} tools`;
-    const cells = [`v${snapshot.version}`, when, why, String(snapshot.session), duration(snapshot.session_seconds), tokens, calls];
-    for (const cell of cells) {
-      const td = document.createElement("td");
-      td.textContent = cell;
-      row.append(td);
-    }
-    const link = document.createElement("a");
-    link.href = address(`${view.path}/snapshots/${snapshot.version}`);
-    link.dataset.version = String(snapshot.version);
-    link.textContent = `JSON of v${snapshot.version}`;
-    const whole = document.createElement("td");
-    whole.append(link);
-    row.append(whole);
-    body.append(row);
-  }
 }
 
 // Read the conversation back from the server and draw it all; an older read that ends after a
@@ -246,8 +232,14 @@ function draw(state, messages, snapshots, chain) {
   view.tools.clear();
   clearMessages();
   for (const message of messages) renderMessage(message);
+  const lastUser = messages.findLast((message) => message.kind === "user");
+  view.echo = lastUser ? lastUser.text : null;
   setState(state);
-  renderSnapshots(snapshots);
+  renderSnapshots(snapshots, view.path);
   const place = chain.findIndex((link) => link.id === view.id);
   $("chain-place").textContent = chain.length > 1 && place >= 0 ? `Part ${place + 1} of ${chain.length}` : "";
+  if (!view.drawn) {
+    view.drawn = true;
+    toNewest(); // opened: the newest message in view
+  }
 }
