@@ -8,7 +8,7 @@ import asyncio
 from collections import OrderedDict
 from typing import Final
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from segue.executor.runtime import Runtime
 from segue.executor.store_port import StoredConversation
@@ -74,9 +74,10 @@ def router(runtime: Runtime, views: StateViews, info: Info) -> APIRouter:
         return info
 
     @routes.post("/conversations", status_code=201, responses=documented(413, 415, 422))
-    async def create(body: CreateConversation) -> ConversationView:
+    async def create(body: CreateConversation, request: Request) -> ConversationView:
         """Create a conversation."""
-        options = body.options(info)
+        given = await request.json()  # which fields the client set (FastAPI read it already)
+        options = body.options(info, given=set(given) if isinstance(given, dict) else set())
         state = await runtime.create_conversation(options)
         return await views.read(state.id)
 

@@ -43,11 +43,13 @@ class CreateConversation(ConversationOptions):
     max_run_seconds: Annotated[float, Field(gt=0, le=MAX_RUN_SECONDS)] | None = None
     """``checkpoint_restart``: past this many seconds, the limit ends the run."""
 
-    def options(self, server: Info) -> ConversationOptions:
+    def options(self, server: Info, *, given: set[str]) -> ConversationOptions:
         """The conversation's options, with the server's own (``server``: its model,
-        behaviour, window and bounds) where the request left them out."""
+        behaviour, window and bounds) where the request left them out (``given``: the fields
+        the request set; a value does not say whether it was set or defaulted)."""
         model, behavior, context_window = server.model, server.behavior, server.context_window
-        fields = {**server.limits, **self.model_dump(exclude_unset=True)}
+        asked = {name: value for name, value in self.model_dump().items() if name in given}
+        fields = {**server.limits, **asked}
         fields["model"] = self.model or model
         fields["behavior"] = self.behavior or behavior
         if self.context_window is None and context_window is not None:
