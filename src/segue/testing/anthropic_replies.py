@@ -70,6 +70,36 @@ class Thinking:
         return {"type": "thinking", "thinking": self.thinking, "signature": self.signature}
 
 
+def _encrypted() -> str:
+    return f"enc_fake_{uuid.uuid4().hex[:16]}"
+
+
+@dataclass(frozen=True, slots=True)
+class Compacted:
+    """The ``compaction`` block a reply starts with: the server puts one there when a request's
+    ``compact_20260112`` edit triggers (``anthropic_managed``), or a test scripts one.
+
+    ``content`` None is a compaction that failed (the API's null content: nothing was
+    compacted). ``usage`` is what the compaction iteration cost (``MEASURED``: the server counts
+    it: the whole prompt read, the summary written); it is reported in ``usage.iterations``,
+    never in the top-level usage, which is the message iteration's."""
+
+    content: str | None = "Summary of the conversation so far."
+    encrypted_content: str = field(default_factory=_encrypted)
+    signature: str = "sig_compaction_fake"
+    usage: Usage | Measured = MEASURED
+
+    def block(self) -> dict[str, Any]:
+        """The block as the API returns it (no tool changed in the compacted range)."""
+        return {
+            "type": "compaction",
+            "content": self.content,
+            "encrypted_content": self.encrypted_content,
+            "signature": self.signature,
+            "tool_changes": [],
+        }
+
+
 @dataclass(frozen=True, slots=True)
 class MessageReply:
     """A successful ``/v1/messages`` reply, served as JSON or as SSE depending on the request.
@@ -82,7 +112,10 @@ class MessageReply:
     (``prompt_cache``). When streamed:
     ``pieces`` text deltas per text block, ``chunk_delay`` seconds between events, and
     ``cut_after`` ends the stream (closing the connection) after that many events, before
-    ``message_stop``, as a dropped connection does.
+    ``message_stop``, as a dropped connection does. ``compaction``: the reply starts with that
+    compaction block (the server sets it when a request's compaction triggers), and its usage
+    is the message iteration's; ``applied_edits``: the context edits the server applied (None:
+    the request asked for no context management).
     """
 
     text: str = "ok"
@@ -95,6 +128,8 @@ class MessageReply:
     pieces: int = 3
     chunk_delay: float = 0.0
     cut_after: int | None = None
+    compaction: Compacted | None = None
+    applied_edits: Sequence[Mapping[str, Any]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +248,8 @@ def _chunks(text: str, pieces: int = 3) -> list[str]:
 
 
 def message_json(reply: MessageReply, message_id: str, model: str) -> dict[str, Any]:
-    content: list[dict[str, Any]] = [thinking.block() for thinking in reply.thinking]
+    content: list[dict[str, Any]] = [reply.compaction.block()] if reply.compaction else []
+    content += [thinking.block() for thinking in reply.thinking]
     content += [{"type": "text", "text": reply.text}] if reply.text else []
     content += [
         {"type": "tool_use", "id": t.id, "name": t.name, "input": dict(t.input)}
@@ -230,7 +266,9 @@ def message_json(reply: MessageReply, message_id: str, model: str) -> dict[str, 
     }
     usage = _usage(reply)
     if usage is not None:
-        message["usage"] = usage.to_json()
+        message["usage"] = usage_json(reply, usage)
+    if reply.applied_edits is not None:
+        message["context_management"] = {"applied_edits": [dict(e) for e in reply.applied_edits]}
     return message
 
 
@@ -239,12 +277,39 @@ def _usage(reply: MessageReply) -> Usage | None:
     return Usage() if isinstance(reply.usage, Measured) else reply.usage
 
 
+def usage_json(reply: MessageReply, usage: Usage) -> dict[str, Any]:
+    """The reply's ``usage``: the message iteration's counts at the top (zero when the reply
+    stopped after its compaction), and, after a compaction, ``iterations``: the compaction's,
+    then the message's."""
+    paused = reply.compaction is not None and reply.stop_reason == "compaction"
+    data: dict[str, Any] = (Usage(0, 0) if paused else usage).to_json()
+    compaction = reply.compaction
+    if compaction is not None:
+        spent = compaction.usage if isinstance(compaction.usage, Usage) else Usage(0, 0)
+        iterations = [_iteration("compaction", spent)]
+        if not paused:
+            iterations.append(_iteration("message", usage))
+        data["iterations"] = iterations
+    return data
+
+
+def _iteration(kind: str, usage: Usage) -> dict[str, Any]:
+    return {
+        "type": kind,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_creation_input_tokens": usage.cache_creation_input_tokens or 0,
+        "cache_read_input_tokens": usage.cache_read_input_tokens or 0,
+    }
+
+
 def sse_events(
     reply: MessageReply, message_id: str, model: str, error: ErrorReply | None = None
 ) -> list[dict[str, Any]]:
     """The events the API streams for ``reply`` (or up to ``error``); SSE name = ``type``."""
     start = message_json(reply, message_id, model)
     start.update(content=[], stop_reason=None)
+    start.pop("context_management", None)
     usage = _usage(reply)
     if usage is not None:
         start["usage"] = usage.to_json(output_tokens=1)
@@ -252,6 +317,15 @@ def sse_events(
     if error is not None:
         return [*events, error.body()]
     blocks: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+    if reply.compaction is not None:  # its opaque fields first, then its summary whole
+        whole = reply.compaction.block()
+        begun = {**whole, "content": None, "encrypted_content": None}
+        delta = {
+            "type": "compaction_delta",
+            "content": whole["content"],
+            "encrypted_content": whole["encrypted_content"],
+        }
+        blocks.append((begun, [delta]))
     for thinking in reply.thinking:
         if thinking.redacted is not None:
             blocks.append((thinking.block(), []))
@@ -277,7 +351,9 @@ def sse_events(
     # message_delta usage holds cumulative totals, as the API sends them.
     final: dict[str, Any] = {"type": "message_delta", "delta": delta}
     if usage is not None:
-        final["usage"] = usage.to_json()
+        final["usage"] = usage_json(reply, usage)
+    if reply.applied_edits is not None:
+        final["context_management"] = {"applied_edits": [dict(e) for e in reply.applied_edits]}
     events.append(final)
     events.append({"type": "message_stop"})
     if reply.cut_after is not None:
@@ -292,6 +368,7 @@ def named(events: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
 
 __all__ = [
     "DEFAULT_MODELS",
+    "Compacted",
     "Disconnect",
     "ErrorReply",
     "MessageReply",
@@ -312,4 +389,5 @@ __all__ = [
     "rate_limited",
     "server_error",
     "sse_events",
+    "usage_json",
 ]

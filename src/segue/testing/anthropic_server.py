@@ -28,8 +28,18 @@ from urllib.parse import unquote
 from segue.testing._anthropic_clouds import aws_frame, cloud_call
 from segue.testing._scripted_http import RecordedRequest as RecordedRequest  # noqa: PLC0414  # re-exported: this module's API since it was written here
 from segue.testing._scripted_http import ScriptedHandler, ScriptedServer, serve_until_stopped
+from segue.testing.anthropic_managed import (
+    ContextManagementError,
+    betas_of,
+    compacted,
+    manage,
+    prompt_tokens,
+    summarise,
+    trigger_of,
+)
 from segue.testing.anthropic_replies import (
     DEFAULT_MODELS,
+    Compacted,
     Disconnect,
     ErrorReply,
     MessageReply,
@@ -77,13 +87,15 @@ class _Handler(ScriptedHandler):
             # Bedrock and Vertex AI name the model (and whether to stream) in the path.
             model, stream, self._aws_frames = cloud
             body = {**body, "model": model, "stream": stream}
-            self._messages(body, fake._next_reply(body))
+            scripted = fake.pending > 0
+            self._messages(body, fake._next_reply(body), scripted=scripted)
         elif self.command == "POST" and path == "/v1/messages":
             if not isinstance(body, dict) or not {"model", "messages", "max_tokens"} <= body.keys():
                 msg = "model, messages and max_tokens are required"
                 self._send_error(ErrorReply(400, "invalid_request_error", msg))
                 return
-            self._messages(body, fake._next_reply(body))
+            scripted = fake.pending > 0
+            self._messages(body, fake._next_reply(body), scripted=scripted)
         elif self.command == "POST" and path == "/v1/messages/count_tokens":
             if not isinstance(body, dict):
                 self._send_error(ErrorReply(400, "invalid_request_error", "body must be JSON"))
@@ -99,7 +111,7 @@ class _Handler(ScriptedHandler):
         else:
             self._send_error(ErrorReply(404, "not_found_error", f"Not found: {path}"))
 
-    def _messages(self, request: dict[str, Any], reply: Reply) -> None:
+    def _messages(self, request: dict[str, Any], reply: Reply, *, scripted: bool = False) -> None:
         if self._held_back(reply.delay):
             return
         if isinstance(reply, Disconnect):
@@ -115,9 +127,10 @@ class _Handler(ScriptedHandler):
         message_id = f"msg_fake_{uuid.uuid4().hex[:20]}"
         model = str(request["model"])
         if isinstance(reply, MessageReply):
+            betas = betas_of({k.lower(): v for k, v in self.headers.items()}, request)
             try:
-                reply = self.fake._measured(request, reply)
-            except TooManyBreakpointsError as exc:
+                reply = self.fake._measured(request, reply, betas=betas, scripted=scripted)
+            except (TooManyBreakpointsError, ContextManagementError) as exc:
                 self._send_error(ErrorReply(400, "invalid_request_error", str(exc)))
                 return
         if isinstance(reply, ErrorReply):
@@ -167,12 +180,18 @@ class FakeAnthropicServer(ScriptedServer[Reply]):
         default: Reply | Responder | None = None,
         count_tokens: Callable[[dict[str, Any]], int] = estimate_tokens,
         models: Mapping[str, ModelSpec] | None = None,
+        summarise: Callable[[dict[str, Any]], str | None] = summarise,
     ) -> None:
         super().__init__(MessageReply() if default is None else default)
         self.cache = PromptCache()
         self.bill = Bill()
         self.count_tokens = count_tokens
         self.models: dict[str, ModelSpec] = dict(DEFAULT_MODELS if models is None else models)
+        self.summarise = summarise
+        """Writes the summary of a compaction the server makes (None: the compaction fails,
+        as the API's null content says)."""
+        self.refuse_compaction = False
+        """Refuse every compaction edit (400), as for a model or an account that cannot."""
 
     @property
     def url(self) -> str:
@@ -193,9 +212,72 @@ class FakeAnthropicServer(ScriptedServer[Reply]):
             )
         ]
 
-    def _measured(self, request: dict[str, Any], reply: MessageReply) -> MessageReply:
+    def _measured(
+        self,
+        request: dict[str, Any],
+        reply: MessageReply,
+        *,
+        betas: set[str] | None = None,
+        scripted: bool = False,
+    ) -> MessageReply:
         """``reply`` with its usage counted from ``request`` (the cache read and written) when
-        the script left it to the server; every answer with usage goes on the bill."""
+        the script left it to the server; every answer with usage goes on the bill. The
+        context is first managed as the request asks (``anthropic_managed``): edits applied
+        and reported, and a compaction made when its trigger is reached (a reply paused after
+        it puts a scripted answer back for the request that goes on)."""
+        managed = manage(request, betas or set())
+        if managed.compaction is not None and self.refuse_compaction:
+            msg = f"compact_20260112 is not supported for the model {request.get('model')}"
+            raise ContextManagementError(msg)
+        reading = managed.request
+        if managed.applied is not None:
+            reply = replace(reply, applied_edits=managed.applied)
+        compaction = reply.compaction
+        asked = managed.compaction
+        if compaction is None and asked is not None and prompt_tokens(reading) >= trigger_of(asked):
+            compaction = Compacted(content=self.summarise(reading))
+        if compaction is not None:
+            if asked is not None and asked.get("pause_after_compaction"):
+                if scripted:
+                    self._put_back(reply)
+                reply = replace(reply, text="", tool_uses=(), thinking=(), stop_reason="compaction")
+            compaction = self._compaction_billed(reading, compaction)
+            reply = replace(reply, compaction=compaction)
+            if compaction.content is not None:  # the message reads the summary alone
+                reading = compacted(reading, compaction.block())
+            if reply.stop_reason == "compaction":
+                return replace(reply, usage=Usage(0, 0)) if reply.usage is not None else reply
+        return self._billed(reading, reply)
+
+    def _compaction_billed(self, reading: dict[str, Any], compaction: Compacted) -> Compacted:
+        """``compaction`` with what its iteration cost: the whole prompt read, the summary
+        written (unless scripted), on the bill."""
+        if isinstance(compaction.usage, Measured):
+            prompt = self.cache.account(reading)
+            written = output_tokens(compaction.content or "")
+            self.bill.add(prompt, written)
+            spent = Usage(
+                prompt.input_tokens,
+                written,
+                prompt.cache_creation_input_tokens,
+                prompt.cache_read_input_tokens,
+            )
+            return replace(compaction, usage=spent)
+        said = compaction.usage
+        written_cache = said.cache_creation_input_tokens or 0
+        read = said.cache_read_input_tokens or 0
+        self.bill.add(Accounted(said.input_tokens, read, written_cache), said.output_tokens)
+        return compaction
+
+    def _put_back(self, reply: MessageReply) -> None:
+        """A scripted answer the provider has not given yet (it paused after compacting)
+        answers the next request."""
+        with self._lock:
+            self._script.appendleft(reply)
+
+    def _billed(self, request: dict[str, Any], reply: MessageReply) -> MessageReply:
+        """``reply`` with its usage counted from ``request`` when the script left it to the
+        server, on the bill."""
         if isinstance(reply.usage, Measured):
             prompt = self.cache.account(request)
             thinking = "".join(t.thinking for t in reply.thinking)
@@ -250,6 +332,7 @@ if __name__ == "__main__":
 
 __all__ = [  # the scripted replies are importable from here, beside the server they script
     "DEFAULT_MODELS",
+    "Compacted",
     "Disconnect",
     "ErrorReply",
     "FakeAnthropicServer",

@@ -34,7 +34,6 @@ from segue.executor.errors import LlmCallError
 from segue.executor.model_port import ContextSupport, LlmReply, LlmRequest, TextSink
 from segue.executor.models.anthropic_context import (
     anthropic_context_support,
-    refuses_compaction,
     unexpected_compaction_stop,
 )
 from segue.executor.models.anthropic_payload import (
@@ -47,6 +46,8 @@ from segue.executor.models.call_errors import (
     Meaning,
     http_error,
     redact,
+    refusal,
+    refuses_compaction,
     retry_after,
     says_overflow,
     secrets_of,
@@ -203,11 +204,7 @@ class AnthropicModel(EventStreamModel[Payload, Any]):
             reply = await super().complete(request)
         except LlmCallError as error:
             if request.compaction is not None and refuses_compaction(error):
-                raise LlmCallError(
-                    f"the provider cannot compact this conversation: {error.message}",
-                    status_code=error.status_code,
-                    compaction_refused=True,
-                ) from error
+                raise refusal(error) from error
             raise
         unexpected = unexpected_compaction_stop(request, reply)
         if unexpected is not None:

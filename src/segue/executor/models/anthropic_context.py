@@ -6,9 +6,9 @@
   thinking) every Claude 4 model's. A model segue does not know (a gateway's own name) is
   assumed to do neither: a conversation that asks for it is refused when it is created, not
   failed at its first turn.
-* **A refusal** (``refuses_compaction``): an error that says the compaction or the context
-  management cannot be had (a model or an account without the beta) when segue asked for
-  one: the conversation falls back to segue's own compaction (REQ-SEG-049).
+* **A refusal** (``call_errors.refuses_compaction``): an error that says the compaction cannot
+  be had (a model or an account without the beta) when segue asked for one: the conversation
+  falls back to segue's own compaction (REQ-SEG-049).
 * **An answer segue did not ask for** (``unexpected_compaction_stop``): a response stopped with
   ``compaction`` that segue did not ask to pause, or that holds no compaction.
 """
@@ -18,7 +18,6 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from segue.executor.errors import LlmCallError
 from segue.executor.model_port import ContextSupport, LlmReply, LlmRequest
 from segue.executor.models.anthropic_payload import MIN_COMPACTION_TRIGGER
 from segue.statemachine.context_edits import EDIT_STRATEGIES
@@ -27,10 +26,6 @@ COMPACTING_MODELS: Final = ("claude-opus-4-6", "claude-opus-4-7", "claude-sonnet
 """The models whose compaction the API documents (besides Mythos Preview and the later
 generations)."""
 _GENERATION: Final = re.compile(r"^claude-(?:opus|sonnet|haiku)-(\d+)(?:-\d+)*$")
-REFUSALS: Final = ("compact", "context_management", "context management", "beta")
-"""What an error says when the provider cannot compact, or cannot manage the context, for the
-model or the account (its message or type, lower-cased)."""
-_REFUSING_STATUS: Final = frozenset({400, 403, 404, 422})
 
 
 def anthropic_context_support(model: str) -> ContextSupport:
@@ -49,15 +44,6 @@ def anthropic_context_support(model: str) -> ContextSupport:
     )
 
 
-def refuses_compaction(error: LlmCallError) -> bool:
-    """Whether a failed request that asked the provider to compact failed because the
-    provider cannot (not for a reason another attempt, or a shorter prompt, would fix)."""
-    if error.retryable or error.context_overflow or error.status_code not in _REFUSING_STATUS:
-        return False
-    said = error.message.lower()
-    return any(wording in said for wording in REFUSALS)
-
-
 def unexpected_compaction_stop(request: LlmRequest, reply: LlmReply) -> str | None:
     """Why a reply that stopped with ``compaction`` is not what segue asked for (None when it
     is, or when it did not stop so)."""
@@ -73,8 +59,6 @@ def unexpected_compaction_stop(request: LlmRequest, reply: LlmReply) -> str | No
 
 __all__ = [
     "COMPACTING_MODELS",
-    "REFUSALS",
     "anthropic_context_support",
-    "refuses_compaction",
     "unexpected_compaction_stop",
 ]

@@ -204,7 +204,7 @@ def _plain(value: Any) -> dict[str, Any]:
     """An SDK object (or a dict) as the JSON it came as."""
     if isinstance(value, dict):
         return dict(value)
-    dumped: dict[str, Any] = value.model_dump(mode="json", exclude_none=True)
+    dumped: dict[str, Any] = value.model_dump(mode="json", exclude_none=True, warnings=False)
     return dumped
 
 
