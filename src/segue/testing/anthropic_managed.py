@@ -122,7 +122,7 @@ def summarise(request: Mapping[str, Any]) -> str:
             last = _text_of(message.get("content"))
             if last:
                 break
-    return f"Summary of {len(messages)} earlier messages. The latest request: {last[:300]}"
+    return f"Summary of {len(messages)} earlier messages. The latest request ends: {last[-300:]}"
 
 
 def compacted(request: Mapping[str, Any], block: Mapping[str, Any]) -> dict[str, Any]:

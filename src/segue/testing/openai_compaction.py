@@ -86,7 +86,7 @@ def summarise(items: Sequence[Any]) -> str:
             last = _text(item.get("content"))
             if last:
                 break
-    return f"Summary of {len(items)} earlier items. The latest request: {last[:300]}"
+    return f"Summary of {len(items)} earlier items. The latest request ends: {last[-300:]}"
 
 
 def user_messages(items: Sequence[Any]) -> list[dict[str, Any]]:
