@@ -28,6 +28,7 @@ import pytest
 
 from segue import (
     AnthropicModel,
+    CompactionBlock,
     ContextExhaustionBehavior,
     ConversationState,
     OpenAIModel,
@@ -171,10 +172,21 @@ def test_claude_compacts_three_times_in_its_own_calls(
         users = [m.text for m in messages if m.kind == "user"]
         assert users == [f"Part {index}: {PART}" for index in range(replies)]  # nothing lost
         assert [u.generation for u in updates if u.kind == "compacted"] == [2, 3, 4]
-        # Each compaction's block went back verbatim, and nothing from before it.
+        # The block of a compaction went back verbatim, and nothing from before it (the last
+        # request, the one the third compaction was made in, carries the second).
         last = sent[-1]["messages"]
         blocks = [b for m in last for b in m["content"] if b.get("type") == "compaction"]
-        assert [b["content"] for b in blocks] == [summaries[-1].message.content[0].content]
+        kept = summaries[-2].message.content[0]
+        assert isinstance(kept, CompactionBlock)
+        assert blocks == [
+            {
+                "type": "compaction",
+                "content": kept.content,
+                "encrypted_content": kept.encrypted_content,
+                "signature": kept.signature,
+                "tool_changes": [],
+            }
+        ]
         archives = sorted((tmp_path / "archive").iterdir())
         assert len(archives) == 3
         assert all(path.stat().st_mode & 0o777 == 0o600 for path in archives)
