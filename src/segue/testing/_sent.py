@@ -55,6 +55,8 @@ def anthropic_sent(body: dict[str, Any], headers: Mapping[str, str]) -> Sent:
         content = message["content"]
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
         texts = [b["text"] for b in blocks if b["type"] == "text"]
+        if any(b["type"] == "compaction" for b in blocks) and not texts:
+            continue  # the provider's own compaction: no turn of text
         calls = tuple((b["id"], b["name"], b["input"]) for b in blocks if b["type"] == "tool_use")
         images = sum(b["type"] == "image" for b in blocks)
         results = [b for b in blocks if b["type"] == "tool_result"]
@@ -76,6 +78,10 @@ def anthropic_sent(body: dict[str, Any], headers: Mapping[str, str]) -> Sent:
     if isinstance(system, list):
         system = "".join(b["text"] for b in system)
     choice = body.get("tool_choice") or {}
+    edits = (body.get("context_management") or {}).get("edits") or []
+    trigger = next(
+        (e["trigger"]["value"] for e in edits if e.get("type") == "compact_20260112"), None
+    )
     return Sent(
         tools=tuple(t["name"] for t in body.get("tools", ())),
         tool_choice_none=choice.get("type") == "none",
@@ -83,6 +89,7 @@ def anthropic_sent(body: dict[str, Any], headers: Mapping[str, str]) -> Sent:
         turns=tuple(turns),
         raw=body,
         headers=headers,
+        compaction_trigger=trigger,
     )
 
 
@@ -91,6 +98,8 @@ def openai_sent(body: dict[str, Any], headers: Mapping[str, str]) -> Sent:
     system = body.get("instructions")
     for item in body.get("messages") or body.get("input") or ():
         kind = item.get("type")
+        if kind == "compaction":  # the provider's own, opaque: no turn of text
+            continue
         if kind == "function_call":
             turns.append(
                 SentTurn(
@@ -133,6 +142,7 @@ def openai_sent(body: dict[str, Any], headers: Mapping[str, str]) -> Sent:
     tools = tuple(
         t["function"]["name"] if "function" in t else t["name"] for t in body.get("tools", ())
     )
+    managed = [m for m in body.get("context_management") or () if m.get("type") == "compaction"]
     return Sent(
         tools=tools,
         tool_choice_none=body.get("tool_choice") == "none",
@@ -140,6 +150,7 @@ def openai_sent(body: dict[str, Any], headers: Mapping[str, str]) -> Sent:
         turns=tuple(turns),
         raw=body,
         headers=headers,
+        compaction_trigger=managed[0].get("compact_threshold") if managed else None,
     )
 
 

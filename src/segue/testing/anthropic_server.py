@@ -234,11 +234,14 @@ class FakeAnthropicServer(ScriptedServer[Reply]):
             reply = replace(reply, applied_edits=managed.applied)
         compaction = reply.compaction
         asked = managed.compaction
-        if compaction is None and asked is not None and prompt_tokens(reading) >= trigger_of(asked):
+        made = (
+            compaction is None and asked is not None and prompt_tokens(reading) >= trigger_of(asked)
+        )
+        if made:
             compaction = Compacted(content=self.summarise(reading))
         if compaction is not None:
-            if asked is not None and asked.get("pause_after_compaction"):
-                if scripted:
+            if made and asked is not None and asked.get("pause_after_compaction"):
+                if scripted:  # the answer is given after the pause, to the next request
                     self._put_back(reply)
                 reply = replace(reply, text="", tool_uses=(), thinking=(), stop_reason="compaction")
             compaction = self._compaction_billed(reading, compaction)

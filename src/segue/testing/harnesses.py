@@ -16,7 +16,7 @@ from segue.executor.errors import LlmCallError
 from segue.executor.model_port import LlmModel, LlmReply, LlmRequest
 from segue.statemachine import ToolCall
 from segue.testing._sent import anthropic_raw_arguments, anthropic_sent, openai_sent
-from segue.testing.conformance import Answer, Call, Failure, Harness, Said, Sent
+from segue.testing.conformance import Answer, Call, Failure, Harness, NotApplicable, Said, Sent
 
 if TYPE_CHECKING:
     from segue.testing._scripted_http import ScriptedServer
@@ -97,6 +97,8 @@ class AnthropicHarness(_Base):
     """``AnthropicModel`` against ``FakeAnthropicServer``."""
 
     name = "anthropic"
+    compacting_model = "claude-sonnet-4-6"
+    """A model whose compaction the API documents (the conformance kit's compaction checks)."""
 
     def _fake(self) -> ScriptedServer[Any]:
         from segue.testing.anthropic_server import FakeAnthropicServer  # noqa: PLC0415
@@ -136,6 +138,13 @@ class AnthropicHarness(_Base):
             chunk_delay=answer.chunk_delay,
             delay=answer.delay,
         )
+        compacted = answer.compacted
+        if compacted is not None:
+            spent = fake.Usage(compacted.prompt, compacted.output)
+            block = fake.Compacted(content=compacted.summary, usage=spent)
+            reply = replace(reply, compaction=block)
+            if compacted.pause:
+                reply = replace(reply, text="", tool_uses=(), stop_reason="compaction")
         broken = [c for c in answer.calls if isinstance(c.input, str)]
         if broken:
             return anthropic_raw_arguments(reply, broken)
@@ -168,6 +177,9 @@ def _anthropic_failure(failure: Failure) -> Any:
         return fake.ErrorReply(500, "api_error", "Internal server error")
     if failure.kind == "mid_stream":
         return fake.overloaded(mid_stream=True)
+    if failure.kind == "compaction_refused":
+        said = "compact_20260112 is not supported for this model"
+        return fake.ErrorReply(400, "invalid_request_error", said)
     return fake.ErrorReply(401, "authentication_error", f"invalid x-api-key: {failure.echo}")
 
 
@@ -178,6 +190,8 @@ class OpenAIHarness(_Base):
         super().__init__(key=key)
         self.api = api
         self.name = f"openai-{api}"
+        self.compacting_model = "gpt-4o"
+        """A model whose compaction the Responses API does (Chat Completions does none)."""
 
     def _fake(self) -> ScriptedServer[Any]:
         from segue.testing.openai_server import FakeOpenAIServer  # noqa: PLC0415
@@ -207,7 +221,16 @@ class OpenAIHarness(_Base):
                 cache_write_tokens=answer.cache_write or None,
             )
         calls = [fake.ToolCall(c.name, c.input, **_id(c)) for c in answer.calls]
+        item = None
+        if answer.compacted is not None:
+            from segue.testing.openai_compaction import compaction_item  # noqa: PLC0415
+
+            if answer.compacted.summary is None or answer.compacted.pause:
+                msg = "OpenAI's compaction item holds no summary to fail and does not pause"
+                raise NotApplicable(msg)
+            item = compaction_item(answer.compacted.summary)
         return fake.Reply(
+            compaction=item,
             text=answer.text,
             tool_calls=calls,
             usage=usage,
@@ -239,6 +262,9 @@ def _openai_failure(failure: Failure) -> Any:
         return fake.ErrorReply(
             500, "The server had an error.", "server_error", code="server_error", mid_stream=True
         )
+    if failure.kind == "compaction_refused":
+        said = "context_management compaction is not supported for this model"
+        return fake.ErrorReply(400, said, code="unsupported_parameter")
     return fake.invalid_api_key(failure.echo)
 
 
@@ -306,6 +332,9 @@ def _scripted_reply(answer: Answer, key: str) -> LlmReply:
             "mid_stream": LlmCallError("stream error", retryable=True),
             "auth": LlmCallError(
                 "authentication failed: check THE_API_KEY", fatal=True, status_code=401
+            ),
+            "compaction_refused": LlmCallError(
+                "the provider cannot compact", status_code=400, compaction_refused=True
             ),
         }[answer.kind]
     if answer.cut:
