@@ -15,6 +15,8 @@ import asyncio
 import contextlib
 import itertools
 import json
+import os
+import re
 import signal
 import subprocess
 import sys
@@ -547,3 +549,48 @@ def test_a_kill_between_the_compacting_answer_and_its_commit_records_it_once(
     assert len(sent) == asked + 1  # the lost answer asked once more, nothing else
     assert sent[-1].body["messages"] == sent[-2].body["messages"]
     assert len(list((tmp_path / "archive").iterdir())) == 1
+
+
+# --------------------------------------------------------------------------- the page
+
+PROVIDERS_PAGE: Final = Path(__file__).resolve().parents[1] / "docs" / "providers.md"
+
+
+def page_examples() -> list[str]:
+    """The Python examples of the page's section on the providers' own compaction."""
+    text = PROVIDERS_PAGE.read_text(encoding="utf-8")
+    section = text[text.index("## What the providers do to the context themselves") :]
+    return re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_the_pages_examples_run_as_written(index: int, tmp_path: Path) -> None:
+    """Against the fakes, as an application reaches a compatible server (the SDKs' base-URL
+    variables), each example runs, quietly."""
+    example = page_examples()[index]
+    script = tmp_path / "example.py"
+    script.write_text(example, encoding="utf-8")
+    with (
+        FakeAnthropicServer(default=MessageReply(text="Noted.")) as claude_api,
+        FakeOpenAIServer(default=Reply(text="Noted.")) as openai_api,
+    ):
+        env = {
+            **os.environ,
+            "ANTHROPIC_API_KEY": KEY,
+            "ANTHROPIC_BASE_URL": claude_api.url,
+            "OPENAI_API_KEY": KEY,
+            "OPENAI_BASE_URL": openai_api.url,
+            "HOME": str(tmp_path),  # archives, if any, stay in the test's directory
+        }
+        result = subprocess.run(  # noqa: S603  # our own interpreter on the page's code
+            [sys.executable, str(script)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+            env=env,
+            check=False,
+        )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert len(page_examples()) == 3
