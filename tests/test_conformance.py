@@ -4,10 +4,11 @@ an adapter that gets one behaviour wrong is told which, by name."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import re
 import traceback
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -63,6 +64,23 @@ def test_every_builtin_adapter_passes_every_check(harness: Harness, check: Check
         assert verdict == "not applicable: no wire to read"
 
 
+def wrapping(harness: type[Any], wrap: Callable[[Any], Any]) -> type[Any]:
+    """``harness`` whose adapter is ``wrap(adapter)``: an adapter that gets something wrong."""
+
+    class Wrapped(harness):  # type: ignore[misc]  # a class given as a value
+        def model(self, **options: Any) -> Any:
+            inner = super().model(**options)
+
+            @contextlib.asynccontextmanager
+            async def wrapped() -> Any:
+                async with inner as model:
+                    yield wrap(model)
+
+            return wrapped()
+
+    return Wrapped
+
+
 def test_the_report_names_what_an_adapter_gets_wrong() -> None:
     """An adapter that adds the cached tokens to a prompt that already holds them (the mistake
     the usage helper exists for) fails the usage check, and only that one, by name."""
@@ -90,20 +108,7 @@ def test_the_report_names_what_an_adapter_gets_wrong() -> None:
         async def count_tokens(self, request: LlmRequest) -> int | None:
             return None
 
-    class Wrapped(OpenAIHarness):
-        def model(self, **options: Any) -> Any:
-            import contextlib
-
-            inner = super().model(**options)
-
-            @contextlib.asynccontextmanager
-            async def wrapped() -> Any:
-                async with inner as model:
-                    yield DoubleCounting(model)
-
-            return wrapped()
-
-    with Wrapped("chat") as harness:
+    with wrapping(OpenAIHarness, DoubleCounting)("chat") as harness:
         report = asyncio.run(run(harness))
     failed = [name for name, verdict in report.results.items() if verdict.startswith("FAILED")]
     assert failed == ["usage_counts_each_token_once"]
@@ -132,20 +137,7 @@ def test_an_adapter_that_mishandles_the_providers_compaction_is_told_so() -> Non
             support: ContextSupport = self.inner.context_support(model)
             return support
 
-    class Wrapped(AnthropicHarness):
-        def model(self, **options: Any) -> Any:
-            import contextlib
-
-            inner = super().model(**options)
-
-            @contextlib.asynccontextmanager
-            async def wrapped() -> Any:
-                async with inner as model:
-                    yield Forgetful(model)
-
-            return wrapped()
-
-    with Wrapped() as harness:
+    with wrapping(AnthropicHarness, Forgetful)() as harness:
         report = asyncio.run(run(harness, COMPACTION_CHECKS))
     failed = sorted(n for n, verdict in report.results.items() if verdict.startswith("FAILED"))
     assert failed == ["a_refusal_to_compact_is_said_as_such", "compaction_is_asked_at_the_trigger"]

@@ -15,12 +15,11 @@ import asyncio
 import contextlib
 import itertools
 import json
-import os
 import re
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -45,7 +44,9 @@ from segue.executor.runtime import Runtime
 from segue.executor.updates import ContextEditedUpdate, FallbackUpdate, Update
 from segue.testing.anthropic_server import FakeAnthropicServer, MessageReply, ToolUse
 from segue.testing.openai_server import FakeOpenAIServer, Reply
-from segue.testing.postgres import ThrowawayCluster, find_server_binaries
+from segue.testing.postgres import ThrowawayCluster
+from test_generations import cluster  # noqa: F401  # the module's throwaway PostgreSQL server
+from test_readme import _run as run_as_a_user_does
 
 KEY: Final = "sk-test-provider-compaction-0123456789"
 CLAUDE: Final = "claude-sonnet-4-6"
@@ -58,21 +59,13 @@ StoreFactory = Callable[[], Store]
 _databases = itertools.count()
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[ThrowawayCluster]:
-    if find_server_binaries() is None:
-        pytest.skip("PostgreSQL server binaries not found in /usr/lib/postgresql")
-    with ThrowawayCluster() as running:
-        yield running
-
-
 @pytest.fixture(params=["sqlite", "postgres"])
 def where(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Where the test's one store is: a SQLite file, or a PostgreSQL database's conninfo."""
     if request.param == "sqlite":
         return str(tmp_path / "segue.db")
-    cluster: ThrowawayCluster = request.getfixturevalue("cluster")
-    return cluster.create_database(f"provider_compaction_{next(_databases)}")
+    server: ThrowawayCluster = request.getfixturevalue("cluster")
+    return server.create_database(f"provider_compaction_{next(_databases)}")
 
 
 def open_store(where: str) -> Store:
@@ -568,29 +561,18 @@ def test_the_pages_examples_run_as_written(index: int, tmp_path: Path) -> None:
     """Against the fakes, as an application reaches a compatible server (the SDKs' base-URL
     variables), each example runs, quietly."""
     example = page_examples()[index]
-    script = tmp_path / "example.py"
-    script.write_text(example, encoding="utf-8")
     with (
         FakeAnthropicServer(default=MessageReply(text="Noted.")) as claude_api,
         FakeOpenAIServer(default=Reply(text="Noted.")) as openai_api,
     ):
         env = {
-            **os.environ,
             "ANTHROPIC_API_KEY": KEY,
             "ANTHROPIC_BASE_URL": claude_api.url,
             "OPENAI_API_KEY": KEY,
             "OPENAI_BASE_URL": openai_api.url,
             "HOME": str(tmp_path),  # archives, if any, stay in the test's directory
         }
-        result = subprocess.run(  # noqa: S603  # our own interpreter on the page's code
-            [sys.executable, str(script)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=tmp_path,
-            env=env,
-            check=False,
-        )
+        result = run_as_a_user_does(example, tmp_path, env)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert len(page_examples()) == 3

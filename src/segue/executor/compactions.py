@@ -10,6 +10,7 @@ segue had the provider pause after, and what the next request will hold.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from segue.executor.model_port import LlmRequest, ProviderCompaction
 from segue.statemachine import (
@@ -27,15 +28,14 @@ def compacted(request: LlmRequest, made: ProviderCompaction) -> ProviderCompacte
     prompt, the summary or its opaque form, the pinned messages carried after it, and, when
     segue had the provider pause after it, the turn that was asked, which stays verbatim)."""
     block = made.block
+    said: dict[str, Any] = {
+        "trigger": made.trigger,
+        "pre_tokens": made.pre_tokens,
+        "block": block,
+        "usage": made.usage,
+    }
     if block is None or block.failed:
-        return ProviderCompacted(
-            summary=made.summary,
-            trigger=made.trigger,
-            pre_tokens=made.pre_tokens,
-            post_tokens=made.post_tokens,
-            block=block,
-            usage=made.usage,
-        )
+        return ProviderCompacted(summary=made.summary, post_tokens=made.post_tokens, **said)
     asked = request.compaction
     kept = turn_asked(request.messages) if asked is not None and asked.pause_after else ()
     summary = made.summary.strip() or OPAQUE_SUMMARY
@@ -45,12 +45,9 @@ def compacted(request: LlmRequest, made: ProviderCompaction) -> ProviderCompacte
     estimate += sum(estimate_content(m.text, m.content) for m in kept)
     return ProviderCompacted(
         summary=summary,
-        trigger=made.trigger,
-        pre_tokens=made.pre_tokens,
         post_tokens=made.post_tokens if made.post_tokens is not None else estimate,
-        block=block,
-        usage=made.usage,
         kept_messages=len(kept),
+        **said,
     )
 
 

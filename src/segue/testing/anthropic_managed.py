@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from segue.testing.prompt_cache import prompt_blocks
+from segue.testing.prompt_cache import plain_text, prompt_blocks
 
 COMPACTION_BETA: Final = "compact-2026-01-12"
 CONTEXT_EDITING_BETA: Final = "context-management-2025-06-27"
@@ -119,7 +119,7 @@ def summarise(request: Mapping[str, Any]) -> str:
     last = ""
     for message in reversed(messages):
         if message.get("role") == "user":
-            last = _text_of(message.get("content"))
+            last = plain_text(message.get("content"))
             if last:
                 break
     return f"Summary of {len(messages)} earlier messages. The latest request ends: {last[-300:]}"
@@ -156,18 +156,6 @@ def _from_last_compaction(messages: Sequence[Any], betas: set[str]) -> list[Any]
     first = dict(messages[index])
     first["content"] = list(first["content"])[place:]
     return copy.deepcopy([first, *messages[index + 1 :]])
-
-
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(
-            str(block.get("text", ""))
-            for block in content
-            if isinstance(block, Mapping) and block.get("type") == "text"
-        ).strip()
-    return ""
 
 
 def _blocks(messages: Iterable[Any], role: str, kind: str) -> list[tuple[int, dict[str, Any]]]:

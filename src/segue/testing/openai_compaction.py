@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from segue.testing.prompt_cache import text_tokens
+from segue.testing.prompt_cache import plain_text, text_tokens
 
 COMPACTION: Final = "compaction"
 _PREFIX: Final = "fake-enc:"
@@ -83,7 +83,7 @@ def summarise(items: Sequence[Any]) -> str:
     last = ""
     for item in reversed(items):
         if isinstance(item, Mapping) and item.get("role") == "user":
-            last = _text(item.get("content"))
+            last = plain_text(item.get("content"))
             if last:
                 break
     return f"Summary of {len(items)} earlier items. The latest request ends: {last[-300:]}"
@@ -94,7 +94,7 @@ def user_messages(items: Sequence[Any]) -> list[dict[str, Any]]:
     kept: list[dict[str, Any]] = []
     for item in items:
         if isinstance(item, Mapping) and item.get("role") == "user":
-            text = _text(item.get("content"))
+            text = plain_text(item.get("content"))
             kept.append(
                 {
                     "type": "message",
@@ -118,18 +118,6 @@ def input_tokens(request: Mapping[str, Any], items: Sequence[Any]) -> int:
     if request.get("tools"):
         tokens += text_tokens(request["tools"])
     return tokens
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(
-            str(part.get("text", ""))
-            for part in content
-            if isinstance(part, Mapping) and isinstance(part.get("text"), str)
-        ).strip()
-    return ""
 
 
 __all__ = [

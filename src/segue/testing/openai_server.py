@@ -63,7 +63,7 @@ from segue.testing.openai_replies import (
     response_object,
     server_error,
 )
-from segue.testing.prompt_cache import output_tokens, text_tokens
+from segue.testing.prompt_cache import output_tokens
 
 # --------------------------------------------------------------------------- HTTP
 
@@ -238,14 +238,7 @@ def _measured(request: dict[str, Any], reply: Reply) -> Usage:
     items = request.get("messages") or request.get("input") or []
     if isinstance(items, str):
         items = [{"content": items}]
-    prompt = text_tokens(request.get("instructions") or "") if request.get("instructions") else 0
-    for item in items:
-        for key in ("content", "output", "arguments", "tool_calls"):
-            value = item.get(key) if isinstance(item, dict) else None
-            if value:
-                prompt += text_tokens(value)
-    if request.get("tools"):
-        prompt += text_tokens(request["tools"])
+    prompt = input_tokens(request, items)
     calls = [(c.name, c.raw()) for c in reply.tool_calls]
     return Usage(prompt_tokens=prompt, completion_tokens=output_tokens(reply.text, calls))
 
