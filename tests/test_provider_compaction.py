@@ -32,15 +32,20 @@ from segue import (
     CompactionBlock,
     ContextExhaustionBehavior,
     ConversationState,
+    MemoryStore,
     OpenAIModel,
     PostgresStore,
+    ScriptedModel,
     SqliteStore,
     Store,
     Tool,
+    Usage,
 )
-from segue.executor.errors import UnsupportedOptionError
+from segue.executor.errors import StoreUnavailableError, UnsupportedOptionError
 from segue.executor.instructions import COMPACTION_INSTRUCTION
+from segue.executor.model_port import ContextSupport, LlmReply, ProviderCompaction
 from segue.executor.runtime import Runtime
+from segue.executor.store_port import Commit, StoredConversation
 from segue.executor.updates import ContextEditedUpdate, FallbackUpdate, Update
 from segue.testing.anthropic_server import FakeAnthropicServer, MessageReply, ToolUse
 from segue.testing.openai_server import FakeOpenAIServer, Reply
@@ -576,3 +581,67 @@ def test_the_pages_examples_run_as_written(index: int, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert len(page_examples()) == 3
+
+
+class _Compacting(ScriptedModel):
+    """The offline model as an adapter whose provider compacts: its second answer comes with
+    the provider's compaction."""
+
+    def context_support(self, model: str) -> ContextSupport:
+        return ContextSupport(compaction=True)
+
+
+class _Flaky(MemoryStore):
+    """A store that fails the commit of the compacting answer ``fails`` times in a row, the
+    first time after writing it when ``written`` (as when a commit's reply is lost)."""
+
+    def __init__(self, *, fails: int, written: bool) -> None:
+        super().__init__()
+        self.fails = fails
+        self.written = written
+
+    async def commit(self, commit: Commit) -> StoredConversation:
+        if '"compactions":[{' in commit.event_json and self.fails > 0:
+            self.fails -= 1
+            if self.written:
+                self.written = False
+                await super().commit(commit)
+            raise StoreUnavailableError("the database went away")
+        return await super().commit(commit)
+
+
+@pytest.mark.parametrize(
+    ("fails", "written"), [(1, True), (6, False)], ids=["reply lost", "store down"]
+)
+def test_an_answer_kept_after_a_failed_commit_records_its_compaction_once(
+    fails: int, written: bool
+) -> None:
+    """The answer and the compaction it came with are one event: committed again after a
+    failure (or found committed already), the compaction is never recorded twice, and the
+    provider is not asked again."""
+    block = CompactionBlock(provider="anthropic", content="Tides so far.", signature="sig")
+    compacting_reply = LlmReply(
+        text="High tide at noon.",
+        usage=Usage(input_tokens=300, output_tokens=40),
+        compactions=(ProviderCompaction(summary="Tides so far.", block=block),),
+    )
+
+    async def main() -> None:
+        model = _Compacting([LlmReply(text="Low tide at six."), compacting_reply])
+        store = _Flaky(fails=fails, written=written)
+        async with Runtime(store=store, llm=model, archive_dir=None) as rt:
+            conv = await compacting(rt, model="claude-sonnet-4-5")
+            await rt.send(conv.id, "When is low tide?")
+            if fails > 1:  # the store stayed down: the answer is kept for the next drive
+                with pytest.raises(StoreUnavailableError):
+                    await rt.send(conv.id, "And high tide?")
+                await rt.recover()
+            else:
+                await rt.send(conv.id, "And high tide?")
+            state = await rt.state(conv.id)
+            kinds = [m.kind for m in await rt.messages(conv.id)]
+        assert (state.generation, state.continuations, state.phase.kind) == (2, 1, "idle")
+        assert kinds == ["user", "assistant", "user", "summary", "assistant"]
+        assert len(model.requests) == 2  # committed as it was kept, never asked again
+
+    asyncio.run(main())
