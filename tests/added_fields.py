@@ -2,37 +2,57 @@
 
 Each has a default, so what the release wrote reads back with it (its default); what is written
 now holds it too, after the fields the release wrote. The tests that pin the release's JSON
-compare with these fields taken out, and check that they come last and nowhere else.
+compare with these fields taken out, and check that they come last.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-ADDED: Final = frozenset({"window_source"})
-"""``ConversationConfig.window_source``: where the window came from."""
+ADDED_TO_CONFIG: Final[dict[str, Any]] = {
+    "window_source": None,
+    "compaction": "segue",
+    "context_edits": [],
+}
+"""``ConversationConfig``'s added fields and the default a config of the release reads back with:
+where the window came from; the provider's compaction and context editing (REQ-SEG-048 to 050)."""
+ADDED_TO_STATE: Final[dict[str, Any]] = {"compaction_fallback": False}
+"""``ConversationState``'s added fields and their defaults."""
 
 
-def without_added(value: Any) -> Any:
-    """``value`` (parsed JSON) with every added field taken out, wherever it is nested."""
-    if isinstance(value, dict):
-        return {k: without_added(v) for k, v in value.items() if k not in ADDED}
+def _is_state(value: dict[str, Any]) -> bool:
+    return "config" in value and "phase" in value
+
+
+def release_shape(value: Any, *, check_defaults: bool = False) -> Any:
+    """``value`` (parsed JSON of a state, or of anything holding one) as the release wrote it:
+    every added field taken out of each state and its config, each first checked to hold its
+    default when ``check_defaults`` (what a value of the release reads back with)."""
     if isinstance(value, list):
-        return [without_added(v) for v in value]
-    return value
+        return [release_shape(v, check_defaults=check_defaults) for v in value]
+    if not isinstance(value, dict):
+        return value
+    shaped = {k: release_shape(v, check_defaults=check_defaults) for k, v in value.items()}
+    if _is_state(value):
+        config = dict(shaped["config"])
+        for added, part in ((ADDED_TO_CONFIG, config), (ADDED_TO_STATE, shaped)):
+            for name, default in added.items():
+                found = part.pop(name)
+                assert not check_defaults or found == default, (name, found)
+        shaped["config"] = config
+    return shaped
 
 
 def added_last(value: Any) -> bool:
-    """Whether every added field comes after the fields the release wrote, in every object."""
-    if isinstance(value, dict):
-        keys = list(value)
-        seen_added = False
-        for key in keys:
-            if key in ADDED:
-                seen_added = True
-            elif seen_added:
-                return False
-        return all(added_last(v) for v in value.values())
+    """Whether, in every state and config, the added fields come after the release's own."""
     if isinstance(value, list):
         return all(added_last(v) for v in value)
-    return True
+    if not isinstance(value, dict):
+        return True
+    if _is_state(value):
+        for names, part in ((ADDED_TO_STATE, value), (ADDED_TO_CONFIG, value["config"])):
+            keys = list(part)
+            own = [k for k in keys if k not in names]
+            if keys[: len(own)] != own:
+                return False
+    return all(added_last(v) for v in value.values())

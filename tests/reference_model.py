@@ -31,7 +31,12 @@ from segue import (
     extract_checkpoint,
 )
 from segue.statemachine.checkpoint import extract_decisions
-from segue.statemachine.machine import RESUME_PROMPT, TOOL_NOT_RUN_CANCELLED, TOOL_NOT_RUN_LIMIT
+from segue.statemachine.machine import (
+    OPAQUE_SUMMARY,
+    RESUME_PROMPT,
+    TOOL_NOT_RUN_CANCELLED,
+    TOOL_NOT_RUN_LIMIT,
+)
 from segue.statemachine.spec import PHASE_KINDS, Row
 
 
@@ -121,6 +126,8 @@ class Reference:
         self.cap = config.tool_output_cap  # what one tool result may hold (REQ-SEG-043)
         self.max_run = config.max_run_seconds  # a restarting run's time (REQ-SEG-044)
         self.pinned = state.pinned_tokens
+        self.provider = config.compaction == "provider"  # the provider compacts (REQ-SEG-048)
+        self.fallback = state.compaction_fallback  # ... until it failed once (REQ-SEG-049)
         self.context = state.context_tokens
         self.pending = state.pending_tokens
         self.warned = state.warned
@@ -162,6 +169,10 @@ class Reference:
         self.taken = None
         if (self.phase, event.kind) not in self.by_pair:
             return False  # no row for the pair: nothing changes (and transitions logs nothing)
+        if event.kind == "llm_response" and not self.retry:
+            # The provider's compactions of the same call come first, in the same step.
+            for compaction in event.compactions:
+                cast(Any, self.model).trigger(compaction.kind, event=compaction)
         return bool(cast(Any, self.model).trigger(event.kind, event=event))
 
     def select(self, event: Any) -> Row | None:
@@ -195,6 +206,7 @@ class Reference:
             self.final if phase == "llm_requesting" else None,
             self.alternate if phase in ("awaiting_continuation", "compacting") else None,
             self.pinned,
+            self.fallback,
         )
 
     def books(self) -> tuple[object, ...]:
@@ -228,6 +240,34 @@ class Reference:
     @property
     def at_bound(self) -> bool:
         return self.continuations >= self.max_continuations
+
+    @property
+    def limit(self) -> int:
+        """Where segue takes the path at the limit: the threshold, or the window while the
+        provider compacts the conversation itself (REQ-SEG-048)."""
+        if self.provider and not self.fallback and not self.at_bound:
+            return self.window
+        return self.threshold
+
+    def projected_after_response(self, event: Any) -> int:
+        """The projected prompt once the response is measured (its occupancy when usable,
+        else what it adds to the projection)."""
+        known = self.known(event)
+        if known is not None:
+            return known
+        return (
+            self.projected
+            + estimate_tokens(event.text)
+            + sum(estimate_tokens(call.name + repr(call.input)) for call in event.tool_calls)
+        )
+
+    def refuses_compaction(self, event: Any) -> bool:
+        """The provider cannot compact a conversation that asked it to (REQ-SEG-049)."""
+        return bool(event.compaction_refused) and self.provider and not self.fallback
+
+    def paused_after_compacting(self, event: Any) -> bool:
+        """The provider stopped after its compaction, as asked (REQ-SEG-048)."""
+        return event.stop_reason == "compaction" and not event.tool_calls and self.provider
 
     def at_bound_after(self, event: Any) -> bool:
         """At the bound once ``event`` is taken: resuming a pause taken at the limit is itself a
@@ -344,6 +384,7 @@ class Reference:
             self.attempt, self.retry = event.attempt, False
         elif kind == "continuation_response" and self.known(event) is not None:
             self.context, self.pending = self.known(event), 0
+        self.fallback = self.fallback or row.guard in _FALLS_BACK
         if row.guard == "retryable_attempts_left":
             self.retry = True
         elif row.guard == "overflow_attempts_left":
@@ -366,10 +407,14 @@ class Reference:
         elif row.event == "compaction_response" and row.target != "failed":
             self.continuations += 1
             self.context, self.pending = None, event.retained_tokens
-        elif row.event == "provider_compacted":  # not one of segue's continuations
+        elif row.event == "provider_compacted" and row.guard in ("always", "holds_history"):
+            summary = event.summary
+            if row.guard == "holds_history":  # segue holds the history: one of its compactions
+                self.continuations = min(self.continuations + 1, self.max_continuations)
+                summary = summary.strip() or OPAQUE_SUMMARY
             self.context = None
             self.pending = (
-                self.system + estimate_tokens(event.summary)
+                self.system + estimate_tokens(summary)
                 if event.post_tokens is None
                 else event.post_tokens
             )
@@ -419,17 +464,21 @@ class Reference:
         if target in ("idle", "failed", "context_exhausted", "paused"):
             self.pause = False
         grace = row.guard == "tool_round_limit" and target == "llm_requesting"
+        asked_again = row.guard in ("compaction_paused", "compaction_refused") and (
+            target == "llm_requesting"  # the turn's request, asked again (final if it was)
+        )
         new_request = target in _REQUESTS and (
             source != target
             or grace
+            or asked_again
             or (source == "awaiting_checkpoint" and "pause_pending" in row.guard)
         )
         if not new_request:
             return
         self.attempt, self.retry, self.trim = 1, False, 0
-        self.final, self.alternate = grace, False
+        self.final, self.alternate = (self.final if asked_again else grace), False
         self.exhausted = False
-        if row.guard == "tool_round_limit_pause_pending":  # a pause before the grace request
+        if row.guard in _PAUSE_BEFORE_A_REQUEST:  # a pause taken where the turn asks again
             self.purpose, self.resume_after = "pause", True
         elif row.behavior != "*":  # the exhaustion path: a restart checkpoint or a compaction
             self.purpose = "restart"
@@ -450,6 +499,8 @@ class Reference:
                     "window_exceeded",
                     "tool_round_limit_preflight_over",
                     "retry_over_threshold",
+                    "compaction_refused_preflight_over",
+                    "compaction_paused_preflight_over",
                 )
             )
         elif target == "awaiting_checkpoint":  # a pause taken at a turn boundary
@@ -466,6 +517,24 @@ class Reference:
 _MID_TASK_STOPS: Final = frozenset({"model_context_window_exceeded", "pause_turn"})
 """Stop reasons of a response that ended in the middle of the agent's work: the window ran out
 (REQ-SEG-007), or the provider or an adapter paused the turn (REQ-SEG-034)."""
+_FALLS_BACK: Final = frozenset(
+    {
+        "compaction_refused",
+        "compaction_refused_preflight_over",
+        "compaction_refused_preflight_over_at_bound",
+        "compaction_refused_pause_pending",
+        "compaction_failed",
+    }
+)
+"""The guards under which the provider failed a conversation's compaction (REQ-SEG-049)."""
+_PAUSE_BEFORE_A_REQUEST: Final = frozenset(
+    {
+        "tool_round_limit_pause_pending",
+        "compaction_paused_pause_pending",
+        "compaction_refused_pause_pending",
+    }
+)
+"""Pauses taken where the turn was about to ask the model (so the session resumes asking)."""
 _TAKES_MESSAGE: Final = frozenset({"preflight_over", "preflight_over_at_bound", "fits"})
 """The user_message guards under which the message is recorded (the rest reject it)."""
 _RESTARTS: Final = frozenset(
@@ -493,19 +562,17 @@ GUARDS: Final[dict[str, Guard]] = {
     "pin_over_budget": lambda r, e: r.pinned_over(e),
     "run_time_spent": lambda r, e: r.out_of_time(e),
     "gives_up_run_time_spent": lambda r, e: r.gives_up(e) and r.out_of_time(e),
-    "preflight_over": lambda r, e: r.projected_after(e) >= r.threshold,
-    "preflight_over_at_bound": lambda r, e: (
-        r.projected_after(e) >= r.threshold and r.at_bound_after(e)
-    ),
-    "fits": lambda r, e: r.projected_after(e) < r.threshold,
+    "preflight_over": lambda r, e: r.projected_after(e) >= r.limit,
+    "preflight_over_at_bound": lambda r, e: r.projected_after(e) >= r.limit and r.at_bound_after(e),
+    "fits": lambda r, e: r.projected_after(e) < r.limit,
     "at_bound": lambda r, e: r.at_bound,
     "pause_pending": lambda r, e: r.pause,
     "retry_pending": lambda r, e: r.retry,
     "retry_over_threshold": lambda r, e: (
-        r.retry and e.attempt == r.attempt + 1 and r.projected >= r.threshold
+        r.retry and e.attempt == r.attempt + 1 and r.projected >= r.limit
     ),
     "retry_over_threshold_at_bound": lambda r, e: (
-        r.retry and e.attempt == r.attempt + 1 and r.projected >= r.threshold and r.at_bound
+        r.retry and e.attempt == r.attempt + 1 and r.projected >= r.limit and r.at_bound
     ),
     "retry_due_current": lambda r, e: r.retry and e.attempt == r.attempt + 1,
     "stale_retry": lambda r, e: not (r.retry and e.attempt == r.attempt + 1),
@@ -514,8 +581,8 @@ GUARDS: Final[dict[str, Guard]] = {
     "retryable_attempts_left": lambda r, e: e.retryable and r.attempt < r.max_attempts,
     "retryable_attempts_spent": lambda r, e: e.retryable and r.attempt >= r.max_attempts,
     "not_retryable": lambda r, e: not (e.retryable or e.context_overflow),
-    "crosses_continuation": lambda r, e: (r.known(e) or 0) >= r.threshold,
-    "crosses_continuation_at_bound": lambda r, e: (r.known(e) or 0) >= r.threshold and r.at_bound,
+    "crosses_continuation": lambda r, e: (r.known(e) or 0) >= r.limit,
+    "crosses_continuation_at_bound": lambda r, e: (r.known(e) or 0) >= r.limit and r.at_bound,
     "window_exceeded": lambda r, e: e.stop_reason == "model_context_window_exceeded",
     "window_exceeded_at_bound": lambda r, e: (
         e.stop_reason == "model_context_window_exceeded" and r.at_bound
@@ -526,10 +593,10 @@ GUARDS: Final[dict[str, Guard]] = {
     "final_tool_calls": lambda r, e: r.final and bool(e.tool_calls),
     "tool_round_limit": lambda r, e: r.over_the_limit(e),
     "tool_round_limit_preflight_over": lambda r, e: (
-        r.over_the_limit(e) and r.projected_after_limit(e) >= r.threshold
+        r.over_the_limit(e) and r.projected_after_limit(e) >= r.limit
     ),
     "tool_round_limit_preflight_over_at_bound": lambda r, e: (
-        r.over_the_limit(e) and r.projected_after_limit(e) >= r.threshold and r.at_bound
+        r.over_the_limit(e) and r.projected_after_limit(e) >= r.limit and r.at_bound
     ),
     "tool_round_limit_pause_pending": lambda r, e: r.over_the_limit(e) and r.pause,
     "has_tool_calls": lambda r, e: bool(e.tool_calls),
@@ -559,9 +626,42 @@ GUARDS: Final[dict[str, Guard]] = {
     "gives_up_no_resume_after": lambda r, e: r.gives_up(e) and not r.resume_after,
     "retained_too_large": lambda r, e: e.retained_tokens >= r.threshold,
     "unrecoverable": lambda r, e: not r.recoverable,
+    # REQ-SEG-049: the provider refused to compact; the request is asked again, the
+    # projection now compared with the threshold (fallen back, the limit is the threshold).
+    "compaction_refused_preflight_over_at_bound": lambda r, e: (
+        r.refuses_compaction(e) and r.projected >= r.threshold and r.at_bound
+    ),
+    "compaction_refused_preflight_over": lambda r, e: (
+        r.refuses_compaction(e) and r.projected >= r.threshold
+    ),
+    "compaction_refused_pause_pending": lambda r, e: r.refuses_compaction(e) and r.pause,
+    "compaction_refused": lambda r, e: r.refuses_compaction(e),
+    # REQ-SEG-048: the provider paused after compacting; the turn asks again at once.
+    "compaction_paused_preflight_over_at_bound": lambda r, e: (
+        r.paused_after_compacting(e) and r.projected_after_response(e) >= r.limit and r.at_bound
+    ),
+    "compaction_paused_preflight_over": lambda r, e: (
+        r.paused_after_compacting(e) and r.projected_after_response(e) >= r.limit
+    ),
+    "compaction_paused_pause_pending": lambda r, e: r.paused_after_compacting(e) and r.pause,
+    "compaction_paused": lambda r, e: r.paused_after_compacting(e),
+    "compaction_failed": lambda r, e: _failed_block(e) and not r.fallback,
+    "compaction_failed_again": lambda r, e: _failed_block(e),
+    "holds_history": lambda r, e: e.block is not None,
 }
 """Each guard of the table as a predicate over the reference's counters and the event, read
 "given that no earlier row of the pair matched" as the table says."""
+
+
+def _failed_block(event: Any) -> bool:
+    """A compaction whose block holds nothing: an Anthropic block without a summary, an
+    OpenAI item without its content."""
+    block = event.block
+    if block is None:
+        return False
+    if block.provider == "anthropic":
+        return block.content is None or not block.content.strip()
+    return not block.encrypted_content
 
 
 def _unusable(event: Any) -> bool:
@@ -593,6 +693,7 @@ def observed(state: ConversationState) -> tuple[object, ...]:
         fields.get("final"),
         fields.get("alternate"),
         state.pinned_tokens,
+        state.compaction_fallback,
     )
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from scenario import requirement
 from segue import (
+    CompactionBlock,
     ContextExhaustionBehavior,
     ErrorKind,
     LlmCallError,
@@ -23,6 +24,8 @@ from segue import (
     SegueError,
     Usage,
 )
+from segue.executor.errors import UnsupportedOptionError
+from segue.executor.model_port import ContextSupport, ProviderCompaction
 from segue.executor.runtime import AUTO_CONTINUE_PROMPT
 
 MODEL = "claude-sonnet-4-5"
@@ -266,5 +269,71 @@ def test_a_conversation_failed_for_another_reason_goes_on_with_its_last_turns_or
             assert await rt.messages(fresh.id) == []
             answered = await rt.send(fresh.id, "Starting over.")
             assert answered.phase.kind == "idle"
+
+    asyncio.run(main())
+
+
+class _ProviderCompacting(ScriptedModel):
+    """The offline model, as an adapter whose provider compacts within a call."""
+
+    def context_support(self, model: str) -> ContextSupport:
+        return ContextSupport(compaction=True, on_demand=False)
+
+
+@requirement("REQ-SEG-051")
+def test_seg051_the_providers_compaction_is_paid_for_under_its_own_purpose() -> None:
+    """The compaction iteration and the answer are both paid for; only the answer is what the
+    context holds afterwards."""
+    block = CompactionBlock(provider="anthropic", content="Tides so far.", signature="sig")
+    iteration = Usage(input_tokens=2_700, output_tokens=120)
+    answer = Usage(input_tokens=300, output_tokens=40)
+    compacting = LlmReply(
+        text="High tide at noon.",
+        usage=answer,
+        compactions=(ProviderCompaction(summary="Tides so far.", block=block, usage=iteration),),
+    )
+    first = Usage(input_tokens=2_600, output_tokens=50)
+
+    async def main() -> None:
+        model = _ProviderCompacting([LlmReply(text="Low tide at six.", usage=first), compacting])
+        async with Runtime(store=MemoryStore(), llm=model) as rt:
+            conv = await rt.create_conversation(
+                model=MODEL,
+                behavior=ContextExhaustionBehavior.COMPACT_IN_PLACE,
+                compaction="provider",
+                context_window=WINDOW,
+            )
+            await rt.send(conv.id, "When is low tide?")
+            state = await rt.send(conv.id, "And high tide?")
+            assert (state.generation, state.context_tokens) == (2, answer.context_tokens)
+            asked = model.requests[1].compaction
+            assert asked is not None
+            assert asked.trigger_tokens == state.config.continuation_tokens
+            report = await rt.usage(conv.id)
+            assert report.by_purpose["provider_compaction"] == iteration
+            assert report.by_purpose["turn"].output_tokens == 90
+            assert report.total.context_tokens == (
+                first.context_tokens + iteration.context_tokens + answer.context_tokens
+            )
+            assert report.by_purpose_and_model[("provider_compaction", MODEL)] == iteration
+            summary = [m for m in await rt.messages(conv.id) if m.kind == "summary"]
+            assert [m.message.content for m in summary] == [(block,)]
+
+    asyncio.run(main())
+
+
+def test_the_provider_compacts_only_for_an_adapter_that_can() -> None:
+    async def main() -> None:
+        async with Runtime(store=MemoryStore(), llm=ScriptedModel()) as rt:
+            with pytest.raises(UnsupportedOptionError, match="cannot have the provider compact"):
+                await rt.create_conversation(
+                    model=MODEL,
+                    behavior=ContextExhaustionBehavior.COMPACT_IN_PLACE,
+                    compaction="provider",
+                )
+            edits = [{"type": "clear_thinking_20251015", "keep": "all"}]
+            with pytest.raises(UnsupportedOptionError, match="clear_thinking_20251015"):
+                await rt.create_conversation(model=MODEL, context_edits=edits)
+            assert (await rt.list_conversations()).conversations == ()  # nothing stored
 
     asyncio.run(main())

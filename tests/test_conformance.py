@@ -4,21 +4,29 @@ an adapter that gets one behaviour wrong is told which, by name."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import re
 import traceback
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
 from segue.executor.errors import LlmCallError
-from segue.executor.model_port import LlmReply, LlmRequest, ToolSpec
+from segue.executor.model_port import (
+    BaseLlmModel,
+    ContextSupport,
+    LlmReply,
+    LlmRequest,
+    ToolSpec,
+)
 from segue.statemachine import Message, ToolCall, Usage
 from segue.testing.conformance import Check, Harness, run, run_check
 from segue.testing.conformance.checks import CHECKS
-from segue.testing.harnesses import HARNESSES, OpenAIHarness
+from segue.testing.conformance.compaction import COMPACTION_CHECKS
+from segue.testing.harnesses import HARNESSES, AnthropicHarness, OpenAIHarness
 
 WIRE_CHECKS = {
     "tools_and_results_go_back_paired",
@@ -34,13 +42,43 @@ def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
         yield started
 
 
+COMPACTION: Final = {check.__name__ for check in COMPACTION_CHECKS}
+NOT_COMPACTING: Final = {
+    "openai-chat": "not applicable: the adapter says its provider does not compact gpt-4o",
+    "scripted": "not applicable: the harness names no compacting_model its provider compacts",
+}
+"""What the compaction checks say of the adapters whose provider does not compact."""
+
+
 @pytest.mark.parametrize("check", CHECKS, ids=lambda check: check.__name__)
 def test_every_builtin_adapter_passes_every_check(harness: Harness, check: Check) -> None:
     verdict = asyncio.run(run_check(harness, check))
-    if harness.wire or check.__name__ not in WIRE_CHECKS:
+    name = check.__name__
+    if name in COMPACTION and harness.name in NOT_COMPACTING:
+        assert verdict == NOT_COMPACTING[harness.name]  # the adapter learns it does not
+    elif (harness.name, name) == ("openai-responses", "a_failed_compaction_is_never_a_summary"):
+        assert verdict.startswith("not applicable: OpenAI's compaction item holds no summary")
+    elif harness.wire or name not in WIRE_CHECKS:
         assert verdict == "passed", verdict
     else:  # the offline ScriptedModel sends nothing anywhere
         assert verdict == "not applicable: no wire to read"
+
+
+def wrapping(harness: type[Any], wrap: Callable[[Any], Any]) -> type[Any]:
+    """``harness`` whose adapter is ``wrap(adapter)``: an adapter that gets something wrong."""
+
+    class Wrapped(harness):  # type: ignore[misc]  # a class given as a value
+        def model(self, **options: Any) -> Any:
+            inner = super().model(**options)
+
+            @contextlib.asynccontextmanager
+            async def wrapped() -> Any:
+                async with inner as model:
+                    yield wrap(model)
+
+            return wrapped()
+
+    return Wrapped
 
 
 def test_the_report_names_what_an_adapter_gets_wrong() -> None:
@@ -70,25 +108,40 @@ def test_the_report_names_what_an_adapter_gets_wrong() -> None:
         async def count_tokens(self, request: LlmRequest) -> int | None:
             return None
 
-    class Wrapped(OpenAIHarness):
-        def model(self, **options: Any) -> Any:
-            import contextlib
-
-            inner = super().model(**options)
-
-            @contextlib.asynccontextmanager
-            async def wrapped() -> Any:
-                async with inner as model:
-                    yield DoubleCounting(model)
-
-            return wrapped()
-
-    with Wrapped("chat") as harness:
+    with wrapping(OpenAIHarness, DoubleCounting)("chat") as harness:
         report = asyncio.run(run(harness))
-    failed = [name for name, verdict in report.results.items() if verdict != "passed"]
+    failed = [name for name, verdict in report.results.items() if verdict.startswith("FAILED")]
     assert failed == ["usage_counts_each_token_once"]
     assert not report.ok
     assert "is not prompt + output" in report.explain()
+
+
+def test_an_adapter_that_mishandles_the_providers_compaction_is_told_so() -> None:
+    """An adapter that says its provider compacts but never asks it to, and reports its
+    refusal as a plain failure, fails those two compaction checks, by name."""
+
+    class Forgetful(BaseLlmModel):
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        async def complete(self, request: LlmRequest) -> LlmReply:
+            try:
+                reply: LlmReply = await self.inner.complete(
+                    dataclasses.replace(request, compaction=None)
+                )
+            except LlmCallError as error:
+                raise LlmCallError(error.message, status_code=error.status_code) from None
+            return reply
+
+        def context_support(self, model: str) -> ContextSupport:
+            support: ContextSupport = self.inner.context_support(model)
+            return support
+
+    with wrapping(AnthropicHarness, Forgetful)() as harness:
+        report = asyncio.run(run(harness, COMPACTION_CHECKS))
+    failed = sorted(n for n, verdict in report.results.items() if verdict.startswith("FAILED"))
+    assert failed == ["a_refusal_to_compact_is_said_as_such", "compaction_is_asked_at_the_trigger"]
+    assert "set compaction_refused" in report.explain()
 
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "adapters.md"

@@ -78,6 +78,9 @@ STARTS: Final = {
     "checkpoint_restart, no room for a seed": start(
         B.CHECKPOINT_RESTART, system_tokens=NO_ROOM_FOR_A_SEED
     ),
+    # The provider compacts (REQ-SEG-048): the limit is the window until it fails
+    # (REQ-SEG-049) or the bound is reached.
+    "compact_in_place, the provider compacts": start(B.COMPACT_IN_PLACE, compaction="provider"),
 }
 """One conversation per behaviour (the restarting one with a time bound), and a restart whose
 system prompt leaves no room even for the minimal seed (the rows where a restart without a
@@ -96,6 +99,7 @@ PHASES: Final = {
     B.COMPACT_IN_PLACE.value: {*_SEEN, "compacting"},
     B.CHECKPOINT_PAUSE.value: _SEEN,
     "checkpoint_restart, no room for a seed": {"idle", "awaiting_checkpoint", "paused", "failed"},
+    "compact_in_place, the provider compacts": {*_SEEN, "compacting"},
 }
 """The phases each exploration must reach (a pause requested by an orchestrator reaches
 ``awaiting_checkpoint`` and ``paused`` in every behaviour); fewer would mean a weaker alphabet."""

@@ -28,6 +28,7 @@ from segue import (
     CheckpointFailed,
     CheckpointResponse,
     Compacting,
+    CompactionBlock,
     CompactionFailed,
     CompactionResponse,
     ContextExhausted,
@@ -71,6 +72,7 @@ from segue.effects import (
     CancelRequest,
     Effect,
     NotifyCompactionFailed,
+    NotifyCompactionFallback,
     NotifyContextExhausted,
     NotifyContextWarning,
     NotifyFailed,
@@ -2069,6 +2071,175 @@ def test_seg004_a_retry_meets_pre_flight_when_a_provider_compaction_filled_the_w
     fine >> RetryDue(attempt=2) << [RequestLlm(attempt=2)]
 
 
+# =========================================================================== the provider compacts
+
+
+def providing(**settings: Any) -> Playbook:
+    """A compact_in_place conversation whose provider compacts (REQ-SEG-048), first request in
+    flight."""
+    return asking(B.COMPACT_IN_PLACE, compaction="provider", **settings)
+
+
+SUMMARY_BLOCK = CompactionBlock(
+    provider="anthropic", content="The parser is half done.", signature="sig-1"
+)
+
+
+@requirement("REQ-SEG-048")
+def test_seg048_the_provider_compacts_only_a_compact_in_place_conversation() -> None:
+    for behavior in B:
+        if behavior is B.COMPACT_IN_PLACE:
+            assert conversation(behavior, compaction="provider").config.compaction == "provider"
+            continue
+        with pytest.raises(pydantic.ValidationError, match="compact_in_place"):
+            conversation(behavior, compaction="provider")
+    with pytest.raises(pydantic.ValidationError, match="compact_in_place"):
+        new_conversation(model=MODEL, compaction="provider")  # the default behaviour
+
+
+@requirement("REQ-SEG-048")
+def test_seg048_while_the_provider_compacts_the_limit_is_the_window() -> None:
+    """At the threshold, the next request goes to the provider, which compacts it; segue
+    steps in at the window only (and, past its bound, at the threshold again)."""
+    playbook = providing()
+    crossing = reply(THRESHOLD + 1_000, call(1))
+    playbook >> crossing << [warning(THRESHOLD + 1_000), "append_message", "execute_tools"]
+    # The tool runs: the provider compacts the next request.
+    (
+        playbook
+        >> ToolResult(tool_call_id="toolu_1", output="done")
+        << ["append_message", RequestLlm()]
+    )
+    (
+        playbook
+        >> reply(WINDOW)
+        << ["append_message", ArchiveTranscript(generation=1), "request_compaction"]
+    )
+    playbook.in_phase("compacting")  # at the window, segue compacts itself
+    bounded = providing(max_continuations=0)  # no compaction left: the threshold again
+    bounded >> reply(THRESHOLD) << [warning(THRESHOLD), "append_message", "notify_failed"]
+
+
+@requirement("REQ-SEG-048")
+def test_seg048_a_response_after_the_providers_compaction_starts_a_generation_in_one_step() -> None:
+    playbook = providing(system_tokens=100)
+    playbook.given(reply(THRESHOLD - 5_000), UserMessage(text="and now?"))
+    compaction = ProviderCompacted(
+        summary="The parser is half done.",
+        block=SUMMARY_BLOCK,
+        usage=Usage(input_tokens=THRESHOLD, output_tokens=900),
+        post_tokens=1_000,
+    )
+    playbook >> LlmResponse(text="Next: tests.", usage=usage(1_500), compactions=(compaction,))
+    summary = Message(
+        kind="summary",
+        text="The parser is half done.",
+        usage=compaction.usage,
+        generation=2,
+        content=(SUMMARY_BLOCK,),
+    )
+    playbook << [
+        ArchiveTranscript(generation=1),
+        StartGeneration(generation=2, summary="The parser is half done."),
+        AppendMessage(message=summary),
+        assistant(1_500, text="Next: tests.", generation=2),
+    ]
+    state = playbook.state
+    assert (state.generation, state.continuations, state.context_tokens) == (2, 1, 1_500)
+    assert isinstance(state.phase, Idle)
+
+
+@requirement("REQ-SEG-048")
+def test_seg048_a_turn_paused_after_the_compaction_goes_on_at_once() -> None:
+    playbook = providing()
+    playbook.given(reply(THRESHOLD - 5_000), UserMessage(text="pin me", pinned=True))
+    compaction = ProviderCompacted(
+        summary="Earlier.", block=SUMMARY_BLOCK, post_tokens=2_000, kept_messages=1
+    )
+    paused = LlmResponse(text="", stop_reason="compaction", compactions=(compaction,))
+    # Nothing else is recorded (the provider said nothing else), and the turn asks again.
+    playbook >> paused << ["archive_transcript", "start_generation", "append_message", RequestLlm()]
+    assert playbook.state.generation == 2
+    assert playbook.state.message_count == 4  # two user messages, a reply, the summary
+    # The same stop reason from a provider segue did not ask ends the turn as any other.
+    segue_compacts = asking(B.COMPACT_IN_PLACE)
+    segue_compacts >> LlmResponse(text="", stop_reason="compaction") << ["append_message"]
+    segue_compacts.in_phase("idle")
+
+
+@requirement("REQ-SEG-049")
+def test_seg049_a_compaction_without_a_summary_falls_back_and_the_turn_goes_on() -> None:
+    playbook = providing()
+    playbook.given(reply(THRESHOLD - 5_000), UserMessage(text="and now?"))
+    failed = ProviderCompacted(
+        summary="", block=CompactionBlock(provider="anthropic", content=None)
+    )
+    playbook >> LlmResponse(text="Here.", usage=usage(THRESHOLD), compactions=(failed,))
+    playbook << [
+        NotifyCompactionFallback(reason="the provider's compaction produced no summary"),
+        "append_message",
+        "archive_transcript",
+        "request_compaction",
+    ]  # nothing of the failure is recorded; segue's own compaction takes the threshold
+    assert playbook.state.compaction_fallback
+    assert playbook.state.generation == 1
+    messages = [e.message for e in playbook.effects if isinstance(e, AppendMessage)]
+    assert [m.kind for m in messages] == ["assistant"]
+
+
+@requirement("REQ-SEG-049")
+def test_seg049_a_refusal_to_compact_falls_back_once_and_asks_again() -> None:
+    playbook = providing()
+    refused = LlmError(message="compaction is not supported", compaction_refused=True)
+    (
+        playbook
+        >> refused
+        << [NotifyCompactionFallback(reason="compaction is not supported"), RequestLlm()]
+    )
+    assert playbook.state.compaction_fallback
+    playbook.given(reply(1_000))
+    playbook.given(UserMessage(text="again"))
+    playbook >> refused << ["notify_failed"]  # fallen back: an ordinary failure now
+    on_demand = providing()
+    on_demand.given(reply(1_000))
+    on_demand >> ManualContinuation() << ["archive_transcript", "request_compaction"]
+    on_demand >> CompactionFailed(error="no", compaction_refused=True)
+    on_demand << [NotifyCompactionFallback(reason="no"), RequestCompaction()]
+    assert on_demand.state.compaction_fallback
+
+
+@requirement("REQ-SEG-050")
+def test_seg050_context_edits_are_refused_unless_as_the_provider_documents_them() -> None:
+    clear = {
+        "type": "clear_tool_uses_20250919",
+        "trigger": {"type": "input_tokens", "value": 30_000},
+        "keep": {"type": "tool_uses", "value": 3},
+        "clear_at_least": {"type": "input_tokens", "value": 5_000},
+        "exclude_tools": ["web_search"],
+        "clear_tool_inputs": True,
+    }
+    thinking = {"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 2}}
+    state = conversation(context_edits=[clear, thinking])
+    assert state.config.context_edits == (clear, thinking)
+    wrong = [
+        ([{"type": "clear_tool_uses_20250919", "keep": 3}], "keep"),
+        (
+            [{"type": "clear_tool_uses_20250919", "trigger": {"type": "seconds", "value": 1}}],
+            "trigger",
+        ),
+        (
+            [{"type": "clear_tool_uses_20250919", "keeps": {"type": "tool_uses", "value": 1}}],
+            "keeps",
+        ),
+        ([{"type": "clear_everything"}], "unknown strategy"),
+        ([{"type": "compact_20260112"}], 'compaction="provider"'),
+        ([thinking, thinking], "twice"),
+    ]
+    for edits, said in wrong:
+        with pytest.raises(pydantic.ValidationError, match=re.escape(said)):
+            conversation(context_edits=edits)
+
+
 # =========================================================================== control at the limit
 
 
@@ -2295,7 +2466,7 @@ def _tagged_tests() -> dict[str, tuple[str, ...]]:
 def test_every_requirement_in_the_spec_has_a_test() -> None:
     spec = SPEC.read_text(encoding="utf-8")
     declared = re.findall(r"^### (REQ-[A-Z]+-\d{3}):", spec, flags=re.MULTILINE)
-    assert len(declared) == len(set(declared)) == 52, declared
+    assert len(declared) == len(set(declared)) == 56, declared
     mentioned = set(re.findall(r"REQ-[A-Z]+-\d{3}", spec))
     assert mentioned == set(declared), "the spec mentions ids it does not declare"
     tagged = _tagged_tests()

@@ -28,6 +28,7 @@ from segue import (
     CheckpointFailed,
     CheckpointResponse,
     Compacting,
+    CompactionBlock,
     CompactionFailed,
     CompactionResponse,
     ContextExhausted,
@@ -425,6 +426,59 @@ def _compacted_over(bound: bool) -> Fixture:
     return build
 
 
+_BLOCK: Final = CompactionBlock(provider="anthropic", content="Older work.", signature="sig")
+_FAILED_BLOCK: Final = CompactionBlock(provider="anthropic", content=None, signature="sig")
+_REFUSED: Final = LlmError(message="compaction is not available", compaction_refused=True)
+_REFUSED_ON_DEMAND: Final = CompactionFailed(
+    error="compaction is not available", compaction_refused=True
+)
+_PAUSED_AFTER_COMPACTING: Final = LlmResponse(text="", stop_reason="compaction")
+
+
+def _provider(
+    event: Event,
+    *,
+    projected: int = 100,
+    bound: bool = False,
+    pause: bool = False,
+) -> Fixture:
+    """A compact_in_place conversation whose provider compacts (REQ-SEG-048), waiting in the
+    row's phase with ``projected`` tokens projected, then ``event`` (or, in ``compacting``, the
+    compaction's failure). Put in its phase: the provider's compaction moves the limit to the
+    window, so no crossing response gets it there."""
+
+    def build(
+        row: Row, behavior: ContextExhaustionBehavior, parent: bool
+    ) -> tuple[ConversationState, Event]:
+        assert behavior is B.COMPACT_IN_PLACE, "only a compact_in_place conversation"
+        start = new_conversation(
+            model="claude-sonnet-4-5",
+            behavior=behavior,
+            compaction="provider",
+            context_window=WINDOW,
+            max_attempts=3,
+            max_continuations=0 if bound else 2,
+        )
+        phases: dict[str, Any] = {"llm_requesting": LlmRequesting(), "compacting": Compacting()}
+        changes = {"pending_tokens": projected, "message_count": 2, "pause_requested": pause}
+        state = start.model_copy(update={**changes, "phase": phases[row.phase]})
+        return state, (_REFUSED_ON_DEMAND if row.phase == "compacting" else event)
+
+    return build
+
+
+def _fallen_back(event: Event) -> Fixture:
+    """A request in flight in a conversation that fell back already (REQ-SEG-049)."""
+
+    def build(
+        row: Row, behavior: ContextExhaustionBehavior, parent: bool
+    ) -> tuple[ConversationState, Event]:
+        state = reach(row.phase, behavior, parent=parent)
+        return state.model_copy(update={"compaction_fallback": True}), event
+
+    return build
+
+
 FIXTURES: Final[dict[str, Fixture]] = {
     # resume_after=True where it matters: cancels and pauses must not take it over.
     "always": case(resume_after=True),
@@ -497,6 +551,27 @@ FIXTURES: Final[dict[str, Fixture]] = {
         _event(CompactionResponse(summary="Older work.", retained_tokens=THRESHOLD))
     ),
     "unrecoverable": case(recoverable=False),
+    "compaction_refused_preflight_over_at_bound": _provider(
+        _REFUSED, projected=THRESHOLD, bound=True
+    ),
+    "compaction_refused_preflight_over": _provider(_REFUSED, projected=THRESHOLD),
+    "compaction_refused_pause_pending": _provider(_REFUSED, pause=True),
+    "compaction_refused": _provider(_REFUSED),
+    "compaction_paused_preflight_over_at_bound": _provider(
+        _PAUSED_AFTER_COMPACTING,
+        projected=THRESHOLD - estimate_tokens(""),
+        bound=True,
+    ),
+    "compaction_paused_preflight_over": _provider(
+        _PAUSED_AFTER_COMPACTING, projected=WINDOW - estimate_tokens("")
+    ),
+    "compaction_paused_pause_pending": _provider(_PAUSED_AFTER_COMPACTING, pause=True),
+    "compaction_paused": _provider(_PAUSED_AFTER_COMPACTING),
+    "compaction_failed": case(_event(ProviderCompacted(summary="", block=_FAILED_BLOCK))),
+    "compaction_failed_again": _fallen_back(ProviderCompacted(summary="", block=_FAILED_BLOCK)),
+    "holds_history": case(
+        _event(ProviderCompacted(summary="Older work.", block=_BLOCK, post_tokens=900))
+    ),
 }
 """For each guard, how to build a state in a row's phase and an event that satisfy it: at the
 exact threshold where the guard compares with one."""
@@ -739,7 +814,7 @@ def _canonical_parent_of(behavior: ContextExhaustionBehavior) -> bool:
 def test_resuming_a_pause_at_the_limit_counts_before_pre_flight() -> None:
     """Found by the exploration: resuming a pause taken at the limit is a continuation
     (REQ-SEG-027) counted before the new session's pre-flight, so a resume context that is
-    itself over the threshold at the bound fails (T173) instead of asking for a checkpoint."""
+    itself over the threshold at the bound fails instead of asking for a checkpoint."""
     start = new_conversation(
         model="claude-sonnet-4-5",
         behavior=B.CHECKPOINT_PAUSE,
@@ -756,7 +831,10 @@ def test_resuming_a_pause_at_the_limit_counts_before_pre_flight() -> None:
     after, _ = transition(paused, resume)
     assert reference.step(resume)
     assert chosen is not None
-    assert chosen.id == "T173"
+    assert (chosen.pair, chosen.guard) == (
+        ("paused", "resume_requested"),
+        "preflight_over_at_bound",
+    )
     assert isinstance(after.phase, Failed)
     assert after.phase.error_kind is ErrorKind.CONTINUATION_LIMIT
     assert reference.observed() == observed(after)

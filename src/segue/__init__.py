@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a
     from segue.executor.errors import StoreLockedError as StoreLockedError
     from segue.executor.errors import StoreUnavailableError as StoreUnavailableError
     from segue.executor.errors import SubAgentFailedError as SubAgentFailedError
+    from segue.executor.errors import UnsupportedOptionError as UnsupportedOptionError
     from segue.executor.errors import UpdatesLostError as UpdatesLostError
     from segue.executor.inputs import failure_of as failure_of
     from segue.executor.model_port import AgentToolActivity as AgentToolActivity
@@ -76,9 +77,11 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a
     from segue.executor.tools import Tool as Tool
     from segue.executor.tools import ToolRegistry as ToolRegistry
     from segue.executor.updates import CompactedUpdate as CompactedUpdate
+    from segue.executor.updates import ContextEditedUpdate as ContextEditedUpdate
     from segue.executor.updates import DoneUpdate as DoneUpdate
     from segue.executor.updates import ExhaustedUpdate as ExhaustedUpdate
     from segue.executor.updates import FailedUpdate as FailedUpdate
+    from segue.executor.updates import FallbackUpdate as FallbackUpdate
     from segue.executor.updates import NoticeUpdate as NoticeUpdate
     from segue.executor.updates import OccupancyUpdate as OccupancyUpdate
     from segue.executor.updates import PausedUpdate as PausedUpdate
@@ -112,6 +115,7 @@ _LAZY = {
     "LlmRequest": "segue.executor.model_port",
     "ProviderCompaction": "segue.executor.model_port",
     "SegueError": "segue.executor.errors",
+    "UnsupportedOptionError": "segue.executor.errors",
     "StoreFullError": "segue.executor.errors",
     "InvalidMetadataError": "segue.executor.errors",
     "ConversationBusyError": "segue.executor.errors",
@@ -160,6 +164,8 @@ _LAZY = {
     "CompactedUpdate": "segue.executor.updates",
     "NoticeUpdate": "segue.executor.updates",
     "DoneUpdate": "segue.executor.updates",
+    "ContextEditedUpdate": "segue.executor.updates",
+    "FallbackUpdate": "segue.executor.updates",
 }
 
 

@@ -188,6 +188,15 @@ class NotifyCompactionFailed(Frozen):
     message: str
 
 
+class NotifyCompactionFallback(Frozen):
+    """The provider could not compact this conversation (REQ-SEG-049): its summary failed, or
+    it cannot compact for this model or account. segue compacts the conversation itself from
+    here on; the turn goes on, and nothing of the provider's failure is stored as a summary."""
+
+    kind: Literal["notify_compaction_fallback"] = "notify_compaction_fallback"
+    reason: str
+
+
 class NotifyToolRoundLimit(Frozen):
     """The turn ran ``rounds`` tool rounds, its limit: the tools asked for last were not run,
     and the model is asked once more, without tools, for its answer."""
@@ -250,6 +259,7 @@ Effect = Annotated[
     | NotifyFailed
     | NotifyParent
     | NotifyCompactionFailed
+    | NotifyCompactionFallback
     | NotifyToolRoundLimit
     | NotifyTruncated
     | ReportAccountingAnomaly
@@ -278,6 +288,7 @@ __all__ = [
     "Effect",
     "ExecuteTools",
     "NotifyCompactionFailed",
+    "NotifyCompactionFallback",
     "NotifyContextExhausted",
     "NotifyContextWarning",
     "NotifyFailed",

@@ -7,10 +7,12 @@ follows only links both ends agree on. ``lineage`` returns a chain with each lin
 an application can answer "what happened before" across all of it.
 
 ``usage`` totals what every request cost, by its purpose (a turn, a continuation summary, a
-checkpoint, a compaction) and by session. It reads the event log, where every answer is logged
-with its per-request usage and the session it came in, whether or not it left a message (an
-empty or refused summary that was asked for again was paid for too). Summing is right here, for
-cost; it is never how occupancy is measured.
+checkpoint, a compaction, the provider's compaction) and by session. It reads the event log,
+where every answer is logged with its per-request usage and the session it came in, whether or
+not it left a message (an empty or refused summary that was asked for again was paid for too).
+A compaction the provider made within a call is logged with that call's answer, its own usage
+beside the answer's (REQ-SEG-051): both are counted, each under its purpose. Summing is right
+here, for cost; it is never how occupancy is measured.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ ANSWERS: Final = {
 """The purpose of the request each answer event answers."""
 LIMIT_PURPOSES: Final = ("continuation", "checkpoint", "compaction")
 """The purposes of the requests sent at the limit (to ``summary_model`` when there is one)."""
+PROVIDER_COMPACTION: Final = "provider_compaction"
+"""The purpose of a compaction the provider made (within a call, or asked on demand), which the
+conversation's own model answers (REQ-SEG-051)."""
 _MAX_CHAIN: Final = 10_000
 """A chain longer than this is a loop in the store (a link the store should never hold)."""
 
@@ -137,7 +142,8 @@ class UsageReport:
 
     @property
     def by_purpose(self) -> dict[str, Usage]:
-        """Per purpose: ``turn``, ``continuation``, ``checkpoint``, ``compaction``."""
+        """Per purpose: ``turn``, ``continuation``, ``checkpoint``, ``compaction``,
+        ``provider_compaction``."""
         return self._grouped(0)
 
     @property
@@ -163,7 +169,13 @@ def usage_from_log(records: Sequence[TransitionRecord]) -> UsageReport | None:
             continue
         if record.session is None:
             return None
-        reported = json.loads(record.event_json).get("usage")
+        event = json.loads(record.event_json)
+        if event.get("block"):  # a compaction the provider made on demand (REQ-SEG-051)
+            purpose = PROVIDER_COMPACTION
+        for compaction in event.get("compactions") or ():  # made within the call
+            if compaction.get("usage"):
+                answers.append((PROVIDER_COMPACTION, record.session, Usage(**compaction["usage"])))
+        reported = event.get("usage")
         if reported:
             answers.append((purpose, record.session, Usage(**reported)))
     return _report(answers)

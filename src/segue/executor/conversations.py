@@ -16,13 +16,21 @@ from typing import Any, Final
 from segue.executor import documents
 from segue.executor._log import get_logger
 from segue.executor.cache import ViewCache
-from segue.executor.chains import LIMIT_PURPOSES, Link, UsageReport, lineage, usage_from_log
+from segue.executor.chains import (
+    LIMIT_PURPOSES,
+    PROVIDER_COMPACTION,
+    Link,
+    UsageReport,
+    lineage,
+    usage_from_log,
+)
 from segue.executor.chains import usage_report as usage_of_messages
 from segue.executor.claims import Claims, live_holder
 from segue.executor.drive import Driver
 from segue.executor.errors import ConversationBusyError, ConversationNotFoundError
 from segue.executor.locks import Locks
 from segue.executor.models.windows import Window, window_of
+from segue.executor.requests import check_support, support_of
 from segue.executor.retention import erase, wait_for_claims
 from segue.executor.setup import Setup
 from segue.executor.signals import Signals
@@ -103,6 +111,8 @@ class Conversations:
             max_output_tokens=_output_bound(options),
             window_source=window.source,
         )
+        # What the options ask of the provider, the adapter must do (REQ-SEG-048, -050).
+        check_support(config, support_of(self._setup.llm, config.model))
         seeded = sum(estimate_tokens(message.text) for message in seed)
         pinned = sum(estimate_tokens(m.text) for m in seed if m.pinned)
         state = ConversationState(
@@ -311,7 +321,11 @@ class Conversations:
         stored = await store.load(conversation_id)
         config = stored.state.config
         limit_model = config.summary_model or config.model
-        models = {"turn": config.model, **dict.fromkeys(LIMIT_PURPOSES, limit_model)}
+        models = {
+            "turn": config.model,
+            **dict.fromkeys(LIMIT_PURPOSES, limit_model),
+            PROVIDER_COMPACTION: config.model,
+        }
         logged = usage_from_log(await store.transitions(conversation_id))
         if logged is None:
             logged = usage_of_messages(await store.messages(conversation_id))

@@ -93,6 +93,12 @@ class ConversationBusyError(MessageRejectedError):
         super().__init__(conversation_id, reason, "busy")
 
 
+class UnsupportedOptionError(SegueError, ValueError):
+    """A conversation's options ask its provider for what the model adapter cannot do for its
+    model (``compaction="provider"``, ``context_edits``, a summary prompt for a provider that
+    takes none): nothing was stored. The message says what to change."""
+
+
 class InvalidCursorError(SegueError, ValueError):
     """A listing's ``cursor`` that no listing of this store handed out: pass a page's
     ``next_cursor`` as it is, or None for the first page."""
@@ -128,6 +134,9 @@ class LlmCallError(SegueError):
     ``context_overflow``: the provider said the prompt does not fit the window.
     ``fatal``: a setup problem no retry or trim can fix (401/403, unknown model).
     ``retry_after``: seconds the provider asked to wait before the next attempt, if it said.
+    ``compaction_refused``: the provider, asked to compact, cannot (its model or account
+    cannot, or it answered what the adapter does not expect of a compaction): the
+    conversation falls back to segue's own compaction (REQ-SEG-049).
     """
 
     def __init__(
@@ -139,6 +148,7 @@ class LlmCallError(SegueError):
         fatal: bool = False,
         status_code: int | None = None,
         retry_after: float | None = None,
+        compaction_refused: bool = False,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -147,6 +157,7 @@ class LlmCallError(SegueError):
         self.fatal = fatal
         self.status_code = status_code
         self.retry_after = retry_after
+        self.compaction_refused = compaction_refused
 
 
 class UpdatesLostError(SegueError):

@@ -5,17 +5,19 @@ provider (``AnthropicModel``, ``OpenAIModel``, the offline ``ScriptedModel``;
 ``docs/adapters.md`` for writing another) and never decide: everything an adapter needs for one
 call is in the ``LlmRequest``, everything the core needs back is in the ``LlmReply`` (or the
 ``LlmCallError`` it raises). What an adapter may do beyond the four members is declared here
-too (``ContentChecker``), with defaults in ``BaseLlmModel``, so the runtime never has to guess
-what an adapter can do.
+too (``ContentChecker``; ``ContextManaging``, what the provider does to the context on its own
+side), with defaults in ``BaseLlmModel``, so the runtime never has to guess what an adapter can
+do.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeGuard, runtime_checkable
+from typing import Any, Final, Literal, Protocol, TypeGuard, runtime_checkable
 
 from segue.statemachine import (
+    CompactionBlock,
     ContentBlock,
     ContextExhaustionBehavior,
     Message,
@@ -27,6 +29,23 @@ from segue.statemachine.models import DEFAULT_SETTINGS
 
 Purpose = Literal["turn", "continuation", "checkpoint", "compaction"]
 """Why the LLM is asked: a normal turn (with tools), or one of the tool-less summary requests."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionAsk:
+    """The provider is asked to compact the request's context itself (a conversation created
+    with ``compaction="provider"``, REQ-SEG-048)."""
+
+    trigger_tokens: int
+    """Compact once the prompt holds this many tokens: the conversation's continuation
+    threshold (raised to the provider's minimum), or on demand the current size."""
+    instructions: str | None = None
+    """What the summary must hold (the conversation's ``summary_prompt``, a manual focus),
+    for a provider that takes instructions; None: the provider's own."""
+    pause_after: bool = False
+    """Stop after the compaction, before answering: the pinned messages (and the turn that
+    was asked) then follow the compaction in the request segue sends next."""
+
 
 TextSink = Callable[[str], None]
 """Receives the text of a reply as the model writes it, one delta at a time."""
@@ -97,6 +116,11 @@ class LlmRequest:
     provider_session: str | None = None
     """The provider's own session to resume (``LlmReply.session_ref`` of an earlier answer in
     this session, REQ-SEG-032); None: start one."""
+    compaction: CompactionAsk | None = None
+    """Ask the provider to compact the context within this call (REQ-SEG-048); None: do not."""
+    context_edits: tuple[dict[str, Any], ...] = ()
+    """The provider's context-editing strategies to send, as the conversation was created with
+    them (REQ-SEG-050)."""
     on_text: TextSink | None = field(default=None, compare=False, repr=False)
     """Someone watches this turn: call it with each piece of the reply's text as the model
     writes it. The pieces of one call join to exactly the ``text`` of the reply it returns (an
@@ -110,7 +134,8 @@ class LlmRequest:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProviderCompaction:
-    """A compaction the provider made of its own context during a request (REQ-SEG-033)."""
+    """A compaction the provider made of its own context during a request (REQ-SEG-033,
+    REQ-SEG-048)."""
 
     summary: str
     trigger: Literal["auto", "manual"] = "auto"
@@ -118,6 +143,24 @@ class ProviderCompaction:
     """What the provider said its context held before, if it said."""
     post_tokens: int | None = None
     """What the provider estimates its context holds after, if it said."""
+    block: CompactionBlock | None = None
+    """The compaction as the provider returned it, to be sent back verbatim (a provider that
+    leaves the history to segue); None for one that keeps it in a session of its own."""
+    usage: Usage | None = None
+    """What the compaction itself cost (Anthropic's ``compaction`` iteration, what OpenAI's
+    ``responses.compact`` reports): never the occupancy."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextEdit:
+    """An edit the provider applied to the context before answering (REQ-SEG-050)."""
+
+    strategy: str
+    """``clear_tool_uses_20250919`` or ``clear_thinking_20251015``."""
+    cleared: int
+    """How many tool uses, or thinking turns, it cleared."""
+    cleared_input_tokens: int
+    """How many input tokens it cleared."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,6 +182,8 @@ class LlmReply:
     """The provider's id of this response, if it gave one (for tracing)."""
     response_model: str | None = None
     """The model that answered, as the provider names it (for tracing)."""
+    context_edits: tuple[ContextEdit, ...] = ()
+    """The edits the provider applied to the context before answering (REQ-SEG-050)."""
 
 
 class LlmModel(Protocol):
@@ -253,11 +298,51 @@ def names_provider(llm: object) -> TypeGuard[NamedProvider]:
     return capable(llm, NamedProvider)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextSupport:
+    """What a provider does to the context on its own side, for one model (REQ-SEG-048,
+    REQ-SEG-050): what the runtime checks a conversation's options against when it is
+    created, and words the requests with."""
+
+    compaction: bool = False
+    """It compacts within a call when asked (``LlmRequest.compaction``)."""
+    min_trigger: int = 1
+    """The smallest trigger it takes, in tokens (a conversation's threshold below it is raised,
+    with a warning)."""
+    instructions: bool = False
+    """It takes instructions for its summary (the ``summary_prompt``, a manual focus)."""
+    on_demand: bool = False
+    """It can be asked to compact now (``ContextManaging.compact_now``)."""
+    edits: frozenset[str] = frozenset()
+    """The context-editing strategies it applies (``LlmRequest.context_edits``)."""
+
+
+NO_CONTEXT_SUPPORT: Final = ContextSupport()
+"""A provider that does nothing to the context on its own side."""
+
+
+@runtime_checkable
+class ContextManaging(Protocol):
+    """An adapter that can say what its provider does to the context on its own side (a
+    compaction within the call, context editing), and ask it to compact on demand."""
+
+    def context_support(self, model: str) -> ContextSupport:
+        """What the provider does for ``model`` (``NO_CONTEXT_SUPPORT``: nothing)."""
+        ...
+
+    async def compact_now(self, request: LlmRequest) -> LlmReply | None:
+        """Have the provider compact ``request``'s context now (``request.compaction``): a
+        reply whose ``compactions`` hold it, or None when the provider cannot be asked for
+        this request (segue's own compaction then). ``LlmCallError`` on failure, with
+        ``compaction_refused`` when the provider cannot compact at all."""
+        ...
+
+
 class BaseLlmModel:
     """Defaults for every member of the port but ``complete``: an adapter subclasses it and
-    writes only what its provider does (counting prompts, reporting windows). One that can
-    check content before it is stored writes ``check_content`` too, which makes it a
-    ``ContentChecker``."""
+    writes only what its provider does (counting prompts, reporting windows, what it does to
+    the context: a ``ContextManaging``). One that can check content before it is stored
+    writes ``check_content`` too, which makes it a ``ContentChecker``."""
 
     exact_preflight: bool = False
     """No counting: pre-flight uses segue's estimate."""
@@ -268,4 +353,12 @@ class BaseLlmModel:
 
     async def count_tokens(self, request: LlmRequest) -> int | None:
         """Nothing counted: pre-flight uses segue's estimate."""
+        return None
+
+    def context_support(self, model: str) -> ContextSupport:
+        """Nothing done on the provider's side: segue compacts, no context edits."""
+        return NO_CONTEXT_SUPPORT
+
+    async def compact_now(self, request: LlmRequest) -> LlmReply | None:
+        """The provider cannot be asked: segue compacts on its own."""
         return None

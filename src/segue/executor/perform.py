@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
-from collections.abc import Callable
+import itertools
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,17 +32,31 @@ from segue.executor._log import get_logger
 from segue.executor.archive import archive_directory, write_archive, write_tool_output
 from segue.executor.bus import UpdateBus
 from segue.executor.cache import ViewCache
+from segue.executor.compactions import compacted
 from segue.executor.errors import LlmCallError
-from segue.executor.model_port import AgentToolActivity, LlmReply, LlmRequest, ToolSink
+from segue.executor.model_port import (
+    AgentToolActivity,
+    ContextManaging,
+    LlmReply,
+    LlmRequest,
+    ToolSink,
+)
 from segue.executor.requests import Requests
 from segue.executor.setup import Setup
 from segue.executor.snapshots import context_of, stored_snapshot
 from segue.executor.store_port import StoredConversation
 from segue.executor.transcript import split_for_compaction
-from segue.executor.updates import ToolFinishedUpdate, ToolStartedUpdate, Update
+from segue.executor.updates import (
+    ContextEditedUpdate,
+    ToolFinishedUpdate,
+    ToolStartedUpdate,
+    Update,
+)
 from segue.statemachine import (
+    OPAQUE_SUMMARY,
     CheckpointFailed,
     CheckpointResponse,
+    Compacting,
     CompactionFailed,
     CompactionResponse,
     ContinuationFailed,
@@ -49,7 +64,6 @@ from segue.statemachine import (
     Event,
     LlmError,
     LlmResponse,
-    ProviderCompacted,
     RetryDue,
     ToolCall,
     ToolExecuting,
@@ -131,29 +145,36 @@ class Performer:
 
     async def _ask(self, request: LlmRequest) -> LlmReply | LlmCallError:
         """The model's reply to ``request``, or its failure (logged), never an exception."""
-        setup = self._setup
-        telemetry = setup.telemetry
-        llm = setup.llm
-        call = telemetry.inference_begins(request, llm)
+        reply = await self._called(request, self._setup.llm.complete)
+        return reply if reply is not None else LlmCallError("no answer", retryable=True)
+
+    async def _called(
+        self, request: LlmRequest, call: Callable[[LlmRequest], Awaitable[LlmReply | None]]
+    ) -> LlmReply | LlmCallError | None:
+        """``call(request)`` observed (telemetry, a failure logged), its failure returned."""
+        telemetry = self._setup.telemetry
+        token = telemetry.inference_begins(request, self._setup.llm)
         try:
-            reply = await llm.complete(request)
+            reply = await call(request)
         except LlmCallError as error:
-            telemetry.inference_ends(call, error)
+            telemetry.inference_ends(token, error)
             _log.warning(
                 "llm_error",
                 conversation_id=request.conversation_id,
                 purpose=request.purpose,
                 retryable=error.retryable,
                 context_overflow=error.context_overflow,
+                compaction_refused=error.compaction_refused,
                 status_code=error.status_code,
             )
             return error
-        telemetry.inference_ends(call, reply)
+        telemetry.inference_ends(token, reply if reply is not None else LlmReply())
         return reply
 
     async def _turn(self, stored: StoredConversation, effect: RequestLlm) -> list[Event]:
-        """A turn's answer; first, any compaction the provider made of its own context while
-        answering (REQ-SEG-033), in the order it made them."""
+        """A turn's answer, with the compactions the provider made of its context while
+        answering (REQ-SEG-033, REQ-SEG-048) in the same event, in the order it made them; the
+        edits it applied are told to whoever watches (REQ-SEG-050)."""
         request = await self._requests.of(stored, effect)
         cid = request.conversation_id
         on_text = self._bus.text_sink(cid)
@@ -161,17 +182,10 @@ class Performer:
             request = dataclasses.replace(request, on_text=on_text, on_tool=self._tool_sink(cid))
         outcome = await self._ask(request)
         if isinstance(outcome, LlmCallError):
-            return [failed(LlmError, outcome)]
-        events: list[Event] = [
-            ProviderCompacted(
-                summary=compaction.summary,
-                trigger=compaction.trigger,
-                pre_tokens=compaction.pre_tokens,
-                post_tokens=compaction.post_tokens,
-            )
-            for compaction in outcome.compactions
-        ]
-        events.append(
+            return [failed(LlmError, outcome, compaction_refused=outcome.compaction_refused)]
+        self._told_edits(cid, outcome)
+        compactions = tuple(compacted(request, compaction) for compaction in outcome.compactions)
+        return [
             LlmResponse(
                 text=outcome.text,
                 tool_calls=outcome.tool_calls,
@@ -179,9 +193,29 @@ class Performer:
                 stop_reason=outcome.stop_reason,
                 content=outcome.content,
                 session_ref=outcome.session_ref,
+                compactions=compactions,
             )
-        )
-        return events
+        ]
+
+    def _told_edits(self, conversation_id: str, reply: LlmReply) -> None:
+        """What the provider cleared from the context before answering, logged and told to
+        whoever watches the conversation (REQ-SEG-050)."""
+        bus = self._bus
+        for edit in reply.context_edits:
+            _log.info(
+                "context_edited",
+                conversation_id=conversation_id,
+                strategy=edit.strategy,
+                cleared=edit.cleared,
+                cleared_input_tokens=edit.cleared_input_tokens,
+            )
+            if bus.listening(conversation_id):
+                update = ContextEditedUpdate(
+                    strategy=edit.strategy,
+                    cleared=edit.cleared,
+                    cleared_input_tokens=edit.cleared_input_tokens,
+                )
+                bus.emit(conversation_id, update)
 
     async def _summary(
         self, stored: StoredConversation, effect: RequestContinuation | RequestCheckpoint
@@ -201,6 +235,12 @@ class Performer:
         return CheckpointResponse(text=outcome.text, usage=outcome.usage, elapsed_seconds=elapsed)
 
     async def _compact(self, stored: StoredConversation, effect: RequestCompaction) -> Event:
+        """The compaction's answer: the provider's on demand (a manual trigger of a
+        conversation whose provider compacts, REQ-SEG-048), else segue's own summary of all
+        but the recent tail."""
+        on_demand = await self._on_demand(stored, effect)
+        if on_demand is not None:
+            return on_demand
         state = stored.state
         view = await self._cache.view(stored)
         head, tail = split_for_compaction(view, state.generation, self._setup.keep_recent)
@@ -221,6 +261,40 @@ class Performer:
             kept_messages=len(tail),
             usage=outcome.usage,
             stop_reason=outcome.stop_reason,
+        )
+
+    async def _on_demand(
+        self, stored: StoredConversation, effect: RequestCompaction
+    ) -> CompactionResponse | CompactionFailed | None:
+        """The provider's compaction asked now, for a manual trigger of a conversation whose
+        provider compacts (REQ-SEG-048); None where the provider cannot be asked (segue
+        compacts): the trigger was not the user's, the provider takes no focus, or the adapter
+        says it cannot for this request. A block without a summary is a refusal (REQ-SEG-049),
+        never a summary."""
+        state = stored.state
+        phase = state.phase
+        if not (isinstance(phase, Compacting) and phase.trigger == "manual"):
+            return None
+        llm = self._setup.llm
+        request = await self._requests.on_demand(stored, effect)
+        if request is None or not isinstance(llm, ContextManaging):
+            return None
+        outcome = await self._called(request, llm.compact_now)
+        if isinstance(outcome, LlmCallError):
+            return failed(CompactionFailed, outcome, compaction_refused=outcome.compaction_refused)
+        made = outcome.compactions[-1] if outcome is not None and outcome.compactions else None
+        if made is None:
+            return None
+        block = made.block
+        if block is None or block.failed:
+            why = "the provider's compaction produced no summary"
+            return CompactionFailed(error=why, compaction_refused=True)
+        settled = compacted(request, made)
+        return CompactionResponse(
+            summary=settled.summary.strip() or OPAQUE_SUMMARY,
+            retained_tokens=settled.post_tokens or 0,
+            usage=made.usage,
+            block=block,
         )
 
     def _tool_sink(self, conversation_id: str) -> ToolSink:
@@ -323,7 +397,14 @@ class Performer:
         store = self._setup.store
         start = await store.generation_start(cid, None, effect.generation)
         read = await store.messages(cid, after_seq=start - 1, before_seq=stored.last_seq + 1)
-        transcript = [m.message for m in read]
+        # Only the generation's own: the provider's compaction (REQ-SEG-048) appends the next
+        # generation's summary and reply in the step that asks for this archive.
+        transcript = list(
+            itertools.takewhile(
+                lambda message: message.generation == effect.generation,
+                (m.message for m in read),
+            )
+        )
         path = await _saved(
             "archive_failed", write_archive, directory, cid, effect.generation, transcript
         )

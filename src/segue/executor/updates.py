@@ -143,6 +143,25 @@ class CompactedUpdate(Frozen):
     summary: str
 
 
+class FallbackUpdate(Frozen):
+    """The provider could not compact the conversation (REQ-SEG-049): segue compacts it
+    itself from here on, and the turn goes on. ``reason`` says what the provider did."""
+
+    kind: Literal["fallback"] = "fallback"
+    reason: str
+
+
+class ContextEditedUpdate(Frozen):
+    """The provider cleared part of the context before answering (REQ-SEG-050): ``cleared``
+    tool uses or thinking turns (``strategy`` says which), ``cleared_input_tokens`` tokens.
+    The meter follows the response's usage, which no longer counts them."""
+
+    kind: Literal["context_edited"] = "context_edited"
+    strategy: str
+    cleared: int
+    cleared_input_tokens: int
+
+
 class NoticeUpdate(Frozen):
     """Anything else the core notified (a truncated response, an accounting anomaly, a turn
     that reached its tool-round limit...): ``effect`` is the effect's kind, ``data`` its fields."""
@@ -174,6 +193,8 @@ Update = Annotated[
     | PausedUpdate
     | SessionUpdate
     | CompactedUpdate
+    | FallbackUpdate
+    | ContextEditedUpdate
     | NoticeUpdate
     | DoneUpdate,
     Field(discriminator="kind"),
@@ -193,6 +214,8 @@ UPDATE_TYPES: tuple[type[Frozen], ...] = (
     PausedUpdate,
     SessionUpdate,
     CompactedUpdate,
+    FallbackUpdate,
+    ContextEditedUpdate,
     NoticeUpdate,
     DoneUpdate,
 )
@@ -227,6 +250,8 @@ def effect_update(effect: Any) -> Update | None:
         return SessionUpdate(session=effect.session, reason=effect.reason)
     if kind == "start_generation":
         return CompactedUpdate(generation=effect.generation, summary=effect.summary)
+    if kind == "notify_compaction_fallback":
+        return FallbackUpdate(reason=effect.reason)
     if kind.startswith(("notify_", "report_")):
         data = effect.model_dump(mode="json", exclude={"kind"})
         return NoticeUpdate(effect=kind, data=data)

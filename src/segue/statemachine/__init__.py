@@ -19,6 +19,7 @@ from segue.statemachine.content import (
     AgentToolResultBlock,
     AgentToolUseBlock,
     Base64Source,
+    CompactionBlock,
     ContentBlock,
     DocumentBlock,
     ImageBlock,
@@ -53,6 +54,7 @@ from segue.statemachine.machine import (
     CANCELLED_SUMMARY,
     FALLBACK_SUMMARY,
     HANDLED_PAIRS,
+    OPAQUE_SUMMARY,
     transition,
 )
 from segue.statemachine.models import (
@@ -90,6 +92,8 @@ from segue.statemachine.rules import (
     WAITING_PHASES,
     accepts_message,
     continues_in_new,
+    limit_tokens,
+    provider_compacts,
 )
 from segue.statemachine.state import (
     ConversationConfig,
@@ -107,6 +111,7 @@ __all__ = [
     "EVENT_TYPES",
     "FALLBACK_SUMMARY",
     "HANDLED_PAIRS",
+    "OPAQUE_SUMMARY",
     "PHASE_TYPES",
     "RECOVERABLE_ERRORS",
     "REQUEST_PHASES",
@@ -119,6 +124,7 @@ __all__ = [
     "CheckpointFailed",
     "CheckpointResponse",
     "Compacting",
+    "CompactionBlock",
     "CompactionFailed",
     "CompactionResponse",
     "ContentBlock",
@@ -174,8 +180,10 @@ __all__ = [
     "estimate_tokens",
     "extract_checkpoint",
     "extract_decisions",
+    "limit_tokens",
     "model_info",
     "new_conversation",
+    "provider_compacts",
     "threshold_tokens",
     "transition",
 ]

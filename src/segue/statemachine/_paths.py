@@ -39,6 +39,7 @@ from segue.statemachine.phases import (
     Failed,
     LlmRequesting,
 )
+from segue.statemachine.rules import limit_of
 from segue.statemachine.state import ConversationState
 
 Effects = tuple[Effect, ...]
@@ -76,6 +77,14 @@ PAUSED_TURN: Final = "pause_turn"
 """The provider (or an adapter stopping a running agent) paused a turn mid-task (REQ-SEG-034)."""
 TRUNCATED: Final = "max_tokens"
 REFUSAL: Final = "refusal"
+COMPACTION_PAUSE: Final = "compaction"
+"""The provider stopped after compacting the context, as segue asked it to (REQ-SEG-048): the
+turn goes on at once, in the generation the compaction started."""
+OPAQUE_SUMMARY: Final = (
+    "Earlier messages of this conversation were compacted by the provider, whose summary is "
+    "opaque; the archive holds them."
+)
+"""What a provider compaction that carries no readable summary (OpenAI's item) is recorded as."""
 
 
 # --------------------------------------------------------------------------- small builders
@@ -260,7 +269,15 @@ def turn_boundary(
     if ask_llm:
         context = changes.get("context_tokens", state.context_tokens) or 0
         pending = changes.get("pending_tokens", state.pending_tokens)
-        if context + pending >= state.config.continuation_tokens:
+        config = state.config
+        limit = config.continuation_tokens
+        if config.compaction != "segue":  # the provider may compact the request (REQ-SEG-048)
+            limit = limit_of(
+                config,
+                changes.get("compaction_fallback", state.compaction_fallback),
+                changes.get("continuations", state.continuations),
+            )
+        if context + pending >= limit:
             return exhaust(replaced(state, changes), "preflight", (), True, effects)
     if changes.get("pause_requested", state.pause_requested):
         pausing = AwaitingCheckpoint._make(purpose="pause", resume_after=ask_llm)

@@ -10,6 +10,7 @@ from typing import Any, cast
 from segue.effects import (
     Effect,
     NotifyCompactionFailed,
+    NotifyCompactionFallback,
     NotifyContextExhausted,
     ReportAccountingAnomaly,
     RequestKind,
@@ -355,9 +356,17 @@ def on_compaction_response(state: ConversationState, event: CompactionResponse) 
             "message_count": state.message_count + 1,
         },
     )
+    block = event.block  # the provider's, when it compacted on demand (REQ-SEG-048)
     effects: list[Effect] = [
         StartGeneration._make(generation=generation, summary=summary),
-        record(fresh, "summary", summary, kept_messages=event.kept_messages, usage=event.usage),
+        record(
+            fresh,
+            "summary",
+            summary,
+            kept_messages=event.kept_messages,
+            usage=event.usage,
+            content=(block,) if block is not None and not block.failed else (),
+        ),
     ]
     return turn_boundary(fresh, effects, ask_llm=phase.resume_after)
 
@@ -373,4 +382,16 @@ def _compaction_gave_up(state: ConversationState, error: str) -> Result:
 
 
 def on_compaction_failed(state: ConversationState, event: CompactionFailed) -> Result:
+    phase = cast(Compacting, state.phase)
+    if (
+        event.compaction_refused
+        and not phase.retry_pending
+        and state.config.compaction == "provider"
+        and not state.compaction_fallback
+    ):
+        # REQ-SEG-049: asked on demand, the provider could not compact: segue compacts this
+        # conversation itself from now on, starting with this compaction (asked at once).
+        notice = NotifyCompactionFallback._make(reason=event.error)
+        fallen = replaced(state, {"compaction_fallback": True})
+        return fallen, (notice, request_for(phase))
     return _retry_or_give_up(state, event, "compaction", _compaction_gave_up)

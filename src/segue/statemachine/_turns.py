@@ -7,8 +7,10 @@ from __future__ import annotations
 from typing import Any, cast
 
 from segue.effects import (
+    ArchiveTranscript,
     Effect,
     ExecuteTools,
+    NotifyCompactionFallback,
     NotifyContextWarning,
     NotifyToolRoundLimit,
     NotifyTruncated,
@@ -19,7 +21,9 @@ from segue.effects import (
 )
 from segue.statemachine._paths import (
     CANCEL,
+    COMPACTION_PAUSE,
     NOTHING,
+    OPAQUE_SUMMARY,
     PAUSED_TURN,
     TOOL_NOT_RUN_CANCELLED,
     TOOL_NOT_RUN_CONTEXT,
@@ -65,7 +69,7 @@ from segue.statemachine.phases import (
     LlmRequesting,
     ToolExecuting,
 )
-from segue.statemachine.rules import RECOVERABLE_ERRORS
+from segue.statemachine.rules import RECOVERABLE_ERRORS, limit_tokens
 from segue.statemachine.state import ConversationState
 
 # --------------------------------------------------------------------------- Idle
@@ -169,7 +173,8 @@ def _measure(
             )
         )
         changes["warned"] = True
-    return changes, reported >= config.continuation_tokens
+    limit = config.continuation_tokens if config.compaction == "segue" else limit_tokens(state)
+    return changes, reported >= limit
 
 
 def on_llm_response(state: ConversationState, event: LlmResponse) -> Result:
@@ -177,11 +182,21 @@ def on_llm_response(state: ConversationState, event: LlmResponse) -> Result:
     if phase.retry_pending:
         return state, NOTHING
     effects: list[Effect] = []
+    for compaction in event.compactions:  # made in the same call, before the answer
+        state = _compacted(state, compaction, effects)
     changes, over = _measure(state, event, effects)
     if event.session_ref is not None:
         changes["provider_session"] = event.session_ref  # REQ-SEG-032
     calls, stop_reason, usage = event.tool_calls, event.stop_reason, event.usage
     content = event.content
+    if stop_reason == COMPACTION_PAUSE and not calls and state.config.compaction == "provider":
+        # REQ-SEG-048: the provider paused after its compaction; the turn goes on at once, in
+        # the generation it started (what it said besides, if anything, is kept).
+        if event.text or content:
+            effects.append(record(state, "assistant", event.text, usage=usage, content=content))
+        else:
+            changes["message_count"] = state.message_count
+        return turn_boundary(state, effects, True, changes, final=phase.final)
     if stop_reason == WINDOW_EXCEEDED or over:
         said = record(
             state, "assistant", event.text, tool_calls=calls, usage=usage, content=content
@@ -220,25 +235,58 @@ def on_llm_response(state: ConversationState, event: LlmResponse) -> Result:
 
 def on_provider_compacted(state: ConversationState, event: ProviderCompacted) -> Result:
     """REQ-SEG-033: the provider's context now starts from its summary, so segue's record does
-    too: a new generation, whose occupancy the response that follows will measure."""
+    too (a compaction reported apart from its response)."""
+    effects: list[Effect] = []
+    compacted = _compacted(state, event, effects)
+    return compacted, tuple(effects)
+
+
+def _compacted(
+    state: ConversationState, event: ProviderCompacted, effects: list[Effect]
+) -> ConversationState:
+    """The state after the provider's compaction ``event``, its effects added to ``effects``.
+
+    REQ-SEG-033: a new generation starting from the provider's summary, whose occupancy the
+    response that follows will measure. REQ-SEG-048: a compaction whose ``block`` stands in for
+    the history segue holds is also one of the conversation's continuations, and what it
+    replaces is archived first. REQ-SEG-049: a block that failed is no compaction: nothing is
+    recorded, and the conversation falls back to segue's own compaction (said once)."""
+    block = event.block
+    if block is not None and block.failed:
+        if state.compaction_fallback:
+            return state
+        reason = "the provider's compaction produced no summary"
+        effects.append(NotifyCompactionFallback._make(reason=reason))
+        return replaced(state, {"compaction_fallback": True})
     generation = state.generation + 1
+    summary = event.summary if block is None else event.summary.strip() or OPAQUE_SUMMARY
     pending = event.post_tokens
     if pending is None:
-        pending = state.config.system_tokens + estimate_tokens(event.summary)
-    fresh = replaced(
-        state,
-        {
-            "generation": generation,
-            "context_tokens": None,
-            "pending_tokens": pending,
-            "message_count": state.message_count + 1,
-        },
+        pending = state.config.system_tokens + estimate_tokens(summary)
+    changes: dict[str, Any] = {
+        "generation": generation,
+        "context_tokens": None,
+        "pending_tokens": pending,
+        "message_count": state.message_count + 1,
+    }
+    if block is not None:
+        effects.append(ArchiveTranscript._make(generation=state.generation))
+        # Never past the bound: from it on the provider is not asked to compact (a block that
+        # comes all the same is what the provider now holds, and is recorded as such).
+        changes["continuations"] = min(state.continuations + 1, state.config.max_continuations)
+    fresh = replaced(state, changes)
+    effects.append(StartGeneration._make(generation=generation, summary=summary))
+    effects.append(
+        record(
+            fresh,
+            "summary",
+            summary,
+            usage=event.usage,
+            kept_messages=event.kept_messages,
+            content=(block,) if block is not None else (),
+        )
     )
-    effects: tuple[Effect, ...] = (
-        StartGeneration._make(generation=generation, summary=event.summary),
-        record(fresh, "summary", event.summary),
-    )
-    return fresh, effects
+    return fresh
 
 
 def _round_limit(
@@ -273,6 +321,15 @@ def on_llm_error(state: ConversationState, event: LlmError) -> Result:
     phase = cast(LlmRequesting, state.phase)
     if phase.retry_pending:
         return state, NOTHING
+    if (
+        event.compaction_refused
+        and state.config.compaction == "provider"
+        and not state.compaction_fallback
+    ):
+        # REQ-SEG-049: segue compacts this conversation itself from now on; the turn goes on.
+        effects: list[Effect] = [NotifyCompactionFallback._make(reason=event.message)]
+        changes: dict[str, Any] = {"compaction_fallback": True}
+        return turn_boundary(state, effects, True, changes, final=phase.final)
     if event.context_overflow:
         return exhaust(state, "overflow", (), True, [])
     attempt = phase.attempt
@@ -292,10 +349,7 @@ def on_retry_due(state: ConversationState, event: RetryDue) -> Result:
     phase = cast(Requesting, state.phase)
     if not phase.retry_pending or event.attempt != phase.attempt + 1:
         return state, NOTHING
-    if (
-        isinstance(phase, LlmRequesting)
-        and state.projected_tokens >= state.config.continuation_tokens
-    ):
+    if isinstance(phase, LlmRequesting) and state.projected_tokens >= limit_tokens(state):
         # REQ-SEG-004: a retry is a request too. The projection moved while the failed
         # attempt ran only if the provider compacted its context to more than the threshold.
         return exhaust(state, "preflight", (), True, [])

@@ -151,6 +151,42 @@ class AgentToolResultBlock(Frozen):
     is_error: bool = False
 
 
+class CompactionBlock(Frozen):
+    """The provider's own compaction of the context (a conversation created with
+    ``compaction="provider"``, REQ-SEG-048): it stands in for everything before it, and goes
+    back to the provider exactly as it came, so that what came before is never sent again.
+
+    Anthropic's ``compaction`` block carries the summary (``content``) and opaque parts
+    (``encrypted_content``, ``signature``, ``tool_changes``); OpenAI's ``compaction`` item is
+    opaque (``encrypted_content``, ``id``), and a compaction asked for on demand
+    (``responses.compact``) returns, before it, the items of the window it kept (``window``).
+    A field the provider did not send stays None and is not sent back."""
+
+    type: Literal["compaction"] = "compaction"
+    provider: Literal["anthropic", "openai"]
+    """Whose block it is: only that provider can read it back."""
+    content: str | None = None
+    """The summary the provider wrote (Anthropic's); None on OpenAI, whose item is opaque, and
+    on an Anthropic block whose summary failed (``failed``)."""
+    encrypted_content: str | None = None
+    signature: str | None = None
+    tool_changes: tuple[dict[str, Any], ...] | None = None
+    """Anthropic's ``tool_addition`` and ``tool_removal`` entries of the compacted range."""
+    id: str | None = None
+    """OpenAI's id of the item."""
+    window: tuple[dict[str, Any], ...] = ()
+    """The items OpenAI's ``responses.compact`` put before the item (the conversation's user
+    messages), sent back before it as they came."""
+
+    @property
+    def failed(self) -> bool:
+        """Whether the block holds no compaction at all: an Anthropic block without a summary
+        (the provider says its summary failed), an OpenAI item without its content."""
+        if self.provider == "anthropic":
+            return self.content is None or not self.content.strip()
+        return not self.encrypted_content
+
+
 ContentBlock = Annotated[
     TextBlock
     | ImageBlock
@@ -159,7 +195,8 @@ ContentBlock = Annotated[
     | RedactedThinkingBlock
     | ToolUseBlock
     | AgentToolUseBlock
-    | AgentToolResultBlock,
+    | AgentToolResultBlock
+    | CompactionBlock,
     Field(discriminator="type"),
 ]
 """Every block a message may carry."""
@@ -193,6 +230,10 @@ def estimate_blocks(blocks: Sequence[Any], text_tokens: Any) -> int:
             total += text_tokens(block.name + repr(block.input))
         elif kind == "agent_tool_result":
             total += text_tokens(block.output)
+        elif kind == "compaction":
+            # The provider reads the summary, or its opaque form: counted as text, the longer.
+            total += text_tokens(block.content or block.encrypted_content or "")
+            total += sum(text_tokens(repr(item)) for item in block.window)
     return total
 
 

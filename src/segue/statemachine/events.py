@@ -14,7 +14,7 @@ from pydantic import Field, StrictInt, model_validator
 
 from segue.statemachine._values import Frozen, given_fields
 from segue.statemachine.checkpoint import SessionSnapshot
-from segue.statemachine.content import ContentBlock, ToolResultBlock, UserBlock
+from segue.statemachine.content import CompactionBlock, ContentBlock, ToolResultBlock, UserBlock
 from segue.statemachine.models import TokenCount, ToolCall, Usage
 
 NonEmptyText = Annotated[str, Field(min_length=1)]
@@ -58,6 +58,37 @@ class UserMessage(Frozen):
         return given
 
 
+class ProviderCompacted(Frozen):
+    """The provider compacted its own context while the request was in flight: from here on it
+    holds ``summary`` instead of the older history. A Claude Agent SDK session keeps that
+    history itself (REQ-SEG-033); a Messages or Responses API conversation created with
+    ``compaction="provider"`` gets back a ``block`` that stands in for it (REQ-SEG-048).
+    Reported with the response it precedes (``LlmResponse.compactions``, or alone just before
+    it); outside ``LlmRequesting`` it is stale."""
+
+    kind: Literal["provider_compacted"] = "provider_compacted"
+    summary: str
+    trigger: Literal["auto", "manual"] = "auto"
+    """``auto``: the provider decided; ``manual``: segue asked it to (a compaction request)."""
+    pre_tokens: TokenCount | None = None
+    """What the provider said its context held before compacting, if it said."""
+    post_tokens: TokenCount | None = None
+    """What the context holds after compacting: the provider's figure, or the runtime's
+    estimate of what the next request sends (None: the summary's estimate is used)."""
+    block: CompactionBlock | None = None
+    """The compaction as the provider returned it, to be sent back verbatim: segue holds the
+    history, so it archives what came before and counts a continuation. None: the provider
+    keeps the history in a session of its own. A block that ``failed`` holds no summary: the
+    conversation falls back to segue's own compaction (REQ-SEG-049)."""
+    usage: Usage | None = None
+    """What the compaction itself cost (Anthropic's ``compaction`` iteration): reported under
+    its own purpose, never read as occupancy."""
+    kept_messages: TokenCount = 0
+    """How many of the messages just before it stay verbatim after it: the turn that was
+    asked when segue had the provider pause after its compaction (to carry the pinned
+    messages after the block, REQ-SEG-048)."""
+
+
 class LlmResponse(Frozen):
     """A completed LLM response to the conversation's request."""
 
@@ -74,21 +105,10 @@ class LlmResponse(Frozen):
     """The provider's own session this response belongs to (a Claude Agent SDK session id), for
     a provider that keeps the conversation's history itself: kept in the state so the next
     request resumes it (REQ-SEG-032). ``None``: the provider keeps no session."""
-
-
-class ProviderCompacted(Frozen):
-    """The provider compacted its own context while the request was in flight (a Claude Agent
-    SDK session's compaction): from here on it holds ``summary`` instead of the older history.
-    Reported before the response it precedes; outside ``LlmRequesting`` it is stale."""
-
-    kind: Literal["provider_compacted"] = "provider_compacted"
-    summary: str
-    trigger: Literal["auto", "manual"] = "auto"
-    """``auto``: the provider decided; ``manual``: segue asked it to (a compaction request)."""
-    pre_tokens: TokenCount | None = None
-    """What the provider said its context held before compacting, if it said."""
-    post_tokens: TokenCount | None = None
-    """What the provider estimates its context holds after compacting, if it said."""
+    compactions: tuple[ProviderCompacted, ...] = ()
+    """The compactions the provider made of its context in this same call, before answering
+    (REQ-SEG-033, REQ-SEG-048): taken first, in order, in the one step that takes the answer,
+    so that no crash can record one without the other."""
 
 
 class LlmError(Frozen):
@@ -100,6 +120,10 @@ class LlmError(Frozen):
     context_overflow: bool = False
     retry_after: RetryAfter | None = None
     """Seconds the provider asked to wait before the next attempt; the retry waits at least that."""
+    compaction_refused: bool = False
+    """The provider cannot compact this conversation (its model or account cannot, or it
+    answered what the adapter does not expect of a compaction): a conversation that asked it
+    to falls back to segue's own compaction and asks again (REQ-SEG-049)."""
 
 
 class ToolResult(Frozen):
@@ -176,6 +200,9 @@ class CompactionResponse(Frozen):
     usage: Usage | None = None
     stop_reason: str = "end_turn"
     """``"refusal"`` (or an empty summary) makes the core ask once more, then use a fallback."""
+    block: CompactionBlock | None = None
+    """The provider compacted on demand (a manual trigger of a conversation whose provider
+    compacts, REQ-SEG-048): its block, sent back verbatim from the new generation on."""
 
 
 class CompactionFailed(Frozen):
@@ -187,6 +214,9 @@ class CompactionFailed(Frozen):
     context_overflow: bool = False
     retry_after: RetryAfter | None = None
     """Seconds the provider asked to wait before the next attempt; the retry waits at least that."""
+    compaction_refused: bool = False
+    """The provider, asked to compact on demand, cannot (or its summary failed): the
+    conversation falls back to segue's own compaction, which is asked at once (REQ-SEG-049)."""
 
 
 class RetryDue(Frozen):

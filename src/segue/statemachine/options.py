@@ -21,9 +21,12 @@ from segue.statemachine.models import ContextExhaustionBehavior, ModelSettings, 
 from segue.statemachine.state import (
     MAX_PROMPT_CHARS,
     MIN_TOOL_OUTPUT_TOKENS,
+    Compaction,
+    ContextEdits,
     ConversationConfig,
     ConversationState,
     WindowSource,
+    check_compaction,
 )
 
 _SETTINGS = ("temperature", "thinking_budget", "tool_choice")
@@ -77,6 +80,14 @@ class ConversationOptions(Frozen):
     window_source: WindowSource | None = None
     """Where ``context_window`` came from, when it was resolved before (a continued
     conversation passes its parent's on); None: ``given`` when ``context_window`` is set."""
+    compaction: Compaction = "segue"
+    """``COMPACT_IN_PLACE``: who compacts. ``segue`` sends its own summary request;
+    ``provider`` has the provider compact within the same call, at the continuation threshold
+    (REQ-SEG-048; the model adapter must be able to, or the conversation is refused)."""
+    context_edits: ContextEdits = ()
+    """The provider's context-editing strategies, as its API documents them
+    (``clear_tool_uses_20250919``, ``clear_thinking_20251015``), sent with every turn
+    (REQ-SEG-050; refused for an adapter that cannot send them)."""
 
     @model_validator(mode="after")
     def _coherent(self) -> Self:
@@ -87,6 +98,7 @@ class ConversationOptions(Frozen):
             )
             raise ValueError(msg)
         self.settings  # noqa: B018  # refuses the combinations the Messages API refuses
+        check_compaction(self.compaction, self.behavior)
         return self
 
     @property

@@ -12,7 +12,7 @@ from typing import Final
 
 from segue.statemachine.models import ErrorKind
 from segue.statemachine.phases import Failed, Idle, PhaseKind
-from segue.statemachine.state import ConversationState
+from segue.statemachine.state import ConversationConfig, ConversationState
 
 BUSY_PHASES: Final[frozenset[PhaseKind]] = frozenset(
     {
@@ -66,3 +66,33 @@ def continues_in_new(state: ConversationState) -> bool:
     """Whether the conversation can go on only in a new one (``Runtime.start_new_from``): it is
     read-only at its limit, or it failed."""
     return state.phase.kind in ENDED_PHASES
+
+
+def provider_compacts(state: ConversationState) -> bool:
+    """Whether the provider is asked to compact the conversation's next request itself
+    (REQ-SEG-048): it was created with ``compaction="provider"``, the provider has not failed
+    it (REQ-SEG-049), and it has compactions left under ``max_continuations``."""
+    return _provider_compacts(state.config, state.compaction_fallback, state.continuations)
+
+
+def _provider_compacts(config: ConversationConfig, fallback: bool, continuations: int) -> bool:
+    return (
+        config.compaction == "provider"
+        and not fallback
+        and continuations < config.max_continuations
+    )
+
+
+def limit_of(config: ConversationConfig, fallback: bool, continuations: int) -> int:
+    """The occupancy at which segue takes the behaviour's path at the limit: the continuation
+    threshold; or, while the provider compacts the conversation (``provider_compacts``), the
+    window: the provider compacts at the threshold within the next call, and segue steps in
+    only where it cannot (a prompt that would not fit at all, REQ-SEG-048)."""
+    if _provider_compacts(config, fallback, continuations):
+        return config.context_window
+    return config.continuation_tokens
+
+
+def limit_tokens(state: ConversationState) -> int:
+    """``limit_of`` the conversation as it stands."""
+    return limit_of(state.config, state.compaction_fallback, state.continuations)

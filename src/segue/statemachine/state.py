@@ -6,9 +6,10 @@ from decimal import Decimal
 from math import ceil
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import Field, StrictInt, model_validator
+from pydantic import AfterValidator, Field, StrictInt, model_validator
 
 from segue.statemachine._values import Frozen, given_fields
+from segue.statemachine.context_edits import checked_edits
 from segue.statemachine.models import (
     DEFAULT_SETTINGS,
     ContextExhaustionBehavior,
@@ -18,6 +19,11 @@ from segue.statemachine.phases import IDLE, Phase
 
 Ratio = Annotated[float, Field(gt=0, le=1)]
 Count = Annotated[StrictInt, Field(ge=0)]
+Compaction = Literal["segue", "provider"]
+"""Who compacts a ``COMPACT_IN_PLACE`` conversation: segue's own summary request, or the
+provider within the same call (REQ-SEG-048)."""
+ContextEdits = Annotated[tuple[dict[str, Any], ...], AfterValidator(checked_edits)]
+"""The provider's context-editing strategies a conversation asks for (REQ-SEG-050)."""
 
 
 WindowSource = Literal["given", "server", "table", "assumed"]
@@ -47,6 +53,28 @@ def threshold_tokens(ratio: float, window: int) -> int:
     exactly 180,000).
     """
     return ceil(Decimal(repr(ratio)) * window)
+
+
+def check_compaction(compaction: object, behavior: object) -> None:
+    """Refuse the provider's compaction for a conversation that does not compact in place: it
+    is what ``COMPACT_IN_PLACE`` does at the limit, done by the provider (REQ-SEG-048)."""
+    if compaction != "provider":
+        return
+    if behavior is None:
+        behavior = ContextExhaustionBehavior.THRESHOLD_BASED_CONTINUATION
+    if not isinstance(behavior, str):
+        return  # field validation says what is wrong with the behaviour
+    try:
+        chosen = ContextExhaustionBehavior(behavior)
+    except ValueError:
+        return
+    if chosen is not ContextExhaustionBehavior.COMPACT_IN_PLACE:
+        msg = (
+            'compaction="provider" is how a compact_in_place conversation compacts; this one is '
+            f'{chosen.value}: create it with behavior="compact_in_place", or leave compaction '
+            'as "segue"'
+        )
+        raise ValueError(msg)
 
 
 class ConversationConfig(Frozen):
@@ -94,6 +122,11 @@ class ConversationConfig(Frozen):
     """Where ``context_window`` came from (the core does not read it; it is shown where the user
     looks, so that an assumed window is not taken for a known one). None: a conversation made
     before segue kept it."""
+    compaction: Compaction = "segue"
+    """``provider``: the provider compacts the conversation within its own calls, at the
+    continuation threshold (``COMPACT_IN_PLACE`` only; REQ-SEG-048)."""
+    context_edits: ContextEdits = ()
+    """The provider's context-editing strategies sent with every turn (REQ-SEG-050)."""
 
     @property
     def tool_output_cap(self) -> int:
@@ -143,6 +176,7 @@ class ConversationConfig(Frozen):
                 f"continuation_threshold ({continuation})"
             )
             raise ValueError(msg)
+        check_compaction(data.get("compaction", "segue"), data.get("behavior"))
         derived = {
             "warning_tokens": threshold_tokens(float(warning), window),
             "continuation_tokens": threshold_tokens(float(continuation), window),
@@ -183,6 +217,9 @@ class ConversationState(Frozen):
     pause_reason: str = ""
     pinned_tokens: Count = 0
     """Tokens of the pinned messages (REQ-SEG-042): part of every fresh start's projection."""
+    compaction_fallback: bool = False
+    """The provider could not compact this conversation once (REQ-SEG-049): segue compacts it
+    itself from then on, whatever its ``compaction`` says."""
 
     @property
     def id(self) -> str:

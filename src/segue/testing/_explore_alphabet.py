@@ -19,6 +19,7 @@ from segue.effects import RequestKind
 from segue.statemachine import (
     CheckpointFailed,
     CheckpointResponse,
+    CompactionBlock,
     CompactionFailed,
     CompactionResponse,
     ContinuationFailed,
@@ -176,6 +177,61 @@ def _llm_answers(figures: _Figures, stop_reasons: tuple[str, ...]) -> tuple[Move
         )
     )
     return tuple(moves)
+
+
+def _provider_compacts(figures: _Figures) -> dict[RequestKind, tuple[Move, ...]]:
+    """For a conversation whose provider compacts (REQ-SEG-048, REQ-SEG-049): responses that
+    reach the window (its limit), responses after the provider's compaction (which left room,
+    failed, or paused the turn), a stop with ``compaction`` and nothing compacted, the
+    provider's refusal to compact, its compactions reported alone (with a block, at the
+    threshold, failed), and its compaction on demand (done, refused)."""
+    unit, threshold = figures.unit, figures.threshold
+    block = CompactionBlock(provider="anthropic", content=SUMMARY, signature="sig")
+    failed = ProviderCompacted(
+        summary="", block=CompactionBlock(provider="anthropic", content=None)
+    )
+    room = ProviderCompacted(summary=SUMMARY, block=block, post_tokens=2 * unit)
+    full = ProviderCompacted(summary=SUMMARY, block=block, post_tokens=threshold)
+    text = _sized("The answer", unit)
+    below = _usage(figures.below_warning)
+    llm = (
+        Move(
+            "llm_response(at window, 0 tool calls)",
+            LlmResponse(text=text, usage=_usage(figures.window)),
+        ),
+        Move(
+            "llm_response(at window, 1 tool call)",
+            LlmResponse(text=text, tool_calls=(_call("t1", unit),), usage=_usage(figures.window)),
+        ),
+        Move(
+            "llm_response(after a provider compaction, below warning)",
+            LlmResponse(text=text, usage=below, compactions=(room,)),
+        ),
+        Move(
+            "llm_response(after a failed provider compaction, at threshold)",
+            LlmResponse(text=text, usage=_usage(threshold), compactions=(failed,)),
+        ),
+        Move(
+            "llm_response(paused after compacting)",
+            LlmResponse(text="", stop_reason="compaction", compactions=(room,)),
+        ),
+        Move("llm_response(stopped with compaction)", LlmResponse(stop_reason="compaction")),
+        Move("llm_error(compaction refused)", LlmError(message="boom", compaction_refused=True)),
+        Move("provider_compacted(block)", room),
+        Move("provider_compacted(block, post_tokens at threshold)", full),
+        Move("provider_compacted(failed block)", failed),
+    )
+    compaction = (
+        Move(
+            "compaction_response(the provider's block)",
+            CompactionResponse(summary=SUMMARY, retained_tokens=unit, block=block),
+        ),
+        Move(
+            "compaction_failed(compaction refused)",
+            CompactionFailed(error="boom", compaction_refused=True),
+        ),
+    )
+    return {"llm": llm, "compaction": compaction}
 
 
 _SUMMARIES: Final = (
@@ -352,6 +408,9 @@ class Alphabet:
         figures = _Figures(config.context_window, config.warning_tokens, config.continuation_tokens)
         answers = {"llm": _llm_answers(figures, stop_reasons), **_summary_answers(figures)}
         answers["checkpoint"] += _past_the_time_bound(config.max_run_seconds)
+        if config.compaction == "provider":
+            for request, moves in _provider_compacts(figures).items():
+                answers[request] += moves
         noise = _noise(figures, pinned=pinned)
         return cls(answers, _strays(figures), noise, _results(figures.unit))
 

@@ -102,16 +102,24 @@ def _never_summed(edge: Edge) -> str | None:
 
 def _threshold(edge: Edge) -> str | None:
     """REQ-SEG-004, REQ-SEG-006: no tool runs for a response at or over the threshold, and no
-    LLM request leaves with a projected prompt at or over it."""
+    LLM request leaves with a projected prompt at or over it; while the provider compacts the
+    conversation's requests itself (REQ-SEG-048), the same at the window."""
     config = edge.after.config
     event = edge.move.event
+    limit = config.continuation_tokens
+    if (
+        config.compaction == "provider"
+        and not edge.after.compaction_fallback
+        and edge.before.continuations < config.max_continuations
+    ):
+        limit = config.context_window
     runs_tools = any(isinstance(effect, ExecuteTools) for effect in edge.effects)
     if runs_tools and isinstance(event, LlmResponse) and event.usage is not None:
         reported = event.usage.context_tokens if event.usage.is_known else 0
-        if config.continuation_tokens <= reported <= config.context_window:
+        if limit <= reported <= config.context_window:
             return f"tools run for a response at {reported}"
     requests = any(isinstance(effect, RequestLlm) for effect in edge.effects)
-    if requests and edge.after.projected_tokens >= config.continuation_tokens:
+    if requests and edge.after.projected_tokens >= limit:
         return f"an LLM request with a projected prompt of {edge.after.projected_tokens}"
     return None
 

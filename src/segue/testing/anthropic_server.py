@@ -19,19 +19,49 @@ Claude on Amazon Bedrock and on Google Vertex AI is the same API under other pat
 
 from __future__ import annotations
 
-import json
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from types import MappingProxyType
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 from urllib.parse import unquote
 
 from segue.testing._anthropic_clouds import aws_frame, cloud_call
 from segue.testing._scripted_http import RecordedRequest as RecordedRequest  # noqa: PLC0414  # re-exported: this module's API since it was written here
 from segue.testing._scripted_http import ScriptedHandler, ScriptedServer, serve_until_stopped
+from segue.testing.anthropic_managed import (
+    ContextManagementError,
+    betas_of,
+    compacted,
+    manage,
+    prompt_tokens,
+    summarise,
+    trigger_of,
+)
+from segue.testing.anthropic_replies import (
+    DEFAULT_MODELS,
+    Compacted,
+    Disconnect,
+    ErrorReply,
+    MessageReply,
+    ModelSpec,
+    RawReply,
+    Reply,
+    Responder,
+    Thinking,
+    ToolUse,
+    Usage,
+    authentication,
+    context_limit,
+    estimate_tokens,
+    overloaded,
+    prompt_too_long,
+    rate_limited,
+    server_error,
+)
+from segue.testing.anthropic_replies import message_json as _message_json
+from segue.testing.anthropic_replies import named as _named
+from segue.testing.anthropic_replies import sse_events as _sse_events
 from segue.testing.prompt_cache import (
-    MEASURED,
     Accounted,
     Bill,
     Measured,
@@ -39,278 +69,6 @@ from segue.testing.prompt_cache import (
     TooManyBreakpointsError,
     output_tokens,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Token usage reported for a reply.
-
-    A cache field set to ``None`` is left out of the JSON entirely, which is how the SDK comes to
-    report ``None`` for it; callers must cope with that, so tests need to be able to produce it.
-    """
-
-    input_tokens: int = 10
-    output_tokens: int = 5
-    cache_creation_input_tokens: int | None = 0
-    cache_read_input_tokens: int | None = 0
-
-    def to_json(self, *, output_tokens: int | None = None) -> dict[str, int]:
-        """The ``usage`` object; ``output_tokens`` overrides the count (a stream starts near 1)."""
-        data = {"input_tokens": self.input_tokens}
-        if self.cache_creation_input_tokens is not None:
-            data["cache_creation_input_tokens"] = self.cache_creation_input_tokens
-        if self.cache_read_input_tokens is not None:
-            data["cache_read_input_tokens"] = self.cache_read_input_tokens
-        data["output_tokens"] = self.output_tokens if output_tokens is None else output_tokens
-        return data
-
-
-def _tool_use_id() -> str:
-    return f"toolu_fake_{uuid.uuid4().hex[:20]}"
-
-
-@dataclass(frozen=True, slots=True)
-class ToolUse:
-    """A ``tool_use`` content block the fake model "calls"."""
-
-    name: str
-    input: Mapping[str, Any] = field(default_factory=dict)
-    id: str = field(default_factory=_tool_use_id)
-
-
-@dataclass(frozen=True, slots=True)
-class Thinking:
-    """A ``thinking`` block (``signature`` set) or, with ``redacted`` data, a
-    ``redacted_thinking`` block, placed before the reply's text as the API places them."""
-
-    thinking: str = ""
-    signature: str = "sig_fake"
-    redacted: str | None = None
-
-    def block(self) -> dict[str, Any]:
-        if self.redacted is not None:
-            return {"type": "redacted_thinking", "data": self.redacted}
-        return {"type": "thinking", "thinking": self.thinking, "signature": self.signature}
-
-
-@dataclass(frozen=True, slots=True)
-class MessageReply:
-    """A successful ``/v1/messages`` reply, served as JSON or as SSE depending on the request.
-
-    ``stop_reason`` is a plain string so that any value the API may send (``"end_turn"``,
-    ``"tool_use"``, ``"max_tokens"``, ``"model_context_window_exceeded"``, ...) can be scripted.
-    ``model=None`` echoes the request's model. ``delay`` seconds pass before the reply is sent.
-    ``usage=None`` leaves usage out entirely (as some compatible servers do); by default
-    (``MEASURED``) the server counts it from what it was sent, prompt cache included
-    (``prompt_cache``). When streamed:
-    ``pieces`` text deltas per text block, ``chunk_delay`` seconds between events, and
-    ``cut_after`` ends the stream (closing the connection) after that many events, before
-    ``message_stop``, as a dropped connection does.
-    """
-
-    text: str = "ok"
-    tool_uses: Sequence[ToolUse] = ()
-    usage: Usage | Measured | None = MEASURED
-    stop_reason: str = "end_turn"
-    model: str | None = None
-    delay: float = 0.0
-    thinking: Sequence[Thinking] = ()
-    pieces: int = 3
-    chunk_delay: float = 0.0
-    cut_after: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RawReply:
-    """Any HTTP answer at all: for servers that answer 200 with something that is not a
-    message (an HTML error page from a proxy, an empty body)."""
-
-    status: int = 200
-    body: bytes = b"<html><body>Bad gateway</body></html>"
-    content_type: str = "text/html"
-    delay: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class ErrorReply:
-    """An HTTP error with an Anthropic error body ``{"type": "error", "error": {...}}``.
-
-    ``headers`` are sent as well (e.g. ``retry-after-ms`` so the SDK's retries are immediate).
-    ``mid_stream=True`` makes a *streaming* request get HTTP 200, ``message_start`` and then an SSE
-    ``error`` event, as the API does when it overloads part-way through a stream.
-    """
-
-    status: int
-    error_type: str
-    message: str
-    headers: Mapping[str, str] = field(default_factory=dict)
-    delay: float = 0.0
-    mid_stream: bool = False
-
-    def body(self) -> dict[str, Any]:
-        """The JSON error body exactly as the API shapes it."""
-        return {"type": "error", "error": {"type": self.error_type, "message": self.message}}
-
-
-@dataclass(frozen=True, slots=True)
-class Disconnect:
-    """Close the connection without answering; the SDK sees a connection error (and retries)."""
-
-    delay: float = 0.0
-
-
-Reply = MessageReply | ErrorReply | Disconnect | RawReply
-Responder = Callable[[dict[str, Any]], Reply]
-"""Dynamic behaviour: called with the parsed JSON request body, returns the reply to send."""
-
-# The SDK sleeps this long instead of >= 0.5 s of exponential backoff, keeping retry tests fast.
-_FAST_RETRY = MappingProxyType({"retry-after-ms": "1"})
-
-
-def prompt_too_long(actual: int, maximum: int) -> ErrorReply:
-    """The 400 the API returns when the prompt alone exceeds the context window."""
-    message = f"prompt is too long: {actual} tokens > {maximum} maximum"
-    return ErrorReply(400, "invalid_request_error", message)
-
-
-def context_limit(input_tokens: int, max_tokens: int, limit: int) -> ErrorReply:
-    """The 400 the API returns when prompt plus requested ``max_tokens`` exceed the window."""
-    message = (
-        f"input length and `max_tokens` exceed context limit: {input_tokens} + {max_tokens} > "
-        f"{limit}, decrease input length or `max_tokens` and try again"
-    )
-    return ErrorReply(400, "invalid_request_error", message)
-
-
-def rate_limited(retry_after_ms: int = 1) -> ErrorReply:
-    """A 429; the SDK retries it, waiting ``retry_after_ms`` (kept tiny so tests stay fast)."""
-    message = "This request would exceed the rate limit for your organization."
-    return ErrorReply(429, "rate_limit_error", message, {"retry-after-ms": str(retry_after_ms)})
-
-
-def overloaded(*, mid_stream: bool = False) -> ErrorReply:
-    """A 529 (the SDK's ``OverloadedError``); retried by the SDK."""
-    return ErrorReply(529, "overloaded_error", "Overloaded", _FAST_RETRY, mid_stream=mid_stream)
-
-
-def authentication() -> ErrorReply:
-    """A 401 for a bad key; not retried by the SDK."""
-    return ErrorReply(401, "authentication_error", "invalid x-api-key")
-
-
-def server_error() -> ErrorReply:
-    """A 500 (the SDK's ``InternalServerError``); retried by the SDK."""
-    return ErrorReply(500, "api_error", "Internal server error", _FAST_RETRY)
-
-
-@dataclass(frozen=True, slots=True)
-class ModelSpec:
-    """What ``GET /v1/models/{id}`` reports; a ``None`` limit is left out of the JSON."""
-
-    max_input_tokens: int | None = 200_000
-    max_tokens: int | None = 64_000
-    display_name: str | None = None
-
-
-# Illustrative limits, not authoritative ones. Ids the SDK lists as deprecated are avoided: it
-# emits a DeprecationWarning for them, which a warnings-as-errors test run turns into a failure.
-DEFAULT_MODELS: Mapping[str, ModelSpec] = {
-    "claude-sonnet-4-6": ModelSpec(200_000, 64_000, "Claude Sonnet 4.6"),
-    "claude-opus-4-6": ModelSpec(200_000, 32_000, "Claude Opus 4.6"),
-    "claude-haiku-4-5": ModelSpec(200_000, 64_000, "Claude Haiku 4.5"),
-}
-
-
-def estimate_tokens(request: dict[str, Any]) -> int:
-    """Default ``count_tokens``: about four characters of JSON per token, at least one."""
-    parts = [request.get(key) for key in ("system", "messages", "tools")]
-    return max(1, len(json.dumps(parts, separators=(",", ":"))) // 4)
-
-
-def _chunks(text: str, pieces: int = 3) -> list[str]:
-    """Split text into a few deltas so clients must really accumulate them."""
-    if not text:
-        return []
-    size = max(1, -(-len(text) // pieces))
-    return [text[i : i + size] for i in range(0, len(text), size)]
-
-
-def _message_json(reply: MessageReply, message_id: str, model: str) -> dict[str, Any]:
-    content: list[dict[str, Any]] = [thinking.block() for thinking in reply.thinking]
-    content += [{"type": "text", "text": reply.text}] if reply.text else []
-    content += [
-        {"type": "tool_use", "id": t.id, "name": t.name, "input": dict(t.input)}
-        for t in reply.tool_uses
-    ]
-    message: dict[str, Any] = {
-        "id": message_id,
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": content,
-        "stop_reason": reply.stop_reason,
-        "stop_sequence": None,
-    }
-    usage = _usage(reply)
-    if usage is not None:
-        message["usage"] = usage.to_json()
-    return message
-
-
-def _usage(reply: MessageReply) -> Usage | None:
-    """The usage a reply reports (``MEASURED`` not counted, an error's: the defaults)."""
-    return Usage() if isinstance(reply.usage, Measured) else reply.usage
-
-
-def _sse_events(
-    reply: MessageReply, message_id: str, model: str, error: ErrorReply | None = None
-) -> list[dict[str, Any]]:
-    """The events the API streams for ``reply`` (or up to ``error``); SSE name = ``type``."""
-    start = _message_json(reply, message_id, model)
-    start.update(content=[], stop_reason=None)
-    usage = _usage(reply)
-    if usage is not None:
-        start["usage"] = usage.to_json(output_tokens=1)
-    events: list[dict[str, Any]] = [{"type": "message_start", "message": start}, {"type": "ping"}]
-    if error is not None:
-        return [*events, error.body()]
-    blocks: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
-    for thinking in reply.thinking:
-        if thinking.redacted is not None:
-            blocks.append((thinking.block(), []))
-            continue
-        parts = [{"type": "thinking_delta", "thinking": p} for p in _chunks(thinking.thinking)]
-        parts.append({"type": "signature_delta", "signature": thinking.signature})
-        blocks.append(({"type": "thinking", "thinking": "", "signature": ""}, parts))
-    if reply.text:
-        pieces = _chunks(reply.text, reply.pieces)
-        deltas = [{"type": "text_delta", "text": part} for part in pieces]
-        blocks.append(({"type": "text", "text": ""}, deltas))
-    for tool in reply.tool_uses:
-        block = {"type": "tool_use", "id": tool.id, "name": tool.name, "input": {}}
-        raw = json.dumps(dict(tool.input))
-        blocks.append(
-            (block, [{"type": "input_json_delta", "partial_json": p} for p in _chunks(raw)])
-        )
-    for index, (block, deltas) in enumerate(blocks):
-        events.append({"type": "content_block_start", "index": index, "content_block": block})
-        events += [{"type": "content_block_delta", "index": index, "delta": d} for d in deltas]
-        events.append({"type": "content_block_stop", "index": index})
-    delta = {"stop_reason": reply.stop_reason, "stop_sequence": None}
-    # message_delta usage holds cumulative totals, as the API sends them.
-    final: dict[str, Any] = {"type": "message_delta", "delta": delta}
-    if usage is not None:
-        final["usage"] = usage.to_json()
-    events.append(final)
-    events.append({"type": "message_stop"})
-    if reply.cut_after is not None:
-        return events[: reply.cut_after]
-    return events
-
-
-def _named(events: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Each event under its SSE name, which the Messages API makes its ``type``."""
-    return ((event["type"], event) for event in events)
 
 
 class _Handler(ScriptedHandler):
@@ -329,13 +87,15 @@ class _Handler(ScriptedHandler):
             # Bedrock and Vertex AI name the model (and whether to stream) in the path.
             model, stream, self._aws_frames = cloud
             body = {**body, "model": model, "stream": stream}
-            self._messages(body, fake._next_reply(body))
+            scripted = fake.pending > 0
+            self._messages(body, fake._next_reply(body), scripted=scripted)
         elif self.command == "POST" and path == "/v1/messages":
             if not isinstance(body, dict) or not {"model", "messages", "max_tokens"} <= body.keys():
                 msg = "model, messages and max_tokens are required"
                 self._send_error(ErrorReply(400, "invalid_request_error", msg))
                 return
-            self._messages(body, fake._next_reply(body))
+            scripted = fake.pending > 0
+            self._messages(body, fake._next_reply(body), scripted=scripted)
         elif self.command == "POST" and path == "/v1/messages/count_tokens":
             if not isinstance(body, dict):
                 self._send_error(ErrorReply(400, "invalid_request_error", "body must be JSON"))
@@ -351,7 +111,7 @@ class _Handler(ScriptedHandler):
         else:
             self._send_error(ErrorReply(404, "not_found_error", f"Not found: {path}"))
 
-    def _messages(self, request: dict[str, Any], reply: Reply) -> None:
+    def _messages(self, request: dict[str, Any], reply: Reply, *, scripted: bool = False) -> None:
         if self._held_back(reply.delay):
             return
         if isinstance(reply, Disconnect):
@@ -367,9 +127,10 @@ class _Handler(ScriptedHandler):
         message_id = f"msg_fake_{uuid.uuid4().hex[:20]}"
         model = str(request["model"])
         if isinstance(reply, MessageReply):
+            betas = betas_of({k.lower(): v for k, v in self.headers.items()}, request)
             try:
-                reply = self.fake._measured(request, reply)
-            except TooManyBreakpointsError as exc:
+                reply = self.fake._measured(request, reply, betas=betas, scripted=scripted)
+            except (TooManyBreakpointsError, ContextManagementError) as exc:
                 self._send_error(ErrorReply(400, "invalid_request_error", str(exc)))
                 return
         if isinstance(reply, ErrorReply):
@@ -419,12 +180,18 @@ class FakeAnthropicServer(ScriptedServer[Reply]):
         default: Reply | Responder | None = None,
         count_tokens: Callable[[dict[str, Any]], int] = estimate_tokens,
         models: Mapping[str, ModelSpec] | None = None,
+        summarise: Callable[[dict[str, Any]], str | None] = summarise,
     ) -> None:
         super().__init__(MessageReply() if default is None else default)
         self.cache = PromptCache()
         self.bill = Bill()
         self.count_tokens = count_tokens
         self.models: dict[str, ModelSpec] = dict(DEFAULT_MODELS if models is None else models)
+        self.summarise = summarise
+        """Writes the summary of a compaction the server makes (None: the compaction fails,
+        as the API's null content says)."""
+        self.refuse_compaction = False
+        """Refuse every compaction edit (400), as for a model or an account that cannot."""
 
     @property
     def url(self) -> str:
@@ -445,9 +212,75 @@ class FakeAnthropicServer(ScriptedServer[Reply]):
             )
         ]
 
-    def _measured(self, request: dict[str, Any], reply: MessageReply) -> MessageReply:
+    def _measured(
+        self,
+        request: dict[str, Any],
+        reply: MessageReply,
+        *,
+        betas: set[str] | None = None,
+        scripted: bool = False,
+    ) -> MessageReply:
         """``reply`` with its usage counted from ``request`` (the cache read and written) when
-        the script left it to the server; every answer with usage goes on the bill."""
+        the script left it to the server; every answer with usage goes on the bill. The
+        context is first managed as the request asks (``anthropic_managed``): edits applied
+        and reported, and a compaction made when its trigger is reached (a reply paused after
+        it puts a scripted answer back for the request that goes on)."""
+        managed = manage(request, betas or set())
+        if managed.compaction is not None and self.refuse_compaction:
+            msg = f"compact_20260112 is not supported for the model {request.get('model')}"
+            raise ContextManagementError(msg)
+        reading = managed.request
+        if managed.applied is not None:
+            reply = replace(reply, applied_edits=managed.applied)
+        compaction = reply.compaction
+        asked = managed.compaction
+        made = (
+            compaction is None and asked is not None and prompt_tokens(reading) >= trigger_of(asked)
+        )
+        if made:
+            compaction = Compacted(content=self.summarise(reading))
+        if compaction is not None:
+            if made and asked is not None and asked.get("pause_after_compaction"):
+                if scripted:  # the answer is given after the pause, to the next request
+                    self._put_back(reply)
+                reply = replace(reply, text="", tool_uses=(), thinking=(), stop_reason="compaction")
+            compaction = self._compaction_billed(reading, compaction)
+            reply = replace(reply, compaction=compaction)
+            if compaction.content is not None:  # the message reads the summary alone
+                reading = compacted(reading, compaction.block())
+            if reply.stop_reason == "compaction":
+                return replace(reply, usage=Usage(0, 0)) if reply.usage is not None else reply
+        return self._billed(reading, reply)
+
+    def _compaction_billed(self, reading: dict[str, Any], compaction: Compacted) -> Compacted:
+        """``compaction`` with what its iteration cost: the whole prompt read, the summary
+        written (unless scripted), on the bill."""
+        if isinstance(compaction.usage, Measured):
+            prompt = self.cache.account(reading)
+            written = output_tokens(compaction.content or "")
+            self.bill.add(prompt, written)
+            spent = Usage(
+                prompt.input_tokens,
+                written,
+                prompt.cache_creation_input_tokens,
+                prompt.cache_read_input_tokens,
+            )
+            return replace(compaction, usage=spent)
+        said = compaction.usage
+        written_cache = said.cache_creation_input_tokens or 0
+        read = said.cache_read_input_tokens or 0
+        self.bill.add(Accounted(said.input_tokens, read, written_cache), said.output_tokens)
+        return compaction
+
+    def _put_back(self, reply: MessageReply) -> None:
+        """A scripted answer the provider has not given yet (it paused after compacting)
+        answers the next request."""
+        with self._lock:
+            self._script.appendleft(reply)
+
+    def _billed(self, request: dict[str, Any], reply: MessageReply) -> MessageReply:
+        """``reply`` with its usage counted from ``request`` when the script left it to the
+        server, on the bill."""
         if isinstance(reply.usage, Measured):
             prompt = self.cache.account(request)
             thinking = "".join(t.thinking for t in reply.thinking)
@@ -498,3 +331,29 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+__all__ = [  # the scripted replies are importable from here, beside the server they script
+    "DEFAULT_MODELS",
+    "Compacted",
+    "Disconnect",
+    "ErrorReply",
+    "FakeAnthropicServer",
+    "MessageReply",
+    "ModelSpec",
+    "RawReply",
+    "RecordedRequest",
+    "Reply",
+    "Responder",
+    "Thinking",
+    "ToolUse",
+    "Usage",
+    "authentication",
+    "context_limit",
+    "estimate_tokens",
+    "main",
+    "overloaded",
+    "prompt_too_long",
+    "rate_limited",
+    "server_error",
+]

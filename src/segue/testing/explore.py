@@ -53,6 +53,7 @@ from segue.statemachine import (
     ToolCall,
     compile_resume_context,
     estimate_tokens,
+    limit_tokens,
     transition,
 )
 from segue.statemachine.phases import (
@@ -157,12 +158,15 @@ def abstract_key(state: ConversationState, world: World) -> tuple[object, ...]:
         figures: tuple[object, ...] = ()
     else:
         context, pending = state.context_tokens, state.pending_tokens
-        room = state.config.continuation_tokens - (context or 0)
+        # Past the limit every figure is read the same way (the threshold, or the window while
+        # the provider compacts: REQ-SEG-048); below it, the threshold is read too.
+        room = max(state.config.continuation_tokens, limit_tokens(state)) - (context or 0)
         figures = (context, min(pending, room), state.warned, state.tool_rounds)
     return (
         _phase_key(phase),
         figures,
         state.continuations,
+        state.compaction_fallback,  # whether the provider still compacts (REQ-SEG-049)
         state.pinned_tokens,  # read by the pinned budget and by every fresh start
         state.pause_requested,
         state.pause_reason if state.pause_requested else None,  # it goes into the snapshot

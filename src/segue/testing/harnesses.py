@@ -8,14 +8,15 @@ an adapter of one's own (``docs/adapters.md``).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from segue.executor.errors import LlmCallError
 from segue.executor.model_port import LlmModel, LlmReply, LlmRequest
 from segue.statemachine import ToolCall
-from segue.testing.conformance import Answer, Call, Failure, Harness, Said, Sent, SentTurn
+from segue.testing._sent import anthropic_raw_arguments, anthropic_sent, openai_sent
+from segue.testing.conformance import Answer, Call, Failure, Harness, NotApplicable, Said, Sent
 
 if TYPE_CHECKING:
     from segue.testing._scripted_http import ScriptedServer
@@ -96,6 +97,8 @@ class AnthropicHarness(_Base):
     """``AnthropicModel`` against ``FakeAnthropicServer``."""
 
     name = "anthropic"
+    compacting_model = "claude-sonnet-4-6"
+    """A model whose compaction the API documents (the conformance kit's compaction checks)."""
 
     def _fake(self) -> ScriptedServer[Any]:
         from segue.testing.anthropic_server import FakeAnthropicServer  # noqa: PLC0415
@@ -135,18 +138,25 @@ class AnthropicHarness(_Base):
             chunk_delay=answer.chunk_delay,
             delay=answer.delay,
         )
+        compacted = answer.compacted
+        if compacted is not None:
+            spent = fake.Usage(compacted.prompt, compacted.output)
+            block = fake.Compacted(content=compacted.summary, usage=spent)
+            reply = replace(reply, compaction=block)
+            if compacted.pause:
+                reply = replace(reply, text="", tool_uses=(), stop_reason="compaction")
         broken = [c for c in answer.calls if isinstance(c.input, str)]
         if broken:
-            return _anthropic_raw_arguments(reply, broken)
+            return anthropic_raw_arguments(reply, broken)
         if answer.cut:
             return replace(reply, cut_after=4)
         return reply
 
     def sent(self) -> list[Sent]:
-        return [_anthropic_sent(r.body, r.headers) for r in self.server.message_requests()]
+        return [anthropic_sent(r.body, r.headers) for r in self.server.message_requests()]
 
     def _sent_of(self, body: dict[str, Any]) -> Sent:
-        return _anthropic_sent(body, {})
+        return anthropic_sent(body, {})
 
 
 def _id(call: Call) -> dict[str, str]:
@@ -167,82 +177,10 @@ def _anthropic_failure(failure: Failure) -> Any:
         return fake.ErrorReply(500, "api_error", "Internal server error")
     if failure.kind == "mid_stream":
         return fake.overloaded(mid_stream=True)
+    if failure.kind == "compaction_refused":
+        said = "compact_20260112 is not supported for this model"
+        return fake.ErrorReply(400, "invalid_request_error", said)
     return fake.ErrorReply(401, "authentication_error", f"invalid x-api-key: {failure.echo}")
-
-
-def _anthropic_raw_arguments(reply: Any, broken: list[Call]) -> Any:
-    """A whole stream whose tool input is text that is not JSON (the fake server sends only
-    JSON inputs, so this one is written out as raw server-sent events)."""
-    import json  # noqa: PLC0415
-
-    from segue.testing import anthropic_server as fake  # noqa: PLC0415
-
-    call = broken[0]
-    start: dict[str, Any] = {
-        "id": "msg_raw",
-        "type": "message",
-        "role": "assistant",
-        "model": "conformance-model",
-        "content": [],
-        "stop_reason": None,
-        "usage": {"input_tokens": 10, "output_tokens": 1},
-    }
-    block = {"type": "tool_use", "id": call.id or "toolu_bad", "name": call.name, "input": {}}
-    events: list[dict[str, Any]] = [
-        {"type": "message_start", "message": start},
-        {"type": "content_block_start", "index": 0, "content_block": block},
-        {
-            "type": "content_block_delta",
-            "index": 0,
-            "delta": {"type": "input_json_delta", "partial_json": call.input},
-        },
-        {"type": "content_block_stop", "index": 0},
-        {
-            "type": "message_delta",
-            "delta": {"stop_reason": "tool_use"},
-            "usage": {"output_tokens": 5},
-        },
-        {"type": "message_stop"},
-    ]
-    body = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
-    return fake.RawReply(status=200, body=body.encode(), content_type="text/event-stream")
-
-
-def _anthropic_sent(body: dict[str, Any], headers: Mapping[str, str]) -> Sent:
-    turns: list[SentTurn] = []
-    for message in body["messages"]:
-        content = message["content"]
-        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
-        texts = [b["text"] for b in blocks if b["type"] == "text"]
-        calls = tuple((b["id"], b["name"], b["input"]) for b in blocks if b["type"] == "tool_use")
-        images = sum(b["type"] == "image" for b in blocks)
-        results = [b for b in blocks if b["type"] == "tool_result"]
-        for result in results:
-            inner = result.get("content", "")
-            text = inner if isinstance(inner, str) else "".join(b.get("text", "") for b in inner)
-            turns.append(SentTurn(role="tool", text=text, result_for=result["tool_use_id"]))
-        if texts or calls or images or not results:
-            turns.append(
-                SentTurn(
-                    role=message["role"],
-                    text="\n".join(texts),
-                    calls=calls,
-                    images=images,
-                    parts=tuple(texts),
-                )
-            )
-    system = body.get("system")
-    if isinstance(system, list):
-        system = "".join(b["text"] for b in system)
-    choice = body.get("tool_choice") or {}
-    return Sent(
-        tools=tuple(t["name"] for t in body.get("tools", ())),
-        tool_choice_none=choice.get("type") == "none",
-        system=system,
-        turns=tuple(turns),
-        raw=body,
-        headers=headers,
-    )
 
 
 class OpenAIHarness(_Base):
@@ -252,6 +190,8 @@ class OpenAIHarness(_Base):
         super().__init__(key=key)
         self.api = api
         self.name = f"openai-{api}"
+        self.compacting_model = "gpt-4o"
+        """A model whose compaction the Responses API does (Chat Completions does none)."""
 
     def _fake(self) -> ScriptedServer[Any]:
         from segue.testing.openai_server import FakeOpenAIServer  # noqa: PLC0415
@@ -281,7 +221,16 @@ class OpenAIHarness(_Base):
                 cache_write_tokens=answer.cache_write or None,
             )
         calls = [fake.ToolCall(c.name, c.input, **_id(c)) for c in answer.calls]
+        item = None
+        if answer.compacted is not None:
+            from segue.testing.openai_compaction import compaction_item  # noqa: PLC0415
+
+            if answer.compacted.summary is None or answer.compacted.pause:
+                msg = "OpenAI's compaction item holds no summary to fail and does not pause"
+                raise NotApplicable(msg)
+            item = compaction_item(answer.compacted.summary)
         return fake.Reply(
+            compaction=item,
             text=answer.text,
             tool_calls=calls,
             usage=usage,
@@ -292,10 +241,10 @@ class OpenAIHarness(_Base):
         )
 
     def sent(self) -> list[Sent]:
-        return [_openai_sent(r.body, r.headers) for r in self.server.model_requests()]
+        return [openai_sent(r.body, r.headers) for r in self.server.model_requests()]
 
     def _sent_of(self, body: dict[str, Any]) -> Sent:
-        return _openai_sent(body, {})
+        return openai_sent(body, {})
 
 
 def _openai_failure(failure: Failure) -> Any:
@@ -313,73 +262,10 @@ def _openai_failure(failure: Failure) -> Any:
         return fake.ErrorReply(
             500, "The server had an error.", "server_error", code="server_error", mid_stream=True
         )
+    if failure.kind == "compaction_refused":
+        said = "context_management compaction is not supported for this model"
+        return fake.ErrorReply(400, said, code="unsupported_parameter")
     return fake.invalid_api_key(failure.echo)
-
-
-def _openai_sent(body: dict[str, Any], headers: Mapping[str, str]) -> Sent:
-    turns: list[SentTurn] = []
-    system = body.get("instructions")
-    for item in body.get("messages") or body.get("input") or ():
-        kind = item.get("type")
-        if kind == "function_call":
-            turns.append(
-                SentTurn(
-                    role="assistant",
-                    calls=((item["call_id"], item["name"], _loads(item["arguments"])),),
-                )
-            )
-            continue
-        if kind == "function_call_output":
-            output = item["output"]
-            text = output if isinstance(output, str) else "".join(p.get("text", "") for p in output)
-            turns.append(SentTurn(role="tool", text=text, result_for=item["call_id"]))
-            continue
-        role = item["role"]
-        if role == "system":
-            system = item["content"]
-            continue
-        content = item.get("content")
-        parts = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
-        pieces = tuple(
-            p["text"]
-            for p in parts
-            if p.get("type") in ("text", "input_text", "output_text") and p["text"]
-        )
-        images = sum(p.get("type") in ("image_url", "input_image") for p in parts)
-        calls = tuple(
-            (c["id"], c["function"]["name"], _loads(c["function"]["arguments"]))
-            for c in item.get("tool_calls", ())
-        )
-        turns.append(
-            SentTurn(
-                role=role,
-                text="\n".join(pieces),
-                calls=calls,
-                result_for=item.get("tool_call_id"),
-                images=images,
-                parts=pieces,
-            )
-        )
-    tools = tuple(
-        t["function"]["name"] if "function" in t else t["name"] for t in body.get("tools", ())
-    )
-    return Sent(
-        tools=tools,
-        tool_choice_none=body.get("tool_choice") == "none",
-        system=system,
-        turns=tuple(turns),
-        raw=body,
-        headers=headers,
-    )
-
-
-def _loads(text: str) -> Any:
-    import json  # noqa: PLC0415
-
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 class ScriptedHarness(_Base):
@@ -446,6 +332,9 @@ def _scripted_reply(answer: Answer, key: str) -> LlmReply:
             "mid_stream": LlmCallError("stream error", retryable=True),
             "auth": LlmCallError(
                 "authentication failed: check THE_API_KEY", fatal=True, status_code=401
+            ),
+            "compaction_refused": LlmCallError(
+                "the provider cannot compact", status_code=400, compaction_refused=True
             ),
         }[answer.kind]
     if answer.cut:

@@ -113,6 +113,9 @@ class Reply:
     chunk_delay: float = 0.0
     cut_after: int | None = None
     failed: bool = False
+    compaction: Mapping[str, Any] | None = None
+    """A ``compaction`` item the output starts with (the server puts one there when a request's
+    ``context_management`` compacts, ``openai_compaction``; a test may script one)."""
 
     @property
     def finish(self) -> str:
@@ -317,7 +320,7 @@ def response_object(
 
 
 def output_items(reply: Reply, reply_id: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
+    items: list[dict[str, Any]] = [dict(reply.compaction)] if reply.compaction else []
     if reply.text:
         items.append(
             {
@@ -365,6 +368,11 @@ def response_events(
     for index, item in enumerate(items):
         if item["type"] == "message":
             events += _message_events(reply, item, index)
+        elif item["type"] == "compaction":
+            events += [
+                {"type": "response.output_item.added", "output_index": index, "item": item},
+                {"type": "response.output_item.done", "output_index": index, "item": item},
+            ]
         else:
             events += _function_events(reply, item, index)
     status = "failed" if reply.failed else "incomplete" if reply.finish == "length" else "completed"

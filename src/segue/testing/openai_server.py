@@ -20,6 +20,7 @@ recorded request hides the credential. Only the standard library is used
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -32,6 +33,14 @@ from segue.testing._scripted_http import (
     ScriptedHandler,
     ScriptedServer,
     serve_until_stopped,
+)
+from segue.testing.openai_compaction import (
+    compaction_item,
+    from_last_compaction,
+    input_tokens,
+    summarise,
+    threshold_of,
+    user_messages,
 )
 from segue.testing.openai_local import OVERFLOWS, llama_cpp_props, ollama_show
 from segue.testing.openai_replies import (
@@ -54,7 +63,7 @@ from segue.testing.openai_replies import (
     response_object,
     server_error,
 )
-from segue.testing.prompt_cache import output_tokens, text_tokens
+from segue.testing.prompt_cache import output_tokens
 
 # --------------------------------------------------------------------------- HTTP
 
@@ -75,6 +84,9 @@ class _Handler(ScriptedHandler):
     def _route(self, path: str, body: Any) -> None:
         fake = self.fake
         api = _APIS.get(path)
+        if self.command == "POST" and path == "/v1/responses/compact":
+            self._compact(body)
+            return
         if self.command == "POST" and api is not None:
             wanted = {"chat": "messages", "responses": "input"}[api]
             if not isinstance(body, dict) or not {"model", wanted} <= body.keys():
@@ -118,22 +130,36 @@ class _Handler(ScriptedHandler):
             self._send_error(reply)
             return
         model = str(request["model"])
+        reading = request
+        if api == "responses" and isinstance(reply, Reply):
+            if threshold_of(request) is not None and self.fake.refuse_compaction:
+                self._send_error(_COMPACTION_REFUSED)
+                return
+            reply, reading = _compacting(request, reply)
         if isinstance(reply, Reply) and isinstance(reply.usage, Measured):
-            reply = replace(reply, usage=_measured(request, reply))
+            reply = replace(reply, usage=_measured(reading, reply))
         if api == "chat":
-            reply_id = f"chatcmpl-fake{uuid.uuid4().hex[:20]}"
-            options = request.get("stream_options")
-            with_usage = isinstance(options, dict) and options.get("include_usage") is True
-            if isinstance(reply, ErrorReply):
-                chunks = chat_chunks(Reply(), reply_id, model, with_usage=False, error=reply)
-                self._send_sse((None, c) for c in chunks)
-            elif stream:
-                chunks = chat_chunks(reply, reply_id, reply.model or model, with_usage=with_usage)
-                done = reply.cut_after is None
-                self._send_sse(((None, c) for c in chunks), reply.chunk_delay, done=done)
-            else:
-                self._send_json(200, chat_completion(reply, reply_id, reply.model or model))
-            return
+            self._send_chat(request, reply, model, stream=stream)
+        else:
+            self._send_response(reply, model, stream=stream)
+
+    def _send_chat(
+        self, request: dict[str, Any], reply: Reply | ErrorReply, model: str, *, stream: bool
+    ) -> None:
+        reply_id = f"chatcmpl-fake{uuid.uuid4().hex[:20]}"
+        options = request.get("stream_options")
+        with_usage = isinstance(options, dict) and options.get("include_usage") is True
+        if isinstance(reply, ErrorReply):
+            chunks = chat_chunks(Reply(), reply_id, model, with_usage=False, error=reply)
+            self._send_sse((None, c) for c in chunks)
+        elif stream:
+            chunks = chat_chunks(reply, reply_id, reply.model or model, with_usage=with_usage)
+            done = reply.cut_after is None
+            self._send_sse(((None, c) for c in chunks), reply.chunk_delay, done=done)
+        else:
+            self._send_json(200, chat_completion(reply, reply_id, reply.model or model))
+
+    def _send_response(self, reply: Reply | ErrorReply, model: str, *, stream: bool) -> None:
         reply_id = f"resp_fake{uuid.uuid4().hex[:20]}"
         if isinstance(reply, ErrorReply):
             events = response_events(Reply(), reply_id, model, reply)
@@ -151,6 +177,60 @@ class _Handler(ScriptedHandler):
     def _send_error(self, error: ErrorReply) -> None:
         self._send_json(error.status, {"error": error.error()}, error.headers)
 
+    def _compact(self, body: Any) -> None:
+        """``POST /v1/responses/compact``: the input's user messages, then one compaction
+        item, and what the compaction pass cost."""
+        if not isinstance(body, dict) or "model" not in body:
+            self._send_error(ErrorReply(400, "model is required"))
+            return
+        if self.fake.refuse_compaction:
+            self._send_error(_COMPACTION_REFUSED)
+            return
+        given = body.get("input") or []
+        items = from_last_compaction(
+            [{"role": "user", "content": given}] if isinstance(given, str) else given
+        )
+        summary = summarise(items)
+        usage = Usage(
+            prompt_tokens=input_tokens(body, items), completion_tokens=output_tokens(summary)
+        )
+        self._send_json(
+            200,
+            {
+                "id": f"resp_fake{uuid.uuid4().hex[:20]}",
+                "object": "response.compaction",
+                "created_at": int(time.time()),
+                "output": [*user_messages(items), compaction_item(summary)],
+                "usage": usage.responses(),
+            },
+        )
+
+
+_COMPACTION_REFUSED = ErrorReply(
+    400,
+    "context_management compaction is not supported for this model",
+    code="unsupported_parameter",
+)
+"""What the fake answers a compaction when it is told to refuse them (``refuse_compaction``)."""
+
+
+def _compacting(request: dict[str, Any], reply: Reply) -> tuple[Reply, dict[str, Any]]:
+    """``reply``, starting with a compaction item when the request's threshold is reached,
+    and the request as the model reads it (from the last compaction item on)."""
+    given = request.get("input") or []
+    items = from_last_compaction(
+        [{"role": "user", "content": given}] if isinstance(given, str) else given
+    )
+    threshold = threshold_of(request)
+    if (
+        reply.compaction is None
+        and threshold is not None
+        and input_tokens(request, items) >= threshold
+    ):
+        item = compaction_item(summarise(items))
+        return replace(reply, compaction=item), {**request, "input": from_last_compaction([item])}
+    return reply, {**request, "input": items}
+
 
 def _measured(request: dict[str, Any], reply: Reply) -> Usage:
     """The usage of ``reply`` counted from ``request`` as segue estimates tokens: each
@@ -158,14 +238,7 @@ def _measured(request: dict[str, Any], reply: Reply) -> Usage:
     items = request.get("messages") or request.get("input") or []
     if isinstance(items, str):
         items = [{"content": items}]
-    prompt = text_tokens(request.get("instructions") or "") if request.get("instructions") else 0
-    for item in items:
-        for key in ("content", "output", "arguments", "tool_calls"):
-            value = item.get(key) if isinstance(item, dict) else None
-            if value:
-                prompt += text_tokens(value)
-    if request.get("tools"):
-        prompt += text_tokens(request["tools"])
+    prompt = input_tokens(request, items)
     calls = [(c.name, c.raw()) for c in reply.tool_calls]
     return Usage(prompt_tokens=prompt, completion_tokens=output_tokens(reply.text, calls))
 
@@ -205,6 +278,8 @@ class FakeOpenAIServer(ScriptedServer[Scripted]):
         self.retrieve = retrieve
         self.props = props
         self.shown = shown
+        self.refuse_compaction = False
+        """Refuse every compaction (400), as for a model that cannot compact."""
 
     @property
     def url(self) -> str:

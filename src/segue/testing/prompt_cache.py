@@ -91,6 +91,20 @@ def text_tokens(value: object) -> int:
     return estimate_tokens(json.dumps(value, sort_keys=True))
 
 
+def plain_text(content: Any) -> str:
+    """The text a message's content holds: itself when it is a string, else its parts' texts
+    joined by spaces ("" for anything else)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(
+            str(part["text"])
+            for part in content
+            if isinstance(part, Mapping) and isinstance(part.get("text"), str)
+        ).strip()
+    return ""
+
+
 def output_tokens(text: str, calls: Sequence[tuple[str, object]] = (), thinking: str = "") -> int:
     """segue's estimate of what a reply writes: its text, tool calls (name and input) and
     thinking; at least one token."""
@@ -312,6 +326,7 @@ __all__ = [
     "TooManyBreakpointsError",
     "min_cacheable",
     "output_tokens",
+    "plain_text",
     "price",
     "prompt_blocks",
     "text_tokens",

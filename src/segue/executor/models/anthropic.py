@@ -31,13 +31,23 @@ import httpx2
 
 from segue.executor._log import get_logger
 from segue.executor.errors import LlmCallError
-from segue.executor.model_port import LlmRequest, TextSink
-from segue.executor.models.anthropic_payload import Payload, build_payload
+from segue.executor.model_port import ContextSupport, LlmReply, LlmRequest, TextSink
+from segue.executor.models.anthropic_context import (
+    anthropic_context_support,
+    unexpected_compaction_stop,
+)
+from segue.executor.models.anthropic_payload import (
+    MIN_COMPACTION_TRIGGER,
+    Payload,
+    build_payload,
+)
 from segue.executor.models.anthropic_stream import StreamReader
 from segue.executor.models.call_errors import (
     Meaning,
     http_error,
     redact,
+    refusal,
+    refuses_compaction,
     retry_after,
     says_overflow,
     secrets_of,
@@ -58,8 +68,9 @@ _CREDENTIALS: Final = (
     "access_token",
 )
 """The attributes a client keeps a credential in: first-party, Bedrock and Vertex AI."""
-_COUNTED_OPTIONS: Final = frozenset({"thinking", "tool_choice"})
-"""Request options ``count_tokens`` takes (it refuses ``temperature``)."""
+_COUNTED_OPTIONS: Final = frozenset({"thinking", "tool_choice", "betas", "context_management"})
+"""Request options ``count_tokens`` takes (it refuses ``temperature``; the beta endpoint takes
+the context edits and the compaction, which it counts the prompt as sent without)."""
 
 # A stream that already got HTTP 200 carries its failure as an SSE ``error`` event: the SDK raises
 # a plain APIStatusError with status 200, so only the error type says what happened.
@@ -171,8 +182,11 @@ class AnthropicModel(EventStreamModel[Payload, Any]):
 
     @contextlib.asynccontextmanager
     async def _open(self, request: LlmRequest, payload: Payload) -> AsyncIterator[Opened[Any]]:
-        """The raw event stream (``anthropic_stream`` says why not the SDK's accumulator)."""
-        stream = await self._client.messages.create(
+        """The raw event stream (``anthropic_stream`` says why not the SDK's accumulator); the
+        beta endpoint when the payload needs a beta (the provider's compaction, context
+        editing)."""
+        messages: Any = self._client.beta.messages if "betas" in payload.options else None
+        stream = await (messages or self._client.messages).create(
             model=request.model,
             max_tokens=payload.max_tokens,
             stream=True,
@@ -181,6 +195,39 @@ class AnthropicModel(EventStreamModel[Payload, Any]):
         )
         async with stream:
             yield Opened(stream.response, aiter(stream))
+
+    async def complete(self, request: LlmRequest) -> LlmReply:
+        """One streamed call (``EventStreamModel.complete``). A provider that refuses to
+        compact (its model or account cannot), or answers a compaction in a way segue did not
+        ask for, raises ``LlmCallError`` with ``compaction_refused`` (REQ-SEG-049)."""
+        try:
+            reply = await super().complete(request)
+        except LlmCallError as error:
+            if request.compaction is not None and refuses_compaction(error):
+                raise refusal(error) from error
+            raise
+        unexpected = unexpected_compaction_stop(request, reply)
+        if unexpected is not None:
+            raise LlmCallError(unexpected, compaction_refused=True)
+        return reply
+
+    def context_support(self, model: str) -> ContextSupport:
+        """What Anthropic's API does to the context of ``model`` on its own side: the
+        compaction of the models that have it, context editing from Claude 4 on."""
+        return anthropic_context_support(anthropic_model_name(model))
+
+    async def compact_now(self, request: LlmRequest) -> LlmReply | None:
+        """A request whose trigger is the context's current size, paused after the compaction;
+        None when that size is below the API's minimum trigger (segue compacts), or when the
+        provider answered without compacting (the estimate was above the real size)."""
+        asked = request.compaction
+        if asked is None or asked.trigger_tokens < MIN_COMPACTION_TRIGGER:
+            return None
+        reply = await self.complete(request)
+        if not reply.compactions:
+            log.info("llm.compaction_not_made", model=request.model)
+            return None
+        return reply
 
     def _reader(self, on_text: TextSink | None) -> StreamReader:
         return StreamReader(on_text=on_text)
@@ -204,7 +251,8 @@ class AnthropicModel(EventStreamModel[Payload, Any]):
         try:
             payload = self.payload(request)
             counting = {k: v for k, v in payload.options.items() if k in _COUNTED_OPTIONS}
-            counted = await self._client.messages.count_tokens(
+            messages: Any = self._client.beta.messages if "betas" in counting else None
+            counted = await (messages or self._client.messages).count_tokens(
                 model=request.model, **payload.arguments(), **counting
             )
         except Exception as exc:  # noqa: BLE001  # None means "use the estimate"

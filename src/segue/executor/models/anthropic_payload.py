@@ -21,6 +21,13 @@ sending it so it can be read, tested and counted (``count_tokens`` uses the same
 * **Model settings** (temperature, extended thinking, tool choice) come from the conversation.
   The grace request of a turn that reached its tool-round limit keeps the tools (the history
   holds tool blocks, which the API accepts only with tools declared) with ``tool_choice: none``.
+* **What the provider does to the context itself** (``docs/providers.md``): a turn of a
+  conversation whose provider compacts asks for it (``context_management`` with a
+  ``compact_20260112`` edit, the ``compact-2026-01-12`` beta); its compaction block goes back
+  as the assistant's, verbatim, first of the history (the API drops whatever precedes it);
+  context edits go with every turn (the ``context-management-2025-06-27`` beta), clearing
+  thinking first as the API requires. A compaction asked on demand sends the turn's history
+  with a trigger at its size and a pause after the compaction.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ from segue.executor.models.history import (
     text_turns,
 )
 from segue.statemachine import Message, ToolCall
+from segue.statemachine.context_edits import in_provider_order
 
 Block = dict[str, Any]
 
@@ -60,6 +68,14 @@ CACHE: Final = {"type": "ephemeral"}
 
 _UNCACHEABLE: Final = frozenset({"thinking", "redacted_thinking"})
 """Blocks the API refuses a ``cache_control`` on."""
+COMPACTION_BETA: Final = "compact-2026-01-12"
+"""The beta of the provider's compaction (``compact_20260112``) and of its blocks."""
+CONTEXT_EDITING_BETA: Final = "context-management-2025-06-27"
+"""The beta of context editing (``clear_tool_uses_20250919``, ``clear_thinking_20251015``)."""
+MIN_COMPACTION_TRIGGER: Final = 50_000
+"""The smallest trigger the compaction takes, in input tokens."""
+_BLOCK_FIELDS: Final = ("encrypted_content", "signature", "tool_changes")
+"""A compaction block's opaque fields, sent back as they came when the provider sent them."""
 
 
 @dataclass(slots=True)
@@ -173,6 +189,11 @@ def turn_messages(messages: Sequence[Message]) -> list[MessageParam]:
         open_calls[call_id] = block["name"]
 
     for message in messages:
+        compaction = compaction_param(message)
+        if compaction is not None:  # the provider's own, sent back as the assistant's
+            close_open_calls()
+            turns.add("assistant", compaction)
+            continue
         if message.kind == "tool_result":
             if open_calls.pop(message.tool_call_id or "", None) is None:
                 turns.add_text("user", f"[tool result: {clip(message.text, TOOL_RESULT_CHARS)}]")
@@ -215,6 +236,22 @@ def _add_blocks(turns: _Turns, role: Role, message: Message, add_call: Any) -> N
             add_call(call.id, _tool_use(call))
 
 
+def compaction_param(message: Message) -> Block | None:
+    """The provider's compaction block a summary message holds, as the API takes it back:
+    its summary and every opaque field it came with (None for any other message)."""
+    if message.kind != "summary":
+        return None
+    for block in message.content:
+        if block.type == "compaction" and block.provider == "anthropic" and not block.failed:
+            param: Block = {"type": "compaction", "content": block.content}
+            for name in _BLOCK_FIELDS:
+                value = getattr(block, name)
+                if value is not None:
+                    param[name] = [dict(v) for v in value] if name == "tool_changes" else value
+            return param
+    return None
+
+
 def _sendable(block: Any) -> bool:
     kind = block.type
     if kind in AGENT_BLOCKS:
@@ -246,7 +283,15 @@ def build_payload(request: LlmRequest, *, max_tokens: int, caching: bool = True)
     turn's prefix when the turn's tools come with it, else the history as text)."""
     settings = request.settings
     options: dict[str, Any] = {}
-    if request.purpose != "turn" and request.tools and request.trim_level == 0:
+    if request.purpose == "compaction" and request.compaction is not None:
+        # The provider compacts on demand: the turn's history, blocks and all, then a note.
+        messages = _with_final_user_text(
+            turn_messages(request.messages), request.instruction or CONTINUE
+        )
+        tools = _tool_params(request)
+        if tools:
+            options["tool_choice"] = {"type": "none"}
+    elif request.purpose != "turn" and request.tools and request.trim_level == 0:
         messages = turn_messages(request.messages)
         closing = "\n\n".join(
             text
@@ -276,6 +321,7 @@ def build_payload(request: LlmRequest, *, max_tokens: int, caching: bool = True)
         # refuses them; compatible servers and older API versions take one, so a conversation
         # that asks for a temperature gets it sent as is.
         options["extra_body"] = {"temperature": settings.temperature}
+    options.update(context_options(request, messages))
     system: str | list[TextBlockParam] | None = request.system or None
     if caching:
         # Nothing reads back the history of a request at the limit, nor of a turn's last
@@ -289,6 +335,41 @@ def build_payload(request: LlmRequest, *, max_tokens: int, caching: bool = True)
         max_tokens=max(1, max_tokens),
         options=options,
     )
+
+
+def context_options(request: LlmRequest, messages: list[MessageParam]) -> dict[str, Any]:
+    """The request's ``context_management`` and the betas it needs: the conversation's context
+    edits (clearing thinking first), the compaction asked (a trigger of at least the API's
+    minimum, the instructions, the pause), and the compaction beta wherever the history holds
+    a compaction block (the API reads the block only under it)."""
+    edits = in_provider_order(request.context_edits)
+    betas: list[str] = [CONTEXT_EDITING_BETA] if edits else []
+    asked = request.compaction
+    if asked is not None:
+        edit: dict[str, Any] = {
+            "type": "compact_20260112",
+            "trigger": {
+                "type": "input_tokens",
+                "value": max(asked.trigger_tokens, MIN_COMPACTION_TRIGGER),
+            },
+            "pause_after_compaction": asked.pause_after,
+        }
+        if asked.instructions:
+            edit["instructions"] = asked.instructions
+        edits.append(edit)
+    holds = any(
+        isinstance(message["content"], list)
+        and any(cast(Block, block).get("type") == "compaction" for block in message["content"])
+        for message in messages
+    )
+    if asked is not None or holds:
+        betas.append(COMPACTION_BETA)
+    options: dict[str, Any] = {}
+    if edits:
+        options["context_management"] = {"edits": edits}
+    if betas:
+        options["betas"] = betas
+    return options
 
 
 def _tool_params(request: LlmRequest) -> list[ToolParam]:
@@ -334,4 +415,15 @@ def _with_final_user_text(messages: list[MessageParam], text: str) -> list[Messa
     return [*messages, UserMessageParam(role="user", content=cast(Any, [block]))]
 
 
-__all__ = ["CACHE", "Payload", "build_payload", "text_messages", "turn_messages"]
+__all__ = [
+    "CACHE",
+    "COMPACTION_BETA",
+    "CONTEXT_EDITING_BETA",
+    "MIN_COMPACTION_TRIGGER",
+    "Payload",
+    "build_payload",
+    "compaction_param",
+    "context_options",
+    "text_messages",
+    "turn_messages",
+]

@@ -13,6 +13,13 @@ segue reads the raw server-sent events itself rather than through the SDK's accu
 
 Usage is what the API says it is: the ``message_start`` counts, overridden field by field by the
 cumulative counts of ``message_delta`` when it carries them (a null field is "not said").
+
+The provider's own context management (``docs/providers.md``): a ``compaction`` block (its
+opaque fields from the block's start, its summary from its ``compaction_delta``) becomes the
+reply's compaction, kept whole to be sent back; ``usage.iterations`` splits what the call cost
+between the compaction and the message, whose usage alone is the reply's (the top-level usage
+is the message iteration's: occupancy is never the compaction's); the applied context edits
+become the reply's ``context_edits``.
 """
 
 from __future__ import annotations
@@ -24,10 +31,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from segue.executor.errors import LlmCallError
-from segue.executor.model_port import LlmReply, TextSink
+from segue.executor.model_port import ContextEdit, LlmReply, ProviderCompaction, TextSink
 from segue.executor.models.replies import token_count
 from segue.statemachine import ToolCall, Usage
 from segue.statemachine.content import (
+    CompactionBlock,
     ContentBlock,
     RedactedThinkingBlock,
     TextBlock,
@@ -51,6 +59,8 @@ class _Block:
     start: Any
     parts: list[str] = field(default_factory=list)
     signature: str = ""
+    encrypted: str = ""
+    """A compaction block's opaque content, from its ``compaction_delta``."""
     closed: bool = False
 
 
@@ -64,6 +74,10 @@ class StreamReader:
     usage: dict[str, int] = field(default_factory=dict)
     usage_said: bool = False
     blocks: dict[int, _Block] = field(default_factory=dict)
+    iterations: list[Any] = field(default_factory=list)
+    """``usage.iterations``: what each sampling iteration of the call cost, in order."""
+    applied: list[Any] = field(default_factory=list)
+    """``context_management.applied_edits``: what the provider cleared before answering."""
 
     def feed(self, event: Any) -> None:
         """Take one raw stream event (an SDK ``RawMessageStreamEvent``)."""
@@ -82,6 +96,8 @@ class StreamReader:
         elif kind == "message_delta":
             self.stop_reason = getattr(event.delta, "stop_reason", None) or self.stop_reason
             self._take_usage(getattr(event, "usage", None))
+            managed = getattr(event, "context_management", None)
+            self.applied = list(getattr(managed, "applied_edits", None) or self.applied)
         elif kind == "message_stop":
             self.stopped = True
 
@@ -99,10 +115,16 @@ class StreamReader:
             block.parts.append(delta.thinking)
         elif kind == "signature_delta":
             block.signature += delta.signature
+        elif kind == "compaction_delta":  # the whole summary at once, as the SDK takes it
+            block.parts[:] = [getattr(delta, "content", None) or ""]
+            block.encrypted = getattr(delta, "encrypted_content", None) or ""
 
     def _take_usage(self, usage: Any) -> None:
         if usage is None:
             return
+        iterations = getattr(usage, "iterations", None)
+        if iterations:
+            self.iterations = list(iterations)
         for name in _USAGE_FIELDS:
             value = token_count(getattr(usage, name, None))
             if value is not None:
@@ -117,10 +139,13 @@ class StreamReader:
         texts: list[str] = []
         calls: list[ToolCall] = []
         content: list[ContentBlock] = []
+        compactions: list[ProviderCompaction] = []
         thinking = False
         for index in sorted(self.blocks):
             block = self.blocks[index]
-            if block.kind == "text":
+            if block.kind == "compaction":
+                compactions.append(self._compaction(block, len(compactions)))
+            elif block.kind == "text":
                 text = "".join(block.parts) or getattr(block.start, "text", "") or ""
                 texts.append(text)
                 content.append(TextBlock(text=text))
@@ -144,7 +169,27 @@ class StreamReader:
             # Only a reply with thinking needs its blocks kept: everything else is its text and
             # tool calls, which the transcript holds already.
             content=tuple(content) if thinking else (),
+            compactions=tuple(compactions),
+            context_edits=tuple(_edits(self.applied)),
         )
+
+    def _compaction(self, block: _Block, index: int) -> ProviderCompaction:
+        """The ``index``-th compaction block of the reply, whole, with what its iteration cost
+        (``usage.iterations``' ``index``-th ``compaction`` entry)."""
+        start = block.start
+        said = "".join(block.parts) if block.parts else getattr(start, "content", None)
+        encrypted = block.encrypted or getattr(start, "encrypted_content", None)
+        changes = getattr(start, "tool_changes", None)
+        compaction = CompactionBlock(
+            provider="anthropic",
+            content=said if said else None,
+            encrypted_content=encrypted or None,
+            signature=getattr(start, "signature", None),
+            tool_changes=None if changes is None else tuple(_plain(c) for c in changes),
+        )
+        spent = [i for i in self.iterations if getattr(i, "type", None) == "compaction"]
+        cost = _usage_of(spent[index]) if index < len(spent) else None
+        return ProviderCompaction(summary=said or "", block=compaction, usage=cost)
 
     def _usage(self) -> Usage | None:
         if not self.usage_said:
@@ -153,6 +198,43 @@ class StreamReader:
             return Usage(**self.usage)
         except ValidationError:
             return None  # a malformed report says nothing; the core keeps its last figure
+
+
+def _plain(value: Any) -> dict[str, Any]:
+    """An SDK object (or a dict) as the JSON it came as."""
+    if isinstance(value, dict):
+        return dict(value)
+    dumped: dict[str, Any] = value.model_dump(mode="json", exclude_none=True, warnings=False)
+    return dumped
+
+
+def _usage_of(iteration: Any) -> Usage | None:
+    """One iteration's usage, in segue's four fields (None when malformed)."""
+    fields = {name: token_count(getattr(iteration, name, None)) or 0 for name in _USAGE_FIELDS}
+    try:
+        return Usage(**fields)
+    except ValidationError:
+        return None
+
+
+def _edits(applied: list[Any]) -> list[ContextEdit]:
+    """The edits the provider applied, in segue's terms (what it cleared, and how much)."""
+    edits: list[ContextEdit] = []
+    for edit in applied:
+        strategy = getattr(edit, "type", None)
+        cleared = getattr(edit, "cleared_tool_uses", None)
+        if cleared is None:
+            cleared = getattr(edit, "cleared_thinking_turns", None)
+        tokens = token_count(getattr(edit, "cleared_input_tokens", None))
+        if isinstance(strategy, str) and tokens is not None:
+            edits.append(
+                ContextEdit(
+                    strategy=strategy,
+                    cleared=token_count(cleared) or 0,
+                    cleared_input_tokens=tokens,
+                )
+            )
+    return edits
 
 
 def _tool_call(block: _Block) -> ToolCall:

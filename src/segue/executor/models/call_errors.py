@@ -72,6 +72,32 @@ def says_overflow(status: int | None, *texts: str | None) -> bool:
     return False
 
 
+COMPACTION_REFUSALS: Final = ("compact", "context_management", "context management", "beta")
+"""What a provider's error says when it cannot compact, or manage the context, for the model or
+the account (its message or type, lower-cased): Anthropic's beta refused, OpenAI's
+``context_management`` refused."""
+_REFUSING_STATUS: Final = frozenset({400, 403, 404, 422})
+
+
+def refuses_compaction(error: LlmCallError) -> bool:
+    """Whether a failed request that asked the provider to compact failed because the
+    provider cannot (not for a reason another attempt, or a shorter prompt, would fix)."""
+    if error.retryable or error.context_overflow or error.status_code not in _REFUSING_STATUS:
+        return False
+    said = error.message.lower()
+    return any(wording in said for wording in COMPACTION_REFUSALS)
+
+
+def refusal(error: LlmCallError) -> LlmCallError:
+    """``error`` as the provider's refusal to compact (REQ-SEG-049), for the adapter to raise
+    from it."""
+    return LlmCallError(
+        f"the provider cannot compact this conversation: {error.message}",
+        status_code=error.status_code,
+        compaction_refused=True,
+    )
+
+
 def secrets_of(*candidates: object) -> tuple[str, ...]:
     """The strings among ``candidates`` long enough to be credentials worth redacting."""
     return tuple(s for s in candidates if isinstance(s, str) and len(s) >= MIN_SECRET)
@@ -227,6 +253,7 @@ def http_error(
 
 
 __all__ = [
+    "COMPACTION_REFUSALS",
     "MAX_RETRY_AFTER",
     "MIN_SECRET",
     "OVERFLOW_WORDINGS",
@@ -234,6 +261,8 @@ __all__ = [
     "Meaning",
     "http_error",
     "redact",
+    "refusal",
+    "refuses_compaction",
     "retry_after",
     "says_overflow",
     "scrub_secrets",

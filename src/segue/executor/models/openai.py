@@ -35,16 +35,19 @@ import openai
 
 from segue.executor._log import get_logger
 from segue.executor.errors import LlmCallError
-from segue.executor.model_port import LlmRequest, TextSink
+from segue.executor.model_port import ContextSupport, LlmReply, LlmRequest, TextSink
 from segue.executor.models.call_errors import (
     Meaning,
     http_error,
     redact,
+    refusal,
+    refuses_compaction,
     retry_after,
     says_overflow,
     secrets_of,
 )
-from segue.executor.models.calls import EventStreamModel, Opened
+from segue.executor.models.calls import EventStreamModel, Opened, guarded
+from segue.executor.models.openai_context import compacted_reply, openai_context_support
 from segue.executor.models.openai_payload import (
     Api,
     Payload,
@@ -258,6 +261,47 @@ class OpenAIModel(EventStreamModel[Payload, dict[str, Any]]):
         if self._api == "chat":
             return ChatReader(on_text=on_text)
         return ResponsesReader(on_text=on_text)
+
+    async def complete(self, request: LlmRequest) -> LlmReply:
+        """One streamed call (``EventStreamModel.complete``); a provider that refuses the
+        compaction asked raises ``LlmCallError`` with ``compaction_refused`` (REQ-SEG-049)."""
+        try:
+            return await super().complete(request)
+        except LlmCallError as error:
+            if request.compaction is not None and refuses_compaction(error):
+                raise refusal(error) from error
+            raise
+
+    def context_support(self, model: str) -> ContextSupport:
+        """The Responses API compacts OpenAI's models (``openai_context``); nothing else."""
+        return openai_context_support(self._api, model)
+
+    async def compact_now(self, request: LlmRequest) -> LlmReply | None:
+        """``responses.compact`` on the conversation's history: the reply's compaction holds
+        the item, the window before it and what the pass cost (None on Chat Completions)."""
+        if self._api != "responses" or request.compaction is None:
+            return None
+        secrets = self._secrets()
+
+        async def compact() -> LlmReply:
+            items: Any = self.payload(request).items
+            compacted = await self._client.responses.compact(
+                model=request.model, input=items, instructions=request.system or None
+            )
+            return compacted_reply(compacted)
+
+        try:
+            return await guarded(
+                request,
+                compact,
+                to_error=lambda exc: self._error(exc, model=request.model, secrets=secrets),
+                secrets=secrets,
+                log=self._log,
+            )
+        except LlmCallError as error:
+            if refuses_compaction(error):
+                raise refusal(error) from error
+            raise
 
     async def _ask_window(self, model: str) -> int | None:
         """The window the server serves ``model`` with (``openai_windows``: vLLM, llama.cpp,

@@ -16,6 +16,9 @@
   "none"``, the rejected calls and the instruction last, so a server that caches prompt
   prefixes reads it back; without them (or after an overflow) the history as plain text turns
   (``history.text_turns``) with no tool declared.
+* **The provider's compaction** (Responses API, REQ-SEG-048): a turn asks for it with
+  ``context_management``; its item goes back verbatim, first of the history
+  (``openai_context``).
 * **Model settings.** Reasoning models (the o-series, gpt-5) take ``max_completion_tokens``
   and refuse a temperature other than the default, so none is sent to them; other models take
   ``max_tokens`` (what every compatible server knows) and the conversation's temperature. A
@@ -41,6 +44,7 @@ from segue.executor.models.history import (
     text_turns,
     to_json,
 )
+from segue.executor.models.openai_context import COMPACTION, compaction_items
 from segue.statemachine import Message, ModelSettings, ToolCall
 
 Api = Literal["chat", "responses"]
@@ -95,7 +99,9 @@ def build_payload(
     options: dict[str, Any] = {}
     # REQ-SEG-047: at the limit, given the turn's tools, the turn's prefix with no tool callable.
     prefix = request.purpose != "turn" and bool(request.tools) and request.trim_level == 0
-    if request.purpose == "turn" or prefix:
+    if api == "responses" and request.compaction is not None and request.purpose != "turn":
+        items = _responses_history(request)  # compacted on demand: the history, as it is
+    elif request.purpose == "turn" or prefix:
         items = _chat_history(request) if api == "chat" else _responses_history(request)
         closing = [request.instruction or ""]
         if prefix:
@@ -118,6 +124,10 @@ def build_payload(
             options["instructions"] = request.system
     bound = max(1, max_tokens)
     options.update(_settings(api, request.settings, bound, thinks=thinks))
+    asked = request.compaction
+    if api == "responses" and asked is not None and request.purpose == "turn":
+        threshold = {"type": COMPACTION, "compact_threshold": asked.trigger_tokens}
+        options["context_management"] = [threshold]  # the provider compacts (REQ-SEG-048)
     return Payload(api=api, items=items, tools=tools, max_tokens=bound, options=options)
 
 
@@ -350,6 +360,10 @@ def _with_calls(messages: Sequence[Message]) -> list[Message]:
 def _responses_history(request: LlmRequest) -> list[Item]:
     items: list[Item] = []
     for message in _with_calls(request.messages):
+        compaction = compaction_items(message)
+        if compaction is not None:  # the provider's own, back as it came (REQ-SEG-048)
+            items += compaction
+            continue
         if message.kind == "tool_result":
             text, shown = _result_parts(message)
             output: Any = text

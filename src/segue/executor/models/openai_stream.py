@@ -22,12 +22,14 @@ reading the Anthropic stream costs per text delta (``bench/bench_runtime.py``).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from segue.executor.errors import LlmCallError
 from segue.executor.model_port import LlmReply, TextSink
 from segue.executor.models.call_errors import says_overflow
+from segue.executor.models.openai_context import compaction_of
 from segue.executor.models.replies import ToolCallParts, usage_from_prompt
 from segue.statemachine import ToolCall, Usage
 
@@ -178,6 +180,8 @@ class ResponsesReader(_Reader):
     ended: str | None = None
     """``completed`` or ``incomplete`` once the response ended."""
     error: LlmCallError | None = None
+    compactions: list[dict[str, Any]] = field(default_factory=list)
+    """The ``compaction`` items of the output (the provider compacted, REQ-SEG-048)."""
 
     def feed(self, event: dict[str, Any]) -> None:
         """Take one Responses stream event (its JSON)."""
@@ -206,6 +210,9 @@ class ResponsesReader(_Reader):
 
     def _item_done(self, event: dict[str, Any]) -> None:
         item = event.get("item") or {}
+        if item.get("type") == "compaction":
+            self.compactions.append(item)
+            return
         if item.get("type") != "function_call":
             return
         index = event.get("output_index", 0)
@@ -234,7 +241,11 @@ class ResponsesReader(_Reader):
         if self.ended is None:
             msg = "the response stream ended before response.completed (the reply is incomplete)"
             raise LlmCallError(msg, retryable=True)
-        return self._reply()
+        reply = self._reply()
+        if not self.compactions:
+            return reply
+        made = tuple(compaction_of(item) for item in self.compactions)
+        return dataclasses.replace(reply, compactions=made)
 
 
 __all__ = ["FINISH_REASONS", "ChatReader", "ResponsesReader", "failure", "read_usage"]

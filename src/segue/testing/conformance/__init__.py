@@ -15,7 +15,10 @@ any provider::
         assert report.ok, report.explain()
 
 ``AnthropicHarness``, ``OpenAIHarness`` (Chat Completions or Responses) and ``ScriptedHarness``
-in ``segue.testing.harnesses`` are the built-in ones (segue's own adapters pass). A check a
+in ``segue.testing.harnesses`` are the built-in ones (segue's own adapters pass). An adapter
+whose provider compacts the context itself (``compaction="provider"``) is also checked for it
+when its harness names a model it compacts (``CompactingHarness``); the report says which
+compaction checks did not apply and why, so an adapter learns whether it supports it. A check a
 harness cannot stage (the offline ``ScriptedModel`` has no wire to inspect) is reported as not
 applicable, by name, never silently passed. The end-to-end tests of the runtime use the same
 harnesses, so each runs on every provider.
@@ -30,7 +33,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, Self
+from typing import Any, Literal, Protocol, Self, runtime_checkable
 
 from segue.executor.model_port import LlmModel
 
@@ -45,6 +48,19 @@ class Call:
     name: str
     input: Mapping[str, Any] | str = field(default_factory=dict)
     id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """The provider compacted its context before answering (a provider that compacts itself,
+    REQ-SEG-048): its ``summary`` (None: the summary failed), what its compaction read and
+    wrote (``prompt``, ``output``: reported by a provider that reports it), and whether it
+    stopped after it (``pause``: the answer then says nothing else)."""
+
+    summary: str | None = "What happened so far: the tides were charted."
+    prompt: int = 150_000
+    output: int = 800
+    pause: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +80,14 @@ class Said:
     cut: bool = False
     chunk_delay: float = 0.0
     delay: float = 0.0
+    compacted: Compaction | None = None
+    """The provider compacted before this answer (``prompt`` and the rest are then the
+    answer's own, read from the compacted context)."""
 
 
-FailureKind = Literal["overflow", "rate_limit", "server", "auth", "mid_stream"]
+FailureKind = Literal[
+    "overflow", "rate_limit", "server", "auth", "mid_stream", "compaction_refused"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +95,7 @@ class Failure:
     """A provider's failure: ``overflow`` (the prompt does not fit), ``rate_limit`` (429 with
     ``retry_after`` seconds if given), ``server`` (5xx), ``auth`` (401, its message quoting
     ``echo``, as a provider echoing the key would), ``mid_stream`` (an error event after the
-    stream started)."""
+    stream started), ``compaction_refused`` (the provider cannot compact for this model)."""
 
     kind: FailureKind
     retry_after: float | None = None
@@ -110,6 +131,9 @@ class Sent:
     raw: Any = None
     headers: Mapping[str, str] = field(default_factory=dict)
     """The request's HTTP headers, names lower-cased (empty without a wire)."""
+    compaction_trigger: int | None = None
+    """The prompt size at which the request asked the provider to compact (None: it did not
+    ask)."""
 
     @property
     def texts(self) -> list[str]:
@@ -130,6 +154,15 @@ class Sent:
     def tool_blocks(self) -> int:
         """How many tool calls and results the turns hold."""
         return sum(len(t.calls) + (t.result_for is not None) for t in self.turns)
+
+
+@runtime_checkable
+class CompactingHarness(Protocol):
+    """A harness whose provider compacts the context itself: ``compacting_model`` names a model
+    its adapter says it compacts (``ContextManaging.context_support``), for the compaction
+    checks; a harness without it gets them as not applicable."""
+
+    compacting_model: str
 
 
 class Harness(Protocol):
@@ -230,6 +263,8 @@ __all__ = [
     "Answer",
     "Call",
     "Check",
+    "CompactingHarness",
+    "Compaction",
     "ConformanceError",
     "Failure",
     "Harness",

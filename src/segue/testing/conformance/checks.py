@@ -25,6 +25,7 @@ from segue.testing.conformance import (
     NotApplicable,
     Said,
 )
+from segue.testing.conformance.compaction import COMPACTION_CHECKS
 
 
 def _require(condition: bool, message: str) -> None:
@@ -352,6 +353,7 @@ CHECKS: tuple[Check, ...] = (
     images_are_sent,
     cancellation_stops_the_call,
     windows_and_counts_answer_or_say_none,
+    *COMPACTION_CHECKS,  # the provider's own compaction, where it has one
 )
 """Every behaviour, in the order ``run`` checks them."""
 
