@@ -25,6 +25,8 @@ EXTRAS: Final = {
     "starlette": "server",
     "uvicorn": "server",
     "hypothesis": "dev",
+    "opentelemetry": "otel",
+    "prometheus_client": "metrics",
 }
 """The extra that installs each optional dependency (its top-level package)."""
 

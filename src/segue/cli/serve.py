@@ -137,10 +137,17 @@ def serve(
     max_tool_rounds: MaxToolRoundsOption = None,
     retry_base_delay: RetryBaseDelayOption = None,
     retry_max_delay: RetryMaxDelayOption = None,
+    metrics: Annotated[
+        bool,
+        typer.Option(
+            help="Expose the runtime's metrics at /metrics in Prometheus' text format (behind "
+            "the token; needs segue[metrics])."
+        ),
+    ] = False,
 ) -> None:
     """Serve the REST API and the web page (offline scripted model without an API key).
     \f
-    Seventeen parameters, over the bound of ten, and as many declarations, over sixty lines,
+    Eighteen parameters, over the bound of ten, and as many declarations, over sixty lines,
     because typer makes each option of a command a parameter of its function and has no way to
     group them; the work is ``_serve``'s, which takes them as one value.
     """
@@ -162,6 +169,7 @@ def serve(
             header=tuple(header or ()),
             repo=repo,
             limits=limits,
+            metrics=metrics,
         )
     )
 
@@ -184,11 +192,13 @@ class ServeOptions:
     """``NAME:VALUE`` as given: read (a usage error for anything else) where the config is made."""
     repo: Path | None
     limits: dict[str, int | float]
+    metrics: bool = False
 
 
 def _serve(asked: ServeOptions) -> None:
     """Check what can be checked before anything is announced, then serve until stopped."""
     try:
+        from segue._lazy import MissingExtraError  # noqa: PLC0415
         from segue.server.run import UnsafeBindError, build_app, run_app  # noqa: PLC0415
     except ImportError as error:  # the extra is not installed
         fail(f"segue serve needs the server extra: pip install 'segue[server]' ({error})", 2)
@@ -196,7 +206,7 @@ def _serve(asked: ServeOptions) -> None:
     config = _config(asked)
     try:
         application = build_app(config)
-    except UnsafeBindError as error:
+    except (UnsafeBindError, MissingExtraError) as error:
         fail(str(error), 2)
     except ImportError as missing:  # the provider's client is an extra
         chosen = config.provider
@@ -245,4 +255,5 @@ def _config(asked: ServeOptions) -> ServerConfig:
         headers=headers_of(list(asked.header)),
         repo=asked.repo,
         limits=asked.limits,
+        metrics=asked.metrics,
     )

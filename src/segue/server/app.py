@@ -26,8 +26,11 @@ from segue.server.ending import StreamsEnd
 from segue.server.errors import ApiError
 from segue.server.guard import BodyLimit, CrossSiteCheck, HostCheck, Shield
 from segue.server.lifecycle import StartOnFirstRequest, Startup
+from segue.server.metrics import Metrics
+from segue.server.metrics import router as metrics_router
 from segue.server.pausing import Pauses
 from segue.server.schemas import Info
+from segue.server.tracing import ContinueTrace, tracing_installed
 from segue.statemachine import ContextExhaustionBehavior
 
 MAX_BODY: Final = 8 * 1024 * 1024
@@ -52,6 +55,7 @@ def create_app(
     info: Info | None = None,
     token: str | None = None,
     allowed_hosts: Iterable[str] = (),
+    metrics: Metrics | None = None,
 ) -> FastAPI:
     """The API and the page over ``runtime``.
 
@@ -68,7 +72,11 @@ def create_app(
     in another app (``parent.mount("/segue", app)``), whose lifespan does not run this one's,
     include it in the parent's (``FastAPI(lifespan=app.router.lifespan_context)``); left out,
     the recovery starts with the first request instead, and the runtime is the application's to
-    close.
+    close. While the app serves, work another process left orphaned is taken over every lease.
+
+    ``metrics`` (``server.metrics.prometheus()``, whose meter provider the runtime must use):
+    ``/metrics`` in Prometheus' text format, behind the token. With OpenTelemetry installed, a
+    request's ``traceparent`` is continued: the turn it starts is part of the caller's trace.
     """
     if token is not None and not token.strip():
         msg = "token is empty: give a real one, or None for a server only this machine reaches"
@@ -97,6 +105,8 @@ def create_app(
     app.include_router(streams.router(runtime, views, end), dependencies=checks)
     app.include_router(control.router(runtime, views, pauses), dependencies=checks)
     app.include_router(lineage.router(runtime, views), dependencies=checks)
+    if metrics is not None:
+        app.include_router(metrics_router(metrics), dependencies=[guard])
 
     @app.get("/openapi.json", include_in_schema=False, dependencies=[guard])
     async def schema() -> dict[str, Any]:
@@ -111,7 +121,10 @@ def _middleware(
 ) -> None:
     """What every request passes before a route sees it (``guard``), and the startup work of an
     app no lifespan started."""
-    # Outermost last: the headers on everything, then the host, the origin, the body's size.
+    # Outermost last: the headers on everything, then the host, the origin, the body's size,
+    # then the caller's trace the route runs in.
+    if tracing_installed():
+        app.add_middleware(ContinueTrace)
     app.add_middleware(BodyLimit, limit=MAX_BODY)
     app.add_middleware(CrossSiteCheck)
     app.add_middleware(

@@ -44,6 +44,7 @@ class Startup:
         """Why the recovery has not finished (None: it has, or it is under way)."""
         self._closed = False
         """The app's last shutdown closed the runtime (its store is opened again at start)."""
+        self._sweeper: asyncio.Task[None] | None = None
 
     @property
     def started(self) -> bool:
@@ -102,7 +103,26 @@ class Startup:
             if error is not None:
                 raise error
 
+    async def _sweep(self) -> None:
+        """Every lease, take over work that no live runtime holds any more (one that stopped,
+        or crashed, with its claims let go or lapsed): without it such work waits for the
+        conversation's next message, or for a process to start. Work another live runtime
+        holds is left to it (``recover`` claims only what nobody holds)."""
+        while True:
+            await asyncio.sleep(self.runtime.lease)
+            if not self.recovered:
+                continue  # the startup recovery is still at it
+            try:
+                await self.runtime.recover()
+            except Exception as error:  # noqa: BLE001  # logged; the next sweep tries again
+                _log.warning("sweep_failed", error_type=type(error).__name__)
+
     async def _close(self) -> None:
+        sweeper, self._sweeper = self._sweeper, None
+        if sweeper is not None:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
         task, self.task = self.task, None
         if task is not None and not task.done():
             task.cancel()
@@ -123,6 +143,7 @@ class Startup:
         async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
             end.reset()  # served (again): its watch streams run until it stops
             await self._open()
+            self._sweeper = asyncio.ensure_future(self._sweep())
             try:
                 yield
             finally:

@@ -29,6 +29,7 @@ from segue.executor.store_port import Store
 from segue.executor.tools import ToolRegistry
 from segue.server.app import create_app
 from segue.server.ending import streams_end
+from segue.server.metrics import prometheus
 from segue.server.schemas import Info
 from segue.statemachine import ContextExhaustionBehavior
 
@@ -63,6 +64,8 @@ class ServerConfig:
     repo: Path | None = None
     """The git repository whose state a pause records (branch, HEAD, changed files); None:
     the directory the server runs in (nothing is recorded outside a repository)."""
+    metrics: bool = False
+    """Expose the runtime's metrics at ``/metrics`` (``server.metrics``)."""
 
     def __post_init__(self) -> None:
         if self.provider not in PROVIDERS:
@@ -137,11 +140,13 @@ def build_app(
         )
         raise UnsafeBindError(msg)
     offline = config.api_key is None
+    exported = prometheus() if config.metrics else None
     runtime = Runtime(
         store=store or build_store(config),
         llm=build_model(config),
         tools=tools if tools is not None else demo_tools() if offline else None,
         snapshot_context=git_context(config.repo or Path.cwd()),
+        meter_provider=exported.meter_provider if exported is not None else None,
     )
     info = Info(
         version=__version__,
@@ -151,7 +156,7 @@ def build_app(
         context_window=config.context_window,
         limits=config.limits,
     )
-    return create_app(runtime, info=info, token=config.token)
+    return create_app(runtime, info=info, token=config.token, metrics=exported)
 
 
 SHUTDOWN_GRACE: Final = 3

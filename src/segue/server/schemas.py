@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 
 from segue.statemachine import ContextExhaustionBehavior
 from segue.statemachine.options import ConversationOptions
@@ -38,9 +38,9 @@ class CreateConversation(ConversationOptions):
     model: Annotated[str, Field(min_length=1, max_length=200)] | None = None  # type: ignore[assignment]
     behavior: ContextExhaustionBehavior | None = None  # type: ignore[assignment]
     system: Annotated[str, Field(max_length=100_000)] | None = None
-    context_window: Annotated[int, Field(ge=MIN_WINDOW, le=10_000_000)] | None = None
+    context_window: Annotated[StrictInt, Field(ge=MIN_WINDOW, le=10_000_000)] | None = None
     """Tokens (at least 1,000, as the page and the CLI ask); left out: the model's window."""
-    max_run_seconds: Annotated[float, Field(gt=0, le=MAX_RUN_SECONDS)] | None = None
+    max_run_seconds: Annotated[StrictFloat, Field(gt=0, le=MAX_RUN_SECONDS)] | None = None
     """``checkpoint_restart``: past this many seconds, the limit ends the run."""
 
     def options(self, server: Info, *, given: set[str]) -> ConversationOptions:
@@ -61,7 +61,7 @@ class SendMessage(_Request):
     """One user message."""
 
     text: Annotated[str, Field(min_length=1)]
-    pinned: bool = False
+    pinned: StrictBool = False
     """Never summarised away: every fresh start carries it verbatim (pinned messages may hold a
     quarter of the window together; more is a 422 ``message_too_large``)."""
 
@@ -77,7 +77,7 @@ class Pause(_Request):
     """Why the conversation pauses (shown in its snapshot)."""
 
     reason: Annotated[str, Field(max_length=2_000)] = ""
-    timeout: Annotated[float, Field(gt=0, le=3_600)] | None = None
+    timeout: Annotated[StrictFloat, Field(gt=0, le=3_600)] | None = None
     """Wait at most this many seconds for the turn to end, then cancel it and pause."""
 
 
@@ -102,12 +102,12 @@ MAX_RECENT_TURNS: Final = 100
 class StartChild(_Request):
     """Continue an ended conversation (read-only at its limit, or failed) in its one child."""
 
-    seed_with_summary: bool = True
+    seed_with_summary: StrictBool = True
     """Seed the child with the summary (or checkpoint) the conversation ended with, if any."""
-    recent_turns: Annotated[int, Field(ge=0, le=MAX_RECENT_TURNS)] = 0
+    recent_turns: Annotated[StrictInt, Field(ge=0, le=MAX_RECENT_TURNS)] = 0
     """Carry the last exchanges too, as plain text (a failed conversation has no summary: its
     last turns, or nothing, are the user's choice)."""
-    auto_continue: bool = False
+    auto_continue: StrictBool = False
     """Start the child's first turn from the summary at once (with ``seed_with_summary``)."""
 
 

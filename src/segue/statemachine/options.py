@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Self
 
-from pydantic import Field, StrictInt, model_validator
+from pydantic import Field, StrictFloat, StrictInt, model_validator
 
 from segue.statemachine._values import Frozen
 from segue.statemachine.accounting import estimate_tokens
@@ -45,17 +45,17 @@ class ConversationOptions(Frozen):
     """What happens at the limit."""
     system: str | None = None
     """The system prompt."""
-    warning_threshold: Annotated[float, Field(gt=0, le=1)] = 0.80
+    warning_threshold: Annotated[StrictFloat, Field(gt=0, le=1)] = 0.80
     """The fraction of the window from which the user is warned (and may continue by hand)."""
-    continuation_threshold: Annotated[float, Field(gt=0, le=1)] = 0.90
+    continuation_threshold: Annotated[StrictFloat, Field(gt=0, le=1)] = 0.90
     """The fraction of the window at which the behaviour's path at the limit starts."""
     max_continuations: Annotated[StrictInt, Field(ge=0, le=10_000)] = 10
     """Checkpoint restarts or compactions allowed in one conversation: the loop breaker."""
     max_attempts: Annotated[StrictInt, Field(ge=1, le=20)] = 4
     """Attempts per request (LLM, summary, checkpoint, compaction) before giving up."""
-    retry_base_delay: Annotated[float, Field(ge=0, le=600)] = 1.0
+    retry_base_delay: Annotated[StrictFloat, Field(ge=0, le=600)] = 1.0
     """Seconds before the first retry of a failed request (doubled for each one after it)."""
-    retry_max_delay: Annotated[float, Field(ge=0, le=3600)] = 30.0
+    retry_max_delay: Annotated[StrictFloat, Field(ge=0, le=3600)] = 30.0
     """The longest wait before a retry."""
     max_tool_rounds: Annotated[StrictInt, Field(ge=1, le=10_000)] = 50
     """Tool rounds one turn may run; past it the model is asked, without tools, for its answer."""
@@ -63,7 +63,7 @@ class ConversationOptions(Frozen):
     """The window in tokens; None: what the provider reports, else segue's table of models."""
     max_output_tokens: Annotated[StrictInt, Field(gt=0)] | None = None
     """The bound on one answer; None: room for a long reply (and a thinking budget)."""
-    temperature: Annotated[float, Field(ge=0, le=1)] | None = None
+    temperature: Annotated[StrictFloat, Field(ge=0, le=1)] | None = None
     """Sampling temperature, for servers that take one."""
     thinking_budget: Annotated[StrictInt, Field(ge=1024)] | None = None
     """Extended thinking's budget in tokens."""
@@ -75,7 +75,7 @@ class ConversationOptions(Frozen):
     """The model the limit's requests go to (REQ-SEG-045); None: ``model``."""
     max_tool_output_tokens: Annotated[StrictInt, Field(ge=MIN_TOOL_OUTPUT_TOKENS)] | None = None
     """The most one tool result may hold (REQ-SEG-043); None: from the window."""
-    max_run_seconds: Annotated[float, Field(gt=0)] | None = None
+    max_run_seconds: Annotated[StrictFloat, Field(gt=0)] | None = None
     """``CHECKPOINT_RESTART``: past this many seconds, the limit ends the run (REQ-SEG-044)."""
     window_source: WindowSource | None = None
     """Where ``context_window`` came from, when it was resolved before (a continued
