@@ -173,8 +173,16 @@ RUN_BY_A_TEST = (
     "summary_prompt=",
     "OpenAIModel(AsyncOpenAI()",
     "TestClient(app)",
+    "InMemorySpanExporter()",
 )
 """What names each Python block for the test that runs it."""
+
+
+def test_tracing_example_prints_the_spans_of_a_turn(tmp_path: Path) -> None:
+    result = _run(_block("InMemorySpanExporter()"), tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert result.stdout.strip() == "['chat claude-sonnet-4-6', 'segue.turn']"
 
 
 def test_every_python_block_is_run_by_a_test() -> None:
