@@ -74,6 +74,7 @@ async def work(db: str, calls_log: str, ids: list[str], until: float, seed: int)
                     model=MODEL,
                     behavior=ContextExhaustionBehavior.COMPACT_IN_PLACE,
                     context_window=WINDOW,
+                    max_continuations=10_000,  # a soak compacts for as long as it runs
                     conversation_id=cid,
                 )
         sent = {cid: sum(m.kind == "user" for m in await rt.messages(cid)) for cid in ids}
@@ -117,8 +118,8 @@ def sample(pid: int) -> tuple[int, int] | None:
         files = len(os.listdir(f"/proc/{pid}/fd"))
     except (FileNotFoundError, ProcessLookupError):
         return None
-    rss = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS"))
-    return rss, files
+    rss = [int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS")]
+    return (rss[0], files) if rss else None  # no VmRSS: it exited and waits to be reaped
 
 
 def soak(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
