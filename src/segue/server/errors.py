@@ -107,15 +107,48 @@ _METHODS: Final = ("DELETE", "GET", "PATCH", "POST", "PUT")
 
 def allowed_methods(request: Request) -> str:
     """Every method the request's path takes, for a 405's ``Allow`` (RFC 9110): Starlette's
-    router names only the first route it found for the path, not the others. Each method is
-    matched as a request of it would be (the routes of included routers too, which FastAPI
-    keeps behind routes of its own)."""
+    router names only the first route it found for the path, not the others.
+
+    An API path's are those its OpenAPI schema documents, the most literal template first
+    (``/api/conversations/import`` takes POST, though a conversation could be named
+    ``import``); any other path's (the page's), each method matched as a request of it would
+    be (the routes of included routers too, which FastAPI keeps behind routes of its own)."""
+    documented = _documented(request.app.openapi().get("paths", {}), _route_path(request))
+    if documented is not None:
+        return ", ".join(documented)
     methods = []
     for method in _METHODS:
         asked = {**request.scope, "method": method}
         if any(route.matches(asked)[0] == Match.FULL for route in request.app.router.routes):
             methods.append(method)
     return ", ".join(methods)
+
+
+def _route_path(request: Request) -> str:
+    """The request's path within the app (without the prefix it is mounted under)."""
+    path, root = request.url.path, str(request.scope.get("root_path", ""))
+    return path[len(root) :] if root and path.startswith(root) else path
+
+
+def _documented(paths: dict[str, Any], path: str) -> list[str] | None:
+    """The methods of the schema's path template that matches ``path`` with the most literal
+    segments, or None when none matches."""
+    parts = path.split("/")
+    best: tuple[int, list[str]] | None = None
+    for template, item in paths.items():
+        pattern = template.split("/")
+        if len(pattern) != len(parts):
+            continue
+        literal = [p.startswith("{") and p.endswith("}") for p in pattern]
+        if not all(
+            free or p == given for p, given, free in zip(pattern, parts, literal, strict=True)
+        ):
+            continue
+        score = literal.count(False)
+        if best is None or score > best[0]:
+            methods = sorted(m.upper() for m in item if m.upper() in _METHODS)
+            best = (score, methods)
+    return None if best is None else best[1]
 
 
 def readable(errors: Sequence[Any]) -> str:

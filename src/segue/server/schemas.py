@@ -34,7 +34,9 @@ Instruction = Annotated[str, Field(min_length=1, max_length=MAX_PROMPT_CHARS, pa
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Strict: a JSON body says its types (``"pinned": 0`` is not a bool, ``"3"`` not a number);
+    # a number where a float is asked is still one.
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 def storable_metadata(metadata: dict[str, str]) -> dict[str, str]:
@@ -68,6 +70,9 @@ ConversationId = Annotated[
 that it reads the same in every address (``/c/{id}``, ``/api/conversations/{id}``)."""
 
 
+_OPTIONS: Final = ConversationOptions.model_fields
+
+
 class CreateConversation(ConversationOptions):
     """A new conversation: ``ConversationOptions`` (every field may be left out: the server's
     model, behaviour and window apply), within the bounds a server keeps."""
@@ -76,10 +81,24 @@ class CreateConversation(ConversationOptions):
     model: Annotated[str, Field(min_length=1, max_length=200)] | None = None  # type: ignore[assignment]
     behavior: ContextExhaustionBehavior | None = None  # type: ignore[assignment]
     system: Annotated[str, Field(max_length=100_000)] | None = None
-    context_window: Annotated[int, Field(ge=MIN_WINDOW, le=10_000_000)] | None = None
+    context_window: Annotated[int, Field(ge=MIN_WINDOW, le=10_000_000, strict=True)] | None = None
     """Tokens (at least 1,000, as the page and the CLI ask); left out: the model's window."""
-    max_run_seconds: Annotated[float, Field(gt=0, le=MAX_RUN_SECONDS)] | None = None
+    max_run_seconds: Annotated[float, Field(gt=0, le=MAX_RUN_SECONDS, strict=True)] | None = None
     """``checkpoint_restart``: past this many seconds, the limit ends the run."""
+    # The options' numbers again, strict: a JSON body says its types ("0.8" is not a number).
+    warning_threshold: Annotated[float, Field(gt=0, le=1, strict=True)] = _OPTIONS[
+        "warning_threshold"
+    ].default
+    continuation_threshold: Annotated[float, Field(gt=0, le=1, strict=True)] = _OPTIONS[
+        "continuation_threshold"
+    ].default
+    retry_base_delay: Annotated[float, Field(ge=0, le=600, strict=True)] = _OPTIONS[
+        "retry_base_delay"
+    ].default
+    retry_max_delay: Annotated[float, Field(ge=0, le=3600, strict=True)] = _OPTIONS[
+        "retry_max_delay"
+    ].default
+    temperature: Annotated[float, Field(ge=0, le=1, strict=True)] | None = None
     metadata: Metadata | None = None
     """The application's labels (``{"user": "u-17", "title": "Tides"}``): what it finds the
     conversation by later; a ``title`` is shown as the conversation's title."""
@@ -102,7 +121,7 @@ class CreateConversation(ConversationOptions):
 class Purge(_Request):
     """Which conversations a retention purge deletes."""
 
-    older_than: Annotated[float, Field(ge=0, le=MAX_RUN_SECONDS * 100)]
+    older_than: Annotated[float, Field(ge=0, le=MAX_RUN_SECONDS * 100, strict=True)]
     """Seconds nobody wrote to the conversation (a message, a step, a pause all write):
     ``2592000`` is 30 days."""
     metadata: Metadata | None = None
