@@ -11,6 +11,7 @@ phase's kind as a string), in a REST answer, in a turn's ``done`` event, in a wa
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
 
@@ -23,6 +24,10 @@ from segue.statemachine import ContextExhaustionBehavior, ConversationState
 from segue.statemachine.checkpoint import SessionSnapshot
 from segue.statemachine.state import Compaction, WindowSource
 
+ID_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+"""An id an application chooses (an import's, ``--id``): letters, digits, ``.``, ``_`` and
+``-``, so that it reads the same in every address (``/c/{id}``, ``/api/conversations/{id}``)
+and on the command line."""
 TITLE_WORDS: Final = 8
 TITLE_CHARS: Final = 60
 """A title is the first words of the first user message: at most this many, this long."""
@@ -292,6 +297,7 @@ class LinkView(BaseModel):
 
 
 __all__ = [
+    "ID_PATTERN",
     "ConversationView",
     "DoneView",
     "LinkView",

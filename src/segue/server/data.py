@@ -46,6 +46,13 @@ def _busy(conversation_id: str, doing: str, way_out: str) -> ApiError:
 def router(runtime: Runtime, views: StateViews) -> APIRouter:
     """The routes over ``runtime``; ``views`` forgets the titles of what is deleted."""
     routes = APIRouter(prefix="/api", responses=documented(*EVERY_ROUTE))
+    _keeping(routes, runtime, views)
+    _moving(routes, runtime, views)
+    return routes
+
+
+def _keeping(routes: APIRouter, runtime: Runtime, views: StateViews) -> None:
+    """Labelling conversations, deleting one (or its chain), and retention."""
 
     @routes.put(
         "/conversations/{conversation_id}/metadata", responses=documented(*ABOUT_ONE, *SENDING)
@@ -80,6 +87,18 @@ def router(runtime: Runtime, views: StateViews) -> APIRouter:
             raise _busy(error.conversation_id, doing, "wait for it, or add ?cancel=true") from None
         views.forget(deleted)
         return Response(status_code=204)
+
+    @routes.post("/purge", responses=documented(413, 415, 422))
+    async def purge(body: Purge) -> Purged:
+        """Retention: delete the conversations nobody wrote to for ``older_than`` seconds
+        (only those whose metadata holds every pair of ``metadata``), each alone, as ``DELETE``
+        deletes one; one whose turn runs is left for the next purge."""
+        deleted = await runtime.purge(older_than=body.older_than, metadata=body.metadata)
+        return Purged(deleted=deleted)
+
+
+def _moving(routes: APIRouter, runtime: Runtime, views: StateViews) -> None:
+    """A conversation out as one document, and in again here or in another deployment."""
 
     @routes.get(
         "/conversations/{conversation_id}/export",
@@ -117,16 +136,6 @@ def router(runtime: Runtime, views: StateViews) -> APIRouter:
             raise ApiError(409, "exists", f"{error}: {way}") from None
         views.forget([state.id])
         return await views.read(state.id)
-
-    @routes.post("/purge", responses=documented(413, 415, 422))
-    async def purge(body: Purge) -> Purged:
-        """Retention: delete the conversations nobody wrote to for ``older_than`` seconds
-        (only those whose metadata holds every pair of ``metadata``), each alone, as ``DELETE``
-        deletes one; one whose turn runs is left for the next purge."""
-        deleted = await runtime.purge(older_than=body.older_than, metadata=body.metadata)
-        return Purged(deleted=deleted)
-
-    return routes
 
 
 __all__ = ["router"]

@@ -15,7 +15,7 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Final
+from typing import Any, Final
 
 from fastapi import FastAPI
 
@@ -31,6 +31,7 @@ from segue.server.app import create_app
 from segue.server.ending import streams_end
 from segue.server.schemas import Info
 from segue.statemachine import ContextExhaustionBehavior
+from segue.statemachine.state import Compaction
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,6 +64,10 @@ class ServerConfig:
     repo: Path | None = None
     """The git repository whose state a pause records (branch, HEAD, changed files); None:
     the directory the server runs in (nothing is recorded outside a repository)."""
+    compaction: Compaction = "segue"
+    """Who compacts new ``compact_in_place`` conversations unless the request says."""
+    context_edits: tuple[dict[str, Any], ...] = ()
+    """The provider's context edits new conversations get unless the request says."""
 
     def __post_init__(self) -> None:
         if self.provider not in PROVIDERS:
@@ -150,6 +155,8 @@ def build_app(
         behavior=config.behavior,
         context_window=config.context_window,
         limits=config.limits,
+        compaction=config.compaction,
+        context_edits=list(config.context_edits),
     )
     return create_app(runtime, info=info, token=config.token)
 

@@ -20,8 +20,15 @@ from segue.executor.stores._shared import (
 )
 from segue.statemachine import ContextExhaustionBehavior
 from segue.statemachine.options import ConversationOptions
-from segue.statemachine.state import MAX_PROMPT_CHARS
-from segue.views import ConversationView, LinkView, MessageView, SnapshotView, ToolCallView
+from segue.statemachine.state import MAX_PROMPT_CHARS, Compaction
+from segue.views import (
+    ID_PATTERN,
+    ConversationView,
+    LinkView,
+    MessageView,
+    SnapshotView,
+    ToolCallView,
+)
 
 MIN_WINDOW: Final = 1_000
 """The smallest context window a conversation may be created with: below it not even the
@@ -64,10 +71,9 @@ Metadata = Annotated[
 """The application's labels of a conversation (``{"user": "u-17", "title": "Tides"}``):
 string keys of 1 to 64 characters and values of at most 1,024, at most 64 pairs, no NUL."""
 ConversationId = Annotated[
-    str, Field(min_length=1, max_length=MAX_ID_LENGTH, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    str, Field(min_length=1, max_length=MAX_ID_LENGTH, pattern=f"^{ID_PATTERN.pattern}$")
 ]
-"""An id the application chooses (an import's): letters, digits, ``.``, ``_`` and ``-``, so
-that it reads the same in every address (``/c/{id}``, ``/api/conversations/{id}``)."""
+"""An id the application chooses (an import's): ``segue.views.ID_PATTERN``."""
 
 
 _OPTIONS: Final = ConversationOptions.model_fields
@@ -115,6 +121,11 @@ class CreateConversation(ConversationOptions):
         fields["behavior"] = self.behavior or behavior
         if self.context_window is None and context_window is not None:
             fields["context_window"] = context_window
+        compacts = fields["behavior"] == ContextExhaustionBehavior.COMPACT_IN_PLACE
+        if "compaction" not in given and compacts:  # the server's only where it applies
+            fields["compaction"] = server.compaction
+        if "context_edits" not in given:
+            fields["context_edits"] = server.context_edits
         return ConversationOptions(**fields)
 
 
@@ -240,6 +251,10 @@ class Info(BaseModel):
     limits: dict[str, int | float] = Field(default_factory=dict)
     """The bounds a conversation created without them gets (``max_attempts``...; the
     library's defaults for those not named)."""
+    compaction: Compaction = "segue"
+    """Who compacts a ``compact_in_place`` conversation created without saying."""
+    context_edits: list[dict[str, Any]] = Field(default_factory=list)
+    """The provider's context edits of a conversation created without them."""
 
 
 __all__ = [
