@@ -17,6 +17,7 @@ import httpx2
 import pytest
 
 from api import create, error, send, sse
+from cli_run import invoke, one_error_line
 from segue.server.run import ServerConfig, build_app, demo_tools
 from segue.testing import live_server
 from segue.testing.anthropic_server import FakeAnthropicServer, MessageReply, ToolUse
@@ -118,3 +119,41 @@ def test_options_the_model_cannot_honour_are_422_before_anything_is_stored(
         unknown = {"context_edits": [{"type": "clear_everything"}]}
         error(http.post("/api/conversations", json=unknown), 422, "invalid_request")
         assert http.get("/api/conversations").json() == []
+
+
+def test_the_servers_own_compaction_and_edits_apply_where_a_request_leaves_them_out(
+    fake: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    config = ServerConfig(
+        db=tmp_path / "defaults.db",
+        provider="anthropic",
+        api_key=KEY,
+        base_url=fake.url,
+        compaction="provider",
+        context_edits=(CLEAR_TOOL_USES,),
+    )
+    with live_server(build_app(config)) as url, httpx2.Client(base_url=url, timeout=60) as http:
+        compacting = create(http, behavior="compact_in_place")
+        chatting = create(http)  # the default behaviour: the server's compaction does not apply
+        own = create(http, behavior="compact_in_place", compaction="segue", context_edits=[])
+        for cid in (compacting["id"], chatting["id"], own["id"]):
+            send(http, cid, "Hello?")
+    assert [c["compaction"] for c in (compacting, chatting, own)] == ["provider", "segue", "segue"]
+    edits = [r.body.get("context_management", {}).get("edits", []) for r in fake.message_requests()]
+    assert [sorted(e["type"] for e in sent) for sent in edits] == [
+        ["clear_tool_uses_20250919", "compact_20260112"],
+        ["clear_tool_uses_20250919"],
+        [],
+    ]
+
+
+def test_segue_serve_refuses_provider_options_without_the_provider(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    compacting = invoke("serve", "--db", str(tmp_path / "s.db"), "--compaction", "provider")
+    assert compacting.exit_code == 2
+    assert "--compaction provider needs the provider" in one_error_line(compacting)
+    edits = invoke("serve", "--db", str(tmp_path / "s.db"), "--context-edits", "[{}]")
+    assert edits.exit_code == 2
+    assert "--context-edits" in one_error_line(edits)
