@@ -5,7 +5,9 @@ a 5xx, and every answer must be one the schema documents (status, content type, 
 
 The path's ``conversation_id`` is, more often than chance would make it, one of the server's
 own conversations (idle with messages, read-only at its limit, paused, failed), so that what
-is fuzzed reaches past the 404 into every state's rules.
+is fuzzed reaches past the 404 into every state's rules. What deletes is pointed at
+conversations made to be deleted (labelled ``fuzz: disposable``): a ``DELETE`` at one of
+them, a purge at that label only, so the conversations in every state stay for the rest.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from segue.testing.postgres import ThrowawayCluster
 
 pytestmark = pytest.mark.slow
 cluster = clusters.cluster  # one throwaway cluster for the module
+DISPOSABLE = {"fuzz": "disposable"}
+"""The label of the conversations the fuzzing may delete."""
 EXAMPLES = 50
 """Examples per operation and per store (about 20 s of requests on each, well within 2 min)."""
 FAIL = "(fail now)"
@@ -64,20 +68,36 @@ def conversations_in_every_state(url: str) -> list[str]:
         return [idle, limit, paused, failed]
 
 
+def disposable(url: str, count: int = 20) -> list[str]:
+    """Conversations the fuzzing may delete, one with a turn behind it."""
+    with httpx2.Client(base_url=url, timeout=60) as http:
+        ids = [create(http, metadata=DISPOSABLE)["id"] for _ in range(count)]
+        send(http, ids[0], "Hello.")
+        return ids
+
+
 def schema_of(url: str) -> Any:
     loaded = schemathesis.openapi.from_url(f"{url}/openapi.json")
     ids = conversations_in_every_state(url)
+    deletable = disposable(url)
 
     @loaded.hook
-    def map_path_parameters(context: Any, parameters: dict[str, Any]) -> dict[str, Any]:
+    def map_case(context: Any, case: schemathesis.Case[Any]) -> schemathesis.Case[Any]:
+        # Every case, from the schema's examples as from generation: what deletes is pointed
+        # at the disposable conversations only.
+        operation = case.operation
+        parameters = case.path_parameters
         # A watch stream on a real conversation never ends (it waits for the next turn): it is
         # fuzzed on ids that name none, and read whole in the stream tests.
-        watching = context.operation.path.endswith("/events")
+        watching = operation.path.endswith("/events")
         if parameters and "conversation_id" in parameters and not watching:
-            chosen = hash(str(parameters)) % (len(ids) + 1)
-            if chosen < len(ids):
-                parameters["conversation_id"] = ids[chosen]
-        return parameters
+            among = deletable if operation.method.upper() == "DELETE" else ids
+            chosen = hash(str(parameters)) % (len(among) + 1)
+            if chosen < len(among):
+                parameters["conversation_id"] = among[chosen]
+        if operation.path == "/api/purge" and isinstance(case.body, dict):
+            case.body = {**case.body, "metadata": dict(DISPOSABLE)}
+        return case
 
     return loaded
 

@@ -97,7 +97,9 @@ def test_bad_input_says_what_is_wrong_in_words(http: httpx2.Client) -> None:
 def test_a_method_a_route_does_not_take_is_405(http: httpx2.Client) -> None:
     cid = create(http)["id"]
     error(http.get(f"/api/conversations/{cid}/continue"), 405, "method_not_allowed")
-    error(http.delete(f"/api/conversations/{cid}"), 405, "method_not_allowed")
+    refused = http.patch(f"/api/conversations/{cid}", json={})
+    error(refused, 405, "method_not_allowed")
+    assert refused.headers["allow"] == "DELETE, GET"  # every method the path takes
 
 
 def test_the_server_wide_window_applies_to_new_conversations(tmp_path: Path) -> None:

@@ -11,7 +11,8 @@ phase's kind as a string), in a REST answer, in a turn's ``done`` event, in a wa
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, Field
@@ -21,7 +22,12 @@ from segue.executor.store_port import StoredConversation, StoredMessage
 from segue.executor.updates import DoneUpdate
 from segue.statemachine import ContextExhaustionBehavior, ConversationState
 from segue.statemachine.checkpoint import SessionSnapshot
+from segue.statemachine.state import Compaction, WindowSource
 
+ID_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+"""An id an application chooses (an import's, ``--id``): letters, digits, ``.``, ``_`` and
+``-``, so that it reads the same in every address (``/c/{id}``, ``/api/conversations/{id}``)
+and on the command line."""
 TITLE_WORDS: Final = 8
 TITLE_CHARS: Final = 60
 """A title is the first words of the first user message: at most this many, this long."""
@@ -42,6 +48,13 @@ def title_of(messages: Iterable[StoredMessage]) -> str | None:
             return f"{cut}…"
         return f"{shown}…" if len(words) > TITLE_WORDS else shown
     return None
+
+
+def shown_title(metadata: Mapping[str, str], first_words: str | None) -> str | None:
+    """The title a conversation is shown with: the application's (its metadata's ``title``,
+    on one line) when it set one, else ``first_words`` (``title_of`` its messages)."""
+    given = " ".join(metadata.get("title", "").split())
+    return given or first_words
 
 
 class ConversationView(BaseModel):
@@ -82,7 +95,20 @@ class ConversationView(BaseModel):
     max_run_seconds: float | None = None
     """``checkpoint_restart``: how long a run may go on before the limit ends it."""
     title: str | None = None
-    """The first words of the first user message (None before there is one)."""
+    """The metadata's ``title`` when the application set one, else the first words of the
+    first user message (None before there is either)."""
+    metadata: dict[str, str] = Field(default_factory=dict)
+    """The application's labels (``{"user": "u-17", "title": "Tides"}``): what it finds the
+    conversation by (``GET /api/conversations?metadata.user=u-17``)."""
+    context_window_source: WindowSource | None = None
+    """Where ``context_window`` came from: ``given`` (by the application), ``server`` (the
+    provider's server reported it), ``table`` (segue's table of models) or ``assumed`` (nobody
+    knew the model: its provider's smallest window); None for a conversation made before segue
+    kept it."""
+    compaction: Compaction = "segue"
+    """``compact_in_place``: who compacts, segue's summary request or the provider itself."""
+    compaction_fallback: bool = False
+    """The provider could not compact this conversation: segue compacts it from now on."""
     continuations: int = 0
     """Checkpoint restarts and compactions so far (bounded by ``max_continuations``)."""
     max_continuations: int = 10
@@ -102,13 +128,18 @@ class ConversationView(BaseModel):
         *,
         title: str | None = None,
     ) -> ConversationView:
-        """The view of ``state`` (``stored`` adds the child and the creation time; ``title``
-        is ``title_of`` its messages)."""
+        """The view of ``state`` (``stored`` adds the child, the creation time and the
+        metadata, whose ``title`` wins; ``title`` is ``title_of`` its messages)."""
         phase: Any = state.phase
         config = state.config
+        metadata = dict(stored.metadata) if stored is not None else {}
         return cls(
             id=state.id,
-            title=title,
+            title=shown_title(metadata, title),
+            metadata=metadata,
+            context_window_source=config.window_source,
+            compaction=config.compaction,
+            compaction_fallback=state.compaction_fallback,
             phase=phase.kind,
             context_tokens=state.context_tokens,
             context_window=state.context_window,
@@ -266,11 +297,13 @@ class LinkView(BaseModel):
 
 
 __all__ = [
+    "ID_PATTERN",
     "ConversationView",
     "DoneView",
     "LinkView",
     "MessageView",
     "SnapshotView",
     "ToolCallView",
+    "shown_title",
     "title_of",
 ]

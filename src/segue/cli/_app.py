@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import sqlite3
 import sys
@@ -17,6 +18,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 
 import structlog
 import typer
+from pydantic import ValidationError
 
 from segue import __version__
 from segue.executor.errors import ConversationNotFoundError, SegueError
@@ -177,6 +179,82 @@ def limits_of(
         "retry_max_delay": retry_max_delay,
     }
     return {name: value for name, value in given.items() if value is not None}
+
+
+def _compaction(given: str) -> str:
+    """``segue`` or ``provider``, in any case; a usage error in the CLI's words otherwise."""
+    chosen = given.strip().lower()
+    if chosen not in ("segue", "provider"):
+        raise typer.BadParameter(f"{given!r}: choose segue or provider")
+    return chosen
+
+
+CompactionOption = Annotated[
+    str,
+    typer.Option(
+        parser=_compaction,
+        metavar="WHO",
+        help="Who compacts a compact_in_place conversation: segue (its own summary request) or "
+        "provider (the provider, within its own call; Claude 4.6 and later, OpenAI's Responses "
+        "API).",
+    ),
+]
+ContextEditsOption = Annotated[
+    str | None,
+    typer.Option(
+        metavar="JSON",
+        help="The provider's context edits as its API takes them (a JSON list, or @FILE "
+        "holding one), e.g. clearing old tool results on Claude.",
+    ),
+]
+
+
+def context_edits_of(given: str | None) -> list[Any]:
+    """``--context-edits``: a JSON list of edit objects, given inline or as ``@FILE``; a
+    usage error saying why for anything else (each edit is checked with the options)."""
+    if given is None:
+        return []
+    text = given
+    if given.startswith("@"):
+        path = Path(given[1:]).expanduser()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as error:
+            raise CliError(f"--context-edits: cannot read {path}: {error.strerror}", 2) from None
+        except UnicodeDecodeError:
+            raise CliError(f"--context-edits: {path} is not UTF-8 text", 2) from None
+    try:
+        edits = json.loads(text)
+    except ValueError as error:
+        raise CliError(f"--context-edits is not JSON ({error})", 2) from None
+    if isinstance(edits, dict):
+        edits = [edits]  # one edit given alone
+    if not isinstance(edits, list):
+        raise CliError("--context-edits takes a JSON list of edit objects", 2)
+    return edits
+
+
+def options_of(fields: dict[str, Any]) -> ConversationOptions:
+    """The options of new conversations from the command line's ``fields``, or a usage error
+    saying which option is wrong (in the CLI's words, not pydantic's)."""
+    compacts = fields.get("behavior") == Behavior.COMPACT_IN_PLACE
+    if fields.get("compaction") == "provider" and not compacts:
+        msg = (
+            "--compaction provider is how a compact_in_place conversation compacts: add "
+            "--behavior compact_in_place, or leave --compaction out"
+        )
+        raise CliError(msg, 2)
+    try:
+        return ConversationOptions.model_validate(fields)
+    except ValidationError as error:
+        said = "; ".join(
+            f"--{'-'.join(str(p) for p in problem['loc'][:1]).replace('_', '-')}: "
+            f"{str(problem['msg']).removeprefix('Value error, ')}"
+            if problem["loc"]
+            else str(problem["msg"]).removeprefix("Value error, ")
+            for problem in error.errors()
+        )
+        raise CliError(said, 2) from None
 
 
 MIN_WINDOW = 1_000

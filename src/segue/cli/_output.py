@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import Callable, Iterable
 from math import floor
-from typing import Any
+from typing import Any, Final
 
 from rich.console import Console
 from rich.table import Table
@@ -50,6 +50,12 @@ def say(out: Console, text: str, style: str = "") -> None:
     out.print(Text(printable(text), style=style), soft_wrap=True)
 
 
+def tell(out: Console, text: str, style: str = "") -> None:
+    """A sentence without markup, wrapped at words to the terminal's width (what a person
+    reads; ``say`` keeps a line whole for what is copied: a table's title, a meter)."""
+    out.print(Text(printable(text), style=style, overflow="fold"))
+
+
 def print_json(value: Any) -> None:
     """``value`` as indented JSON on stdout (strings escaped by JSON itself)."""
     out = Console(soft_wrap=True)
@@ -82,7 +88,28 @@ def meter(out: Console, label: str, state: ConversationState) -> None:
     out.print(line, soft_wrap=True)
 
 
-def narration(effect: fx.Effect) -> tuple[str, str] | None:
+_WINDOW_SOURCES: Final = {
+    "given": "given (--context-window, or by the application)",
+    "server": "reported by the model's server",
+    "table": "from segue's table of models",
+    "assumed": "assumed: pass --context-window N if it is another",
+    "offline": "the offline scripted model's",
+}
+
+
+def window_words(tokens: int, source: str | None) -> str:
+    """A conversation's window and where it came from, in one line of at most 80 columns:
+    ``window 128,000 tokens, assumed: ...`` (an assumed window said so, with the way to set
+    it)."""
+    came = _WINDOW_SOURCES.get(source or "", "from where not kept (an older conversation)")
+    return f"window {tokens:,} tokens, {came}"
+
+
+FALLBACK_WORDS: Final = "the provider could not compact; segue compacts instead"
+"""What a person is told when a conversation's provider could not compact it."""
+
+
+def narration(effect: fx.Effect) -> tuple[str, str] | None:  # noqa: PLR0912  # a case an effect
     """What a person watching should hear before an effect runs, and in which style."""
     match effect:
         case fx.NotifyContextWarning(context_tokens=used, context_window=window):
@@ -111,6 +138,8 @@ def narration(effect: fx.Effect) -> tuple[str, str] | None:
             return f"retrying in {delay:.1f}s (attempt {attempt})", ""
         case fx.NotifyFailed(error_kind=kind, message=message):
             return f"failed: {kind.value}: {message}", "bold red"
+        case fx.NotifyCompactionFallback(reason=reason):
+            return f"{FALLBACK_WORDS} ({reason})", "yellow"
     return None
 
 

@@ -26,6 +26,8 @@ from segue.cli._app import (
     BaseUrlOption,
     BehaviorOption,
     CliError,
+    CompactionOption,
+    ContextEditsOption,
     DbOption,
     HeaderOption,
     MaxAttemptsOption,
@@ -35,9 +37,11 @@ from segue.cli._app import (
     RetryBaseDelayOption,
     RetryMaxDelayOption,
     app,
+    context_edits_of,
     fail,
     headers_of,
     limits_of,
+    options_of,
     run,
     whole_number,
 )
@@ -50,7 +54,15 @@ from segue.cli._models import (
     provider_for,
 )
 from segue.cli._offline import OfflineModel
-from segue.cli._output import console, last_text, meter, narrate, printable, say
+from segue.cli._output import (
+    console,
+    last_text,
+    meter,
+    narrate,
+    printable,
+    say,
+    window_words,
+)
 from segue.cli._stores import DatabaseUrlOption, StoreAt, existing_store, resolve, writable_store
 from segue.cli._terminal import StdinLines, interruptible
 from segue.cli.inspection import print_status
@@ -62,9 +74,12 @@ from segue.executor.errors import (
 )
 from segue.executor.inputs import failure_of
 from segue.executor.model_port import LlmModel
+from segue.executor.models.windows import window_of
+from segue.executor.requests import support_of
 from segue.executor.runtime import Runtime
 from segue.executor.snapshots import git_context
 from segue.executor.store_port import Store
+from segue.executor.updates import ContextEditedUpdate, DoneUpdate
 from segue.statemachine import ContextExhaustionBehavior as Behavior
 from segue.statemachine import ConversationState, continues_in_new
 from segue.statemachine.options import ConversationOptions
@@ -127,7 +142,7 @@ class _Chat:
             say(self.out, f"conversation {self.state.id} ({model}, {behavior})")
         cid = self.state.id
         try:
-            self.state = await self.runtime.send(cid, text, pinned=pinned)
+            self.state = await self._turn(cid, text, pinned=pinned)
         except (ConversationExhaustedError, MessageRejectedError) as error:
             typer.echo(f"error: {printable(refusal(error, cid))}", err=True)
             self.refused = True
@@ -137,6 +152,17 @@ class _Chat:
         self.refused = False
         self.out.print(Text(printable(await last_text(self.runtime, cid))))
         await self._after_turn()
+
+    async def _turn(self, cid: str, text: str, *, pinned: bool) -> ConversationState:
+        """The turn, told as it goes where the runtime's narration cannot: what the provider
+        cleared from the context (an update of the turn's stream, no effect of the core)."""
+        state = self._current()
+        async for update in self.runtime.stream(cid, text, pinned=pinned):
+            if isinstance(update, ContextEditedUpdate):
+                say(self.out, f"  {edited_words(update)}", "cyan")
+            elif isinstance(update, DoneUpdate):
+                state = update.state
+        return state
 
     async def _after_turn(self) -> None:
         state = self._current()
@@ -240,6 +266,18 @@ class _Chat:
         await self._after_turn()
 
 
+def edited_words(update: ContextEditedUpdate) -> str:
+    """What the provider cleared, as a person reads it."""
+    what = {
+        "clear_tool_uses_20250919": "old tool results",
+        "clear_thinking_20251015": "old thinking",
+    }.get(update.strategy, update.strategy)
+    return (
+        f"the provider cleared {what} ({update.cleared:,}) from the context: "
+        f"{update.cleared_input_tokens:,} tokens"
+    )
+
+
 async def _converse(chat: _Chat) -> int:
     """The read-send-print loop: 1 if the last message was refused, else 0."""
     out = chat.out
@@ -313,7 +351,6 @@ async def _chatting(asked: ChatOptions, out: Console) -> int:
         llm: LlmModel
         if asked.key is None:
             llm = OfflineModel()
-            say(out, offline_line(asked.provider, asked.base_url))
         else:
             options = asked.options
             check = None if options.context_window is not None else options.model
@@ -325,6 +362,11 @@ async def _chatting(asked: ChatOptions, out: Console) -> int:
                 check_model=check if state is None else state.model,
             )
             stack.push_async_callback(client.close)
+        await _say_window(out, llm, asked, state)
+        if state is None:
+            _refuse_unsupported(llm, asked.options)
+        if asked.key is None:
+            say(out, offline_line(asked.provider, asked.base_url))
         runtime = Runtime(
             store=store, llm=llm, snapshot_context=git_context(asked.repo or Path.cwd())
         )
@@ -336,6 +378,41 @@ async def _chatting(asked: ChatOptions, out: Console) -> int:
         chat = _Chat(runtime=runtime, out=out, where=asked.where, options=asked.options)
         chat.state = state
         return await _converse(chat)
+
+
+async def _say_window(
+    out: Console, llm: LlmModel, asked: ChatOptions, state: ConversationState | None
+) -> None:
+    """The chat's first line: the window and where it came from (an assumed one said so)."""
+    if state is not None:
+        tokens, source = state.context_window, state.config.window_source
+    elif asked.options.context_window:
+        tokens, source = asked.options.context_window, "given"
+    else:
+        window = await window_of(llm, asked.options.model)
+        tokens, source = window.tokens, window.source
+    offline = asked.key is None and source != "given"
+    say(out, window_words(tokens, "offline" if offline else source))
+
+
+def _refuse_unsupported(llm: LlmModel, options: ConversationOptions) -> None:
+    """A usage error, before anything is stored, for what the model cannot do through this
+    connection (the runtime would refuse it at the first message, in a library's words)."""
+    support = support_of(llm, options.model)
+    if options.compaction == "provider" and not support.compaction:
+        msg = (
+            f"--compaction provider: {options.model}'s provider cannot compact it through this "
+            "connection (offline, OpenAI's Chat Completions, or an older model): leave "
+            "--compaction as segue"
+        )
+        raise CliError(msg, 2)
+    unknown = [edit["type"] for edit in options.context_edits if edit["type"] not in support.edits]
+    if unknown:
+        msg = (
+            f"--context-edits: {', '.join(unknown)} cannot be sent to {options.model} through "
+            "this connection: leave them out"
+        )
+        raise CliError(msg, 2)
 
 
 @app.command()
@@ -370,11 +447,13 @@ def chat(
     max_tool_rounds: MaxToolRoundsOption = None,
     retry_base_delay: RetryBaseDelayOption = None,
     retry_max_delay: RetryMaxDelayOption = None,
+    compaction: CompactionOption = "segue",
+    context_edits: ContextEditsOption = None,
 ) -> None:
     """Chat with Claude (ANTHROPIC_API_KEY) or an OpenAI model (OPENAI_API_KEY), one stdin line
     per message; without the key, offline with the scripted model. /help for commands.
     \f
-    Fifteen parameters, over the bound of ten, and as many declarations, over sixty lines,
+    Seventeen parameters, over the bound of ten, and as many declarations, over sixty lines,
     because typer makes each option of a command a parameter of its function and has no way to
     group them; they become one ``ChatOptions`` here, which the work takes.
     """
@@ -385,14 +464,19 @@ def chat(
     limits = limits_of(
         max_continuations, max_attempts, max_tool_rounds, retry_base_delay, retry_max_delay
     )
-    options = ConversationOptions.model_validate(
-        {
-            "model": model or DEFAULT_MODELS[chosen],
-            "behavior": behavior,
-            "context_window": context_window,
-            **limits,
-        }
-    )
+    try:
+        options = options_of(
+            {
+                "model": model or DEFAULT_MODELS[chosen],
+                "behavior": behavior,
+                "context_window": context_window,
+                "compaction": compaction,
+                "context_edits": context_edits_of(context_edits),
+                **limits,
+            }
+        )
+    except CliError as error:
+        fail(error.message, error.code)
     asked = ChatOptions(
         provider=chosen,
         key=api_key(chosen),

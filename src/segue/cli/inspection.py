@@ -10,17 +10,31 @@ serves (``segue.views``, ``docs/views.md``).
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
-from segue.cli._app import DbOption, JsonOption, app, run
-from segue.cli._output import clip, console, meter, percent, print_json, say
+from segue.cli._app import CliError, DbOption, JsonOption, app, run, whole_number
+from segue.cli._labels import MetadataOption, labels, metadata_of
+from segue.cli._output import (
+    FALLBACK_WORDS,
+    clip,
+    console,
+    meter,
+    percent,
+    print_json,
+    printable,
+    say,
+    tell,
+    window_words,
+)
 from segue.cli._stores import DatabaseUrlOption, StoreAt, existing_store, resolve
 from segue.cli._tables import Column, fitted
 from segue.executor.chains import lineage, usage_report
+from segue.executor.errors import InvalidCursorError
 from segue.executor.inputs import failure_of
 from segue.executor.store_port import Store, StoredConversation, TransitionRecord
 from segue.statemachine import ConversationState, Message
@@ -31,6 +45,9 @@ IdArgument = Annotated[
     str, typer.Argument(help="Conversation id, or the start of one (see `segue list`).")
 ]
 FullOption = Annotated[bool, typer.Option("--full", help="Whole texts, not one clipped line.")]
+PAGE = 50
+"""Conversations ``segue list`` shows at once unless told (the API's page too)."""
+MAX_PAGE = 1_000
 SHORT_ID = 8
 """Characters of an id a narrow table shows (any unique start names a conversation)."""
 
@@ -57,8 +74,10 @@ def plural(count: int, noun: str) -> str:
 
 
 async def _titled(store: Store, stored: StoredConversation) -> dict[str, Any]:
-    """The conversation's view as the API shows it, its title read from its messages."""
-    title = title_of(await store.messages(stored.state.id))
+    """The conversation's view as the API shows it, its title the metadata's or read from its
+    messages."""
+    titled = stored.metadata.get("title", "").strip()
+    title = None if titled else title_of(await store.messages(stored.state.id))
     return ConversationView.of(stored.state, stored, title=title).model_dump(mode="json")
 
 
@@ -78,15 +97,31 @@ LIST_COLUMNS = (
 )
 
 
-async def _list(where: StoreAt, as_json: bool) -> None:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Listing:
+    """Which page of which conversations ``segue list`` was asked for."""
+
+    limit: int
+    metadata: list[str] | None
+    cursor: str | None
+
+
+async def _list(where: StoreAt, asked: Listing, as_json: bool) -> None:
+    labelled = metadata_of(asked.metadata)
     store = existing_store(where, read_only=True)
     try:
-        conversations = (await store.list_conversations())[::-1]  # newest first
+        page = await store.list_page(metadata=labelled, limit=asked.limit, cursor=asked.cursor)
+        conversations = page.conversations  # newest first
         views = [await _titled(store, c) for c in conversations]
+    except InvalidCursorError:
+        msg = f"--cursor {printable(asked.cursor or '')!r} is not one `segue list` printed here"
+        raise CliError(msg, 2) from None
     finally:
         await store.close()
     if as_json:
         print_json(views)
+        if page.next_cursor is not None:  # stdout stays the JSON list
+            typer.echo(f"next page: --cursor {page.next_cursor}", err=True)
         return
     out = console()
     whole_ids = out.width >= 150
@@ -104,7 +139,14 @@ async def _list(where: StoreAt, as_json: bool) -> None:
         )
         for c, view in zip(conversations, views, strict=True)
     ]
-    out.print(fitted(f"conversations in {where}", LIST_COLUMNS, rows, out.width))
+    among = f" labelled {labels(labelled)}" if labelled else ""
+    if not rows:
+        past = " past that cursor" if asked.cursor else ""
+        tell(out, f"no conversation{among} in {where}{past}")
+        return
+    out.print(fitted(f"conversations in {where}{among}", LIST_COLUMNS, rows, out.width))
+    if page.next_cursor is not None:
+        tell(out, f"more: segue list --cursor {page.next_cursor} (with the same options)")
 
 
 def _id(cid: str | None, whole: bool) -> str | None:
@@ -120,12 +162,24 @@ def _used(state: ConversationState) -> str:
 
 @app.command("list")
 def list_(
+    limit: Annotated[
+        int,
+        typer.Option(
+            parser=whole_number(1, MAX_PAGE), metavar="N", help="Conversations on a page."
+        ),
+    ] = PAGE,
+    metadata: MetadataOption = None,
+    cursor: Annotated[
+        str | None,
+        typer.Option(help="Where the next page starts (printed under the previous one)."),
+    ] = None,
     db: DbOption = Path("segue.db"),
     database_url: DatabaseUrlOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """List the conversations in a store, newest first."""
-    run(_list(StoreAt(db, database_url), as_json))
+    """List the conversations in a store, newest first, a page at a time."""
+    asked = Listing(limit=limit, metadata=metadata, cursor=cursor)
+    run(_list(StoreAt(db, database_url), asked, as_json))
 
 
 # --------------------------------------------------------------------------- show
@@ -289,8 +343,11 @@ def print_status(
 ) -> None:
     """Phase, meter, family and snapshots of a conversation (also ``/status`` in chat)."""
     state = stored.state
-    say(out, f"{state.id}: {state.model}, {state.behavior.value}", "bold")
+    tell(out, f"{state.id}: {state.model}, {state.behavior.value}", "bold")
     meter(out, "context", state)
+    say(out, window_words(state.context_window, state.config.window_source))
+    if state.compaction_fallback:
+        say(out, FALLBACK_WORDS, "yellow")
     phase: Any = state.phase
     if (failure := failure_of(state)) is not None:
         say(out, f"failed: {failure.error_kind.value}: {failure.message}", "bold red")

@@ -24,6 +24,8 @@ from segue.cli._app import (
     BaseUrlOption,
     BehaviorOption,
     CliError,
+    CompactionOption,
+    ContextEditsOption,
     DbOption,
     HeaderOption,
     MaxAttemptsOption,
@@ -33,9 +35,11 @@ from segue.cli._app import (
     RetryBaseDelayOption,
     RetryMaxDelayOption,
     app,
+    context_edits_of,
     fail,
     headers_of,
     limits_of,
+    options_of,
     whole_number,
 )
 from segue.cli._models import DEFAULT_MODELS, KEY_VARIABLES, offline_line, provider_for
@@ -87,6 +91,9 @@ def _store_usable(db: Path, database_url: str | None) -> None:
     except Exception as error:  # noqa: BLE001  # any failure to open it: one line, not a traceback
         where = "the PostgreSQL database" if database_url else str(db)
         fail(f"cannot use {where}: {type(error).__name__}: {printable(str(error))}", 2)
+
+
+_NO_KEY_HINT = {name: f"export {variable}" for name, variable in KEY_VARIABLES.items()}
 
 
 def _address(host: str, port: int, token: str | None) -> str:
@@ -144,10 +151,12 @@ def serve(
             "the token; needs segue[metrics])."
         ),
     ] = False,
+    compaction: CompactionOption = "segue",
+    context_edits: ContextEditsOption = None,
 ) -> None:
     """Serve the REST API and the web page (offline scripted model without an API key).
     \f
-    Eighteen parameters, over the bound of ten, and as many declarations, over sixty lines,
+    Twenty parameters, over the bound of ten, and as many declarations, over sixty lines,
     because typer makes each option of a command a parameter of its function and has no way to
     group them; the work is ``_serve``'s, which takes them as one value.
     """
@@ -170,6 +179,8 @@ def serve(
             repo=repo,
             limits=limits,
             metrics=metrics,
+            compaction=compaction,
+            context_edits=context_edits,
         )
     )
 
@@ -192,6 +203,9 @@ class ServeOptions:
     """``NAME:VALUE`` as given: read (a usage error for anything else) where the config is made."""
     repo: Path | None
     limits: dict[str, int | float]
+    compaction: str
+    context_edits: str | None
+    """``--context-edits`` as given (JSON, or ``@FILE``): read where the config is made."""
     metrics: bool = False
 
 
@@ -238,8 +252,20 @@ def _config(asked: ServeOptions) -> ServerConfig:
         fail("the token is empty (--token or SEGUE_TOKEN): give one, or leave it out", 2)
     try:
         chosen = provider_for(asked.provider, asked.model)
+        edits = options_of(  # checked as a conversation's, then the server's default
+            {
+                "model": asked.model or DEFAULT_MODELS[chosen],
+                "behavior": Behavior.COMPACT_IN_PLACE,
+                "compaction": asked.compaction,
+                "context_edits": context_edits_of(asked.context_edits),
+            }
+        ).context_edits
     except CliError as error:
         fail(error.message, error.code)
+    api_key = os.environ.get(KEY_VARIABLES[chosen], "").strip() or None
+    if api_key is None and (asked.compaction == "provider" or edits):
+        given = "--compaction provider" if asked.compaction == "provider" else "--context-edits"
+        fail(f"{given} needs the provider: the offline model has none ({_NO_KEY_HINT[chosen]})", 2)
     return ServerConfig(
         db=asked.db,
         database_url=asked.database_url,
@@ -249,11 +275,13 @@ def _config(asked: ServeOptions) -> ServerConfig:
         model=asked.model or DEFAULT_MODELS[chosen],
         behavior=asked.behavior,
         context_window=asked.context_window,
-        api_key=os.environ.get(KEY_VARIABLES[chosen], "").strip() or None,
+        api_key=api_key,
         base_url=asked.base_url,
         token=asked.token,
         headers=headers_of(list(asked.header)),
         repo=asked.repo,
         limits=asked.limits,
         metrics=asked.metrics,
+        compaction="provider" if asked.compaction == "provider" else "segue",
+        context_edits=tuple(edits),
     )

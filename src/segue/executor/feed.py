@@ -31,6 +31,7 @@ from segue.executor.updates import (
     DoneUpdate,
     ExhaustedUpdate,
     FailedUpdate,
+    FallbackUpdate,
     PausedUpdate,
     SessionUpdate,
     TextUpdate,
@@ -48,6 +49,9 @@ BUSY_POLL: Final = 0.05
 IDLE_POLL: Final = 1.0
 """The longest pause between reads of a conversation nobody is talking to."""
 _log = get_logger("segue.runtime")
+FALLBACK_READ_BACK: Final = "the provider could not compact this conversation"
+"""A fallback's reason as a watcher in another process hears it: the state records that the
+conversation fell back, not the provider's words (the event log has them)."""
 
 
 def updates_between(
@@ -87,6 +91,8 @@ def updates_between(
             )
         elif message.kind == "summary" and message.generation > before.generation:
             updates.append(CompactedUpdate(generation=message.generation, summary=message.text))
+    if after.compaction_fallback and not before.compaction_fallback:
+        updates.append(FallbackUpdate(reason=FALLBACK_READ_BACK))
     if after.session > before.session:
         reason = "resume" if after.resume_context is not None else "checkpoint_restart"
         updates.append(SessionUpdate(session=after.session, reason=reason))

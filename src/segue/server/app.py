@@ -4,7 +4,8 @@ A thin adapter (routes translate HTTP to ``Runtime`` calls and ``Runtime.stream`
 Server-Sent Events, nothing more): every rule about conversations lives in the library. Each
 group of routes is a router of its own, included here behind the token: ``conversations``
 (create, list, read), ``streams`` (a turn's updates, a conversation's events), ``control``
-(continue, cancel, pause, resume) and ``lineage`` (snapshots, the chain, the child). Errors are
+(continue, cancel, pause, resume), ``lineage`` (snapshots, the chain, the child) and ``data``
+(metadata, deletion, export, import, retention). Errors are
 one JSON shape (``errors``); what every request passes first (the host, the origin, the body's
 type and size, the security headers) is ``guard``; the page is ``pages``; the runtime's start
 and stop with the app's is ``lifecycle``.
@@ -20,7 +21,7 @@ from fastapi import Depends, FastAPI
 from segue import __version__
 from segue.executor.models.scripted import ScriptedModel
 from segue.executor.runtime import Runtime
-from segue.server import control, conversations, errors, health, lineage, pages, streams
+from segue.server import control, conversations, data, errors, health, lineage, pages, streams
 from segue.server.auth import bearer, requires_json
 from segue.server.ending import StreamsEnd
 from segue.server.errors import ApiError
@@ -105,6 +106,7 @@ def create_app(
     app.include_router(streams.router(runtime, views, end), dependencies=checks)
     app.include_router(control.router(runtime, views, pauses), dependencies=checks)
     app.include_router(lineage.router(runtime, views), dependencies=checks)
+    app.include_router(data.router(runtime, views), dependencies=checks)
     if metrics is not None:
         app.include_router(metrics_router(metrics), dependencies=[guard])
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
+from typing import Final
 
 from fastapi import Request
 
@@ -30,12 +31,16 @@ def bearer(token: str | None) -> Callable[[Request], None]:
     return check
 
 
+WITH_BODY: Final = frozenset({"POST", "PUT", "PATCH"})
+"""The methods whose request carries a body (a ``DELETE`` says all in its address)."""
+
+
 def requires_json(request: Request) -> None:
-    """Refuse (415) a POST whose body is not JSON: an HTML form on another site can send
+    """Refuse (415) a POST or PUT whose body is not JSON: an HTML form on another site can send
     nothing else, and ``fetch`` cannot send JSON across sites without a preflight this server
     never grants. A dependency, not middleware, so that a method a path does not take is the
     router's 405 (with its ``Allow``), whatever its body."""
-    if request.method != "POST":
+    if request.method not in WITH_BODY:
         return
     media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
     if media != "application/json":

@@ -13,18 +13,23 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match, Route
+from starlette.routing import Match
 
 from segue.executor._log import get_logger
 from segue.executor.errors import (
     ConversationExhaustedError,
+    ConversationExistsError,
     ConversationNotFoundError,
+    InvalidCursorError,
+    InvalidDocumentError,
     InvalidMessageError,
+    InvalidMetadataError,
     MessageRejectedError,
     NotPausedError,
     SegueError,
     StoreLockedError,
     StoreUnavailableError,
+    UnsupportedOptionError,
 )
 from segue.server.schemas import ErrorBody
 
@@ -37,6 +42,13 @@ _REFUSALS: Final[dict[str, tuple[int, str]]] = {
     "exhausted": (409, "read_only"),
 }
 """A refused message's cause, as an HTTP status and a stable error code."""
+_INVALID: Final[tuple[tuple[type[SegueError], str], ...]] = (
+    (InvalidMetadataError, "invalid_metadata"),
+    (InvalidCursorError, "invalid_cursor"),
+    (InvalidDocumentError, "invalid_document"),
+    (UnsupportedOptionError, "unsupported_option"),
+)
+"""A caller's mistake the runtime refused before storing anything, as a 422's stable code."""
 _HTTP_CODES: Final = {
     401: "unauthorized",
     403: "forbidden",
@@ -71,6 +83,11 @@ def mapped(exc: Exception) -> JSONResponse:
         return error(status, code, str(exc))
     if isinstance(exc, NotPausedError):
         return error(409, "not_paused", str(exc))
+    if isinstance(exc, ConversationExistsError):
+        return error(409, "exists", str(exc))
+    for kind, code in _INVALID:
+        if isinstance(exc, kind):
+            return error(422, code, str(exc))
     if isinstance(exc, StoreUnavailableError | StoreLockedError):
         # The type only: the driver's text may name the database's host or file.
         message = f"the store cannot be used now ({type(exc).__name__}): try again shortly"
@@ -85,14 +102,53 @@ def mapped(exc: Exception) -> JSONResponse:
     return error(500, "internal", "the server failed; nothing of the request was lost")
 
 
+_METHODS: Final = ("DELETE", "GET", "PATCH", "POST", "PUT")
+
+
 def allowed_methods(request: Request) -> str:
     """Every method the request's path takes, for a 405's ``Allow`` (RFC 9110): Starlette's
-    router names only the first route it found for the path, not the others."""
-    methods: set[str] = set()
-    for route in request.app.router.routes:
-        if isinstance(route, Route) and route.matches(request.scope)[0] != Match.NONE:
-            methods |= route.methods or set()
-    return ", ".join(sorted(methods))
+    router names only the first route it found for the path, not the others.
+
+    An API path's are those its OpenAPI schema documents, the most literal template first
+    (``/api/conversations/import`` takes POST, though a conversation could be named
+    ``import``); any other path's (the page's), each method matched as a request of it would
+    be (the routes of included routers too, which FastAPI keeps behind routes of its own)."""
+    documented = _documented(request.app.openapi().get("paths", {}), _route_path(request))
+    if documented is not None:
+        return ", ".join(documented)
+    methods = []
+    for method in _METHODS:
+        asked = {**request.scope, "method": method}
+        if any(route.matches(asked)[0] == Match.FULL for route in request.app.router.routes):
+            methods.append(method)
+    return ", ".join(methods)
+
+
+def _route_path(request: Request) -> str:
+    """The request's path within the app (without the prefix it is mounted under)."""
+    path, root = request.url.path, str(request.scope.get("root_path", ""))
+    return path[len(root) :] if root and path.startswith(root) else path
+
+
+def _documented(paths: dict[str, Any], path: str) -> list[str] | None:
+    """The methods of the schema's path template that matches ``path`` with the most literal
+    segments, or None when none matches."""
+    parts = path.split("/")
+    best: tuple[int, list[str]] | None = None
+    for template, item in paths.items():
+        pattern = template.split("/")
+        if len(pattern) != len(parts):
+            continue
+        literal = [p.startswith("{") and p.endswith("}") for p in pattern]
+        if not all(
+            free or p == given for p, given, free in zip(pattern, parts, literal, strict=True)
+        ):
+            continue
+        score = literal.count(False)
+        if best is None or score > best[0]:
+            methods = sorted(m.upper() for m in item if m.upper() in _METHODS)
+            best = (score, methods)
+    return None if best is None else best[1]
 
 
 def readable(errors: Sequence[Any]) -> str:

@@ -10,13 +10,14 @@ response (Server-Sent Events) goes through untouched.
   this server's (or absent, as from curl or a program). Its body must also be JSON, which a
   cross-site HTML form cannot send: that is the routes' own requirement (``auth.requires_json``),
   so that a method a path does not take is answered 405.
-- ``BodyLimit`` counts a request body's bytes as the app reads them.
+- ``BodyLimit`` counts a request body's bytes as the app reads them (an import's document may
+  be larger than any other body).
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -44,6 +45,9 @@ SECURITY_HEADERS: Final = (
 )
 STATE_CHANGING: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 LOOPBACK_NAMES: Final = frozenset({"localhost"})
+LARGER_BODIES: Final[Mapping[str, int]] = {"/api/conversations/import": 64 * 1024 * 1024}
+"""Paths whose body may pass the app's bound, and by how much: an export of a long
+conversation (its whole transcript and event log) easily holds more than any message."""
 TEST_CLIENT_NAMES: Final = frozenset({"testserver"})
 """The host Starlette's ``TestClient`` addresses (as FastAPI's docs write tests): a single
 label, which no browser page reaches through DNS, so a rebinding page cannot use it."""
@@ -188,21 +192,24 @@ def _with_port(netloc: str, scheme: str) -> str:
 
 
 class BodyLimit:
-    """Count a request body's bytes as the app reads them: past ``limit`` it answers 413 itself,
-    and the app reads a disconnect (whatever the app then tries to answer is dropped). A body
-    sent in chunks has no ``Content-Length`` to refuse it by; one that has is refused at once."""
+    """Count a request body's bytes as the app reads them: past ``limit`` (or the path's own in
+    ``larger``) it answers 413 itself, and the app reads a disconnect (whatever the app then
+    tries to answer is dropped). A body sent in chunks has no ``Content-Length`` to refuse it
+    by; one that has is refused at once."""
 
-    def __init__(self, app: Asgi, *, limit: int) -> None:
+    def __init__(self, app: Asgi, *, limit: int, larger: Mapping[str, int] = LARGER_BODIES) -> None:
         self.app = app
         self.limit = limit
+        self.larger = larger
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.larger.get(_app_path(scope), self.limit)
         length = header(scope, b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.limit):
-            await self._too_large(send)
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            await self._too_large(send, limit)
             return
         seen = 0
         refused = False
@@ -214,9 +221,9 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.limit:
+                if seen > limit:
                     refused = True
-                    await self._too_large(send)
+                    await self._too_large(send, limit)
                     return {"type": "http.disconnect"}
             return message
 
@@ -226,6 +233,6 @@ class BodyLimit:
 
         await self.app(scope, counted, guarded)
 
-    async def _too_large(self, send: Send) -> None:
-        message = f"a request body may hold {self.limit:,} bytes"
+    async def _too_large(self, send: Send, limit: int) -> None:
+        message = f"a request body may hold {limit:,} bytes"
         await send_error(send, 413, "too_large", message, close=True)  # the rest goes unread

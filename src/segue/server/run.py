@@ -15,7 +15,7 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Final
+from typing import Any, Final
 
 from fastapi import FastAPI
 
@@ -32,6 +32,7 @@ from segue.server.ending import streams_end
 from segue.server.metrics import prometheus
 from segue.server.schemas import Info
 from segue.statemachine import ContextExhaustionBehavior
+from segue.statemachine.state import Compaction
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,6 +67,10 @@ class ServerConfig:
     the directory the server runs in (nothing is recorded outside a repository)."""
     metrics: bool = False
     """Expose the runtime's metrics at ``/metrics`` (``server.metrics``)."""
+    compaction: Compaction = "segue"
+    """Who compacts new ``compact_in_place`` conversations unless the request says."""
+    context_edits: tuple[dict[str, Any], ...] = ()
+    """The provider's context edits new conversations get unless the request says."""
 
     def __post_init__(self) -> None:
         if self.provider not in PROVIDERS:
@@ -155,6 +160,8 @@ def build_app(
         behavior=config.behavior,
         context_window=config.context_window,
         limits=config.limits,
+        compaction=config.compaction,
+        context_edits=list(config.context_edits),
     )
     return create_app(runtime, info=info, token=config.token, metrics=exported)
 

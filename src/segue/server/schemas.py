@@ -9,12 +9,34 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+)
 
+from segue.executor.stores._shared import (
+    MAX_ID_LENGTH,
+    MAX_METADATA_KEY,
+    MAX_METADATA_KEYS,
+    MAX_METADATA_VALUE,
+    checked_metadata,
+)
 from segue.statemachine import ContextExhaustionBehavior
 from segue.statemachine.options import ConversationOptions
-from segue.statemachine.state import MAX_PROMPT_CHARS
-from segue.views import ConversationView, LinkView, MessageView, SnapshotView, ToolCallView
+from segue.statemachine.state import MAX_PROMPT_CHARS, Compaction
+from segue.views import (
+    ID_PATTERN,
+    ConversationView,
+    LinkView,
+    MessageView,
+    SnapshotView,
+    ToolCallView,
+)
 
 MIN_WINDOW: Final = 1_000
 """The smallest context window a conversation may be created with: below it not even the
@@ -27,7 +49,42 @@ Instruction = Annotated[str, Field(min_length=1, max_length=MAX_PROMPT_CHARS, pa
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Strict: a JSON body says its types (``"pinned": 0`` is not a bool, ``"3"`` not a number);
+    # a number where a float is asked is still one.
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def storable_metadata(metadata: dict[str, str]) -> dict[str, str]:
+    """``metadata`` if a store can keep it (the runtime's bounds, and text UTF-8 can encode:
+    JSON can carry a lone surrogate, which no database takes), else a ``ValueError`` saying
+    what to change: refused with a 422 before anything is stored."""
+    for key, value in metadata.items():
+        for text in (key, value):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                msg = f"metadata {key[:40]!r} holds a lone surrogate, which no store can keep"
+                raise ValueError(msg) from None
+    return checked_metadata(metadata)
+
+
+Metadata = Annotated[
+    dict[
+        Annotated[str, Field(min_length=1, max_length=MAX_METADATA_KEY)],
+        Annotated[str, Field(max_length=MAX_METADATA_VALUE)],
+    ],
+    Field(max_length=MAX_METADATA_KEYS),
+    AfterValidator(storable_metadata),
+]
+"""The application's labels of a conversation (``{"user": "u-17", "title": "Tides"}``):
+string keys of 1 to 64 characters and values of at most 1,024, at most 64 pairs, no NUL."""
+ConversationId = Annotated[
+    str, Field(min_length=1, max_length=MAX_ID_LENGTH, pattern=f"^{ID_PATTERN.pattern}$")
+]
+"""An id the application chooses (an import's): ``segue.views.ID_PATTERN``."""
+
+
+_OPTIONS: Final = ConversationOptions.model_fields
 
 
 class CreateConversation(ConversationOptions):
@@ -42,19 +99,59 @@ class CreateConversation(ConversationOptions):
     """Tokens (at least 1,000, as the page and the CLI ask); left out: the model's window."""
     max_run_seconds: Annotated[StrictFloat, Field(gt=0, le=MAX_RUN_SECONDS)] | None = None
     """``checkpoint_restart``: past this many seconds, the limit ends the run."""
+    # The options' numbers again, strict: a JSON body says its types ("0.8" is not a number).
+    warning_threshold: Annotated[float, Field(gt=0, le=1, strict=True)] = _OPTIONS[
+        "warning_threshold"
+    ].default
+    continuation_threshold: Annotated[float, Field(gt=0, le=1, strict=True)] = _OPTIONS[
+        "continuation_threshold"
+    ].default
+    retry_base_delay: Annotated[float, Field(ge=0, le=600, strict=True)] = _OPTIONS[
+        "retry_base_delay"
+    ].default
+    retry_max_delay: Annotated[float, Field(ge=0, le=3600, strict=True)] = _OPTIONS[
+        "retry_max_delay"
+    ].default
+    temperature: Annotated[float, Field(ge=0, le=1, strict=True)] | None = None
+    metadata: Metadata | None = None
+    """The application's labels (``{"user": "u-17", "title": "Tides"}``): what it finds the
+    conversation by later; a ``title`` is shown as the conversation's title."""
 
     def options(self, server: Info, *, given: set[str]) -> ConversationOptions:
         """The conversation's options, with the server's own (``server``: its model,
         behaviour, window and bounds) where the request left them out (``given``: the fields
         the request set; a value does not say whether it was set or defaulted)."""
         model, behavior, context_window = server.model, server.behavior, server.context_window
-        asked = {name: value for name, value in self.model_dump().items() if name in given}
+        dumped = self.model_dump(exclude={"metadata"})
+        asked = {name: value for name, value in dumped.items() if name in given}
         fields = {**server.limits, **asked}
         fields["model"] = self.model or model
         fields["behavior"] = self.behavior or behavior
         if self.context_window is None and context_window is not None:
             fields["context_window"] = context_window
+        compacts = fields["behavior"] == ContextExhaustionBehavior.COMPACT_IN_PLACE
+        if "compaction" not in given and compacts:  # the server's only where it applies
+            fields["compaction"] = server.compaction
+        if "context_edits" not in given:
+            fields["context_edits"] = server.context_edits
         return ConversationOptions(**fields)
+
+
+class Purge(_Request):
+    """Which conversations a retention purge deletes."""
+
+    older_than: Annotated[float, Field(ge=0, le=MAX_RUN_SECONDS * 100, strict=True)]
+    """Seconds nobody wrote to the conversation (a message, a step, a pause all write):
+    ``2592000`` is 30 days."""
+    metadata: Metadata | None = None
+    """Only the conversations whose metadata holds every one of these pairs."""
+
+
+class Purged(BaseModel):
+    """What a purge did."""
+
+    deleted: int
+    """Conversations deleted (one whose turn runs is left for the next purge)."""
 
 
 class SendMessage(_Request):
@@ -124,11 +221,12 @@ _REASONS: Final = {
     "(`forbidden`).",
     404: "No such conversation, or no such snapshot of it (`not_found`).",
     409: "The conversation's state does not allow it (`busy`, `read_only`, `paused`, `failed`, "
-    "`not_paused`, `conflict`).",
+    "`not_paused`, `conflict`), or an import's id is taken (`exists`).",
     413: "The body is over the server's bound (`too_large`).",
     415: "The body is not JSON (`unsupported_media_type`).",
-    422: "The request is not valid; the message names the field (`invalid_request`, "
-    "`message_too_large`).",
+    422: "The request is not valid; the message names the field or says why (`invalid_request`, "
+    "`message_too_large`, `invalid_metadata`, `invalid_cursor`, `invalid_document`, "
+    "`unsupported_option`).",
     503: "The store cannot be used now; try again shortly (`unavailable`).",
 }
 
@@ -161,20 +259,28 @@ class Info(BaseModel):
     limits: dict[str, int | float] = Field(default_factory=dict)
     """The bounds a conversation created without them gets (``max_attempts``...; the
     library's defaults for those not named)."""
+    compaction: Compaction = "segue"
+    """Who compacts a ``compact_in_place`` conversation created without saying."""
+    context_edits: list[dict[str, Any]] = Field(default_factory=list)
+    """The provider's context edits of a conversation created without them."""
 
 
 __all__ = [
     "MAX_RUN_SECONDS",
     "MIN_WINDOW",
     "Continue",
+    "ConversationId",
     "ConversationView",
     "CreateConversation",
     "ErrorBody",
     "Info",
     "LinkView",
     "MessageView",
+    "Metadata",
     "Pause",
     "PauseView",
+    "Purge",
+    "Purged",
     "Resume",
     "SendMessage",
     "SnapshotView",

@@ -46,13 +46,13 @@ export class ApiError extends Error {
   }
 }
 
-// A request to the API; every state-changing one is JSON ("{}" when it has nothing to say),
-// which the server requires.
+// A request to the API; every one with a body is JSON ("{}" when it has nothing to say), which
+// the server requires (a DELETE says all in its address).
 export async function call(method, path, body) {
   const headers = { Accept: "application/json" };
   const bearer = sessionStorage.getItem(TOKEN_KEY);
   if (bearer) headers.Authorization = `Bearer ${bearer}`;
-  const sending = method !== "GET";
+  const sending = method === "POST" || method === "PUT";
   if (sending) headers["Content-Type"] = "application/json";
   const response = await fetch(address(path), {
     method,

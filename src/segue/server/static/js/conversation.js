@@ -2,6 +2,7 @@
 // update falls between the two; a first read that fails is tried again, saying so).
 
 import { conversationAddress, json } from "./api.js";
+import { wireDelete } from "./delete.js";
 import { followMessages, show, toNewest } from "./follow.js";
 import { limitPlan } from "./meter.js";
 import { wireSnapshots } from "./snapshots.js";
@@ -147,6 +148,7 @@ function wire() {
   $("start-new").addEventListener("click", startNew);
   $("read-summary").addEventListener("click", readSummary);
   wireSnapshots();
+  wireDelete();
   followMessages();
 }
 

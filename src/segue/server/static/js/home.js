@@ -1,43 +1,100 @@
-// The list of conversations and the form that creates one.
+// The list of conversations, a page at a time ("More" follows the Link header's next page),
+// and the form that creates one.
 
-import { conversationAddress, json } from "./api.js";
+import { call, conversationAddress, json } from "./api.js";
 import { percentText, shownTokens } from "./meter.js";
 import { $, clearProblem, showProblem } from "./ui.js";
+
+const PAGE = 20; // conversations a page of the list holds
+let next = null; // the next page's address, from the last page's Link header
+
+// The address of the next page a Link header names (rel="next"), relative to the page's root,
+// or null on the last page.
+export function nextPage(link) {
+  const found = /<([^>]+)>\s*;\s*rel="?next"?/.exec(link || "");
+  if (!found) return null;
+  const target = new URL(found[1], document.baseURI);
+  const root = new URL(document.baseURI).pathname;
+  return target.pathname.startsWith(root) ? target.pathname.slice(root.length) + target.search : null;
+}
+
+// The create form's body: what the person filled in, and nothing else (the server's own
+// settings apply to the rest); throws with words to show when the context edits are not JSON.
+function asked() {
+  const body = { behavior: $("behavior").value };
+  const text = (id) => $(id).value.trim();
+  if (text("system")) body.system = text("system");
+  const window = Number($("context-window").value);
+  if (window) body.context_window = window;
+  if (text("summary-prompt")) body.summary_prompt = text("summary-prompt");
+  if (text("summary-model")) body.summary_model = text("summary-model");
+  if (body.behavior === "compact_in_place") body.compaction = $("compaction").value;
+  if (text("new-title")) body.metadata = { title: text("new-title") };
+  if (text("context-edits")) {
+    try {
+      body.context_edits = JSON.parse(text("context-edits"));
+    } catch (error) {
+      throw new Error(`The context edits are not JSON: ${error.message}`);
+    }
+  }
+  return body;
+}
+
+function showCompaction() {
+  $("compaction-choice").hidden = $("behavior").value !== "compact_in_place";
+}
 
 export async function home(info) {
   $("home").hidden = false;
   document.title = "segue: conversations";
   if (info?.context_window) $("context-window").placeholder = `${info.context_window} (this server's)`;
   if (info?.behavior) $("behavior").value = info.behavior;
+  if (info?.compaction) $("compaction").value = info.compaction;
+  showCompaction();
+  $("behavior").addEventListener("change", showCompaction);
   $("create").addEventListener("submit", async (event) => {
     event.preventDefault();
     clearProblem();
-    const body = { behavior: $("behavior").value };
-    const system = $("system").value.trim();
-    if (system) body.system = system;
-    const window = Number($("context-window").value);
-    if (window) body.context_window = window;
-    const summaryPrompt = $("summary-prompt").value.trim();
-    if (summaryPrompt) body.summary_prompt = summaryPrompt;
-    const summaryModel = $("summary-model").value.trim();
-    if (summaryModel) body.summary_model = summaryModel;
     try {
-      const created = await json("POST", "api/conversations", body);
+      const created = await json("POST", "api/conversations", asked());
       location.assign(conversationAddress(created.id));
     } catch (error) {
       showProblem(error);
     }
   });
-  const list = $("conversations");
-  const conversations = await json("GET", "api/conversations");
-  list.replaceChildren(...conversations.map(listed));
-  $("no-conversations").hidden = conversations.length > 0;
+  $("more").addEventListener("click", more);
+  await load(`api/conversations?limit=${PAGE}`, true);
+}
+
+// One page of the list, after the ones shown (or in their place: `first`).
+async function load(path, first) {
+  const response = await call("GET", path);
+  const conversations = await response.json();
+  next = nextPage(response.headers.get("link"));
+  const items = conversations.map(listed);
+  if (first) $("conversations").replaceChildren(...items);
+  else $("conversations").append(...items);
+  $("no-conversations").hidden = !first || conversations.length > 0;
+  $("more").hidden = next === null;
+}
+
+async function more() {
+  if (next === null) return;
+  clearProblem();
+  $("more").disabled = true;
+  try {
+    await load(next, false);
+  } catch (error) {
+    showProblem(error);
+  } finally {
+    $("more").disabled = false;
+  }
 }
 
 const WHEN = { dateStyle: "medium", timeStyle: "short" };
 
-// One conversation in the list: its title (the first words of its first message), and when,
-// in what phase and how full.
+// One conversation in the list: its title (its own, or the first words of its first
+// message), and when, in what phase and how full.
 function listed(conversation) {
   const item = document.createElement("li");
   const link = document.createElement("a");

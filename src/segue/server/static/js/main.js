@@ -2,7 +2,8 @@
 // Modules by concern: api (addresses, token, requests, event streams), markdown (safe
 // rendering), meter (figures and words about the limit), messages (the transcript), follow
 // (keeping the newest message in view), view (one conversation's state drawn), snapshots,
-// stream (updates as they come), conversation (its buttons), home.
+// delete (asking first), stream (updates as they come), conversation (its buttons), home (the
+// list a page at a time, the create form).
 
 import { conversationInAddress, json, takeToken } from "./api.js";
 import { openConversation } from "./conversation.js";

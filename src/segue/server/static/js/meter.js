@@ -92,3 +92,23 @@ export function warningText(tokens, state) {
   const limit = thresholdText(state.continuation_tokens, state.context_window);
   return `Context ${full}% full: at ${limit}% ${plan.then}.`;
 }
+
+// Where a conversation's window came from, in the meter's row: said plainly when nobody knew
+// it (segue assumed the provider's smallest), quietly when someone reported it.
+const WINDOW_SOURCES = {
+  given: "window given",
+  server: "window from the server",
+  table: "window from segue's table",
+};
+const ASSUMED_WHY =
+  "Nobody reported this model's window: segue assumed its provider's smallest. " +
+  "Create the conversation with its context window to set it.";
+
+export function windowSource(state) {
+  const source = state.context_window_source;
+  if (source === "assumed") {
+    return { text: `window assumed: ${state.context_window.toLocaleString("en")} tokens`, assumed: true, why: ASSUMED_WHY };
+  }
+  const text = WINDOW_SOURCES[source];
+  return text ? { text, assumed: false, why: `The window, ${state.context_window.toLocaleString("en")} tokens: ${text}.` } : null;
+}

@@ -11,6 +11,25 @@ import { markPhase, reload, render, showMissing, view } from "./view.js";
 
 const RETRY_WATCH = 1000; // ms before watching again after the stream broke
 
+const CLEARED = {
+  clear_tool_uses_20250919: "old tool results",
+  clear_thinking_20251015: "old thinking",
+};
+
+// A note about what the provider did in this turn: drawn again after the turn's end reads the
+// transcript back (which holds no note), until the next turn begins.
+function keepNote(text) {
+  view.turnNotes.push(text);
+  note(text);
+}
+
+// What the provider cleared from the context before it answered, as a person reads it.
+function editedText(update) {
+  const what = CLEARED[update.strategy] || update.strategy;
+  const tokens = Number(update.cleared_input_tokens).toLocaleString("en");
+  return `The provider cleared ${what} (${update.cleared}) from the context: ${tokens} tokens.`;
+}
+
 // What a refused message's error says to the person who wrote it, beside the box it is still in.
 function refusal(error, pinned) {
   if (!(error instanceof ApiError)) return `The message was not sent: ${error.message ?? error}`;
@@ -46,6 +65,7 @@ async function safeReload() {
 async function apply(name, update, foreign) {
   switch (name) {
     case "user_message":
+      view.turnNotes = []; // a new turn: the last one's notes have been read
       if (foreign) {
         renderMessage({ kind: "user", text: update.text, pinned: update.pinned });
         markPhase("llm_requesting");
@@ -80,6 +100,12 @@ async function apply(name, update, foreign) {
     case "compacted":
       note("Older messages were summarised to make room.");
       break;
+    case "fallback":
+      keepNote("The provider could not compact this conversation; segue compacts it instead.");
+      break;
+    case "context_edited":
+      keepNote(editedText(update));
+      break;
     case "notice":
       note(
         update.effect === "notify_tool_round_limit"
@@ -107,6 +133,7 @@ export async function send() {
   }
   clearSendProblem();
   const pinned = $("pin").checked;
+  view.turnNotes = [];
   view.streaming = true;
   view.mine += 1; // its copy on the watch stream may come before the POST's answer
   const shown = renderMessage({ kind: "user", text, pinned });

@@ -4,8 +4,8 @@
 
 import { conversationAddress, json } from "./api.js";
 import { toNewest } from "./follow.js";
-import { clearMessages, LiveReplies, renderMessage } from "./messages.js";
-import { levelOf, limitPlan, setMeter, shownTokens, warningText } from "./meter.js";
+import { clearMessages, LiveReplies, note, renderMessage } from "./messages.js";
+import { levelOf, limitPlan, setMeter, shownTokens, warningText, windowSource } from "./meter.js";
 import { renderSnapshots } from "./snapshots.js";
 import { $ } from "./ui.js";
 
@@ -45,6 +45,8 @@ export const view = {
   tools: new Map(), // tool call id -> its note
   reloads: 0,
   overtaken: false, // an update from another tab's turn came while the state was being read
+  chainLength: 1, // conversations in its continuation chain, itself included
+  turnNotes: [], // what the provider did in the last turn (a fallback, what it cleared)
 };
 
 // A pause was asked for and waits for the running turn's boundary (said by the stored state,
@@ -113,8 +115,17 @@ export function render() {
   $("title").textContent = state.title || "New conversation";
   $("title").title = state.id;
   document.title = `segue: ${state.title || "new conversation"}`;
-  $("phase").textContent = `${phase.replaceAll("_", " ")} · ${state.behavior.replaceAll("_", " ")} · ${state.model}`;
+  $("phase").textContent = [
+    phase.replaceAll("_", " "),
+    state.behavior.replaceAll("_", " "),
+    state.model,
+    compactionWords(state),
+  ]
+    .filter(Boolean)
+    .join(" · ");
   setMeter(view.tokens, state.context_window, levelOf(view.tokens, state), state);
+  renderWindowSource(state);
+  $("delete").hidden = view.missing;
   renderBanners(state);
   const child = $("child-link");
   child.hidden = !state.child_id;
@@ -123,6 +134,22 @@ export function render() {
   parent.hidden = !state.parent_id;
   if (state.parent_id) parent.href = conversationAddress(state.parent_id);
   $("chain").hidden = !state.child_id && !state.parent_id;
+}
+
+// Who compacts a conversation that compacts in place (said once the provider could not).
+function compactionWords(state) {
+  if (state.compaction_fallback) return "segue compacts (the provider could not)";
+  return state.compaction === "provider" ? "the provider compacts" : null;
+}
+
+function renderWindowSource(state) {
+  const shown = windowSource(state);
+  const node = $("window-source");
+  node.hidden = shown === null;
+  if (shown === null) return;
+  node.textContent = shown.text;
+  node.title = shown.why;
+  node.classList.toggle("assumed", shown.assumed);
 }
 
 function renderBanners(state) {
@@ -200,7 +227,7 @@ export function showMissing() {
   $("title").textContent = "No such conversation";
   $("missing").hidden = false;
   $("missing-id").textContent = view.id;
-  for (const id of ["warning", "working", "exhausted", "failed", "paused", "next"]) $(id).hidden = true;
+  for (const id of ["warning", "working", "exhausted", "failed", "paused", "next", "delete"]) $(id).hidden = true;
   renderControls(null);
 }
 
@@ -232,10 +259,12 @@ function draw(state, messages, snapshots, chain) {
   view.tools.clear();
   clearMessages();
   for (const message of messages) renderMessage(message);
+  for (const text of view.turnNotes) note(text);
   const lastUser = messages.findLast((message) => message.kind === "user");
   view.echo = lastUser ? lastUser.text : null;
   setState(state);
   renderSnapshots(snapshots, view.path);
+  view.chainLength = chain.length;
   const place = chain.findIndex((link) => link.id === view.id);
   $("chain-place").textContent = chain.length > 1 && place >= 0 ? `Part ${place + 1} of ${chain.length}` : "";
   if (!view.drawn) {

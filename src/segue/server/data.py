@@ -1,0 +1,141 @@
+"""The routes a chat backend keeps its conversations with (``docs/data.md``): replace a
+conversation's metadata, delete it (or its whole chain), export it as one JSON document, import
+such a document, and purge what nobody wrote to for a while. The application stores nothing of
+its own: the labels it finds a user's conversations by are the conversations' metadata, and
+``GET /api/conversations?metadata.user=...`` pages through them (``conversations``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Query, Response
+
+from segue.executor.errors import ConversationBusyError, ConversationExistsError
+from segue.executor.runtime import Runtime
+from segue.server.conversations import StateViews
+from segue.server.errors import ApiError
+from segue.server.schemas import (
+    ABOUT_ONE,
+    EVERY_ROUTE,
+    SENDING,
+    ConversationId,
+    ConversationView,
+    Metadata,
+    Purge,
+    Purged,
+    documented,
+)
+
+_DOCUMENT_EXAMPLE = {"format": "segue.conversation", "version": 1, "conversation": {}}
+_EXPORT_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The conversation as one JSON document (`docs/data.md`): its state, "
+        "whole transcript, event log, snapshots, pending work, metadata, lineage and usage.",
+        "content": {"application/json": {"schema": {"type": "object"}}},
+    }
+}
+
+
+def _busy(conversation_id: str, doing: str, way_out: str) -> ApiError:
+    """A 409 ``busy`` in the API's words (the runtime's name Python arguments)."""
+    message = f"conversation {conversation_id} is answering a turn: {doing}; {way_out}"
+    return ApiError(409, "busy", message)
+
+
+def router(runtime: Runtime, views: StateViews) -> APIRouter:
+    """The routes over ``runtime``; ``views`` forgets the titles of what is deleted."""
+    routes = APIRouter(prefix="/api", responses=documented(*EVERY_ROUTE))
+    _keeping(routes, runtime, views)
+    _moving(routes, runtime, views)
+    return routes
+
+
+def _keeping(routes: APIRouter, runtime: Runtime, views: StateViews) -> None:
+    """Labelling conversations, deleting one (or its chain), and retention."""
+
+    @routes.put(
+        "/conversations/{conversation_id}/metadata", responses=documented(*ABOUT_ONE, *SENDING)
+    )
+    async def set_metadata(
+        conversation_id: str, metadata: Annotated[Metadata, Body()]
+    ) -> ConversationView:
+        """Replace the conversation's metadata with the body (``{"user": "u-17", "title":
+        "Tides"}``; ``{}`` removes every label). A ``title`` is shown as its title."""
+        stored = await runtime.set_metadata(conversation_id, metadata)
+        return await views.of(stored.state, stored)
+
+    @routes.delete(
+        "/conversations/{conversation_id}",
+        status_code=204,
+        response_class=Response,
+        responses=documented(*ABOUT_ONE, 409),
+    )
+    async def delete(
+        conversation_id: str,
+        chain: Annotated[bool, Query()] = False,
+        cancel: Annotated[bool, Query()] = False,
+    ) -> Response:
+        """Delete the conversation: its transcript, event log, snapshots, metadata, pending
+        work and files. ``chain=true``: its whole continuation chain (otherwise its neighbours
+        only lose the link). A turn that runs is refused, 409 ``busy``, before anything is
+        deleted; ``cancel=true`` stops it first."""
+        try:
+            deleted = await runtime.delete_conversation(conversation_id, chain=chain, cancel=cancel)
+        except ConversationBusyError as error:
+            doing = "nothing was deleted"
+            raise _busy(error.conversation_id, doing, "wait for it, or add ?cancel=true") from None
+        views.forget(deleted)
+        return Response(status_code=204)
+
+    @routes.post("/purge", responses=documented(413, 415, 422))
+    async def purge(body: Purge) -> Purged:
+        """Retention: delete the conversations nobody wrote to for ``older_than`` seconds
+        (only those whose metadata holds every pair of ``metadata``), each alone, as ``DELETE``
+        deletes one; one whose turn runs is left for the next purge."""
+        deleted = await runtime.purge(older_than=body.older_than, metadata=body.metadata)
+        return Purged(deleted=deleted)
+
+
+def _moving(routes: APIRouter, runtime: Runtime, views: StateViews) -> None:
+    """A conversation out as one document, and in again here or in another deployment."""
+
+    @routes.get(
+        "/conversations/{conversation_id}/export",
+        responses={**_EXPORT_RESPONSE, **documented(*ABOUT_ONE, 409)},
+    )
+    async def export(conversation_id: str) -> dict[str, Any]:
+        """The conversation as one JSON document, for ``POST /api/conversations/import`` here
+        or in another deployment. A turn that runs is refused, 409 ``busy``: the document
+        would be out of date before it is sent."""
+        try:
+            return await runtime.export_conversation(conversation_id)
+        except ConversationBusyError:
+            raise _busy(
+                conversation_id, "its state would be out of date", "export it after"
+            ) from None
+
+    @routes.post(
+        "/conversations/import",
+        status_code=201,
+        responses=documented(409, 413, 415, 422),
+    )
+    async def import_(
+        document: Annotated[dict[str, Any], Body(examples=[_DOCUMENT_EXAMPLE])],
+        conversation_id: Annotated[ConversationId | None, Query()] = None,
+    ) -> ConversationView:
+        """Store the conversation an export holds, under ``conversation_id`` when given (else
+        its own id): it continues where it was. A document that is not a sound export is
+        refused, 422 ``invalid_document`` saying why; an id taken, 409 ``exists``; either way
+        nothing is stored. Documents over the server's bound on a body (64 MB) go through
+        ``segue import``."""
+        try:
+            state = await runtime.import_conversation(document, conversation_id=conversation_id)
+        except ConversationExistsError as error:
+            way = "import it under another id (?conversation_id=...) or delete that one first"
+            raise ApiError(409, "exists", f"{error}: {way}") from None
+        views.forget([state.id])
+        return await views.read(state.id)
+
+
+__all__ = ["router"]
