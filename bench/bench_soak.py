@@ -108,7 +108,10 @@ def steps(db: Path) -> int:
     if not db.exists():  # the workers have not made it yet
         return 0
     with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as db_:
-        return int(db_.execute("SELECT count(*) FROM transitions").fetchone()[0])
+        try:
+            return int(db_.execute("SELECT count(*) FROM transitions").fetchone()[0])
+        except sqlite3.OperationalError:  # the file is there, its tables not yet
+            return 0
 
 
 def sample(pid: int) -> tuple[int, int] | None:

@@ -1252,3 +1252,24 @@ def test_a_pause_while_something_else_holds_the_lock_is_taken_at_once(tmp_path: 
         await rt.close()
 
     asyncio.run(main())
+
+
+def test_the_scripted_model_keeps_only_its_latest_requests() -> None:
+    """An offline server or a soak answers millions of requests: the scripted model remembers
+    the latest ``remember`` of them (what a test reads), never every prompt it saw."""
+
+    async def main() -> None:
+        model = ScriptedModel(remember=3, exact_preflight=True)
+        rt = Runtime(store=MemoryStore(), llm=model)
+        conv = await rt.create_conversation(model=MODEL)
+        for number in range(10):
+            await rt.send(conv.id, f"message {number}")
+        assert 3 <= len(model.requests) < 6
+        assert len(model.counted) < 6
+        last = [m.text for m in model.requests[-1].messages if m.kind == "user"]
+        assert last[-1] == "message 9"  # the newest are the ones kept
+        await rt.close()
+
+    asyncio.run(main())
+    with pytest.raises(ValueError, match="remember"):
+        ScriptedModel(remember=0)

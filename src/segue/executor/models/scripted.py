@@ -45,6 +45,8 @@ class ScriptedModel(BaseLlmModel):
     ``chunk_chars`` and ``chunk_delay`` shape the stream: text goes out in pieces of about that
     many characters, ``chunk_delay`` seconds apart (0: as fast as the loop allows). ``default``
     answers once the script is used up (None: the built-in deterministic answers).
+    ``remember``: how many of the latest requests ``requests`` and ``counted`` keep (a test reads
+    them; an offline server or a soak answering millions must not keep every prompt it saw).
     """
 
     def __init__(
@@ -59,9 +61,13 @@ class ScriptedModel(BaseLlmModel):
         chunk_chars: int = 24,
         chunk_delay: float = 0.0,
         default: Callable[[LlmRequest], LlmReply] | None = None,
+        remember: int = 1_000,
     ) -> None:
         if chunk_chars < 1:
             raise ValueError("chunk_chars must be at least 1")
+        if remember < 1:
+            raise ValueError("remember must be at least 1")
+        self._remember = remember
         self._script: deque[Step] = deque(script)
         self._window = window
         self._reply_chars = reply_chars
@@ -72,9 +78,10 @@ class ScriptedModel(BaseLlmModel):
         self._chunk_delay = chunk_delay
         self._fallback = default
         self.counted: list[LlmRequest] = []
-        """The requests ``count_tokens`` answered, in order."""
+        """The requests ``count_tokens`` answered, in order (the latest ``remember`` of them)."""
         self._turns = 0
         self.requests: list[LlmRequest] = []
+        """The requests ``complete`` was given, in order (the latest ``remember`` of them)."""
 
     def extend(self, steps: Iterable[Step]) -> None:
         """Queue more scripted steps."""
@@ -83,7 +90,7 @@ class ScriptedModel(BaseLlmModel):
     async def complete(self, request: LlmRequest) -> LlmReply:
         """Answer one request (see the class docstring), streaming its text to
         ``request.on_text``."""
-        self.requests.append(request)
+        self._keep(self.requests, request)
         on_text = request.on_text
         if self._delay:
             await asyncio.sleep(self._delay)
@@ -163,8 +170,15 @@ class ScriptedModel(BaseLlmModel):
         """The scripted provider's exact count of ``request``, if exact pre-flight is on."""
         if not self.exact_preflight:
             return None
-        self.counted.append(request)
+        self._keep(self.counted, request)
         return prompt_tokens(request)
+
+    def _keep(self, kept: list[LlmRequest], request: LlmRequest) -> None:
+        """Append ``request``, forgetting the oldest past twice ``remember`` (a list stays a
+        list for the tests that compare it; the trim is paid once per ``remember`` requests)."""
+        kept.append(request)
+        if len(kept) >= 2 * self._remember:
+            del kept[: len(kept) - self._remember]
 
 
 def _quoted(text: str, limit: int) -> str:
