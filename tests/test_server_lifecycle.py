@@ -97,6 +97,8 @@ class Gate:
         self.listener: socket.socket | None = None
         self.threads: list[threading.Thread] = []
         self.sockets: list[socket.socket] = []
+        self.closed = False
+        self.lock = threading.Lock()  # a connection accepted while close() runs is closed too
 
     def open(self) -> None:
         listener = socket.create_server(("127.0.0.1", self.port))
@@ -115,10 +117,19 @@ class Gate:
                 client, _ = self.listener.accept()
             except OSError:  # closed
                 return
-            upstream = socket.create_connection(("127.0.0.1", self.target))
-            self.sockets += [client, upstream]
-            self._start(self._pipe, client, upstream)
-            self._start(self._pipe, upstream, client)
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:
+                client.close()
+                continue
+            with self.lock:
+                if self.closed:  # close() has run: nothing would ever close these
+                    client.close()
+                    upstream.close()
+                    return
+                self.sockets += [client, upstream]
+                self._start(self._pipe, client, upstream)
+                self._start(self._pipe, upstream, client)
 
     @staticmethod
     def _pipe(source: socket.socket, sink: socket.socket) -> None:
@@ -129,6 +140,8 @@ class Gate:
             sink.shutdown(socket.SHUT_WR)
 
     def close(self) -> None:
+        with self.lock:
+            self.closed = True
         if self.listener is not None:
             self.listener.close()
         for opened in self.sockets:

@@ -99,11 +99,7 @@ class Conversations:
             options = ConversationOptions(**fields)
         elif fields:
             options = ConversationOptions.model_validate(options.model_dump() | fields)
-        window = (
-            Window(options.context_window, options.window_source or "given")
-            if options.context_window
-            else await window_of(self._setup.llm, options.model)
-        )
+        window = await self._window(options)
         config = options.config(
             conversation_id=conversation_id or uuid.uuid4().hex,
             parent_id=parent_id,
@@ -131,6 +127,12 @@ class Conversations:
             parent_id=parent_id,
         )
         return stored.state
+
+    async def _window(self, options: ConversationOptions) -> Window:
+        """The window ``options`` give, else the model's (the provider's word, or the table's)."""
+        if options.context_window:
+            return Window(options.context_window, options.window_source or "given")
+        return await window_of(self._setup.llm, options.model)
 
     async def options(self, conversation_id: str) -> ConversationOptions:
         """The options the conversation was created with (as ``start_new_from`` passes them

@@ -99,7 +99,22 @@ def create_app(
     errors.install(app)
     pages.install(app)
     app.include_router(health.router(runtime, start))  # probes carry no token
-    guard = Depends(bearer(token))
+    _routes(app, runtime, shown, pauses, end, guard=Depends(bearer(token)), metrics=metrics)
+    _middleware(app, start, token=token, allowed_hosts=allowed_hosts)
+    return app
+
+
+def _routes(
+    app: FastAPI,
+    runtime: Runtime,
+    shown: Info,
+    pauses: Pauses,
+    end: StreamsEnd,
+    *,
+    guard: Any,
+    metrics: Metrics | None,
+) -> None:
+    """The API's routes, each behind ``guard`` (the token), and the schema behind it too."""
     checks = [guard, Depends(requires_json)]
     views = conversations.StateViews(runtime)
     app.include_router(conversations.router(runtime, views, shown), dependencies=checks)
@@ -113,9 +128,6 @@ def create_app(
     @app.get("/openapi.json", include_in_schema=False, dependencies=[guard])
     async def schema() -> dict[str, Any]:
         return app.openapi()
-
-    _middleware(app, start, token=token, allowed_hosts=allowed_hosts)
-    return app
 
 
 def _middleware(
