@@ -174,6 +174,7 @@ RUN_BY_A_TEST = (
     "OpenAIModel(AsyncOpenAI()",
     "TestClient(app)",
     "InMemorySpanExporter()",
+    "export_conversation(newest)",
 )
 """What names each Python block for the test that runs it."""
 
@@ -183,6 +184,14 @@ def test_tracing_example_prints_the_spans_of_a_turn(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert result.stdout.strip() == "['chat claude-sonnet-4-6', 'segue.turn']"
+
+
+def test_a_users_conversations_example_pages_deletes_and_moves_one(tmp_path: Path) -> None:
+    result = _run(_block("export_conversation(newest)"), tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    said = "['Taxes', 'Moving house']\n['Tides'] None\nTrue idle"
+    assert result.stdout.strip() == said  # what the README says it prints
 
 
 def test_every_python_block_is_run_by_a_test() -> None:
