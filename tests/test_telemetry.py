@@ -314,3 +314,59 @@ print(sorted(m for m in sys.modules if m.startswith("opentelemetry")))
     )
     assert done.stdout.strip() == "[]"
     assert done.stderr == ""
+
+
+def test_a_turn_the_sampler_leaves_out_leaves_its_calls_and_tools_out_and_keeps_its_metrics(
+    seen: Seen,
+) -> None:
+    """Sampled one turn in two, by a sampler that samples every child span: the unsampled turn
+    has no span at all, not an inference or tool span of a trace that was not kept (segue
+    follows the turn's decision, as ``ParentBased`` samplers do); its metrics are recorded all
+    the same."""
+    from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
+
+    class EveryOtherTurn(Sampler):
+        def __init__(self) -> None:
+            self.turns = 0
+
+        def should_sample(self, parent_context: Any, *args: Any, **kwargs: Any) -> SamplingResult:
+            parent = trace.get_current_span(parent_context).get_span_context()
+            if parent.is_valid:  # a child is always sampled: segue leaves it out itself
+                sampled = True
+            else:
+                self.turns += 1
+                sampled = self.turns % 2 == 1
+            return SamplingResult(Decision.RECORD_AND_SAMPLE if sampled else Decision.DROP)
+
+        def get_description(self) -> str:
+            return "every other turn"
+
+    script = [
+        LlmReply(tool_calls=(ToolCall(id="t1", name="lookup", input={}),), stop_reason="tool_use"),
+        LlmReply(text="First."),
+        LlmReply(tool_calls=(ToolCall(id="t2", name="lookup", input={}),), stop_reason="tool_use"),
+        LlmReply(text="Second."),
+    ]
+    provider = TracerProvider(sampler=EveryOtherTurn())
+    provider.add_span_processor(SimpleSpanProcessor(seen.spans))
+
+    async def main() -> None:
+        rt = Runtime(
+            store=MemoryStore(),
+            llm=ScriptedModel(script),
+            tools=[LOOKUP],
+            tracer_provider=provider,
+            meter_provider=MeterProvider(metric_readers=[seen.reader]),
+        )
+        async with rt:
+            conv = await rt.create_conversation(model=MODEL, context_window=WINDOW)
+            await rt.send(conv.id, "one")
+            await rt.send(conv.id, "two")
+
+    asyncio.run(main())
+    names = sorted(span.name for span in seen.spans.get_finished_spans())
+    assert names == [f"chat {MODEL}", f"chat {MODEL}", "execute_tool lookup", "segue.turn"]
+    traces = {span.context.trace_id for span in seen.spans.get_finished_spans()}
+    assert len(traces) == 1  # all of the sampled turn, none of the other
+    assert sum(p.count for p in seen.points("segue.turn.duration")) == 2
+    assert sum(p.count for p in seen.points("gen_ai.client.operation.duration")) == 4

@@ -172,7 +172,7 @@ class OtelTelemetry(Telemetry):
             return None
         turn = _Turn(conversation_id, tracer, meters, time.perf_counter())
         if tracer is not None:
-            turn.span = span = tracer.start_span(
+            span = tracer.start_span(
                 "segue.turn",
                 kind=SpanKind.INTERNAL,
                 attributes={
@@ -181,6 +181,12 @@ class OtelTelemetry(Telemetry):
                 },
             )
             turn.token = context.attach(trace.set_span_in_context(span))
+            if span.is_recording():
+                turn.span = span
+            else:
+                # A turn the sampler left out: its model calls and tools are left out with it
+                # (as ``ParentBased`` samplers decide), and nothing is built for any of them.
+                turn.tracer = None
         self._active += 1
         return turn, _TURN.set(turn)
 
@@ -196,10 +202,11 @@ class OtelTelemetry(Telemetry):
             behavior = state.behavior.value if state is not None else "unknown"
             elapsed = time.perf_counter() - turn.started
             turn.meters.turns.record(elapsed, {"segue.behavior": behavior})
+        if turn.token is not None:
+            context.detach(turn.token)
         span = turn.span
         if span is None:
             return
-        context.detach(turn.token)
         if state is not None:
             span.set_attributes(turn_attributes(turn.before, state))
         if error is not None:
@@ -220,9 +227,11 @@ class OtelTelemetry(Telemetry):
         turn = _TURN.get()
         if turn is None or turn.conversation_id != before.id:
             return  # not a step of a turn being observed
+        meters, span = turn.meters, turn.span
+        if meters is None and span is None:
+            return  # an unsampled turn, and no metrics
         if turn.before is None:
             turn.before = before
-        meters, span = turn.meters, turn.span
         if meters is not None:
             meters.commits.record(seconds, {"segue.store": store})
             if isinstance(event, _ANSWERS) and after.context_tokens is not None:
@@ -281,8 +290,8 @@ class OtelTelemetry(Telemetry):
 
     def inference_begins(self, request: LlmRequest, llm: LlmModel) -> Any:
         turn = _TURN.get()
-        if turn is None:
-            return None
+        if turn is None or (turn.tracer is None and turn.meters is None):
+            return None  # not observed, or an unsampled turn without metrics
         provider = llm.provider_name if names_provider(llm) else "unknown"
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
