@@ -10,11 +10,12 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import httpx2
 import pytest
 from fastapi import FastAPI
+from fastapi.responses import JSONResponse
 
 from api import create, error, gated_app, held_turn, send
 from segue import (
@@ -255,3 +256,49 @@ def test_a_watch_stream_ends_when_the_server_stops_and_leaves_nothing_running() 
             assert await settled(others)
 
     asyncio.run(scenario())
+
+
+OPEN_ENDS: Final = {"01", "08"}
+"""Linux's TCP states of a socket its owner has not closed: established, and close-wait (the
+far end closed it, this one not yet)."""
+
+
+def _open_to(port: int) -> int:
+    """Sockets on this machine connected to ``port`` that their owner has not closed (Linux's
+    ``/proc/net/tcp``)."""
+    count = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if int(fields[2].split(":")[1], 16) == port and fields[3] in OPEN_ENDS:
+            count += 1
+    return count
+
+
+def _keeping_alive() -> FastAPI:
+    """A provider's server that knows no model and keeps every connection open (HTTP/1.1
+    keep-alive, as real APIs do): what a server's window lookups leave pooled."""
+    upstream = FastAPI()
+
+    @upstream.api_route("/{path:path}", methods=["GET", "POST"])
+    async def unknown(path: str) -> JSONResponse:
+        return JSONResponse({"error": {"message": f"no {path} here"}}, status_code=404)
+
+    return upstream
+
+
+def test_a_stopped_server_leaves_no_connection_to_the_provider_open(tmp_path: Path) -> None:
+    """The model's pooled connections belong to the server's event loop: as the server stops
+    they are closed, not left for the garbage collector (whose ResourceWarning falls wherever
+    it runs); served again, the app opens connections of its own."""
+    with live_server(_keeping_alive()) as provider:
+        port = int(provider.rsplit(":", 1)[1].split("/")[0])
+        config = ServerConfig(
+            db=tmp_path / "s.db", provider="openai", api_key="sk-test", base_url=f"{provider}/v1"
+        )
+        app = build_app(config)
+        for served in range(2):  # stopped, then served again: its model still reaches the provider
+            with live_server(app) as url, httpx2.Client(base_url=url, timeout=60) as http:
+                made = create(http, model=f"house-model-{served}")  # its window asked upstream
+                assert made["context_window_source"] == "assumed"
+                assert _open_to(port) >= 1  # the lookups' connection, pooled
+            assert _open_to(port) == 0

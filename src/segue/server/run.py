@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import socket
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -22,7 +23,15 @@ from fastapi import FastAPI
 from segue import __version__
 from segue.executor.errors import SegueError
 from segue.executor.model_port import LlmModel
-from segue.executor.models.providers import DEFAULT_MODELS, PROVIDERS, Provider, build_llm
+from segue.executor.models.providers import (
+    DEFAULT_MODELS,
+    PROVIDERS,
+    Provider,
+    adapter,
+    build_llm,
+    new_client,
+    release_connections,
+)
 from segue.executor.runtime import Runtime
 from segue.executor.snapshots import git_context
 from segue.executor.store_port import Store
@@ -146,9 +155,14 @@ def build_app(
         raise UnsafeBindError(msg)
     offline = config.api_key is None
     exported = prometheus() if config.metrics else None
+    client = None  # the provider's client, made here: its connections are released at a stop
+    if config.api_key is not None:
+        client = new_client(
+            config.provider, config.api_key, base_url=config.base_url, headers=config.headers
+        )
     runtime = Runtime(
         store=store or build_store(config),
-        llm=build_model(config),
+        llm=build_model(config) if client is None else adapter(config.provider, client),
         tools=tools if tools is not None else demo_tools() if offline else None,
         snapshot_context=git_context(config.repo or Path.cwd()),
         meter_provider=exported.meter_provider if exported is not None else None,
@@ -163,7 +177,25 @@ def build_app(
         compaction=config.compaction,
         context_edits=list(config.context_edits),
     )
-    return create_app(runtime, info=info, token=config.token, metrics=exported)
+    app = create_app(runtime, info=info, token=config.token, metrics=exported)
+    if client is not None:
+        _release_on_stop(app, client)
+    return app
+
+
+def _release_on_stop(app: FastAPI, client: Any) -> None:
+    """Release ``client``'s pooled connections each time the app stops (after the runtime is
+    closed): they belong to the event loop that is ending, and an app started again (one app,
+    many ``TestClient``s) runs on another, opening connections of its own."""
+    serve = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(served: Any) -> AsyncIterator[Any]:
+        async with serve(served) as state:
+            yield state
+        await release_connections(client)
+
+    app.router.lifespan_context = lifespan
 
 
 SHUTDOWN_GRACE: Final = 3

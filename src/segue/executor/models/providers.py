@@ -39,6 +39,22 @@ def new_client(
     return anthropic.AsyncAnthropic(api_key=key, base_url=base_url, default_headers=headers or None)
 
 
+async def release_connections(client: Any) -> None:
+    """Close the pooled connections of a client ``new_client`` made, keeping it usable (its
+    next request opens a new connection).
+
+    A pooled connection belongs to the event loop that opened it: once a server's loop ends, it
+    can serve no request again and is left open until the garbage collector finds it. The SDKs
+    keep their HTTP client as ``_client`` and httpx its pool as ``_transport``, neither of them
+    public, so this reads both with care and leaves a client without them as it is; only a
+    client segue made and nobody else shares is given here (closing a pool also ends the
+    requests it carries)."""
+    http = getattr(client, "_client", None)
+    close = getattr(getattr(http, "_transport", None), "aclose", None)
+    if close is not None:
+        await close()
+
+
 def adapter(provider: Provider, client: Any) -> LlmModel:
     """The provider's adapter over ``client`` (as made by ``new_client``)."""
     if provider == "openai":
@@ -66,4 +82,5 @@ __all__ = [
     "adapter",
     "build_llm",
     "new_client",
+    "release_connections",
 ]
