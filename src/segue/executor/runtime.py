@@ -36,7 +36,7 @@ from segue.executor.requests import Requests
 from segue.executor.setup import RuntimeSettings, Setup
 from segue.executor.signals import Signals
 from segue.executor.snapshots import context_of
-from segue.executor.store_port import Store
+from segue.executor.store_port import Store, reopens
 from segue.executor.telemetry import for_settings
 from segue.executor.tools import Tool, ToolRegistry
 from segue.executor.transcript import DEFAULT_KEEP_RECENT
@@ -168,6 +168,7 @@ class Runtime(Conversations):
         self.claims.lease = seconds
 
     async def __aenter__(self) -> Runtime:
+        await self.reopen()
         await self.recover()
         return self
 
@@ -189,6 +190,15 @@ class Runtime(Conversations):
         for cid, effect_id in claims.items():
             await self.claims.let_go(cid, (effect_id,))
         await self._setup.store.close()
+
+    async def reopen(self) -> None:
+        """Use the runtime again after ``close()`` (``async with runtime:`` a second time does
+        it): the store is opened again when it can be (``Reopenable``, as segue's own stores
+        are; a no-op while it is open). A store that cannot keeps raising as its ``close()``
+        left it."""
+        store = self._setup.store
+        if reopens(store):
+            await store.reopen()
 
     def subscribe(self, listener: Listener) -> None:
         """Call ``listener(conversation_id, effect)`` for every effect performed (UI hooks)."""
