@@ -183,7 +183,8 @@ class Conversations:
         meant to stop (see ``signals``). It also drops a pause asked for in the meantime
         (REQ-SEG-021). This call then takes the lock itself, and commits the cancel if no drive
         did; a turn another runtime runs is cancelled through the store (its answer is then
-        stale)."""
+        stale), and that runtime, at its next look at the store (about a second, ``overtaken``),
+        cancels its call there, so its ``send()`` returns then too."""
         self._signals.ask_cancel(conversation_id)
         state, _ = await self._driver.drive(conversation_id, None)
         return state

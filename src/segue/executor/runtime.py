@@ -5,8 +5,9 @@ the transcript, cancel, pause, resume, continue in a new conversation. It holds 
 do the work and owns none of their state: ``Setup`` (the store, the model, the tools), ``Locks``
 (one drive per conversation), ``Signals`` (cancel and pause), ``ViewCache`` (the copy last seen
 and the model's view), ``Commits`` (every store call, under one retry policy), ``Claims`` (work
-shared with other processes), ``Driver`` (the loop that commits and performs), ``UpdateBus`` and
-``Feeds`` (what watchers hear). ``docs/design.md`` draws them.
+shared with other processes), ``Driver`` (the loop that commits and performs), ``Overtaken`` (work
+here that another process cancelled through the store), ``UpdateBus`` and ``Feeds`` (what
+watchers hear). ``docs/design.md`` draws them.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from segue.executor.feed import Feeds
 from segue.executor.inputs import check_content, check_key, raise_if_rejected, user_message
 from segue.executor.locks import Locks
 from segue.executor.model_port import LlmModel
+from segue.executor.overtaken import Overtaken
 from segue.executor.pausing import PauseRequest, where_it_runs
 from segue.executor.perform import Performer
 from segue.executor.requests import Requests
@@ -113,6 +115,7 @@ class Runtime(Conversations):
             requests=requests,
         )
         performer = Performer(setup, requests=requests, cache=self._cache, bus=self._bus)
+        self._overtaken = Overtaken(store=lambda: setup.store, owner=lambda: self.claims.owner)
         self._driver = Driver(
             telemetry=setup.telemetry,
             locks=self._locks,
@@ -121,6 +124,7 @@ class Runtime(Conversations):
             claims=self.claims,
             performer=performer,
             bus=self._bus,
+            overtaken=self._overtaken,
         )
         self._turns: set[asyncio.Task[None]] = set()
         """Streamed turns running on their own, so a consumer that leaves does not stop them."""
@@ -185,6 +189,7 @@ class Runtime(Conversations):
             turn.cancel()
         if self._turns:
             await asyncio.gather(*self._turns, return_exceptions=True)
+        await self._overtaken.close()
         # Let go of the work cancelled here, so another runtime takes it at once rather than
         # when its lease ends.
         for cid, effect_id in claims.items():
@@ -379,7 +384,9 @@ class Runtime(Conversations):
         returns at once; while another runtime sharing the store runs it, the request goes
         through the store, that runtime pauses at the boundary, and this waits for it. With
         ``timeout``, either waits at most ``timeout`` seconds, then ends the turn (what was in
-        flight is recorded as cancelled, never lost) and pauses: a forced pause.
+        flight is recorded as cancelled, never lost) and pauses: a forced pause. Where another
+        runtime ran the turn, its call is cancelled there too, and its ``send()`` or
+        ``stream()`` returns the paused state (within about a second: ``overtaken``).
         """
         request = await self.request_pause(conversation_id, reason)
         if request.where == "nobody":
