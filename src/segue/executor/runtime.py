@@ -26,7 +26,7 @@ from segue.executor.claims import DEFAULT_LEASE, Claims
 from segue.executor.commits import Commits
 from segue.executor.conversations import Conversations
 from segue.executor.drive import Driver, Listener
-from segue.executor.errors import MessageRejectedError, NotPausedError
+from segue.executor.errors import ConversationBusyError, InvalidMessageError, NotPausedError
 from segue.executor.feed import Feeds
 from segue.executor.inputs import check_content, check_key, raise_if_rejected, user_message
 from segue.executor.locks import Locks
@@ -48,6 +48,7 @@ from segue.statemachine import (
     ConversationState,
     ManualContinuation,
     ResumeRequested,
+    UserMessage,
 )
 from segue.statemachine.options import ConversationOptions
 
@@ -234,16 +235,18 @@ class Runtime(Conversations):
         ``text`` is a string, or content blocks (text, images, documents; values or the Messages
         API's dicts) for a message that carries more than text.
 
-        ``last_reply()`` then gives the text the model answered with. Raises
-        ``InvalidMessageError`` (also a ``ValueError``) for an empty message, text that cannot
-        be encoded or content the model's API cannot take (the adapter's reason), ``TypeError``
-        for text that is not a ``str``, and ``MessageRejectedError`` or
-        ``ConversationExhaustedError`` when the conversation does not take it: in each case
-        nothing is stored and nothing is sent.
+        ``last_reply()`` then gives the text the model answered with. Every refusal is a
+        ``MessageRejectedError`` (``errors`` draws the tree): ``InvalidMessageError`` (also a
+        ``ValueError``) for an empty message, text that cannot be encoded or content the
+        model's API cannot take (the adapter's reason); ``ConversationBusyError``,
+        ``ConversationPausedError``, ``ConversationFailedError``,
+        ``ConversationExhaustedError`` (read-only) or ``MessageTooLargeError`` when the
+        conversation does not take it. ``TypeError`` for text that is not a ``str``. In each
+        case nothing is stored and nothing is sent.
 
         A message sent while a turn of the conversation runs (in this runtime or another one
         sharing the store) waits for that turn and is then taken; with ``wait=False`` it raises
-        ``MessageRejectedError`` (cause ``busy``, naming the runtime) at once instead, as a
+        ``ConversationBusyError`` (cause ``busy``, naming the runtime) at once instead, as a
         server answering a second browser tab wants.
 
         ``idempotency_key``: a message sent again with the key of one already stored in the
@@ -253,11 +256,9 @@ class Runtime(Conversations):
         ``pinned``: the message is never summarised away: every fresh start (a checkpoint
         restart, a compaction, a resume, a seeded new conversation) still sends it, verbatim.
         Pinned messages may hold a quarter of the window together; one that would pass that is
-        refused (``MessageRejectedError``, cause ``too_large``), nothing stored.
+        refused (``MessageTooLargeError``, cause ``too_large``), nothing stored.
         """
-        event = user_message(text, pinned=pinned)
-        check_content(self._setup.llm, event)
-        check_key(idempotency_key)
+        event = self._message(conversation_id, text, pinned=pinned, key=idempotency_key)
         self._refuse_if_busy(conversation_id, wait=wait)
         state, effects = await self._driver.drive(
             conversation_id, event, wait=wait, key=idempotency_key
@@ -281,9 +282,7 @@ class Runtime(Conversations):
         it, the turn finishes and is stored; ``cancel()`` stops it. ``wait``,
         ``idempotency_key`` and ``pinned`` are as for ``send()``.
         """
-        event = user_message(text, pinned=pinned)
-        check_content(self._setup.llm, event)
-        check_key(idempotency_key)
+        event = self._message(conversation_id, text, pinned=pinned, key=idempotency_key)
         self._refuse_if_busy(conversation_id, wait=wait)
         sink = Sink(conversation_id)
         self._locks.schedule(conversation_id)
@@ -306,6 +305,25 @@ class Runtime(Conversations):
         finally:
             sink.closed = True
 
+    def _message(
+        self,
+        conversation_id: str,
+        text: str | Sequence[ContentBlock | dict[str, Any]],
+        *,
+        pinned: bool,
+        key: str | None,
+    ) -> UserMessage:
+        """The message to send, or the caller's mistake (``InvalidMessageError``, naming the
+        conversation it was sent to)."""
+        try:
+            event = user_message(text, pinned=pinned)
+            check_content(self._setup.llm, event)
+            check_key(key)
+        except InvalidMessageError as error:
+            error.conversation_id = conversation_id
+            raise
+        return event
+
     def _refuse_if_busy(self, conversation_id: str, *, wait: bool) -> None:
         """With ``wait=False``, refuse a message while this runtime holds the conversation.
 
@@ -313,7 +331,7 @@ class Runtime(Conversations):
         so no other turn can slip in between."""
         if not wait and self._locks.busy(conversation_id):
             reason = "a turn is running; wait for it to end (or cancel it) and send again"
-            raise MessageRejectedError(conversation_id, reason, "busy")
+            raise ConversationBusyError(conversation_id, reason)
 
     def watch(self, conversation_id: str) -> Watch:
         """Every update of the conversation from this call on (a second browser tab, a
