@@ -46,7 +46,7 @@ CONTRACT = {
     "Update", "TextUpdate", "DoneUpdate", "OccupancyUpdate", "WarningUpdate", "ExhaustedUpdate",
     "FailedUpdate", "Watch",
     # views (what a backend sends as JSON)
-    "ConversationView", "DoneView",
+    "ConversationView", "DoneView", "update_json",
 }  # fmt: skip
 
 

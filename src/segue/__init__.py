@@ -99,6 +99,7 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a
     from segue.executor.updates import WarningUpdate as WarningUpdate
     from segue.views import ConversationView as ConversationView
     from segue.views import DoneView as DoneView
+    from segue.views import update_json as update_json
 
 # The runtime pulls in anthropic, sqlite, psycopg and asyncio machinery; the pure core must not
 # pay for that on import, so the runtime's names load on first use.
@@ -178,6 +179,7 @@ _LAZY = {
     "FallbackUpdate": "segue.executor.updates",
     "ConversationView": "segue.views",
     "DoneView": "segue.views",
+    "update_json": "segue.views",
 }
 
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 
 from segue.executor.chains import Link
 from segue.executor.store_port import StoredConversation, StoredMessage
-from segue.executor.updates import DoneUpdate
+from segue.executor.updates import DoneUpdate, Update
 from segue.statemachine import ContextExhaustionBehavior, ConversationState
 from segue.statemachine.checkpoint import SessionSnapshot
 from segue.statemachine.state import Compaction, WindowSource
@@ -276,6 +276,19 @@ class DoneView(BaseModel):
         return cls(state=state, reply=update.reply)
 
 
+def update_json(
+    update: Update, stored: StoredConversation | None = None, *, title: str | None = None
+) -> str:
+    """Any update of ``Runtime.stream`` or ``Runtime.watch`` as the JSON a client is sent, the
+    data of the server's Server-Sent Events: ``done`` as ``DoneView`` (its state a
+    ``ConversationView``, as every REST answer shows a state), every other update as its own
+    fields, ``kind`` first. ``stored`` and ``title`` fill the ``done`` state's stored fields
+    and title, as for ``ConversationView.of``; without them those are left empty."""
+    if isinstance(update, DoneUpdate):
+        return DoneView.of(update, stored, title=title).model_dump_json()
+    return update.model_dump_json()
+
+
 class LinkView(BaseModel):
     """One conversation of a continuation chain, root first."""
 
@@ -306,4 +319,5 @@ __all__ = [
     "ToolCallView",
     "shown_title",
     "title_of",
+    "update_json",
 ]
