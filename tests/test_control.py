@@ -536,7 +536,13 @@ def test_a_pause_forced_from_another_process_cancels_the_turn_where_it_runs(
     """``pause(cid, timeout=2)`` from this process while a worker process's model call hangs:
     past the timeout the pause is forced through the store, and the worker, which runs the
     turn, notices: its model call is cancelled and its ``send()`` (or ``stream()``, whose last
-    update says so) returns the paused state within about a second, not when the call ends."""
+    update says so) returns the paused state within about a second, not when the call ends.
+    (``test_postgres_store`` runs it on PostgreSQL.)"""
+    forced_pause_across_processes(str(tmp_path / "shared.db"), how)
+
+
+def forced_pause_across_processes(where: str, how: str) -> None:
+    """The scenario above on ``where`` (a SQLite path or a PostgreSQL conninfo)."""
     import json
     import select
     import subprocess
@@ -544,16 +550,15 @@ def test_a_pause_forced_from_another_process_cancels_the_turn_where_it_runs(
     import time
 
     from segue import ScriptedModel
-
-    db = tmp_path / "shared.db"
+    from test_processes import open_store
 
     async def create() -> str:
-        async with Runtime(store=SqliteStore(db), llm=ScriptedModel()) as rt:
+        async with Runtime(store=open_store(where), llm=ScriptedModel()) as rt:
             return (await rt.create_conversation(model=MODEL)).id
 
     cid = asyncio.run(create())
     worker = subprocess.Popen(  # noqa: S603  # our own worker, no shell
-        [sys.executable, str(Path(__file__).with_name("gated_worker.py")), str(db), cid, how],
+        [sys.executable, str(Path(__file__).with_name("gated_worker.py")), where, cid, how],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -565,7 +570,7 @@ def test_a_pause_forced_from_another_process_cancels_the_turn_where_it_runs(
         ours = ScriptedModel()
 
         async def force() -> tuple[Any, float, float]:
-            async with Runtime(store=SqliteStore(db), llm=ours) as rt:
+            async with Runtime(store=open_store(where), llm=ours) as rt:
                 asked = time.time()
                 state = await rt.pause(cid, "deploy window", timeout=2)
                 return state, asked, time.time()
@@ -590,7 +595,7 @@ def test_a_pause_forced_from_another_process_cancels_the_turn_where_it_runs(
         assert result["updates"][-1] == "done"
 
     async def stored() -> list[str]:
-        store = SqliteStore(db)
+        store = open_store(where)
         try:
             return [m.kind for m in await store.messages(cid)]
         finally:
