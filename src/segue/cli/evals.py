@@ -20,9 +20,11 @@ from segue.cli._app import (
     BehaviorOption,
     CliError,
     CompactionOption,
+    ContextEditsOption,
     HeaderOption,
     JsonOption,
     app,
+    context_edits_of,
     headers_of,
     options_of,
     run,
@@ -62,10 +64,13 @@ def _recall(given: str) -> float:
 def eval_summary(  # a typer command's options are its parameters
     provider: Annotated[
         str | None,
-        typer.Option(help="anthropic or openai (default: told by --model, else anthropic)."),
+        typer.Option(
+            metavar="NAME", help="anthropic or openai (default: told by --model, else anthropic)."
+        ),
     ] = None,
     model: Annotated[
-        str | None, typer.Option(help="Model id (default: claude-sonnet-4-6, or gpt-4o).")
+        str | None,
+        typer.Option(metavar="ID", help="Model id (default: claude-sonnet-4-6, or gpt-4o)."),
     ] = None,
     base_url: BaseUrlOption = None,
     header: HeaderOption = None,
@@ -92,17 +97,25 @@ def eval_summary(  # a typer command's options are its parameters
         int,
         typer.Option(parser=whole_number(1, 500), metavar="N", help="Facts to plant."),
     ] = 24,
-    seed: Annotated[int, typer.Option(parser=whole_number(0), help="Draws the facts' values.")] = 0,
+    seed: Annotated[
+        int, typer.Option(parser=whole_number(0), metavar="N", help="Draws the facts' values.")
+    ] = 0,
     summary_prompt: Annotated[
-        str | None, typer.Option(help="The instruction sent at the limit, in place of segue's.")
+        str | None,
+        typer.Option(
+            metavar="TEXT", help="The instruction sent at the limit, in place of segue's."
+        ),
     ] = None,
     summary_model: Annotated[
-        str | None, typer.Option(help="The model the limit's requests go to.")
+        str | None, typer.Option(metavar="ID", help="The model the limit's requests go to.")
     ] = None,
     compaction: CompactionOption = "segue",
+    context_edits: ContextEditsOption = None,
     pin: Annotated[
         list[str] | None,
-        typer.Option(help="A message told first and pinned (repeatable), as your app pins."),
+        typer.Option(
+            metavar="TEXT", help="A message told first and pinned (repeatable), as your app pins."
+        ),
     ] = None,
     min_recall: Annotated[
         float | None,
@@ -123,6 +136,7 @@ def eval_summary(  # a typer command's options are its parameters
         "summary_prompt": summary_prompt,
         "summary_model": summary_model,
         "compaction": compaction,
+        "context_edits": context_edits_of(context_edits) or None,
     }
     given = {k: v for k, v in fields.items() if v is not None}
     options = options_of(given)  # a bad option is refused before any model is asked

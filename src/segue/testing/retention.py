@@ -290,7 +290,10 @@ async def _plant(run: _Run, plan: Sequence[Fact], rng: random.Random) -> set[str
         if fact.update:
             updates.append(fact)
         if fact.tool_output and not await _looked_up(run, fact):
-            missing.add(fact.id)
+            await run.say(fact.statement)  # once more: a limit may have come between
+            run.told_at[fact.id] = (run.turns, run.limits)
+            if not await _looked_up(run, fact):
+                missing.add(fact.id)
     for due in updates:
         await run.say(filler(rng, run.turns))
         await run.say(due.update or "")
