@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, get_args
 
 from opentelemetry import metrics, trace
 
@@ -14,6 +14,8 @@ from segue.effects import (
     Effect,
     NotifyContextExhausted,
     NotifyContextWarning,
+    RejectionCause,
+    RequestKind,
     SaveSnapshot,
     ScheduleRetry,
     StartGeneration,
@@ -21,6 +23,7 @@ from segue.effects import (
 )
 from segue.executor.errors import LlmCallError
 from segue.executor.model_port import LlmReply, LlmRequest
+from segue.executor.models.windows import anthropic_model_name
 from segue.statemachine import (
     AwaitingCheckpoint,
     AwaitingContinuation,
@@ -29,6 +32,7 @@ from segue.statemachine import (
     Phase,
     Usage,
 )
+from segue.statemachine.models import table_name
 
 _SECONDS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _TOKENS: Final = tuple(4**n for n in range(1, 11))
@@ -93,6 +97,47 @@ class Instruments:
         self.refusals = meter.create_counter(
             "segue.refusals", unit="{message}", description="Messages refused, by cause"
         )
+        # Counters whose labels are known from the start begin at 0: a rate over a series that
+        # appears with its first increment misses that increment.
+        for request in get_args(RequestKind):
+            self.retries.add(0, {"segue.request": request})
+        for cause in get_args(RejectionCause):
+            self.refusals.add(0, {"segue.cause": cause})
+
+
+OTHER_MODEL: Final = "other"
+"""The label of a model metrics do not name (see ``ModelLabels``)."""
+MAX_MODEL_LABELS: Final = 64
+"""At most this many model names label metrics in one process; the rest are ``other``."""
+
+
+class ModelLabels:
+    """What a metric labels a model with: the name of segue's table entry it is one of
+    (``claude-sonnet-4-6`` for ``claude-sonnet-4-6-20260101`` and for Bedrock's
+    ``us.anthropic.claude-sonnet-4-6-20260101-v1:0``), else ``other``; at most
+    ``MAX_MODEL_LABELS`` names, the rest ``other`` too. A model name is the client's to choose
+    (``segue serve``'s REST create takes any): labelled as given, 300 made-up names made 17,700
+    series. Spans keep the name as given (a span is one record, not a series)."""
+
+    def __init__(self, limit: int = MAX_MODEL_LABELS) -> None:
+        self._limit = limit
+        self._names: set[str] = set()
+        self._seen: dict[str, str] = {}
+        """Labels of names already asked (bounded too: made-up names are not kept)."""
+
+    def __call__(self, model: str) -> str:
+        label = self._seen.get(model)
+        if label is not None:
+            return label
+        named = table_name(anthropic_model_name(model))
+        if named is None or (named not in self._names and len(self._names) >= self._limit):
+            label = OTHER_MODEL
+        else:
+            self._names.add(named)
+            label = named
+        if len(self._seen) < 4 * self._limit:
+            self._seen[model] = label
+        return label
 
 
 METRIC_LABELS: Final = (
