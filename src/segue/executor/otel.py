@@ -14,8 +14,8 @@ Imported only when the ``otel`` extra (``opentelemetry-api``) is installed. What
 - the metrics ``gen_ai.client.token.usage``, ``gen_ai.client.operation.duration``,
   ``segue.context.occupancy``, ``segue.limit.reached``, ``segue.limit.duration``,
   ``segue.turn.duration``, ``segue.store.commit.duration``, ``segue.conversations.active``,
-  ``segue.retries`` and ``segue.refusals``: made when the telemetry is (``segue.conversations.active``
-  and the counters whose labels are known read 0 before the first turn); a model labelled by the
+  ``segue.retries`` and ``segue.refusals``: made when the telemetry is (the active gauge and
+  the counters whose labels are known read 0 before the first turn); a model labelled by the
   name of segue's table entry it is one of, else ``other`` (``otel_terms.ModelLabels``: a
   client's made-up names make no series of their own); the commit durations a sample
   (``store_metrics_rate``, one commit in ten by default).
@@ -142,8 +142,10 @@ class OtelTelemetry(Telemetry):
         self._checked = -RECHECK
         """When the providers were last looked up (``monotonic``)."""
         # The instruments exist from the start, so that a scrape before the first turn shows
-        # the gauges at 0 (Prometheus treats an absent series apart from a zero one).
+        # the gauges at 0 (Prometheus treats an absent series apart from a zero one); the first
+        # turn still looks the providers up (an application may set the global ones after).
         self._providers()
+        self._checked = -RECHECK
 
     # ------------------------------------------------------------------ providers
 
