@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -140,3 +142,38 @@ def test_commit_durations_are_a_sample_of_one_in_ten_unless_asked() -> None:
 def test_a_rate_that_is_not_a_share_is_refused(rate: Any) -> None:
     with pytest.raises(ValueError, match="store_metrics_rate"):
         Runtime(store=MemoryStore(), llm=ScriptedModel(), store_metrics_rate=rate)
+
+
+GLOBAL_AFTER = """
+import asyncio
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from segue import MemoryStore, Runtime, ScriptedModel
+
+async def main():
+    async with Runtime(store=MemoryStore(), llm=ScriptedModel()) as rt:
+        reader = InMemoryMetricReader()
+        metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+        cid = (await rt.create_conversation(model="claude-sonnet-4-6")).id
+        await rt.send(cid, "Hello.")
+    data = reader.get_metrics_data()
+    names = {m.name for r in data.resource_metrics for s in r.scope_metrics for m in s.metrics}
+    print("segue.turn.duration" in names, "segue.conversations.active" in names)
+
+asyncio.run(main())
+"""
+
+
+def test_a_global_meter_provider_set_after_the_runtime_is_made_is_heard_at_its_first_turn() -> None:
+    """The instruments made at the start do not keep the runtime from looking the providers up
+    at its first turn (a separate process: a global provider can be set once)."""
+    done = subprocess.run(  # noqa: S603  # this interpreter, a script of the test's own
+        [sys.executable, "-c", GLOBAL_AFTER],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True"]
