@@ -59,7 +59,7 @@ def test_made_up_model_names_leave_a_bounded_number_of_series(tmp_path: Path) ->
     model with a made-up suffix): the series stay as few as for two conversations."""
     config = ServerConfig(db=tmp_path / "many.db", chunk_delay=0.0, metrics=True)
     made_up = [f"model-{secrets.token_hex(6)}" for _ in range(60)]
-    suffixed = [f"claude-sonnet-4-6-{secrets.token_hex(4)}" for _ in range(60)]
+    suffixed = [f"claude-sonnet-4-6-x{secrets.token_hex(4)}" for _ in range(60)]
     with live_server(build_app(config)) as url, httpx2.Client(base_url=url) as http:
         send(http, create(http, model="claude-sonnet-4-6")["id"], "Hello.")
         send(http, create(http, model="a-first-made-up-model")["id"], "Hello.")
@@ -89,15 +89,27 @@ def test_made_up_model_names_leave_a_bounded_number_of_series(tmp_path: Path) ->
     assert labelled == {"claude-sonnet-4-6", OTHER_MODEL}
 
 
-def test_model_labels_are_the_tables_names_and_at_most_the_limit() -> None:
-    labels = ModelLabels(limit=2)
-    assert labels("claude-sonnet-4-6-20260101") == "claude-sonnet-4-6"
-    assert labels("us.anthropic.claude-sonnet-4-6-20260101-v1:0") == "claude-sonnet-4-6"
-    assert labels("gpt-4o-2024-08-06") == "gpt-4o"
-    assert labels("gpt-4o-mini") == OTHER_MODEL  # a third name: past the limit
-    assert labels("claude-sonnet-4-6") == "claude-sonnet-4-6"  # a name already labelled
+def test_model_labels_are_known_names_as_given_else_the_tables_names() -> None:
+    labels = ModelLabels(limit=3)
+    assert labels("claude-sonnet-4-6") == "claude-sonnet-4-6"
+    assert labels("claude-sonnet-4-6-20260101") == "claude-sonnet-4-6-20260101"
+    bedrock = "us.anthropic.claude-sonnet-4-6-20260101-v1:0"
+    assert labels(bedrock) == bedrock
+    assert labels("gpt-4o-2024-08-06") == "gpt-4o"  # a fourth exact name: past the limit
+    assert labels("claude-sonnet-4-6-20260101") == "claude-sonnet-4-6-20260101"  # kept
+    assert labels("claude-sonnet-4-6-made-up") == "claude-sonnet-4-6"
+    assert labels("ft:gpt-4o-mini-2024-07-18:org::abc") == "gpt-4o-mini"
     assert labels("Qwen/Qwen3-8B") == OTHER_MODEL
     assert MAX_MODEL_LABELS >= 16  # room for every model a deployment really runs
+
+
+def test_made_up_dates_fill_no_more_than_the_limit() -> None:
+    labels = ModelLabels()
+    given = {labels(f"claude-sonnet-4-6-2026{n:04d}") for n in range(300)}
+    given |= {labels(f"gpt-4o-{n}") for n in range(300)}
+    given |= {labels(f"made-up-{n}") for n in range(300)}
+    assert len(given) <= MAX_MODEL_LABELS + 3
+    assert {"claude-sonnet-4-6", "gpt-4o", OTHER_MODEL} <= given
 
 
 def commits_recorded(rate: float | None, turns: int) -> int:

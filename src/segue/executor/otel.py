@@ -15,9 +15,10 @@ Imported only when the ``otel`` extra (``opentelemetry-api``) is installed. What
   ``segue.context.occupancy``, ``segue.limit.reached``, ``segue.limit.duration``,
   ``segue.turn.duration``, ``segue.store.commit.duration``, ``segue.conversations.active``,
   ``segue.retries`` and ``segue.refusals``: made when the telemetry is (the active gauge and
-  the counters whose labels are known read 0 before the first turn); a model labelled by the
-  name of segue's table entry it is one of, else ``other`` (``otel_terms.ModelLabels``: a
-  client's made-up names make no series of their own); the commit durations a sample
+  the counters whose labels are known read 0 before the first turn); a model labelled from a
+  bounded set of names (``otel_terms.ModelLabels``: the models segue's table knows, their
+  families, ``other``; a client's made-up names make no series of their own); the commit
+  durations a sample
   (``store_metrics_rate``, one commit in ten by default).
 
 Providers are resolved at each turn (the ones given, else the global ones): while the global

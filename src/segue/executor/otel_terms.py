@@ -5,6 +5,7 @@ that they read apart from the bookkeeping of turns)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any, Final, get_args
 
@@ -112,32 +113,46 @@ MAX_MODEL_LABELS: Final = 64
 
 
 class ModelLabels:
-    """What a metric labels a model with: the name of segue's table entry it is one of
-    (``claude-sonnet-4-6`` for ``claude-sonnet-4-6-20260101`` and for Bedrock's
-    ``us.anthropic.claude-sonnet-4-6-20260101-v1:0``), else ``other``; at most
-    ``MAX_MODEL_LABELS`` names, the rest ``other`` too. A model name is the client's to choose
-    (``segue serve``'s REST create takes any): labelled as given, 300 made-up names made 17,700
-    series. Spans keep the name as given (a span is one record, not a series)."""
+    """What a metric labels a model with, from a bounded set of names: a model segue's table
+    knows by its exact name (a date or ``-latest`` after it allowed; Bedrock's and Vertex AI's
+    ids read as the Messages API's names) as it was given, while fewer than ``MAX_MODEL_LABELS``
+    such names are in use; any other name of a table entry's family (a made-up suffix, a
+    fine-tune, a name past the limit) as the entry's name (``claude-sonnet-4-6``); a model the
+    table does not know as ``other``. A model name is the client's to choose (``segue serve``'s
+    REST create takes any): labelled as given, 300 made-up names made 17,700 series. Spans keep
+    the name as given (a span is one record, not a series)."""
 
     def __init__(self, limit: int = MAX_MODEL_LABELS) -> None:
         self._limit = limit
         self._names: set[str] = set()
+        """The exact names labelled as given so far (at most ``limit``)."""
         self._seen: dict[str, str] = {}
-        """Labels of names already asked (bounded too: made-up names are not kept)."""
+        """Labels of names already asked (bounded too: made-up names are not all kept)."""
 
     def __call__(self, model: str) -> str:
         label = self._seen.get(model)
         if label is not None:
             return label
-        named = table_name(anthropic_model_name(model))
-        if named is None or (named not in self._names and len(self._names) >= self._limit):
-            label = OTHER_MODEL
-        else:
-            self._names.add(named)
-            label = named
+        label = self._label(model)
         if len(self._seen) < 4 * self._limit:
             self._seen[model] = label
         return label
+
+    def _label(self, model: str) -> str:
+        named = anthropic_model_name(model).lower()
+        entry = table_name(named)
+        if entry is None:
+            return OTHER_MODEL
+        given = model.strip()
+        exact = named.startswith(entry) and _DATED.fullmatch(named[len(entry) :]) is not None
+        if not exact or (given not in self._names and len(self._names) >= self._limit):
+            return entry
+        self._names.add(given)
+        return given
+
+
+_DATED: Final = re.compile(r"(?:-\d{8}|-\d{4}-\d{2}-\d{2}|-latest|@\d{8})?")
+"""What may follow a table entry's name in an exact name: a date, or ``-latest``."""
 
 
 METRIC_LABELS: Final = (
