@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import openai
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -23,9 +24,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from api import create, send
 from segue import MemoryStore, Runtime, ScriptedModel
+from segue.executor.models.openai import OpenAIModel
 from segue.executor.otel_terms import MAX_MODEL_LABELS, OTHER_MODEL, ModelLabels
 from segue.server.run import ServerConfig, build_app
 from segue.testing import live_server
+from segue.testing import openai_server as fake_openai
 
 
 def scrape(http: httpx2.Client) -> dict[str, Any]:
@@ -189,3 +192,35 @@ def test_a_global_meter_provider_set_after_the_runtime_is_made_is_heard_at_its_f
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "True"]
+
+
+def test_a_model_the_server_serves_is_labelled_by_its_name_and_a_made_up_one_is_not() -> None:
+    """A vLLM server that reports its model's window: that model's metrics carry its name (the
+    adapter knows the server serves it); a name the server does not know is ``other``."""
+    served = "Qwen/Qwen3-8B"
+    reader = InMemoryMetricReader()
+    with fake_openai.FakeOpenAIServer(
+        models={served: {"owned_by": "vllm", "max_model_len": 32_768}}, retrieve=False
+    ) as server:
+
+        async def main() -> None:
+            client = openai.AsyncOpenAI(api_key="sk-test-0123456789", base_url=server.url)
+            llm = OpenAIModel(client, provider_name="vllm")
+            meters = MeterProvider(metric_readers=[reader])
+            async with client, Runtime(store=MemoryStore(), llm=llm, meter_provider=meters) as rt:
+                for model in (served, "made-up-model"):
+                    cid = (await rt.create_conversation(model=model)).id
+                    await rt.send(cid, "Hello.")
+
+        asyncio.run(main())
+    data = reader.get_metrics_data()
+    assert data is not None
+    labelled = {
+        (point.attributes["gen_ai.request.model"], point.attributes.get("gen_ai.response.model"))
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == "gen_ai.client.operation.duration"
+        for point in metric.data.data_points
+    }
+    assert labelled == {(served, served), (OTHER_MODEL, OTHER_MODEL)}

@@ -50,7 +50,13 @@ from segue.effects import (
     ScheduleRetry,
 )
 from segue.executor.errors import LlmCallError
-from segue.executor.model_port import LlmModel, LlmReply, LlmRequest, names_provider
+from segue.executor.model_port import (
+    LlmModel,
+    LlmReply,
+    LlmRequest,
+    knows_models,
+    names_provider,
+)
 from segue.executor.otel_terms import (
     Instruments,
     ModelLabels,
@@ -335,7 +341,8 @@ class OtelTelemetry(Telemetry):
             if self._capture:
                 span.set_attribute("gen_ai.input.messages", input_messages(request))
         # A span names the model as asked; a metric's label from a bounded set (ModelLabels).
-        labels = {**attributes, "gen_ai.request.model": self._models(request.model)}
+        served = knows_models(llm) and llm.knows_model(request.model)
+        labels = {**attributes, "gen_ai.request.model": self._models(request.model, served)}
         return turn.meters, span, labels, time.perf_counter()
 
     def inference_ends(self, token: Any, outcome: LlmReply | LlmCallError) -> None:

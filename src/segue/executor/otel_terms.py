@@ -115,40 +115,44 @@ MAX_MODEL_LABELS: Final = 64
 class ModelLabels:
     """What a metric labels a model with, from a bounded set of names: a model segue's table
     knows by its exact name (a date or ``-latest`` after it allowed; Bedrock's and Vertex AI's
-    ids read as the Messages API's names) as it was given, while fewer than ``MAX_MODEL_LABELS``
-    such names are in use; any other name of a table entry's family (a made-up suffix, a
-    fine-tune, a name past the limit) as the entry's name (``claude-sonnet-4-6``); a model the
-    table does not know as ``other``. A model name is the client's to choose (``segue serve``'s
-    REST create takes any): labelled as given, 300 made-up names made 17,700 series. Spans keep
-    the name as given (a span is one record, not a series)."""
+    ids read as the Messages API's names), or one the adapter knows its server serves
+    (``KnowsModels``: a vLLM or Ollama model), as it was given, while fewer than
+    ``MAX_MODEL_LABELS`` such names are in use; any other name of a table entry's family (a
+    made-up suffix, a fine-tune, a name past the limit) as the entry's name
+    (``claude-sonnet-4-6``); any other model as ``other``. A model name is the client's to
+    choose (``segue serve``'s REST create takes any): labelled as given, 300 made-up names made
+    17,700 series. Spans keep the name as given (a span is one record, not a series)."""
 
     def __init__(self, limit: int = MAX_MODEL_LABELS) -> None:
         self._limit = limit
         self._names: set[str] = set()
-        """The exact names labelled as given so far (at most ``limit``)."""
+        """The names labelled as given so far (at most ``limit``)."""
         self._seen: dict[str, str] = {}
         """Labels of names already asked (bounded too: made-up names are not all kept)."""
 
-    def __call__(self, model: str) -> str:
+    def __call__(self, model: str, served: bool = False) -> str:
+        """``model``'s label; ``served``: the adapter knows its server serves it."""
         label = self._seen.get(model)
-        if label is not None:
+        if label is not None and not (served and label == OTHER_MODEL):
             return label
-        label = self._label(model)
-        if len(self._seen) < 4 * self._limit:
+        label = self._label(model, served)
+        if len(self._seen) < 4 * self._limit or model in self._seen:
             self._seen[model] = label
         return label
 
-    def _label(self, model: str) -> str:
+    def _label(self, model: str, served: bool) -> str:
         named = anthropic_model_name(model).lower()
         entry = table_name(named)
-        if entry is None:
-            return OTHER_MODEL
+        exact = (
+            entry is not None
+            and named.startswith(entry)
+            and _DATED.fullmatch(named[len(entry) :]) is not None
+        )
         given = model.strip()
-        exact = named.startswith(entry) and _DATED.fullmatch(named[len(entry) :]) is not None
-        if not exact or (given not in self._names and len(self._names) >= self._limit):
-            return entry
-        self._names.add(given)
-        return given
+        if (exact or served) and (given in self._names or len(self._names) < self._limit):
+            self._names.add(given)
+            return given
+        return entry or OTHER_MODEL
 
 
 _DATED: Final = re.compile(r"(?:-\d{8}|-\d{4}-\d{2}-\d{2}|-latest|@\d{8})?")
