@@ -215,12 +215,13 @@ def test_a_model_the_server_serves_is_labelled_by_its_name_and_a_made_up_one_is_
         asyncio.run(main())
     data = reader.get_metrics_data()
     assert data is not None
-    labelled = {
-        (point.attributes["gen_ai.request.model"], point.attributes.get("gen_ai.response.model"))
+    said: list[Any] = [
+        dict(point.attributes or {})
         for resource in data.resource_metrics
         for scope in resource.scope_metrics
         for metric in scope.metrics
         if metric.name == "gen_ai.client.operation.duration"
         for point in metric.data.data_points
-    }
+    ]
+    labelled = {(a["gen_ai.request.model"], a.get("gen_ai.response.model")) for a in said}
     assert labelled == {(served, served), (OTHER_MODEL, OTHER_MODEL)}
