@@ -298,6 +298,22 @@ def names_provider(llm: object) -> TypeGuard[NamedProvider]:
     return capable(llm, NamedProvider)
 
 
+@runtime_checkable
+class KnowsModels(Protocol):
+    """An adapter that can say a model is one its provider serves (its server reported the
+    model's window): metrics then label the model by its name rather than as ``other``."""
+
+    def knows_model(self, model: str) -> bool:
+        """Whether the provider is known to serve ``model`` (never asks it: only what the
+        adapter already learned)."""
+        ...
+
+
+def knows_models(llm: object) -> TypeGuard[KnowsModels]:
+    """Whether the adapter can say which models its provider serves (``KnowsModels``)."""
+    return capable(llm, KnowsModels)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContextSupport:
     """What a provider does to the context on its own side, for one model (REQ-SEG-048,

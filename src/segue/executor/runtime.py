@@ -39,7 +39,7 @@ from segue.executor.setup import RuntimeSettings, Setup
 from segue.executor.signals import Signals
 from segue.executor.snapshots import context_of
 from segue.executor.store_port import Store, reopens
-from segue.executor.telemetry import for_settings
+from segue.executor.telemetry import DEFAULT_STORE_METRICS_RATE, for_settings
 from segue.executor.tools import Tool, ToolRegistry
 from segue.executor.transcript import DEFAULT_KEEP_RECENT
 from segue.executor.updates import DoneUpdate, Update
@@ -92,6 +92,7 @@ class Runtime(Conversations):
                 tracer_provider=settings.get("tracer_provider"),
                 meter_provider=settings.get("meter_provider"),
                 capture_content=settings.get("capture_content", False),
+                store_metrics_rate=settings.get("store_metrics_rate", DEFAULT_STORE_METRICS_RATE),
             ),
         )
         self.claims = Claims(

@@ -314,3 +314,24 @@ def model_info(model: str) -> ModelInfo:
         max_output_tokens=_UNKNOWN_MAX_OUTPUT,
         known=False,
     )
+
+
+def table_name(model: str) -> str | None:
+    """The name of the table's entry ``model`` is one of (``claude-sonnet-4-6`` for
+    ``claude-sonnet-4-6-20260101``, ``gpt-4o-mini`` for ``ft:gpt-4o-mini-2024-07-18:org::id``),
+    a later generation's base name (``claude-opus-5``), or None for a model the table does not
+    know. Few names answer for many: what a metric may label a model with without a series per
+    name a client makes up."""
+    name = _base_name(model)
+    best = max(
+        (
+            e[1]
+            for e in (*_MODEL_TABLE, *_LEGACY_TABLE)
+            if name == e[1] or name.startswith(e[1] + "-")
+        ),
+        key=len,
+        default=None,
+    )
+    if best is not None:
+        return best
+    return name if _LATER_GENERATION.match(name) is not None else None
