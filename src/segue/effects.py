@@ -23,7 +23,7 @@ from pydantic import Field, StrictInt
 
 from segue.statemachine._values import Frozen
 from segue.statemachine.checkpoint import SessionSnapshot
-from segue.statemachine.models import ErrorKind, Message, ToolCall
+from segue.statemachine.models import ErrorKind, Message, SummaryRequest, ToolCall
 
 Attempt = Annotated[StrictInt, Field(ge=1)]
 RequestKind = Literal["llm", "continuation", "checkpoint", "compaction"]
@@ -70,6 +70,9 @@ class RequestContinuation(Frozen):
     focus: str | None = None
     """The user's focus for this exhaustion path (a manual trigger's), added to the
     instruction (REQ-SEG-041)."""
+    shape: SummaryRequest = "tool_less"
+    """How to send it: ``tool_less`` (no tool callable, REQ-SEG-047) or ``reuse_prefix`` (the
+    turn's request repeated exactly, the instruction appended, REQ-SEG-055)."""
 
 
 class RequestCheckpoint(Frozen):
@@ -82,6 +85,9 @@ class RequestCheckpoint(Frozen):
     trim_level: Annotated[StrictInt, Field(ge=0)] = 0
     focus: str | None = None
     """The user's focus for this exhaustion path, added to the instruction (REQ-SEG-041)."""
+    shape: SummaryRequest = "tool_less"
+    """How to send it: ``tool_less`` (no tool callable, REQ-SEG-047) or ``reuse_prefix`` (the
+    turn's request repeated exactly, the instruction appended, REQ-SEG-055)."""
 
 
 class ArchiveTranscript(Frozen):
@@ -107,6 +113,9 @@ class RequestCompaction(Frozen):
     focus: str | None = None
     """The user's focus for this exhaustion path (a manual trigger's), added to the
     instruction (REQ-SEG-041)."""
+    shape: SummaryRequest = "tool_less"
+    """How to send it: ``tool_less`` (no tool callable, REQ-SEG-047) or ``reuse_prefix`` (the
+    turn's request repeated exactly, the instruction appended, REQ-SEG-055)."""
 
 
 class StartSession(Frozen):
