@@ -112,6 +112,13 @@ class ConversationOptions(Frozen):
             raise ValueError(msg)
         self.settings  # noqa: B018  # refuses the combinations the Messages API refuses
         check_compaction(self.compaction, self.behavior)
+        if self.summary_request == "reuse_prefix" and self.summary_model is not None:
+            msg = (
+                'summary_request="reuse_prefix" repeats the turn\'s request, its model included '
+                "(another model has no cache of it): leave summary_model out, or "
+                'summary_request as "tool_less"'
+            )
+            raise ValueError(msg)
         return self
 
     @property
