@@ -2505,11 +2505,11 @@ def test_seg055_reuse_prefix_repeats_the_turn_and_reads_it_from_the_cache(purpos
     assert "tool_choice" not in limit  # the turn's (none set): its tools stay callable
     assert (limit["tools"], limit["system"]) == (turn["tools"], turn["system"])
     assert limit["messages"][:-1] == turn["messages"][:-1]
-    asked = [
-        {k: v for k, v in b.items() if k != "cache_control"}
-        for b in turn["messages"][-1]["content"]
+    kept = [
+        {k: v for k, v in block.items() if k != "cache_control"}
+        for block in turn["messages"][-1]["content"]
     ]
-    assert limit["messages"][-1]["content"][:-1] == asked  # the turn's last message, then
+    assert limit["messages"][-1]["content"][:-1] == kept  # the turn's last message, then
     assert limit["messages"][-1]["content"][-1] == {
         "type": "text",
         "text": "Summarise.",
