@@ -304,3 +304,45 @@ def test_the_limits_request_reads_its_prefix_from_the_prompt_cache(tmp_path: Pat
     reused, tool_less = asyncio.run(share("reuse_prefix")), asyncio.run(share("tool_less"))
     assert reused >= 0.9, reused
     assert tool_less < 0.6, tool_less
+
+
+# --------------------------------------------------------------------------- the surfaces
+
+
+@pytest.mark.slow
+def test_rest_create_takes_it_and_the_servers_default_applies(tmp_path: Path) -> None:
+    """``segue serve --summary-request`` is the default of what a create leaves out; a create
+    may say otherwise; a value that is neither is a 422, nothing stored."""
+    import httpx2
+
+    from api import create, error
+    from segue.server.run import ServerConfig, build_app
+    from segue.testing import live_server
+
+    config = ServerConfig(db=tmp_path / "s.db", summary_request="reuse_prefix")
+    with live_server(build_app(config)) as url, httpx2.Client(base_url=url) as http:
+        assert create(http)["summary_request"] == "reuse_prefix"
+        assert create(http, summary_request="tool_less")["summary_request"] == "tool_less"
+        refused = http.post("/api/conversations", json={"summary_request": "sometimes"})
+        error(refused, 422, "invalid_request")
+        assert len(http.get("/api/conversations").json()) == 2
+
+
+@pytest.mark.slow
+def test_segue_chat_takes_the_flag_in_the_clis_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from cli_run import invoke, plain_output
+
+    plain_output(monkeypatch, "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "SEGUE_DATABASE_URL")
+    db = tmp_path / "chat.db"
+    chatted = invoke("chat", "--db", str(db), "--summary-request", "reuse-prefix", stdin="Hi.\n")
+    assert chatted.exit_code == 0, chatted.output
+    shown = json.loads(invoke("list", "--db", str(db), "--json").stdout)[0]
+    assert shown["summary_request"] == "reuse_prefix"
+    refused = invoke("chat", "--db", str(tmp_path / "no.db"), "--summary-request", "x", stdin="")
+    assert refused.exit_code == 2
+    assert "choose tool_less or reuse_prefix" in refused.output
+    assert not (tmp_path / "no.db").exists()
