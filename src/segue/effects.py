@@ -55,7 +55,8 @@ class ExecuteTools(Frozen):
 
 
 class RequestContinuation(Frozen):
-    """Ask for the continuation summary: tool-less, on a repaired history, rejected tools named.
+    """Ask for the continuation summary, rejected tools named: tool-less, or as the turn's
+    request repeated (``shape``).
 
     ``trim_level`` > 0 asks the runtime to drop that many more slices of the oldest history
     (the previous summary request was itself too long).
@@ -76,7 +77,8 @@ class RequestContinuation(Frozen):
 
 
 class RequestCheckpoint(Frozen):
-    """Ask the agent for a ``<checkpoint>`` (tool-less); answer: ``CheckpointResponse``."""
+    """Ask the agent for a ``<checkpoint>`` (tool-less, or the turn's request repeated:
+    ``shape``); answer: ``CheckpointResponse``."""
 
     kind: Literal["request_checkpoint"] = "request_checkpoint"
     purpose: Literal["restart", "pause"] = "restart"

@@ -85,8 +85,9 @@ class LlmRequest:
     every ``tool_use`` paired (the core guarantees this outside ``ToolExecuting``). For the
     requests at the limit ``instruction`` is the request to append (the summary prompt, the
     checkpoint prompt) and ``tools`` are the turn's, declared so that the request repeats the
-    turn's prefix (which the provider's prompt cache holds) but never callable (REQ-SEG-047);
-    see ``LlmModel`` for what an adapter sends.
+    turn's prefix (which the provider's prompt cache holds) but never callable (REQ-SEG-047), or,
+    with ``reuse_prefix``, callable as in the turn (REQ-SEG-055); see ``LlmModel`` for what an
+    adapter sends.
     """
 
     conversation_id: str
