@@ -30,7 +30,7 @@ from segue.executor.drive import Driver
 from segue.executor.errors import ConversationBusyError, ConversationNotFoundError
 from segue.executor.locks import Locks
 from segue.executor.models.windows import Window, window_of
-from segue.executor.requests import check_support, support_of
+from segue.executor.requests import check_prefix_reuse, check_support, support_of
 from segue.executor.retention import erase, wait_for_claims
 from segue.executor.setup import Setup
 from segue.executor.signals import Signals
@@ -109,6 +109,7 @@ class Conversations:
         )
         # What the options ask of the provider, the adapter must do (REQ-SEG-048, -050).
         check_support(config, support_of(self._setup.llm, config.model))
+        check_prefix_reuse(config, self._setup.llm)  # REQ-SEG-055
         seeded = sum(estimate_tokens(message.text) for message in seed)
         pinned = sum(estimate_tokens(m.text) for m in seed if m.pinned)
         state = ConversationState(

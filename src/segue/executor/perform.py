@@ -96,6 +96,18 @@ def failed(event: type[Failure], error: LlmCallError, **fields: Any) -> Failure:
     )
 
 
+def _refused_calls(stored: StoredConversation, reply: LlmReply) -> tuple[ToolCall, ...]:
+    """The tool calls a summary answer made, for the core to refuse (REQ-SEG-056), logged: no
+    tool runs at the limit."""
+    if reply.tool_calls:
+        _log.warning(
+            "summary_called_tool",
+            conversation_id=stored.state.id,
+            tools=[call.name for call in reply.tool_calls],
+        )
+    return reply.tool_calls
+
+
 class Performer:
     """Performs one effect against the world and returns the events it produced."""
 
@@ -227,12 +239,20 @@ class Performer:
             if isinstance(outcome, LlmCallError):
                 return failed(ContinuationFailed, outcome)
             return ContinuationResponse(
-                summary=outcome.text, usage=outcome.usage, stop_reason=outcome.stop_reason
+                summary=outcome.text,
+                usage=outcome.usage,
+                stop_reason=outcome.stop_reason,
+                tool_calls=_refused_calls(stored, outcome),
             )
         elapsed = max(0.0, self._setup.clock() - stored.created_at)
         if isinstance(outcome, LlmCallError):
             return failed(CheckpointFailed, outcome, elapsed_seconds=elapsed)
-        return CheckpointResponse(text=outcome.text, usage=outcome.usage, elapsed_seconds=elapsed)
+        return CheckpointResponse(
+            text=outcome.text,
+            usage=outcome.usage,
+            elapsed_seconds=elapsed,
+            tool_calls=_refused_calls(stored, outcome),
+        )
 
     async def _compact(self, stored: StoredConversation, effect: RequestCompaction) -> Event:
         """The compaction's answer: the provider's on demand (a manual trigger of a
@@ -261,6 +281,7 @@ class Performer:
             kept_messages=len(tail),
             usage=outcome.usage,
             stop_reason=outcome.stop_reason,
+            tool_calls=_refused_calls(stored, outcome),
         )
 
     async def _on_demand(

@@ -26,7 +26,7 @@ from segue.executor.stores._shared import (
     MAX_METADATA_VALUE,
     checked_metadata,
 )
-from segue.statemachine import ContextExhaustionBehavior
+from segue.statemachine import ContextExhaustionBehavior, SummaryRequest
 from segue.statemachine.options import ConversationOptions
 from segue.statemachine.state import MAX_PROMPT_CHARS, Compaction
 from segue.views import (
@@ -134,6 +134,8 @@ class CreateConversation(ConversationOptions):
             fields["compaction"] = server.compaction
         if "context_edits" not in given:
             fields["context_edits"] = server.context_edits
+        if "summary_request" not in given:
+            fields["summary_request"] = server.summary_request
         return ConversationOptions(**fields)
 
 
@@ -263,6 +265,9 @@ class Info(BaseModel):
     """Who compacts a ``compact_in_place`` conversation created without saying."""
     context_edits: list[dict[str, Any]] = Field(default_factory=list)
     """The provider's context edits of a conversation created without them."""
+    summary_request: SummaryRequest = "tool_less"
+    """How the limit's requests of a conversation created without saying are sent
+    (REQ-SEG-055)."""
 
 
 __all__ = [

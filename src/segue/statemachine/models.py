@@ -54,6 +54,17 @@ class ContextExhaustionBehavior(_LenientStrEnum):
     resumes it later in a fresh session from the compiled resume context."""
 
 
+SummaryRequest = Literal["tool_less", "reuse_prefix"]
+"""How the limit's requests (continuation summary, checkpoint, compaction summary) are sent:
+``tool_less``, no tool callable (REQ-BED-020, REQ-SEG-047); ``reuse_prefix``, the turn's
+request repeated exactly with the instruction appended, so the provider reads it from its
+prompt cache, and any tool call in the answer refused (REQ-SEG-055)."""
+REUSE_PREFIX_ASKS: Final = 2
+"""How many times a summary is asked for with the turn's prefix (tools callable) before the
+tool-less request: the first ask and one more after an answer that called a tool (REQ-SEG-056).
+The tool-less request cannot be answered with a call, so the path always ends."""
+
+
 class ErrorKind(_LenientStrEnum):
     """Why a conversation ended in ``Failed``."""
 

@@ -154,6 +154,9 @@ class AnthropicModel(EventStreamModel[Payload, Any]):
     _not_its_api = "is the base URL an Anthropic Messages API?"
     _provider = "anthropic"
     _stream_types = ("event-stream", "vnd.amazon.eventstream")  # Bedrock's binary frames
+    reuses_prefix: bool = True
+    """It sends the limit's requests as the turn's request repeated when asked
+    (``summary_request="reuse_prefix"``, REQ-SEG-055; ``PrefixReusing``)."""
 
     def __init__(
         self,

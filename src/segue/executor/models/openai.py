@@ -187,6 +187,9 @@ class OpenAIModel(EventStreamModel[Payload, dict[str, Any]]):
     _log = log
     _not_its_api = "is the base URL an OpenAI-compatible API (ending in /v1)?"
     _provider = "openai"
+    reuses_prefix: bool = True
+    """It sends the limit's requests as the turn's request repeated when asked
+    (``summary_request="reuse_prefix"``, REQ-SEG-055; ``PrefixReusing``)."""
 
     def __init__(
         self,

@@ -50,6 +50,10 @@ class ScriptedModel(BaseLlmModel):
     them; an offline server or a soak answering millions must not keep every prompt it saw).
     """
 
+    reuses_prefix: bool = True
+    """Nothing is sent anywhere: a request at the limit is answered whatever its shape, so a
+    conversation may ask for ``summary_request="reuse_prefix"`` offline (``PrefixReusing``)."""
+
     def __init__(
         self,
         script: Iterable[Step] = (),
