@@ -54,7 +54,7 @@ from segue.executor.store_port import Commit, StoredConversation
 from segue.executor.stores import _listing, _outbox, postgres_data
 from segue.executor.stores._rows import LOAD_COLUMNS, NewConversation, RestoredRows, commit_rows
 from segue.executor.stores._shared import already_exists, holdable, not_found
-from segue.executor.stores._sql import Row, SqlStore
+from segue.executor.stores._sql import Deletion, Row, SqlStore, WholeRows
 from segue.executor.stores.postgres_commits import Commits
 from segue.executor.stores.postgres_pool import Connection, Pool
 from segue.executor.stores.postgres_schema import METADATA, SCHEMA_VERSION
@@ -283,8 +283,13 @@ class PostgresStore(SqlStore):
         statement, values = _listing.inactive(postgres_data.DIALECT, before, pairs)
         return [str(cid) for (cid,) in await self._rows(statement, values)]
 
-    def _delete(self, conversation_id: str) -> Awaitable[bool]:
-        return self._db.run(lambda conn: postgres_data.delete(conn, conversation_id))
+    def _delete(self, deletion: Deletion) -> Awaitable[list[str] | None]:
+        return self._db.run(lambda conn: postgres_data.delete(conn, deletion))
+
+    def _whole_rows(self, conversation_id: str) -> Awaitable[WholeRows]:
+        return self._db.run(
+            lambda conn: postgres_data.whole_rows(conn, _LOAD, conversation_id), retry=True
+        )
 
     def _restore(self, rows: RestoredRows) -> Awaitable[None]:
         return self._db.run(lambda conn: postgres_data.restore(conn, rows))
