@@ -35,7 +35,12 @@ from segue.executor.requests import check_support, support_of
 from segue.executor.retention import erase, wait_for_claims
 from segue.executor.setup import Setup
 from segue.executor.signals import Signals
-from segue.executor.store_port import ConversationPage, StoredConversation, StoredMessage
+from segue.executor.store_port import (
+    ConversationPage,
+    StoredConversation,
+    StoredMessage,
+    vacuums,
+)
 from segue.executor.stores._shared import checked_metadata
 from segue.statemachine import ConversationState, Message, estimate_tokens, model_info
 from segue.statemachine.options import ConversationOptions
@@ -239,13 +244,19 @@ class Conversations:
             _log.info("conversation_deleted", conversation_id=cid)
         return deleted
 
-    async def purge(self, *, older_than: float, metadata: Mapping[str, str] | None = None) -> int:
+    async def purge(
+        self,
+        *,
+        older_than: float,
+        metadata: Mapping[str, str] | None = None,
+        vacuum: bool = False,
+    ) -> int:
         """Delete the conversations nobody wrote to for ``older_than`` seconds (by the
         runtime's clock), those whose metadata holds every pair of ``metadata`` only; how many
         were deleted. Each goes as ``delete_conversation`` deletes one (alone, not its chain),
         its age and metadata checked again where it is deleted, with it locked against
         writers: one written to (or relabelled) since the purge listed it stays, and so does
-        one whose turn runs (left for the next purge)."""
+        one whose turn runs (left for the next purge). ``vacuum=True``: then ``vacuum()``."""
         if isinstance(older_than, bool) or not isinstance(older_than, int | float):
             msg = f"older_than is a number of seconds, not {older_than!r}"
             raise TypeError(msg)
@@ -262,7 +273,22 @@ class Conversations:
             except (ConversationBusyError, ConversationNotFoundError):
                 continue  # running, or deleted meanwhile by someone else
             deleted += len(gone)
+        if vacuum:
+            await self.vacuum()
         return deleted
+
+    async def vacuum(self) -> bool:
+        """Rewrite the store's files without the text of deleted conversations, where the
+        store keeps it after a deletion (PostgreSQL, until a ``VACUUM FULL``: each table locked
+        while it is rewritten, see ``PostgresStore.vacuum``); False for a store that leaves
+        none to rewrite (SQLite overwrites deleted text as it deletes, ``MemoryStore`` keeps
+        no file). ``docs/data.md`` says what is left even then."""
+        store = self._setup.store
+        if not vacuums(store):
+            return False
+        await store.vacuum()
+        _log.info("store_vacuumed")
+        return True
 
     async def export_conversation(self, conversation_id: str) -> dict[str, Any]:
         """The conversation as one JSON-ready document (``docs/data.md``): its state, whole

@@ -393,3 +393,19 @@ class Reopenable(Protocol):
 def reopens(store: object) -> TypeGuard[Reopenable]:
     """Whether the store can be used again after ``close()`` (``Reopenable``)."""
     return capable(store, Reopenable)
+
+
+@runtime_checkable
+class Vacuumable(Protocol):
+    """A store whose deleted rows stay in its files until it is told to rewrite them
+    (PostgreSQL: a deleted row is a dead tuple, its text readable in the table's files until a
+    VACUUM FULL rewrites them)."""
+
+    async def vacuum(self) -> None:
+        """Rewrite the store's tables so no deleted row's text is left in their files."""
+        ...
+
+
+def vacuums(store: object) -> TypeGuard[Vacuumable]:
+    """Whether the store has deleted text to rewrite away (``Vacuumable``)."""
+    return capable(store, Vacuumable)

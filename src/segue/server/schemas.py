@@ -145,6 +145,9 @@ class Purge(_Request):
     ``2592000`` is 30 days."""
     metadata: Metadata | None = None
     """Only the conversations whose metadata holds every one of these pairs."""
+    vacuum: Annotated[bool, Field(strict=True)] = False
+    """Then rewrite the store's files without the deleted text (PostgreSQL: ``VACUUM FULL``,
+    each table locked while it is rewritten; ``docs/data.md``)."""
 
 
 class Purged(BaseModel):
@@ -152,6 +155,8 @@ class Purged(BaseModel):
 
     deleted: int
     """Conversations deleted (one whose turn runs is left for the next purge)."""
+    vacuumed: bool = False
+    """Whether the store's files were rewritten (asked for, on a store that needs it)."""
 
 
 class SendMessage(_Request):

@@ -386,6 +386,20 @@ class PostgresStore(SqlStore):
 
         return await self._db.run(work, retry=True)
 
+    async def vacuum(self) -> None:
+        """``VACUUM (FULL)`` each of segue's tables: the table and its indexes are written anew
+        without the dead rows deleted conversations left (a plain VACUUM only marks their space
+        free: their text stays in the files until it is overwritten), and the old files are
+        emptied at once and removed at the next checkpoint. Each table is locked against
+        every other session while it is rewritten (ACCESS EXCLUSIVE): steps wait for it, and
+        one that waits longer than ``lock_timeout`` fails with ``StoreLockedError``."""
+
+        async def work(conn: Connection) -> None:
+            for table in postgres_data.VACUUMED:
+                await conn.execute(f"VACUUM (FULL) {table}")  # our own table names
+
+        await self._db.run(work)
+
     async def close(self) -> None:
         """Finish the commits under way, close the pool's connections; later calls raise
         ``SegueError``."""

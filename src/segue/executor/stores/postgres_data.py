@@ -27,6 +27,17 @@ LISTED: Final = (
     f" {METADATA.replace('conversations.id', 'c.id')}, c.ordinal"
 )
 """``_rows.LISTED_COLUMNS`` and the place, of ``conversations AS c``."""
+VACUUMED: Final = (
+    "conversations",
+    "messages",
+    "transitions",
+    "landmarks",
+    "snapshots",
+    "tags",
+    "outbox",
+    "idempotency",
+)
+"""The tables that hold a conversation's text, which ``PostgresStore.vacuum`` rewrites."""
 DIALECT: Final = Dialect(mark="%s", listed=LISTED, link="conversation_id", key="id")
 """PostgreSQL's listings (``_listing``)."""
 START_SEQ: Final = (
