@@ -34,8 +34,6 @@ VACUUMED: Final = (
     "landmarks",
     "snapshots",
     "tags",
-    "outbox",
-    "idempotency",
 )
 """The tables that hold a conversation's text, which ``PostgresStore.vacuum`` rewrites."""
 DIALECT: Final = Dialect(mark="%s", listed=LISTED, link="conversation_id", key="id")
