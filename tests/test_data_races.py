@@ -577,3 +577,26 @@ def test_a_forged_cursor_out_of_range_is_refused_on_every_store(where: str) -> N
             answer = http.get("/api/conversations", params={"cursor": cursor})
             assert answer.status_code == 422, answer.text
             assert answer.json()["error"] == "invalid_cursor"
+
+
+def test_purge_vacuums_when_asked_over_rest_and_the_cli(where: str) -> None:
+    """``vacuum`` in the REST purge's body says whether the files were rewritten (PostgreSQL)
+    or needed no rewriting (SQLite), and is left out of the answer when not asked;
+    ``segue purge --vacuum`` says the same in words."""
+    postgres = where.startswith("host=")
+    with (
+        live_server(create_app(Runtime(store=open_store(where), llm=ScriptedModel()))) as url,
+        httpx2.Client(base_url=url, timeout=60) as http,
+    ):
+        for _ in range(2):
+            assert http.post("/api/conversations", json={"model": MODEL}).status_code == 201
+        plain = http.post("/api/purge", json={"older_than": 3_600})
+        assert plain.json() == {"deleted": 0}
+        vacuumed = http.post("/api/purge", json={"older_than": 0, "vacuum": True})
+        assert vacuumed.json() == {"deleted": 2, "vacuumed": postgres}
+    place = ("--database-url", where) if postgres else ("--db", where)
+    said = invoke("purge", "--older-than", "0s", "--vacuum", "--yes", *place)
+    assert said.exit_code == 0, said.output
+    assert "nothing to purge" in said.output
+    expected = "vacuumed: the tables were rewritten" if postgres else "nothing to vacuum"
+    assert expected in said.output

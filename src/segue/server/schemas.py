@@ -155,8 +155,9 @@ class Purged(BaseModel):
 
     deleted: int
     """Conversations deleted (one whose turn runs is left for the next purge)."""
-    vacuumed: bool = False
-    """Whether the store's files were rewritten (asked for, on a store that needs it)."""
+    vacuumed: bool | None = None
+    """Asked to vacuum: whether the store's files were rewritten (False: a store that
+    overwrites deleted text as it deletes); left out when not asked."""
 
 
 class SendMessage(_Request):
