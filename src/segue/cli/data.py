@@ -268,7 +268,7 @@ async def _purge(
         left = len(found) - deleted
         said = f"deleted {plural(deleted, 'conversation')}"
         if left > 0:
-            said += f"; {left} answering a turn, written to or deleted meanwhile, left alone"
+            said += f"; {left} answering a turn (or written to, or deleted, meanwhile) left alone"
         tell(out, said)
         if vacuum:
             await _vacuum(runtime, out)
