@@ -264,24 +264,24 @@ def test_a_chain_deletion_killed_half_way_leaves_the_chain_and_asking_again_dele
 ) -> None:
     """The process deleting a chain of three is killed (SIGKILL) after the second
     conversation's rows were deleted, before the end: the whole chain is still there with its
-    text and links, and the same request again (Python, then the CLI on a second chain)
-    deletes all of it and says which, not "not found"."""
+    text and links, and the same request again (Python, the CLI and REST, each on a chain of
+    its own) deletes all of it and says so (the ids, 204), not "not found"."""
 
-    async def create() -> tuple[list[str], list[str], dict[str, int]]:
+    async def create() -> tuple[list[str], list[str], list[str], dict[str, int]]:
         async with Runtime(store=open_store(where), llm=ScriptedModel(window=3_000)) as rt:
-            first, second = await _chain(rt), await _chain(rt)
-            sizes = {cid: len(await rt.messages(cid)) for cid in [*first, *second]}
-            return first, second, sizes
+            first, second, third = await _chain(rt), await _chain(rt), await _chain(rt)
+            sizes = {cid: len(await rt.messages(cid)) for cid in [*first, *second, *third]}
+            return first, second, third, sizes
 
-    first, second, sizes = asyncio.run(create())
-    for chain in (first, second):
+    first, second, third, sizes = asyncio.run(create())
+    for chain in (first, second, third):
         killed = _script(tmp_path, "killer.py", CHAIN_KILLER, where, chain[-1])
         _, err = killed.communicate(timeout=120)
         assert killed.returncode == -signal.SIGKILL, err
 
     async def after_the_crash() -> None:
         async with Runtime(store=open_store(where), llm=ScriptedModel()) as rt:
-            for chain in (first, second):
+            for chain in (first, second, third):
                 assert [link.id for link in await rt.lineage(chain[0])] == chain
                 for cid in chain:
                     assert len(await rt.messages(cid)) == sizes[cid]
@@ -296,6 +296,15 @@ def test_a_chain_deletion_killed_half_way_leaves_the_chain_and_asking_again_dele
     assert again.exit_code == 0, again.output
     assert "deleted 3 conversations" in again.output
     assert all(cid in again.output for cid in second)
+
+    with (
+        live_server(create_app(Runtime(store=open_store(where), llm=ScriptedModel()))) as url,
+        httpx2.Client(base_url=url, timeout=60) as http,
+    ):
+        answer = http.delete(f"/api/conversations/{third[0]}", params={"chain": "true"})
+        assert answer.status_code == 204, answer.text
+        for cid in third:
+            assert http.get(f"/api/conversations/{cid}").status_code == 404
 
     async def gone() -> None:
         store = open_store(where)
