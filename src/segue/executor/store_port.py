@@ -325,7 +325,8 @@ class Store(Protocol):
         nothing is deleted and the answer is ``[]``. ``files(id)`` is called for each one
         after it is locked and checked and before the transaction commits (to remove its
         files while nobody can write to it). Deleted text is not left readable in the store's
-        files where the store can see to it (SQLite overwrites it and empties its WAL).
+        files where the store can see to it (SQLite overwrites it and empties its WAL; on
+        PostgreSQL it stays in dead tuples until ``Vacuumable.vacuum``).
         ``ConversationNotFoundError`` if ``conversation_id`` is not there."""
         ...
 

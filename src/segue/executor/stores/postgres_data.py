@@ -1,10 +1,13 @@
 """``PostgresStore``'s conversation-level reads and writes: landmarks, metadata, deletion,
-import, and its listings' dialect (``sqlite_data`` is SQLite's; the reasons are the same).
+import, export's one-snapshot read, and its listings' dialect (``sqlite_data`` is SQLite's; the
+reasons are the same).
 
-A deletion
-is one transaction that locks the conversation's row first: a step committing at the same time
-either lands before it (and is deleted with the rest) or finds no row (``not found``); no row of
-the conversation is left, PostgreSQL's own dead tuples going at the next VACUUM.
+A deletion is one transaction that locks the conversation's row first: a step committing at the
+same time either lands before it (and is deleted with the rest, or, for a purge, makes the
+conversation young again, which the check made with the row locked sees) or finds no row (``not
+found``). No row of the conversation is left, but its text is: every deleted row is a dead tuple
+in the table's and its indexes' files, which a plain VACUUM only marks free; ``VACUUMED`` are
+the tables ``PostgresStore.vacuum`` rewrites with ``VACUUM FULL`` (``docs/data.md``).
 """
 
 from __future__ import annotations
