@@ -33,7 +33,7 @@ from segue.executor.archive import archive_directory, write_archive, write_tool_
 from segue.executor.bus import UpdateBus
 from segue.executor.cache import ViewCache
 from segue.executor.compactions import compacted
-from segue.executor.errors import LlmCallError
+from segue.executor.errors import ConversationNotFoundError, LlmCallError
 from segue.executor.model_port import (
     AgentToolActivity,
     ContextManaging,
@@ -44,7 +44,7 @@ from segue.executor.model_port import (
 from segue.executor.requests import Requests
 from segue.executor.setup import Setup
 from segue.executor.snapshots import context_of, stored_snapshot
-from segue.executor.store_port import StoredConversation
+from segue.executor.store_port import Store, StoredConversation
 from segue.executor.transcript import split_for_compaction
 from segue.executor.updates import (
     ContextEditedUpdate,
@@ -383,6 +383,7 @@ class Performer:
         directory = self._setup.archive_dir
         if directory is not None:
             saved_as = await _saved(
+                self._setup.store,
                 "tool_output_not_saved",
                 write_tool_output,
                 directory,
@@ -427,21 +428,34 @@ class Performer:
             )
         )
         path = await _saved(
-            "archive_failed", write_archive, directory, cid, effect.generation, transcript
+            store, "archive_failed", write_archive, directory, cid, effect.generation, transcript
         )
         if path is not None:
             _log.info("archived", conversation_id=cid, path=path)
 
 
 async def _saved(
-    failure: str, write: Callable[..., Path], directory: Path, cid: str, *args: Any
+    store: Store,
+    failure: str,
+    write: Callable[..., Path],
+    directory: Path,
+    cid: str,
+    *args: Any,
 ) -> str | None:
     """Where ``write`` (an archive or a tool's output) put its private file, or None when it
     could not (logged as ``failure``): a file that cannot be written never blocks the
-    conversation."""
+    conversation. A file written for a conversation that is gone by then (deleted by another
+    process while its tool ran) is removed at once: a deletion removes the files it finds, and
+    this one it could not have found (``retention``)."""
     try:
         path = await asyncio.to_thread(write, directory, cid, *args)
     except (OSError, ValueError) as error:
         _log.error(failure, conversation_id=cid, error_type=type(error).__name__)
+        return None
+    try:
+        await store.load(cid)
+    except ConversationNotFoundError:
+        await asyncio.to_thread(path.unlink, missing_ok=True)
+        _log.info("file_of_deleted_conversation_removed", conversation_id=cid)
         return None
     return str(path)

@@ -147,6 +147,9 @@ class Purge(_Request):
     ``2592000`` is 30 days."""
     metadata: Metadata | None = None
     """Only the conversations whose metadata holds every one of these pairs."""
+    vacuum: Annotated[bool, Field(strict=True)] = False
+    """Then rewrite the store's files without the deleted text (PostgreSQL: ``VACUUM FULL``,
+    each table locked while it is rewritten; ``docs/data.md``)."""
 
 
 class Purged(BaseModel):
@@ -154,6 +157,9 @@ class Purged(BaseModel):
 
     deleted: int
     """Conversations deleted (one whose turn runs is left for the next purge)."""
+    vacuumed: bool | None = None
+    """Asked to vacuum: whether the store's files were rewritten (False: a store that
+    overwrites deleted text as it deletes); left out when not asked."""
 
 
 class SendMessage(_Request):
