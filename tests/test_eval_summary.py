@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 from anthropic import AsyncAnthropic
-from tests.cli_run import invoke, plain_output
 
+from cli_run import invoke, plain_output
 from segue import ContextExhaustionBehavior, ScriptedModel
 from segue.executor.instructions import COMPACTION_INSTRUCTION, CONTINUATION_INSTRUCTION
 from segue.executor.model_port import LlmReply, LlmRequest
