@@ -55,8 +55,9 @@ def test_installed_demo_tells_the_whole_story(tmp_path: Path) -> None:
     assert "continuation summary" in out
     parent = re.search(rf"^conversation ({ID}):", out, re.MULTILINE)
     assert parent is not None
-    assert f"read-only: send() refused: Conversation {parent[1]} is read-only" in out
-    assert re.search(rf"child conversation {ID} \(parent {parent[1]}\)", out)
+    words = " ".join(out.split())  # the lines wrap at 80 columns
+    assert f"read-only: send() refused: Conversation {parent[1]} is read-only" in words
+    assert re.search(rf"child conversation {ID} \(parent {parent[1]}\)", words)
     assert "assistant: Answer" in out
     assert "the demo's store was temporary and is gone" in out
     assert list(tmp_path.iterdir()) == []  # no temporary file left behind

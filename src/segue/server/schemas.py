@@ -263,6 +263,11 @@ class Info(BaseModel):
     """Who compacts a ``compact_in_place`` conversation created without saying."""
     context_edits: list[dict[str, Any]] = Field(default_factory=list)
     """The provider's context edits of a conversation created without them."""
+    provider_compaction: bool = False
+    """Whether the server's model adapter can have the provider compact a conversation of
+    ``model`` (``compaction="provider"``; asked of one that cannot, creating it answers 422
+    ``unsupported_option``). Said by the server from its adapter, whatever the application
+    gave: the page offers the choice only then."""
 
 
 __all__ = [
