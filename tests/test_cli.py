@@ -143,8 +143,11 @@ def test_list_shows_parent_and_child(
     assert "threshold_based_continuation" in rows[child]
 
 
-def test_show_prints_messages_and_transition_log(demo_db: tuple[Path, str, str]) -> None:
+def test_show_prints_messages_and_transition_log(
+    demo_db: tuple[Path, str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     db, parent, _ = demo_db
+    monkeypatch.setenv("COLUMNS", "160")  # room for every column (80 leaves the effects out)
     result = invoke("show", parent, "--db", str(db))
     assert result.exit_code == 0, result.output
     out = result.stdout
@@ -274,7 +277,8 @@ def test_chat_on_an_exhausted_conversation_hints_at_new(
     assert parent is not None
     resumed = chat(server, db, "/new\nhello child\n", "--conversation", parent[1])
     assert resumed.exit_code == 0, resumed.output
-    assert re.search(rf"continuing in conversation {ID} \(parent {parent[1]}\)", resumed.stdout)
+    words = " ".join(resumed.stdout.split())  # the line wraps at 80 columns
+    assert re.search(rf"continuing in conversation {ID} \(parent {parent[1]}\)", words)
     assert "Hello from the fake API." in resumed.stdout
 
 
