@@ -107,9 +107,9 @@ async function more() {
 const WHEN = { dateStyle: "medium", timeStyle: "short" };
 
 // One fact of a conversation's line, kept whole where the line wraps (with the "·" before it).
-function fact(text, className = "") {
+function fact(text) {
   const span = document.createElement("span");
-  span.className = `fact ${className}`.trim();
+  span.className = "fact";
   span.textContent = text;
   return span;
 }
@@ -128,7 +128,12 @@ function listed(conversation) {
   const phase = conversation.phase.replaceAll("_", " ");
   const facts = [when, phase, `${used}% of the window`].filter(Boolean);
   facts.forEach((text, at) => meta.append(fact(at ? `· ${text}` : text), " "));
-  meta.append(fact(`· ${conversation.id.slice(0, 8)}`, "id"));
+  const id = document.createElement("span");
+  id.className = "id";
+  id.textContent = conversation.id.slice(0, 8);
+  const last = fact("· ");
+  last.append(id);
+  meta.append(last);
   item.append(link, meta);
   return item;
 }
