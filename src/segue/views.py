@@ -177,9 +177,14 @@ class ConversationView(BaseModel):
 
 
 class ToolCallView(BaseModel):
+    """A tool call an assistant message made, as ``MessageView.tool_calls`` lists it."""
+
     id: str
+    """The call's id, which its ``tool_result`` message answers."""
     name: str
+    """The tool called."""
     input: dict[str, Any]
+    """What the model passed it."""
 
 
 class MessageView(BaseModel):

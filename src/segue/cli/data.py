@@ -32,7 +32,7 @@ from segue.cli._labels import (
     metadata_of,
     said_duration,
 )
-from segue.cli._output import console, printable, tell
+from segue.cli._output import console, printable, say
 from segue.cli._stores import (
     DatabaseUrlOption,
     StoreAt,
@@ -95,13 +95,13 @@ async def _delete(given: str, where: StoreAt, *, chain: bool, yes: bool) -> int:
         if not yes and not ask(
             f"delete {printable(what)}? Its messages cannot be read again.", out.width
         ):
-            tell(out, "nothing was deleted")
+            say(out, "nothing was deleted")
             return 1
         try:
             deleted = await runtime.delete_conversation(cid, chain=chain)
         except ConversationBusyError as error:
             raise _busy(error.conversation_id) from None
-    tell(out, f"deleted {plural(len(deleted), 'conversation')}: {', '.join(deleted)}")
+    say(out, f"deleted {plural(len(deleted), 'conversation')}: {', '.join(deleted)}")
     return 0
 
 
@@ -160,7 +160,7 @@ async def _export(given: str, where: StoreAt, *, to: Path | None, replace: bool)
         return
     write_private(to, content, replace=replace)
     messages = plural(len(document["messages"]), "message")
-    tell(console(), f"exported conversation {cid} ({messages}) to {to}")
+    say(console(), f"exported conversation {cid} ({messages}) to {to}")
 
 
 @app.command()
@@ -221,9 +221,9 @@ async def _import(source: Path, where: StoreAt, *, new_id: str | None) -> None:
         stored = await runtime.conversation(state.id)
         title = await _title(runtime, state.id)
     out = console()
-    tell(out, f"imported conversation {state.id} ({title!r}), {state.phase.kind}, into {where}")
+    say(out, f"imported conversation {state.id} ({title!r}), {state.phase.kind}, into {where}")
     if stored.pending:
-        tell(out, f"  it has work pending: segue chat --conversation {state.id} finishes it")
+        say(out, f"  it has work pending: segue chat --conversation {state.id} finishes it")
 
 
 @app.command("import")
@@ -254,7 +254,7 @@ async def _purge(
         before = time.time() - older_than
         found = await runtime.store.inactive(before=before, metadata=labelled)
         if not found:
-            tell(out, f"nothing to purge: no conversation{among} went unwritten for {idle_for}")
+            say(out, f"nothing to purge: no conversation{among} went unwritten for {idle_for}")
             if vacuum:
                 await _vacuum(runtime, out)
             return 0
@@ -262,14 +262,14 @@ async def _purge(
         if not yes and not ask(
             f"delete {printable(which)}? Their messages cannot be read again.", out.width
         ):
-            tell(out, "nothing was deleted")
+            say(out, "nothing was deleted")
             return 1
         deleted = await runtime.purge(older_than=older_than, metadata=labelled)
         left = len(found) - deleted
         said = f"deleted {plural(deleted, 'conversation')}"
         if left > 0:
             said += f"; {left} answering a turn (or written to, or deleted, meanwhile) left alone"
-        tell(out, said)
+        say(out, said)
         if vacuum:
             await _vacuum(runtime, out)
     return 0
@@ -278,9 +278,9 @@ async def _purge(
 async def _vacuum(runtime: Runtime, out: Console) -> None:
     """``--vacuum``: the store's files rewritten without deleted text, and said so."""
     if await runtime.vacuum():
-        tell(out, "vacuumed: the tables were rewritten without the deleted rows (VACUUM FULL)")
+        say(out, "vacuumed: the tables were rewritten without the deleted rows (VACUUM FULL)")
     else:
-        tell(out, "nothing to vacuum: this store overwrites deleted text as it deletes")
+        say(out, "nothing to vacuum: this store overwrites deleted text as it deletes")
 
 
 @app.command()

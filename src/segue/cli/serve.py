@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import ipaddress
 import os
 import socket
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ from segue.cli._app import (
     whole_number,
 )
 from segue.cli._models import DEFAULT_MODELS, KEY_VARIABLES, offline_line, provider_for
-from segue.cli._output import printable
+from segue.cli._output import console, printable, say
 from segue.cli._stores import DatabaseUrlOption, is_segue_store
 from segue.statemachine import ContextExhaustionBehavior as Behavior
 
@@ -98,10 +99,22 @@ _NO_KEY_HINT = {name: f"export {variable}" for name, variable in KEY_VARIABLES.i
 
 
 def _address(host: str, port: int, token: str | None) -> str:
-    """Where to open the page (with the token for the page to take, when there is one)."""
+    """Where to open the page (with the token for the page to take, when there is one). A
+    wildcard host (``0.0.0.0``, ``::``) is where the server listens, not an address a browser
+    can open: this machine's loopback is shown for it, of the same family."""
+    if _is_wildcard(host):
+        host = "::1" if ":" in host else "127.0.0.1"
     shown = f"[{host}]" if ":" in host else host
     address = f"http://{shown}:{port}/"
     return f"{address}#token={quote(token, safe='')}" if token else address
+
+
+def _is_wildcard(host: str) -> bool:
+    """Whether ``host`` is the address of every interface (``0.0.0.0``, ``::``)."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_unspecified
+    except ValueError:  # a name
+        return False
 
 
 @app.command()
@@ -236,14 +249,18 @@ def _serve(asked: ServeOptions) -> None:
     _store_usable(asked.db, asked.database_url)
     _free(asked.host, asked.port)
     if config.api_key is None:
-        typer.echo(offline_line(config.provider, config.base_url))
+        say(console(), offline_line(config.provider, config.base_url))
     answered = (
         ("Claude" if config.provider == "anthropic" else f"{config.model} (OpenAI API)")
         if config.api_key
         else "the offline scripted model"
     )
     address = _address(asked.host, asked.port, asked.token)
-    typer.echo(f"segue serve: {address} answered by {answered}; Ctrl-C stops it")
+    out = console()
+    say(out, f"segue serve: {address} answered by {answered}; Ctrl-C stops it")
+    if _is_wildcard(asked.host):  # listening on every interface: reached from others too
+        elsewhere = _address(socket.gethostname(), asked.port, asked.token)
+        say(out, f"  from another machine: {elsewhere}")
     run_app(application, host=asked.host, port=asked.port)
 
 

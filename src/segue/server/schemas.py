@@ -274,6 +274,11 @@ class Info(BaseModel):
     summary_request: SummaryRequest = "tool_less"
     """How the limit's requests of a conversation created without saying are sent
     (REQ-SEG-055)."""
+    provider_compaction: bool = False
+    """Whether the server's model adapter can have the provider compact a conversation of
+    ``model`` (``compaction="provider"``; asked of one that cannot, creating it answers 422
+    ``unsupported_option``). Said by the server from its adapter, whatever the application
+    gave: the page offers the choice only then."""
 
 
 __all__ = [
