@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,14 +20,12 @@ import segue.views
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
-BUILD_SECONDS = 60
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The site, built strictly into a temporary folder (the repository is left as it was)."""
     built = tmp_path_factory.mktemp("site")
-    started = time.monotonic()
     ran = subprocess.run(  # noqa: S603  # this interpreter's mkdocs, no shell
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(built)],
         cwd=ROOT,
@@ -39,7 +36,6 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "WARNING" not in ran.stderr, ran.stderr
-    assert time.monotonic() - started < BUILD_SECONDS
     return built
 
 

@@ -31,7 +31,7 @@ from segue.cli._app import (
     whole_number,
 )
 from segue.cli._models import api_key, connect, offline_line, provider_for
-from segue.cli._output import console, print_json, tell
+from segue.cli._output import console, entry, print_json, say
 from segue.executor.model_port import LlmModel
 from segue.executor.models.providers import DEFAULT_MODELS
 from segue.executor.models.scripted import ScriptedModel
@@ -142,7 +142,7 @@ def eval_summary(  # a typer command's options are its parameters
     options = options_of(given)  # a bad option is refused before any model is asked
     out = console()
     if key is None and not as_json:
-        tell(out, offline_line(chosen, base_url))
+        say(out, offline_line(chosen, base_url))
     planted = plant_facts(facts, seed=seed)
 
     async def measure() -> RetentionReport:
@@ -175,10 +175,10 @@ def eval_summary(  # a typer command's options are its parameters
         print_json(report.to_json())
     else:
         for line in report_table(report):
-            tell(out, line)
+            (entry if line.startswith("  ") else say)(out, line)  # a lost fact: one line each
     if min_recall is not None and report.recall < min_recall:
         if not as_json:
-            tell(out, f"recall {report.recall:.2f} is below --min-recall {min_recall:g}")
+            say(out, f"recall {report.recall:.2f} is below --min-recall {min_recall:g}")
         raise typer.Exit(1)
 
 
