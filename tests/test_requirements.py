@@ -2240,6 +2240,106 @@ def test_seg050_context_edits_are_refused_unless_as_the_provider_documents_them(
             conversation(context_edits=edits)
 
 
+# =========================================================================== the pause triggers
+
+
+def _pause_taken(state: ConversationState) -> tuple[ConversationState, SessionSnapshot]:
+    """``state`` waits for its pause's checkpoint: the answer pauses it (REQ-SEG-019); the
+    paused state and its snapshot."""
+    assert isinstance(state.phase, AwaitingCheckpoint), state.phase
+    assert state.phase.purpose == "pause"
+    paused, effects = transition(state, CheckpointResponse(text="<checkpoint>x</checkpoint>"))
+    assert isinstance(paused.phase, Paused)
+    assert [effect.kind for effect in effects][-1] == "save_snapshot"
+    return paused, paused.phase.snapshot
+
+
+@requirement("REQ-SEG-052")
+def test_seg052_the_reply_that_ends_the_nth_turn_pauses_never_one_that_asks_for_tools() -> None:
+    playbook = Playbook(conversation(pause_after_turns=2))
+    playbook.given(UserMessage(text="one"), reply(1_000)).in_phase("idle")
+    assert playbook.state.turns_since_resume == 1
+    playbook.given(UserMessage(text="two"))
+    (playbook >> reply(2_000, call(1)) << [assistant(2_000, call(1)), "execute_tools"])
+    playbook.given(ToolResult(tool_call_id="toolu_1", output="done")).in_phase("llm_requesting")
+    (
+        playbook
+        >> reply(3_000, text="all done")
+        << [assistant(3_000, text="all done"), RequestCheckpoint(purpose="pause")]
+    )
+    assert playbook.state.pause_reason == "after 2 turns"
+    snapshot = _pause_taken(playbook.state)[1]
+    assert (snapshot.trigger, snapshot.reason) == ("pause", "after 2 turns")
+    # A pause asked for keeps its reason; a reply that crosses the limit carries the pause
+    # through the limit's path (here a compaction), and the pause is taken after it.
+    asked = Playbook(conversation(pause_after_turns=1)).given(UserMessage(text="go"))
+    asked.given(PauseRequested(reason="lunch"), reply(1_000))
+    assert asked.state.pause_reason == "lunch"
+    crossing = Playbook(conversation(B.COMPACT_IN_PLACE, pause_after_turns=1))
+    crossing.given(UserMessage(text="go"))
+    crossing >> reply(THRESHOLD)
+    crossing << [
+        "notify_context_warning",
+        "append_message",
+        "archive_transcript",
+        "request_compaction",
+    ]
+    crossing >> CompactionResponse(summary="s", retained_tokens=5_000)
+    crossing << ["start_generation", "append_message", RequestCheckpoint(purpose="pause")]
+    assert crossing.state.pause_reason == "after 1 turn"
+
+
+@requirement("REQ-SEG-053")
+def test_seg053_a_turn_that_ends_s_seconds_after_the_start_pauses_never_mid_turn() -> None:
+    playbook = Playbook(conversation(pause_after_seconds=1_800.0, started_at=1_000.0))
+    playbook.given(UserMessage(text="one"))
+    playbook.given(LlmResponse(text="early", usage=usage(1_000), at=2_799.0)).in_phase("idle")
+    playbook.given(UserMessage(text="two"))
+    # Past the bound mid-turn: the tools still run and the turn goes on.
+    late = LlmResponse(text="", tool_calls=(call(1),), usage=usage(2_000), at=2_800.0)
+    playbook.given(late).in_phase("tool_executing")
+    playbook.given(ToolResult(tool_call_id="toolu_1", output="ok")).in_phase("llm_requesting")
+    playbook >> LlmResponse(text="done", usage=usage(3_000), at=2_900.0)
+    playbook << [assistant(3_000, text="done"), RequestCheckpoint(purpose="pause")]
+    assert playbook.state.pause_reason == "after 30 minutes"
+    # Without a time the trigger cannot fire; a conversation made without one starts its clock
+    # at its first answer.
+    untimed = Playbook(conversation(pause_after_seconds=60.0)).given(UserMessage(text="a"))
+    untimed.given(LlmResponse(text="b", usage=usage(1_000), at=500.0)).in_phase("idle")
+    assert untimed.state.active_since == 500.0
+    untimed.given(UserMessage(text="c"), reply(1_100)).in_phase("idle")
+    untimed.given(UserMessage(text="d"), LlmResponse(text="e", at=560.0))
+    assert untimed.state.pause_reason == "after 1 minute"
+
+
+@requirement("REQ-SEG-054")
+def test_seg054_a_pause_by_a_trigger_resumes_as_any_and_counts_again_from_the_resume() -> None:
+    playbook = Playbook(conversation(pause_after_turns=1, pause_after_seconds=60.0, started_at=0.0))
+    playbook.given(UserMessage(text="go"), LlmResponse(text="done", at=10.0))
+    paused, snapshot = _pause_taken(playbook.state)
+    assert snapshot.reason == "after 1 turn"
+    refused = transition(paused, UserMessage(text="more"))[1]
+    assert [(type(effect), getattr(effect, "cause", None)) for effect in refused] == [
+        (RejectUserMessage, "paused")
+    ]
+    resumed, _ = transition(paused, ResumeRequested(at=1_000.0))
+    assert (resumed.turns_since_resume, resumed.active_since) == (0, 1_000.0)
+    assert resumed.phase.kind == "llm_requesting"  # the resume's own turn
+    again, _ = transition(resumed, LlmResponse(text="resumed", at=1_030.0))
+    assert again.pause_reason == "after 1 turn"  # its count began at the resume; 30 s is not 60
+    # A cancelled pause is no resume: the next turn's end pauses again.
+    cancelled, _ = transition(paused, UserCancel())
+    assert cancelled.phase.kind == "idle"
+    cancelled, _ = transition(cancelled, UserMessage(text="again"))
+    cancelled, _ = transition(cancelled, LlmResponse(text="ok", at=20.0))
+    assert cancelled.pause_reason == "after 1 turn"
+    assert isinstance(cancelled.phase, AwaitingCheckpoint)
+    with pytest.raises(pydantic.ValidationError, match="pause_after_turns"):
+        conversation(pause_after_turns=0)
+    with pytest.raises(pydantic.ValidationError, match="pause_after_seconds"):
+        conversation(pause_after_seconds=-1.0)
+
+
 # =========================================================================== control at the limit
 
 
@@ -2600,7 +2700,7 @@ def _tagged_tests() -> dict[str, tuple[str, ...]]:
 def test_every_requirement_in_the_spec_has_a_test() -> None:
     spec = SPEC.read_text(encoding="utf-8")
     declared = re.findall(r"^### (REQ-[A-Z]+-\d{3}):", spec, flags=re.MULTILINE)
-    assert len(declared) == len(set(declared)) == 61, declared
+    assert len(declared) == len(set(declared)) == 64, declared
     mentioned = set(re.findall(r"REQ-[A-Z]+-\d{3}", spec))
     assert mentioned == set(declared), "the spec mentions ids it does not declare"
     tagged = _tagged_tests()

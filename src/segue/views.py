@@ -122,6 +122,13 @@ class ConversationView(BaseModel):
     retry_base_delay: float = 1.0
     """Seconds before the first retry of a failed request (doubled each time after)."""
     retry_max_delay: float = 30.0
+    pause_after_turns: int | None = None
+    """The conversation pauses at the end of this many turns since it started or was last
+    resumed (None: no such trigger)."""
+    pause_after_seconds: float | None = None
+    """... or at the end of the first turn this long after it started or was last resumed."""
+    turns_since_resume: int = 0
+    """Turns answered since the conversation started or was last resumed."""
 
     @classmethod
     def of(
@@ -173,6 +180,9 @@ class ConversationView(BaseModel):
             max_tool_rounds=config.max_tool_rounds,
             retry_base_delay=config.retry_base_delay,
             retry_max_delay=config.retry_max_delay,
+            pause_after_turns=config.pause_after_turns,
+            pause_after_seconds=config.pause_after_seconds,
+            turns_since_resume=state.turns_since_resume,
         )
 
 

@@ -146,7 +146,8 @@ def narration(effect: fx.Effect) -> tuple[str, str] | None:  # noqa: PLR0912  # 
         case fx.RequestCheckpoint():
             return "asking for a checkpoint to restart from", "red"
         case fx.SaveSnapshot(snapshot=snapshot):
-            return f"paused: snapshot v{snapshot.version} saved ({snapshot.trigger})", "bold cyan"
+            why = snapshot.reason or snapshot.trigger  # "after 5 turns" says more than "pause"
+            return f"paused: snapshot v{snapshot.version} saved ({why})", "bold cyan"
         case fx.StartSession(session=session, reason=reason):
             return f"new session {session} ({reason})", "bold cyan"
         case fx.ArchiveTranscript(generation=generation):

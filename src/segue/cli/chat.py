@@ -34,6 +34,8 @@ from segue.cli._app import (
     MaxAttemptsOption,
     MaxContinuationsOption,
     MaxToolRoundsOption,
+    PauseAfterSecondsOption,
+    PauseAfterTurnsOption,
     RepoOption,
     RetryBaseDelayOption,
     RetryMaxDelayOption,
@@ -471,6 +473,8 @@ def chat(
     max_tool_rounds: MaxToolRoundsOption = None,
     retry_base_delay: RetryBaseDelayOption = None,
     retry_max_delay: RetryMaxDelayOption = None,
+    pause_after_turns: PauseAfterTurnsOption = None,
+    pause_after_seconds: PauseAfterSecondsOption = None,
     compaction: CompactionOption = "segue",
     context_edits: ContextEditsOption = None,
     summary_request: SummaryRequestOption = "tool_less",
@@ -478,7 +482,7 @@ def chat(
     """Chat with Claude (ANTHROPIC_API_KEY) or an OpenAI model (OPENAI_API_KEY), one stdin line
     per message; without the key, offline with the scripted model. /help for commands.
     \f
-    Seventeen parameters, over the bound of ten, and as many declarations, over sixty lines,
+    Nineteen parameters, over the bound of ten, and as many declarations, over sixty lines,
     because typer makes each option of a command a parameter of its function and has no way to
     group them; they become one ``ChatOptions`` here, which the work takes.
     """
@@ -487,7 +491,13 @@ def chat(
     except CliError as error:
         fail(error.message, error.code)
     limits = limits_of(
-        max_continuations, max_attempts, max_tool_rounds, retry_base_delay, retry_max_delay
+        max_continuations,
+        max_attempts,
+        max_tool_rounds,
+        retry_base_delay,
+        retry_max_delay,
+        pause_after_turns=pause_after_turns,
+        pause_after_seconds=pause_after_seconds,
     )
     try:
         options = options_of(

@@ -32,6 +32,8 @@ from segue.cli._app import (
     MaxAttemptsOption,
     MaxContinuationsOption,
     MaxToolRoundsOption,
+    PauseAfterSecondsOption,
+    PauseAfterTurnsOption,
     RepoOption,
     RetryBaseDelayOption,
     RetryMaxDelayOption,
@@ -158,6 +160,8 @@ def serve(
     max_tool_rounds: MaxToolRoundsOption = None,
     retry_base_delay: RetryBaseDelayOption = None,
     retry_max_delay: RetryMaxDelayOption = None,
+    pause_after_turns: PauseAfterTurnsOption = None,
+    pause_after_seconds: PauseAfterSecondsOption = None,
     metrics: Annotated[
         bool,
         typer.Option(
@@ -171,12 +175,18 @@ def serve(
 ) -> None:
     """Serve the REST API and the web page (offline scripted model without an API key).
     \f
-    Twenty parameters, over the bound of ten, and as many declarations, over sixty lines,
+    Twenty-two parameters, over the bound of ten, and as many declarations, over sixty lines,
     because typer makes each option of a command a parameter of its function and has no way to
     group them; the work is ``_serve``'s, which takes them as one value.
     """
     limits = limits_of(
-        max_continuations, max_attempts, max_tool_rounds, retry_base_delay, retry_max_delay
+        max_continuations,
+        max_attempts,
+        max_tool_rounds,
+        retry_base_delay,
+        retry_max_delay,
+        pause_after_turns=pause_after_turns,
+        pause_after_seconds=pause_after_seconds,
     )
     _serve(
         ServeOptions(

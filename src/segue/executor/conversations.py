@@ -118,11 +118,15 @@ class Conversations:
         check_prefix_reuse(config, self._setup.llm)  # REQ-SEG-055
         seeded = sum(estimate_tokens(message.text) for message in seed)
         pinned = sum(estimate_tokens(m.text) for m in seed if m.pinned)
+        now = self._setup.clock()
         state = ConversationState(
-            config=config, pending_tokens=config.system_tokens + seeded, pinned_tokens=pinned
+            config=config,
+            pending_tokens=config.system_tokens + seeded,
+            pinned_tokens=pinned,
+            active_since=now,  # what pause_after_seconds measures from (REQ-SEG-053)
         )
         stored = await self._setup.store.create(
-            state, system=options.system, messages=seed, at=self._setup.clock(), metadata=tags
+            state, system=options.system, messages=seed, at=now, metadata=tags
         )
         self._cache.keep(stored)
         _log.info(

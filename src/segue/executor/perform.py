@@ -206,6 +206,7 @@ class Performer:
                 content=outcome.content,
                 session_ref=outcome.session_ref,
                 compactions=compactions,
+                at=self._setup.clock(),  # what pause_after_seconds measures (REQ-SEG-053)
             )
         ]
 

@@ -431,6 +431,7 @@ class Runtime(Conversations):
             prompt=prompt,
             snapshot=snapshots[-1] if snapshots else None,
             current_context=current,
+            at=setup.clock(),  # the pause triggers count from here (REQ-SEG-054)
         )
         state, _ = await self._driver.drive(conversation_id, event)
         return state

@@ -359,6 +359,9 @@ def on_resume(state: ConversationState, event: ResumeRequested) -> Result:
             "warned": False,
             "message_count": state.message_count + 1,
             "resume_context": context,
+            # REQ-SEG-054: the pause triggers count again from the resume.
+            "turns_since_resume": 0,
+            "active_since": event.at,
             **FRESH_SESSION,
         },
     )
