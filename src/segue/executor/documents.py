@@ -15,18 +15,20 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, NoReturn
+from typing import Annotated, Any, Final, Literal, NoReturn, get_args
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, TypeAdapter, ValidationError
 
 from segue.effects import Effect, SaveSnapshot
 from segue.executor.chains import Link, UsageReport
 from segue.executor.errors import InvalidDocumentError, InvalidMetadataError
 from segue.executor.store_port import ConversationRecord, StoredConversation, TransitionRecord
-from segue.executor.stores._shared import checked_metadata
-from segue.executor.stores.codec import load_effect, load_event, load_snapshot, load_state
-from segue.statemachine import ConversationState, Message
+from segue.executor.stores._shared import MAX_ID_LENGTH, checked_metadata
+from segue.executor.stores.codec import dump_event
+from segue.statemachine import ConversationState, Event, Message, PhaseKind
 from segue.statemachine.checkpoint import SessionSnapshot
+from segue.statemachine.content import ENTERING
+from segue.views import ID_PATTERN
 
 FORMAT: Final = "segue.conversation"
 VERSION: Final = 1
@@ -96,54 +98,255 @@ def document(exported: Exported) -> dict[str, Any]:
     }
 
 
-def record(document: object, *, conversation_id: str | None = None) -> ConversationRecord:
-    """The conversation ``document`` holds, checked whole (``InvalidDocumentError`` says what
-    is wrong), under ``conversation_id`` when given."""
-    data = _mapping(document, "the document")
-    if data.get("format") != FORMAT:
-        _refuse(f"not a segue conversation export (format {data.get('format')!r}, not {FORMAT!r})")
-    if data.get("version") != VERSION:
-        _refuse(f"export format version {data.get('version')!r}; this segue reads {VERSION}")
-    head = _mapping(data.get("conversation"), "conversation")
+_INT_MAX: Final = 2**31 - 1
+"""The largest count a store's integer columns hold (PostgreSQL's ``integer``): versions,
+seqs, sessions, generations, token counts."""
+_BUSY: Final = frozenset(
+    {
+        "llm_requesting",
+        "tool_executing",
+        "awaiting_continuation",
+        "awaiting_checkpoint",
+        "compacting",
+    }
+)
+"""Phases that wait for work the outbox holds; imported without it, nothing would answer."""
+_WORK: Final = frozenset(
+    {
+        "request_llm",
+        "execute_tools",
+        "request_continuation",
+        "request_checkpoint",
+        "request_compaction",
+        "schedule_retry",
+    }
+)
+"""The pending effects whose outcome moves a busy phase on."""
+_PHASES: Final = frozenset(get_args(PhaseKind))
+
+Count = Annotated[StrictInt, Field(ge=0, le=_INT_MAX)]
+Ordinal = Annotated[StrictInt, Field(ge=1, le=_INT_MAX)]
+Time = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=False)]
+Name = Annotated[str, Field(max_length=200)]
+
+
+class _Schema(BaseModel):
+    """A part of the document, as this segue reads version 1 (unknown fields are ignored, as
+    a later segue may add some)."""
+
+    model_config = ConfigDict(frozen=True)
+
+
+class _Line(_Schema):
+    seq: Ordinal
+    event_kind: Name
+    event: Event
+    from_phase: Name
+    to_phase: Name
+    context_tokens: Count | None = None
+    reason: str = ""
+    effect_kinds: list[Name] = []
+    at: Time
+    session: Ordinal | None = None
+
+
+class _Head(_Schema):
+    id: str
+    version: Ordinal
+    created_at: Time
+    updated_at: Time
+    system: str | None = None
+    metadata: dict[str, str] = {}
+    child_id: str | None = None
+    state: ConversationState
+
+
+class _Document(_Schema):
+    format: Literal["segue.conversation"]
+    version: Literal[1]
+    exported_at: Time | None = None
+    conversation: _Head
+    lineage: list[str] = []
+    messages: list[Message]
+    transitions: list[_Line]
+    snapshots: list[SessionSnapshot] = []
+    pending: list[Effect] = []
+
+
+_READER: Final = TypeAdapter(_Document)
+_ENTERING: Final = {ENTERING: True}
+
+
+def record(
+    document: Mapping[str, Any] | bytes | bytearray | str, *, conversation_id: str | None = None
+) -> ConversationRecord:
+    """The conversation ``document`` holds (its JSON text, or the text parsed), checked whole
+    (``InvalidDocumentError`` says what is wrong and names the field), under
+    ``conversation_id`` when given.
+
+    JSON text is validated straight into the typed document (no dicts in between): a large
+    import holds little more than the document's own values."""
+    parsed = _parsed(document)
+    head = parsed.conversation
+    state = head.state
+    _check_head(parsed, head, state)
+    _check_messages(parsed.messages, state)
+    _check_log(parsed.transitions, head.version, state)
+    _check_pending(parsed, state)
     try:
-        state = load_state(json.dumps(head.get("state")))
-        messages = tuple(Message.model_validate(m) for m in _list(data, "messages"))
-        transitions = tuple(_transition(line) for line in _list(data, "transitions"))
-        snapshots = tuple(load_snapshot(json.dumps(s)) for s in _list(data, "snapshots"))
-        pending = tuple(load_effect(json.dumps(e)) for e in _list(data, "pending"))
-        metadata = checked_metadata(_mapping(head.get("metadata") or {}, "metadata"))
-    except (ValidationError, InvalidMetadataError, TypeError, ValueError) as error:
-        _refuse(f"a part does not validate: {error}")
-    version, system = head.get("version"), head.get("system")
-    created_at: Any = head.get("created_at")
-    updated_at: Any = head.get("updated_at")
-    if head.get("id") != state.id:
-        _refuse(f"conversation.id {head.get('id')!r} is not the state's id {state.id!r}")
-    if [line.seq for line in transitions] != list(range(1, len(transitions) + 1)):
-        _refuse("the event log's seqs are not 1, 2, 3...")
-    if not isinstance(version, int) or isinstance(version, bool) or version != len(transitions) + 1:
-        _refuse(f"version {version!r} does not follow an event log of {len(transitions)} lines")
-    if system is not None and not isinstance(system, str):
-        _refuse("system is a string or null")
-    for name, value in (("created_at", created_at), ("updated_at", updated_at)):
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            _refuse(f"{name} is a Unix time, not {value!r}")
-    if any(snapshot.conversation_id != state.id for snapshot in snapshots):
-        _refuse("a snapshot belongs to another conversation")
+        metadata = checked_metadata(head.metadata)
+    except InvalidMetadataError as error:
+        _refuse(str(error), "conversation.metadata")
+    snapshots, pending = tuple(parsed.snapshots), tuple(parsed.pending)
     if conversation_id is not None and conversation_id != state.id:
         state, snapshots, pending = _renamed(conversation_id, state, snapshots, pending)
     return ConversationRecord(
         state=state,
-        version=version,
-        system=system,
-        created_at=float(created_at),
-        updated_at=float(updated_at),
+        version=head.version,
+        system=head.system,
+        created_at=head.created_at,
+        updated_at=head.updated_at,
         metadata=metadata,
-        messages=messages,
-        transitions=transitions,
+        messages=tuple(parsed.messages),
+        transitions=tuple(_transition(line) for line in parsed.transitions),
         snapshots=snapshots,
         pending=pending,
     )
+
+
+def _parsed(document: Mapping[str, Any] | bytes | bytearray | str) -> _Document:
+    """The typed document, or ``InvalidDocumentError`` naming the first field that is wrong
+    (a wrong ``format`` or ``version`` first: then nothing else is this format's to judge)."""
+    try:
+        if isinstance(document, bytes | bytearray | str):
+            return _READER.validate_json(document, context=_ENTERING)
+        if not isinstance(document, Mapping):
+            _refuse("the document is not a JSON object", "")
+        return _READER.validate_python(document, context=_ENTERING)
+    except ValidationError as error:
+        problems = error.errors(include_url=False)
+    for problem in problems:
+        where = problem["loc"][:1]
+        if where == ("format",):
+            found = problem.get("input")
+            _refuse(f"not a segue conversation export (format {found!r}, not {FORMAT!r})", "format")
+        if where == ("version",):
+            found = problem.get("input")
+            _refuse(f"export format version {found!r}; this segue reads {VERSION}", "version")
+    first = problems[0]
+    field = ".".join(str(part) for part in first["loc"])
+    if first["type"] == "json_invalid" or (first["type"] == "model_type" and not field):
+        _refuse(f"the document is not a JSON object ({first['msg']})", "")
+    raise _invalid(f"{field or 'the document'}: {first['msg']}", field)
+
+
+def _check_head(parsed: _Document, head: _Head, state: ConversationState) -> None:
+    if head.id != state.id:
+        _refuse(
+            f"conversation.id {head.id[:80]!r} is not the state's id {state.id!r}",
+            "conversation.id",
+        )
+    for name, value in (("id", state.id), ("parent_id", state.config.parent_id)):
+        if value is not None and not _is_id(value):
+            where = f"conversation.state.config.{name}"
+            _refuse(f"{where} {value[:80]!r} is not an id ({ID_PATTERN.pattern})", where)
+    for name, value in vars(state).items():
+        if isinstance(value, int) and not isinstance(value, bool) and value > _INT_MAX:
+            _refuse(
+                f"conversation.state.{name} is above {_INT_MAX:,}", f"conversation.state.{name}"
+            )
+    if state.message_count != len(parsed.messages):
+        _refuse(
+            f"the state counts {state.message_count} messages; the document holds "
+            f"{len(parsed.messages)}",
+            "messages",
+        )
+    if state.phase.kind in _BUSY and not any(e.kind in _WORK for e in parsed.pending):
+        _refuse(
+            f"the state is {state.phase.kind} with no pending work to answer it",
+            "conversation.state.phase",
+        )
+
+
+def _check_messages(messages: Sequence[Message], state: ConversationState) -> None:
+    """Sessions and generations that exist; each tool result answering a call made before it;
+    no two calls of one reply under one id."""
+    called: set[str] = set()
+    for place, message in enumerate(messages):
+        where = f"messages.{place}"
+        if message.session > state.session:
+            _refuse(
+                f"{where} is in session {message.session}; the state is in {state.session}",
+                f"{where}.session",
+            )
+        if message.generation > state.generation:
+            _refuse(
+                f"{where} is in generation {message.generation}; the state is in "
+                f"{state.generation}",
+                f"{where}.generation",
+            )
+        ids = [call.id for call in message.tool_calls]
+        for index, call_id in enumerate(ids):
+            if call_id in ids[:index]:
+                _refuse(
+                    f"{where} calls two tools under id {call_id[:80]!r}",
+                    f"{where}.tool_calls.{index}.id",
+                )
+        called.update(ids)
+        if message.kind == "tool_result" and message.tool_call_id not in called:
+            _refuse(
+                f"{where} answers a tool call no message before it made "
+                f"({str(message.tool_call_id)[:80]!r})",
+                f"{where}.tool_call_id",
+            )
+
+
+def _check_log(lines: Sequence[_Line], version: int, state: ConversationState) -> None:
+    for place, line in enumerate(lines):
+        where = f"transitions.{place}"
+        if line.seq != place + 1:
+            _refuse(
+                f"the event log's seqs are not 1, 2, 3... ({where}.seq is {line.seq})",
+                f"{where}.seq",
+            )
+        if line.event_kind != line.event.kind:
+            _refuse(
+                f"{where}.event_kind {line.event_kind!r} is not its event's", f"{where}.event_kind"
+            )
+        for name in ("from_phase", "to_phase"):
+            if getattr(line, name) not in _PHASES:
+                _refuse(f"{where}.{name} is not a phase", f"{where}.{name}")
+        if line.session is not None and line.session > state.session:
+            _refuse(
+                f"{where} is in session {line.session}; the state is in {state.session}",
+                f"{where}.session",
+            )
+    if version != len(lines) + 1:
+        _refuse(
+            f"version {version} does not follow an event log of {len(lines)} lines",
+            "conversation.version",
+        )
+
+
+def _check_pending(parsed: _Document, state: ConversationState) -> None:
+    seen: set[int] = set()
+    for place, snapshot in enumerate(parsed.snapshots):
+        where = f"snapshots.{place}"
+        if snapshot.conversation_id != state.id:
+            _refuse(f"{where} belongs to another conversation", f"{where}.conversation_id")
+        if snapshot.version in seen:
+            _refuse(f"{where}: two snapshots are version {snapshot.version}", f"{where}.version")
+        if snapshot.version > _INT_MAX:
+            _refuse(f"{where}.version is above {_INT_MAX:,}", f"{where}.version")
+        seen.add(snapshot.version)
+    for place, effect in enumerate(parsed.pending):
+        if isinstance(effect, SaveSnapshot) and effect.snapshot.conversation_id != state.id:
+            where = f"pending.{place}.snapshot.conversation_id"
+            _refuse(f"pending.{place} saves a snapshot of another conversation", where)
+
+
+def _is_id(value: str) -> bool:
+    return len(value) <= MAX_ID_LENGTH and ID_PATTERN.fullmatch(value) is not None
 
 
 def _renamed(
@@ -158,7 +361,14 @@ def _renamed(
         config = state.config.model_copy(update={"id": conversation_id})
         state = type(state).model_validate({**state.model_dump(), "config": config.model_dump()})
     except ValidationError as error:
-        _refuse(f"conversation_id {conversation_id[:80]!r} cannot be an id: {error}")
+        _refuse(
+            f"conversation_id {conversation_id[:80]!r} cannot be an id: {error}", "conversation_id"
+        )
+    if not _is_id(conversation_id):
+        _refuse(
+            f"conversation_id {conversation_id[:80]!r} is not an id ({ID_PATTERN.pattern})",
+            "conversation_id",
+        )
     moved = tuple(s.model_copy(update={"conversation_id": conversation_id}) for s in snapshots)
     effects = tuple(
         effect.model_copy(
@@ -173,46 +383,24 @@ def _renamed(
     return state, moved, effects
 
 
-def _transition(line: object) -> TransitionRecord:
-    data = _mapping(line, "an event log line")
-    event = json.dumps(data.get("event"))
-    load_event(event)  # validated like every stored value
-    kinds = data.get("effect_kinds")
-    if not isinstance(kinds, list) or not all(isinstance(kind, str) for kind in kinds):
-        _refuse("an event log line's effect_kinds is not a list of strings")
+def _transition(line: _Line) -> TransitionRecord:
     return TransitionRecord(
-        seq=_typed(data, "seq", int),
-        event_kind=_typed(data, "event_kind", str),
-        event_json=event,
-        from_phase=_typed(data, "from_phase", str),
-        to_phase=_typed(data, "to_phase", str),
-        context_tokens=data.get("context_tokens"),
-        reason=_typed(data, "reason", str),
-        effect_kinds=tuple(kinds),
-        at=float(_typed(data, "at", int | float)),
-        session=data.get("session"),
+        seq=line.seq,
+        event_kind=line.event_kind,
+        event_json=dump_event(line.event),
+        from_phase=line.from_phase,
+        to_phase=line.to_phase,
+        context_tokens=line.context_tokens,
+        reason=line.reason,
+        effect_kinds=tuple(line.effect_kinds),
+        at=line.at,
+        session=line.session,
     )
 
 
-def _typed(data: Mapping[str, Any], name: str, kind: Any) -> Any:
-    value = data.get(name)
-    if isinstance(value, bool) or not isinstance(value, kind):
-        _refuse(f"an event log line's {name} is {value!r}")
-    return value
+def _invalid(reason: str, field: str) -> InvalidDocumentError:
+    return InvalidDocumentError(f"cannot import this document: {reason}", field=field)
 
 
-def _mapping(value: object, what: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        _refuse(f"{what} is not a JSON object")
-    return value
-
-
-def _list(data: Mapping[str, Any], name: str) -> list[Any]:
-    value = data.get(name)
-    if not isinstance(value, list):
-        _refuse(f"{name} is not a list")
-    return value
-
-
-def _refuse(reason: str) -> NoReturn:
-    raise InvalidDocumentError(f"cannot import this document: {reason}")
+def _refuse(reason: str, field: str) -> NoReturn:
+    raise _invalid(reason, field)
