@@ -17,7 +17,15 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Final, Literal, NoReturn, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictInt,
+    TypeAdapter,
+    ValidationError,
+)
 
 from segue.effects import Effect, SaveSnapshot
 from segue.executor.chains import Link, UsageReport
@@ -124,6 +132,15 @@ _WORK: Final = frozenset(
 """The pending effects whose outcome moves a busy phase on."""
 _PHASES: Final = frozenset(get_args(PhaseKind))
 
+
+def _not_a_bool(value: object) -> object:
+    """A number that JSON wrote as ``true`` is not one (Python's ``True == 1``)."""
+    if isinstance(value, bool):
+        msg = f"is a number, not {value!r}"
+        raise ValueError(msg)
+    return value
+
+
 Count = Annotated[StrictInt, Field(ge=0, le=_INT_MAX)]
 Ordinal = Annotated[StrictInt, Field(ge=1, le=_INT_MAX)]
 Time = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=False)]
@@ -163,7 +180,7 @@ class _Head(_Schema):
 
 class _Document(_Schema):
     format: Literal["segue.conversation"]
-    version: Literal[1]
+    version: Annotated[Literal[1], BeforeValidator(_not_a_bool)]
     exported_at: Time | None = None
     conversation: _Head
     lineage: list[str] = []
@@ -225,6 +242,13 @@ def _parsed(document: Mapping[str, Any] | bytes | bytearray | str) -> _Document:
         return _READER.validate_python(document, context=_ENTERING)
     except ValidationError as error:
         problems = error.errors(include_url=False)
+    if isinstance(document, bytes | bytearray | str) and _too_deep(problems):
+        # Past the JSON parser's recursion limit: parsed by Python's json (whose limit is far
+        # higher), so the field that nests too deep is named like any other.
+        try:
+            return _parsed(json.loads(document))
+        except RecursionError:
+            _refuse("the document nests deeper than any JSON parser here reads", "")
     for problem in problems:
         where = problem["loc"][:1]
         if where == ("format",):
@@ -238,6 +262,10 @@ def _parsed(document: Mapping[str, Any] | bytes | bytearray | str) -> _Document:
     if first["type"] == "json_invalid" or (first["type"] == "model_type" and not field):
         _refuse(f"the document is not a JSON object ({first['msg']})", "")
     raise _invalid(f"{field or 'the document'}: {first['msg']}", field)
+
+
+def _too_deep(problems: Sequence[Any]) -> bool:
+    return any("recursion limit" in str(problem.get("msg", "")) for problem in problems)
 
 
 def _check_head(parsed: _Document, head: _Head, state: ConversationState) -> None:
