@@ -13,14 +13,20 @@ import asyncio
 import copy
 import json
 import math
+import re
+import threading
+import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
 
+import httpx2
 import pytest
 from fastapi.testclient import TestClient
 
 import clusters
+from scripts import run_script
 from segue import (
     InvalidDocumentError,
     PostgresStore,
@@ -33,8 +39,10 @@ from segue import (
 from segue.executor.documents import record
 from segue.executor.model_port import LlmReply
 from segue.server import create_app
+from segue.server.data import MAX_IMPORTS
 from segue.statemachine import ToolCall
 from segue.statemachine.content import MAX_INPUT_DEPTH
+from segue.testing import live_server
 
 pytestmark = pytest.mark.slow
 cluster = clusters.cluster
@@ -191,7 +199,7 @@ CASES: Final[list[tuple[str, Break | None, str]]] = [
     ("id ..", _id(".."), "conversation.state.config.id"),
     ("id with a space", _id("a b"), "conversation.state.config.id"),
     ("id not the state's", _set("conversation.id", "other"), "conversation.id"),
-    ("event kind", _set("transitions.0.event_kind", "tool_result"), "transitions.0.event_kind"),
+    ("event kind", _set("transitions.0.event_kind", "tool_result"), "transitions.0.event"),
     ("phase name", _set("transitions.0.to_phase", "dancing"), "transitions.0.to_phase"),
     ("metadata not strings", _set("conversation.metadata", {"n": 1}), "conversation.metadata"),
     ("tool input 200 deep", _deep_tool_input, "tool_calls.0.input"),
@@ -342,3 +350,56 @@ def test_a_conversation_already_holding_a_deep_tool_input_stays_readable(
 
 def vars_of(value: Any) -> dict[str, Any]:
     return {name: getattr(value, name) for name in value.__dataclass_fields__}
+
+
+# --------------------------------------------------------------------------- memory, concurrency
+
+
+def test_a_10_mb_import_holds_under_3x_its_size(tmp_path: Path) -> None:
+    """``bench/bench_import.py`` traces the route's and the store's allocations from the first
+    chunk of the body to the stored conversation."""
+    result = run_script("bench/bench_import.py", "--mb", "10", flags=("-W", "error"))
+    assert result.returncode == 0, result.stderr
+    found = re.search(r"peak / document\s+([\d.]+)x", result.stdout)
+    assert found is not None, result.stdout
+    assert float(found[1]) < 3, result.stdout
+    document = re.search(r"document\s+([\d.]+) MB", result.stdout)
+    assert document is not None
+    assert float(document[1]) >= 9.5
+
+
+def test_imports_past_the_bound_are_503_with_retry_after(tmp_path: Path) -> None:
+    """``MAX_IMPORTS`` bodies still arriving hold every slot: one more is refused before its
+    body is read; once they end, imports are taken again."""
+    app = create_app(Runtime(store=SqliteStore(tmp_path / "bound.db"), llm=ScriptedModel()))
+    release = threading.Event()
+
+    def slow_body() -> Iterator[bytes]:
+        yield b'{"format": "segue.conversation", '
+        release.wait(30)
+        yield b'"version": 1}'
+
+    with live_server(app) as url, httpx2.Client(base_url=url, timeout=60) as client:
+        headers = {"content-type": "application/json"}
+        with ThreadPoolExecutor(MAX_IMPORTS) as pool:
+            held = [
+                pool.submit(
+                    client.post, "/api/conversations/import", content=slow_body(), headers=headers
+                )
+                for _ in range(MAX_IMPORTS)
+            ]
+            refused = None
+            for _ in range(200):  # until both hold their slot
+                refused = client.post("/api/conversations/import", content=b"{}", headers=headers)
+                if refused.status_code == 503:
+                    break
+                time.sleep(0.02)
+            release.set()
+            answers = [future.result() for future in held]
+        assert refused is not None
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["error"] == "too_many_imports"
+        assert refused.headers["retry-after"] == "2"
+        assert [a.status_code for a in answers] == [422] * MAX_IMPORTS  # read, then judged
+        again = client.post("/api/conversations/import", content=b"{}", headers=headers)
+        assert again.status_code == 422, again.text

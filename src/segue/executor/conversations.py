@@ -264,7 +264,7 @@ class Conversations:
 
     async def import_conversation(
         self,
-        document: Mapping[str, Any] | bytes | str,
+        document: Mapping[str, Any] | bytes | bytearray | str,
         *,
         conversation_id: str | None = None,
     ) -> ConversationState:
@@ -277,6 +277,7 @@ class Conversations:
         either way nothing is stored. Pending work it carried is performed by the next
         ``recover()``."""
         record = documents.record(document, conversation_id=conversation_id)
+        del document  # its text, freed before the store writes (the caller passed it on)
         stored = await self._setup.store.restore(record)
         _log.info("conversation_imported", conversation_id=stored.state.id)
         return stored.state

@@ -15,16 +15,19 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Final, Literal, NoReturn, get_args
+from typing import Annotated, Any, Final, Literal, NoReturn
 
 from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainValidator,
     StrictInt,
     TypeAdapter,
     ValidationError,
+    ValidationInfo,
+    WrapValidator,
 )
 
 from segue.effects import Effect, SaveSnapshot
@@ -130,7 +133,7 @@ _WORK: Final = frozenset(
     }
 )
 """The pending effects whose outcome moves a busy phase on."""
-_PHASES: Final = frozenset(get_args(PhaseKind))
+_EVENT: Final[TypeAdapter[Event]] = TypeAdapter(Event)
 
 
 def _not_a_bool(value: object) -> object:
@@ -154,17 +157,50 @@ class _Schema(BaseModel):
     model_config = ConfigDict(frozen=True)
 
 
+def _event_text(value: object, _handler: Any, info: ValidationInfo) -> str:
+    """An event log line's event, validated as the core's ``Event`` and kept as the JSON text
+    the store writes (the parsed event is not held: a large import keeps one copy)."""
+    event = _EVENT.validate_python(value, context=info.context)
+    if info.data.get("event_kind") != event.kind:
+        msg = (
+            f"is a {event.kind!r} event, not the line's event_kind {info.data.get('event_kind')!r}"
+        )
+        raise ValueError(msg)
+    return dump_event(event)
+
+
 class _Line(_Schema):
     seq: Ordinal
     event_kind: Name
-    event: Event
-    from_phase: Name
-    to_phase: Name
+    event: Annotated[str, WrapValidator(_event_text)]
+    from_phase: PhaseKind
+    to_phase: PhaseKind
     context_tokens: Count | None = None
     reason: str = ""
     effect_kinds: list[Name] = []
     at: Time
     session: Ordinal | None = None
+
+
+_LINE: Final[TypeAdapter[_Line]] = TypeAdapter(_Line)
+
+
+def _logged(value: object, info: ValidationInfo) -> TransitionRecord:
+    """An event log line validated, as the record a store writes (the small record is what
+    is held, not the validated model: a log of a hundred thousand lines costs its text)."""
+    line = _LINE.validate_python(value, context=info.context)
+    return TransitionRecord(
+        seq=line.seq,
+        event_kind=line.event_kind,
+        event_json=line.event,
+        from_phase=line.from_phase,
+        to_phase=line.to_phase,
+        context_tokens=line.context_tokens,
+        reason=line.reason,
+        effect_kinds=tuple(line.effect_kinds),
+        at=line.at,
+        session=line.session,
+    )
 
 
 class _Head(_Schema):
@@ -185,7 +221,7 @@ class _Document(_Schema):
     conversation: _Head
     lineage: list[str] = []
     messages: list[Message]
-    transitions: list[_Line]
+    transitions: list[Annotated[TransitionRecord, PlainValidator(_logged)]]
     snapshots: list[SessionSnapshot] = []
     pending: list[Effect] = []
 
@@ -225,7 +261,7 @@ def record(
         updated_at=head.updated_at,
         metadata=metadata,
         messages=tuple(parsed.messages),
-        transitions=tuple(_transition(line) for line in parsed.transitions),
+        transitions=tuple(parsed.transitions),
         snapshots=snapshots,
         pending=pending,
     )
@@ -329,7 +365,7 @@ def _check_messages(messages: Sequence[Message], state: ConversationState) -> No
             )
 
 
-def _check_log(lines: Sequence[_Line], version: int, state: ConversationState) -> None:
+def _check_log(lines: Sequence[TransitionRecord], version: int, state: ConversationState) -> None:
     for place, line in enumerate(lines):
         where = f"transitions.{place}"
         if line.seq != place + 1:
@@ -337,13 +373,6 @@ def _check_log(lines: Sequence[_Line], version: int, state: ConversationState) -
                 f"the event log's seqs are not 1, 2, 3... ({where}.seq is {line.seq})",
                 f"{where}.seq",
             )
-        if line.event_kind != line.event.kind:
-            _refuse(
-                f"{where}.event_kind {line.event_kind!r} is not its event's", f"{where}.event_kind"
-            )
-        for name in ("from_phase", "to_phase"):
-            if getattr(line, name) not in _PHASES:
-                _refuse(f"{where}.{name} is not a phase", f"{where}.{name}")
         if line.session is not None and line.session > state.session:
             _refuse(
                 f"{where} is in session {line.session}; the state is in {state.session}",
@@ -409,21 +438,6 @@ def _renamed(
         for effect in pending
     )
     return state, moved, effects
-
-
-def _transition(line: _Line) -> TransitionRecord:
-    return TransitionRecord(
-        seq=line.seq,
-        event_kind=line.event_kind,
-        event_json=dump_event(line.event),
-        from_phase=line.from_phase,
-        to_phase=line.to_phase,
-        context_tokens=line.context_tokens,
-        reason=line.reason,
-        effect_kinds=tuple(line.effect_kinds),
-        at=line.at,
-        session=line.session,
-    )
 
 
 def _invalid(reason: str, field: str) -> InvalidDocumentError:

@@ -169,11 +169,13 @@ def _moving(routes: APIRouter, runtime: Runtime, views: StateViews) -> None:
         return await views.read(state.id)
 
 
-async def _body(request: Request) -> bytes:
-    """The request's body as one ``bytes``, gathered from its chunks: the document is parsed
-    straight from it (``BodyLimit`` bounds it as it arrives)."""
-    chunks = [chunk async for chunk in request.stream()]
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+async def _body(request: Request) -> bytearray:
+    """The request's body, gathered from its chunks: the document is parsed straight from it
+    (``BodyLimit`` bounds it as it arrives)."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk  # each chunk let go as it is added: the body is held once
+    return body
 
 
 __all__ = ["router"]
