@@ -171,8 +171,11 @@ def resident_growth(megabytes: float) -> tuple[int, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=float, default=50.0, help="the document's size in MB")
+    parser.add_argument("--quick", action="store_true", help="a 10 MB document")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
+    if arguments.quick:
+        arguments.mb = 10.0
     if arguments.child:
         _child(arguments.child)
         return

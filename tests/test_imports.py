@@ -26,6 +26,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 import clusters
+from scenario import requirement
 from scripts import run_script
 from segue import (
     InvalidDocumentError,
@@ -232,7 +233,8 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Calla
     yield lambda: PostgresStore(url)
 
 
-def test_every_unsound_document_is_refused_in_python_with_its_field(
+@requirement("REQ-SEG-060")
+def test_seg060_every_unsound_document_is_refused_in_python_with_its_field(
     document: Document, open_store: Callable[[], Store]
 ) -> None:
     async def main() -> None:
@@ -250,7 +252,8 @@ def test_every_unsound_document_is_refused_in_python_with_its_field(
     asyncio.run(main())
 
 
-def test_every_unsound_document_is_422_with_its_field_over_rest(
+@requirement("REQ-SEG-060")
+def test_seg060_every_unsound_document_is_422_with_its_field_over_rest(
     document: Document, open_store: Callable[[], Store]
 ) -> None:
     app = create_app(Runtime(store=open_store(), llm=ScriptedModel()))
@@ -273,7 +276,8 @@ def test_every_unsound_document_is_422_with_its_field_over_rest(
         assert again.status_code == 409  # a sound document whose id is taken: exists
 
 
-def test_a_renamed_import_is_held_to_the_id_pattern(document: Document) -> None:
+@requirement("REQ-SEG-060")
+def test_seg060_a_renamed_import_is_held_to_the_id_pattern(document: Document) -> None:
     for bad in ("a/b", "..", "", "a b"):
         with pytest.raises(InvalidDocumentError) as refused:
             record(document, conversation_id=bad)
@@ -284,7 +288,8 @@ def test_a_renamed_import_is_held_to_the_id_pattern(document: Document) -> None:
 # --------------------------------------------------------------------------- deep tool inputs
 
 
-def test_a_model_reply_whose_tool_input_is_too_deep_is_a_failed_call_and_nothing_is_lost(
+@requirement("REQ-SEG-061")
+def test_seg061_a_model_reply_whose_tool_input_is_too_deep_is_a_failed_call(
     open_store: Callable[[], Store],
 ) -> None:
     deep = LlmReply(
@@ -309,7 +314,8 @@ def test_a_model_reply_whose_tool_input_is_too_deep_is_a_failed_call_and_nothing
     asyncio.run(main())
 
 
-def test_a_conversation_already_holding_a_deep_tool_input_stays_readable(
+@requirement("REQ-SEG-061")
+def test_seg061_a_conversation_already_holding_a_deep_tool_input_stays_readable(
     document: Document, open_store: Callable[[], Store]
 ) -> None:
     """Written straight to the store (as an earlier segue let it be): every read and listing
