@@ -409,3 +409,29 @@ def test_imports_past_the_bound_are_503_with_retry_after(tmp_path: Path) -> None
         assert [a.status_code for a in answers] == [422] * MAX_IMPORTS  # read, then judged
         again = client.post("/api/conversations/import", content=b"{}", headers=headers)
         assert again.status_code == 422, again.text
+
+
+@requirement("REQ-SEG-060")
+def test_seg060_json_text_of_any_layout_imports_as_the_parsed_document(
+    document: Document,
+) -> None:
+    """Text is validated a part at a time: indentation, brackets, quotes and escapes inside
+    strings, and unicode change nothing."""
+    tricky = copy.deepcopy(document)
+    tricky["messages"][0]["text"] = 'a "quoted" ], {"kind": "x"}, [ \\ back\\slash \u00e9\u6f22 \n'
+    tricky["conversation"]["metadata"] = {"title": '{"messages": [], "transitions": [1]}'}
+    parsed = record(tricky)
+    for text in (
+        json.dumps(tricky).encode(),
+        json.dumps(tricky, indent=2).encode(),
+        json.dumps(tricky, ensure_ascii=False).encode(),
+        json.dumps(tricky, indent="\t", ensure_ascii=False),
+    ):
+        assert record(text) == parsed
+    empty = {**tricky, "messages": [], "transitions": []}
+    with pytest.raises(InvalidDocumentError) as refused:
+        record(json.dumps(empty, indent=1))
+    assert refused.value.field == "messages"  # the state counts messages the text lacks
+    for broken in (b'{"format": "segue.conversation"} x', b"{", b'{"messages": [1,', b"[]"):
+        with pytest.raises(InvalidDocumentError):
+            record(broken)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Final, Literal, NoReturn
 
@@ -272,6 +273,9 @@ def _parsed(document: Mapping[str, Any] | bytes | bytearray | str) -> _Document:
     (a wrong ``format`` or ``version`` first: then nothing else is this format's to judge)."""
     try:
         if isinstance(document, bytes | bytearray | str):
+            sectioned = _sectioned(document.encode() if isinstance(document, str) else document)
+            if sectioned is not None:
+                return sectioned
             return _READER.validate_json(document, context=_ENTERING)
         if not isinstance(document, Mapping):
             _refuse("the document is not a JSON object", "")
@@ -285,19 +289,132 @@ def _parsed(document: Mapping[str, Any] | bytes | bytearray | str) -> _Document:
             return _parsed(json.loads(document))
         except RecursionError:
             _refuse("the document nests deeper than any JSON parser here reads", "")
+    raise _reported(problems)
+
+
+def _reported(problems: Sequence[Any]) -> InvalidDocumentError:
+    """``InvalidDocumentError`` for pydantic's ``problems`` (a wrong format or version first)."""
     for problem in problems:
         where = problem["loc"][:1]
         if where == ("format",):
             found = problem.get("input")
-            _refuse(f"not a segue conversation export (format {found!r}, not {FORMAT!r})", "format")
+            reason = f"not a segue conversation export (format {found!r}, not {FORMAT!r})"
+            return _invalid(reason, "format")
         if where == ("version",):
             found = problem.get("input")
-            _refuse(f"export format version {found!r}; this segue reads {VERSION}", "version")
+            return _invalid(
+                f"export format version {found!r}; this segue reads {VERSION}", "version"
+            )
     first = problems[0]
     field = ".".join(str(part) for part in first["loc"])
     if first["type"] == "json_invalid" or (first["type"] == "model_type" and not field):
-        _refuse(f"the document is not a JSON object ({first['msg']})", "")
-    raise _invalid(f"{field or 'the document'}: {first['msg']}", field)
+        return _invalid(f"the document is not a JSON object ({first['msg']})", "")
+    return _invalid(f"{field or 'the document'}: {first['msg']}", field)
+
+
+_TOKEN: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},]')
+"""What the scan of a document's text stops at: strings (whose brackets are text), brackets
+and commas."""
+_LISTS: Final = {b'"messages"': "messages", b'"transitions"': "transitions"}
+_MESSAGE: Final[TypeAdapter[Message]] = TypeAdapter(Message)
+_LOGGED: Final[TypeAdapter[TransitionRecord]] = TypeAdapter(
+    Annotated[TransitionRecord, PlainValidator(_logged)]
+)
+
+
+def _sectioned(text: bytes | bytearray) -> _Document | None:
+    """The document validated a part at a time: its head whole, then each message and each
+    log line from its own slice of the text. A document parsed whole is first a tree of JSON
+    values in the parser as large as the text; parsed so, only one message's is at a time.
+    None when the text is not an object of the expected shape (it is then parsed whole, and
+    refused with the reason)."""
+    spans = _spans(text)
+    if spans is None:
+        return None
+    values, items = spans
+    head = b",".join(
+        key + b":" + (b"[]" if key in _LISTS else bytes(text[start:end]))
+        for key, (start, end) in values.items()
+    )
+    try:
+        document = _READER.validate_json(b"{" + head + b"}", context=_ENTERING)
+    except ValidationError as error:
+        raise _reported(error.errors(include_url=False)) from None
+    parts: dict[str, list[Any]] = {"messages": [], "transitions": []}
+    for key, name in _LISTS.items():
+        reader: TypeAdapter[Any] = _MESSAGE if name == "messages" else _LOGGED
+        kept = parts[name]
+        for place, (start, end) in enumerate(items.get(key, ())):
+            kept.append(_item(reader, text[start:end], (name, place)))
+    return document.model_copy(update=parts)
+
+
+def _item(reader: TypeAdapter[Any], text: bytes | bytearray, where: tuple[Any, ...]) -> Any:
+    """One message or log line from its text (past the parser's recursion limit, through
+    Python's ``json``), or ``InvalidDocumentError`` naming it."""
+    try:
+        try:
+            return reader.validate_json(text, context=_ENTERING)
+        except ValidationError as error:
+            if not _too_deep(error.errors(include_url=False)):
+                raise
+        return reader.validate_python(json.loads(text), context=_ENTERING)
+    except ValidationError as error:
+        problems = error.errors(include_url=False)
+        raise _reported([{**p, "loc": (*where, *p["loc"])} for p in problems]) from None
+    except (ValueError, RecursionError) as error:
+        place = ".".join(str(part) for part in where)
+        _refuse(f"{place} is not JSON ({str(error)[:200]})", place)
+
+
+def _spans(  # noqa: PLR0912  # one scan, a case per token and depth
+    text: bytes | bytearray,
+) -> tuple[dict[bytes, tuple[int, int]], dict[bytes, list[tuple[int, int]]]] | None:
+    """Where each top-level value of ``text`` lies, and each item of its ``messages`` and
+    ``transitions`` lists; None unless ``text`` is one JSON object with only whitespace
+    around it."""
+    values: dict[bytes, tuple[int, int]] = {}
+    items: dict[bytes, list[tuple[int, int]]] = {}
+    depth, key, start, wanting_key = 0, b"", 0, False
+    listed: list[tuple[int, int]] | None = None
+    item_start = 0
+    for token in _TOKEN.finditer(text):
+        first = text[token.start()]
+        if first == 0x22:  # a string
+            if depth == 1 and wanting_key:
+                key, wanting_key = token.group(), False
+                start = text.index(b":", token.end()) + 1
+        elif first in b"[{":
+            if depth == 0 and (first != 0x7B or text[: token.start()].strip()):
+                return None
+            if (
+                depth == 1
+                and first == 0x5B
+                and key in _LISTS
+                and not text[start : token.start()].strip()
+            ):
+                listed = items[key] = []
+                item_start = token.end()
+            depth += 1
+            wanting_key = wanting_key or depth == 1
+        elif first in b"]}":
+            if depth == 2 and listed is not None and first == 0x5D:
+                if text[item_start : token.start()].strip():
+                    listed.append((item_start, token.start()))
+                listed = None
+            if depth == 1:
+                if key:
+                    values[key] = (start, token.start())
+                if text[token.end() :].strip():
+                    return None
+            depth -= 1
+        elif depth == 1:  # a comma between values
+            values[key] = (start, token.start())
+            wanting_key = True
+        elif depth == 2 and listed is not None:  # a comma between items
+            listed.append((item_start, token.start()))
+            item_start = token.end()
+    return (values, items) if depth == 0 and values else None
 
 
 def _too_deep(problems: Sequence[Any]) -> bool:
