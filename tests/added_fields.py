@@ -13,9 +13,11 @@ ADDED_TO_CONFIG: Final[dict[str, Any]] = {
     "window_source": None,
     "compaction": "segue",
     "context_edits": [],
+    "summary_request": "tool_less",
 }
 """``ConversationConfig``'s added fields and the default a config of the release reads back with:
-where the window came from; the provider's compaction and context editing (REQ-SEG-048 to 050)."""
+where the window came from; the provider's compaction and context editing (REQ-SEG-048 to 050);
+how the limit's requests are sent (REQ-SEG-055)."""
 ADDED_TO_STATE: Final[dict[str, Any]] = {"compaction_fallback": False}
 """``ConversationState``'s added fields and their defaults."""
 

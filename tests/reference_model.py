@@ -148,6 +148,9 @@ class Reference:
         self.retry: bool = fields.get("retry_pending", False)
         self.purpose: str = fields.get("purpose", "restart")
         self.resume_after: bool = fields.get("resume_after", False)
+        self.summary_request: str = config.summary_request  # REQ-SEG-055
+        self.shape: str = fields.get("shape", self.summary_request)
+        self.tool_answers: int = fields.get("tool_answers", 0)
         self.waiting: list[str] = list(fields.get("pending", ()))
         self.recoverable: bool = isinstance(phase, Failed) and phase.error_kind in _RECOVERABLE
         self.snapshot: SessionSnapshot | None = (
@@ -207,6 +210,8 @@ class Reference:
             self.alternate if phase in ("awaiting_continuation", "compacting") else None,
             self.pinned,
             self.fallback,
+            self.shape if phase in _SUMMARISING else None,
+            self.tool_answers if phase in _SUMMARISING else None,
         )
 
     def books(self) -> tuple[object, ...]:
@@ -350,6 +355,14 @@ class Reference:
     def _apply(self, row: Row, event: Any) -> None:
         if row.guard in ("retry_pending", "stale_retry", "unknown_tool_call"):
             return  # answers nobody waits for any more
+        if row.guard == "summary_called_tool":  # REQ-SEG-056: never run, asked again
+            self.tool_answers += 1
+            # Two asks with the turn's prefix at most, then the tool-less request.
+            self.shape = "reuse_prefix" if self.tool_answers < 2 else "tool_less"
+            self.attempt = 1
+            if row.event == "continuation_response" and self.known(event) is not None:
+                self.context, self.pending = self.known(event), 0  # its answer measured all
+            return
         if row.guard == "summary_unusable_first":
             self.alternate, self.attempt = True, 1  # the same request, asked another way
             if row.event == "continuation_response" and self.known(event) is not None:
@@ -389,6 +402,7 @@ class Reference:
             self.retry = True
         elif row.guard == "overflow_attempts_left":
             self.attempt, self.trim = self.attempt + 1, self.trim + 1
+            self.shape = "tool_less"  # a trimmed history is not the turn's prefix
 
     def _fresh_start(self, row: Row, event: Any) -> None:
         """A new session (restart, resume) or a new generation (compaction)."""
@@ -476,6 +490,7 @@ class Reference:
         if not new_request:
             return
         self.attempt, self.retry, self.trim = 1, False, 0
+        self.shape, self.tool_answers = self.summary_request, 0
         self.final, self.alternate = (self.final if asked_again else grace), False
         self.exhausted = False
         if row.guard in _PAUSE_BEFORE_A_REQUEST:  # a pause taken where the turn asks again
@@ -551,6 +566,7 @@ _RESTARTS: Final = frozenset(
 """The guards under which a restart checkpoint's outcome (in awaiting_checkpoint) starts a new
 session."""
 _CHECKPOINT_OUTCOMES: Final = ("checkpoint_response", "checkpoint_failed", "user_cancel")
+_SUMMARISING: Final = ("awaiting_continuation", "awaiting_checkpoint", "compacting")
 _REQUESTS: Final = ("llm_requesting", "awaiting_continuation", "awaiting_checkpoint", "compacting")
 
 Guard = Callable[[Reference, Any], bool]
@@ -612,6 +628,7 @@ GUARDS: Final[dict[str, Guard]] = {
     "summary_unusable_first": lambda r, e: _unusable(e) and not r.alternate,
     "summary_unusable": lambda r, e: _unusable(e),
     "summary_usable": lambda r, e: bool(e.summary.strip()) and e.stop_reason != "refusal",
+    "summary_called_tool": lambda r, e: bool(e.tool_calls) and r.shape == "reuse_prefix",
     "gives_up": lambda r, e: r.gives_up(e),
     "overflow_attempts_left": lambda r, e: e.context_overflow and r.attempt < r.max_attempts,
     "exhausted_pause": lambda r, e: r.purpose == "pause" and r.exhausted,
@@ -694,6 +711,8 @@ def observed(state: ConversationState) -> tuple[object, ...]:
         fields.get("alternate"),
         state.pinned_tokens,
         state.compaction_fallback,
+        fields.get("shape"),
+        fields.get("tool_answers"),
     )
 
 

@@ -2451,6 +2451,140 @@ def test_seg047_the_limits_request_reuses_the_turns_cached_prefix(purpose: Any) 
         assert tool_less["messages"][-1]["content"][-1]["text"] == "Summarise."
 
 
+@requirement("REQ-SEG-055")
+@pytest.mark.parametrize("purpose", ["continuation", "checkpoint", "compaction"])
+def test_seg055_reuse_prefix_repeats_the_turn_and_reads_it_from_the_cache(purpose: Any) -> None:
+    """The core asks for the shape the conversation chose (the first ask; tool-less once an
+    overflow trimmed it); ``AnthropicModel`` sends the turn's request exactly with the
+    instruction and a breakpoint last, and the fake's prompt cache reads all of the turn's
+    prefix back."""
+    from segue.executor.model_port import LlmRequest, ToolSpec
+    from segue.executor.models.anthropic_payload import build_payload
+    from segue.testing.prompt_cache import PromptCache
+
+    behavior = {
+        "continuation": B.THRESHOLD_BASED_CONTINUATION,
+        "checkpoint": B.CHECKPOINT_RESTART,
+        "compaction": B.COMPACT_IN_PLACE,
+    }[purpose]
+    playbook = asking(behavior, summary_request="reuse_prefix").given(reply(THRESHOLD))
+    asked = playbook.effects[-1]
+    assert getattr(asked, "shape", None) == "reuse_prefix"
+    failed = {
+        "continuation": ContinuationFailed,
+        "checkpoint": CheckpointFailed,
+        "compaction": CompactionFailed,
+    }[purpose]
+    playbook.given(failed(error="too long", context_overflow=True))
+    assert getattr(playbook.effects[-1], "shape", None) == "tool_less"  # trimmed: as text
+    tool_less = asking(behavior).given(reply(THRESHOLD)).effects[-1]
+    assert getattr(tool_less, "shape", None) == "tool_less"  # the default
+
+    tools = (ToolSpec(name="lookup", description="Look it up. " * 400, input_schema={}),)
+    history = (
+        Message(kind="user", text="Find x. " * 300),
+        Message(kind="assistant", text="x is 42. " * 300),
+        Message(kind="user", text="And y? " * 300),
+    )
+
+    def body(**fields: Any) -> dict[str, Any]:
+        request = LlmRequest(
+            conversation_id="c",
+            model="claude-sonnet-4-6",
+            system="Be brief. " * 200,
+            messages=history,
+            tools=tools,
+            **fields,
+        )
+        payload = build_payload(request, max_tokens=1_000)
+        return {"model": request.model, **payload.arguments(), **payload.options}
+
+    cache = PromptCache()
+    turn = body(purpose="turn")
+    cache.account(turn)
+    limit = body(purpose=purpose, instruction="Summarise.", reuse_prefix=True)
+    accounted = cache.account(limit)
+    assert "tool_choice" not in limit  # the turn's (none set): its tools stay callable
+    assert (limit["tools"], limit["system"]) == (turn["tools"], turn["system"])
+    assert limit["messages"][:-1] == turn["messages"][:-1]
+    kept = [
+        {k: v for k, v in block.items() if k != "cache_control"}
+        for block in turn["messages"][-1]["content"]
+    ]
+    assert limit["messages"][-1]["content"][:-1] == kept  # the turn's last message, then
+    assert limit["messages"][-1]["content"][-1] == {
+        "type": "text",
+        "text": "Summarise.",
+        "cache_control": {"type": "ephemeral"},
+    }
+    prompt = accounted.input_tokens + accounted.cache_read_input_tokens
+    written = accounted.cache_creation_input_tokens
+    assert accounted.cache_read_input_tokens / (prompt + written) > 0.95
+
+
+@requirement("REQ-SEG-056")
+def test_seg056_a_tool_call_in_a_summary_is_refused_and_asked_again() -> None:
+    """Never run, named with the rejected calls, asked again with the prefix, then tool-less,
+    whose answer is read for its text; the tool-less default reads the answer at once."""
+    calls = (call(7),)
+    playbook = asking(summary_request="reuse_prefix").given(reply(THRESHOLD, call(1)))
+    playbook.in_phase("awaiting_continuation")
+    (
+        playbook
+        >> ContinuationResponse(summary="Checking.", tool_calls=calls)
+        << [
+            RequestContinuation(
+                rejected_tool_calls=(call(1), call(7)), shape="reuse_prefix", attempt=1
+            )
+        ]
+    )
+    assert playbook.phase.tool_answers == 1
+    again = (call(8),)
+    (
+        playbook
+        >> ContinuationResponse(summary="Checking.", tool_calls=again)
+        << [
+            RequestContinuation(
+                rejected_tool_calls=(call(1), call(7), call(8)), shape="tool_less", attempt=1
+            )
+        ]
+    )
+    (
+        playbook
+        >> ContinuationResponse(summary="The summary.", tool_calls=(call(9),))
+        << [
+            continuation("The summary."),
+            NotifyContextExhausted(summary="The summary."),
+        ]
+    )
+    playbook.in_phase("context_exhausted")
+    kinds = {effect.kind for _, effects in playbook.log for effect in effects}
+    assert "execute_tools" not in kinds
+    default = asking().given(reply(THRESHOLD)).in_phase("awaiting_continuation")
+    (
+        default
+        >> ContinuationResponse(summary="Read.", tool_calls=calls)
+        << [
+            continuation("Read."),
+            NotifyContextExhausted(summary="Read."),
+        ]
+    )
+
+
+@requirement("REQ-SEG-057")
+def test_seg057_the_conformance_kit_checks_an_adapter_that_claims_it() -> None:
+    """segue's adapters that claim the shape pass the kit's check on their fakes."""
+    import asyncio
+
+    from segue.testing.conformance import run_check
+    from segue.testing.conformance.checks import summaries_can_repeat_the_turn
+    from segue.testing.harnesses import AnthropicHarness, OpenAIHarness
+
+    for harness in (AnthropicHarness(), OpenAIHarness("responses")):
+        with harness as started:
+            assert asyncio.run(run_check(started, summaries_can_repeat_the_turn)) == "passed"
+
+
 # =========================================================================== traceability
 
 
@@ -2474,7 +2608,7 @@ def _tagged_tests() -> dict[str, tuple[str, ...]]:
 def test_every_requirement_in_the_spec_has_a_test() -> None:
     spec = SPEC.read_text(encoding="utf-8")
     declared = re.findall(r"^### (REQ-[A-Z]+-\d{3}):", spec, flags=re.MULTILINE)
-    assert len(declared) == len(set(declared)) == 59, declared
+    assert len(declared) == len(set(declared)) == 64, declared
     mentioned = set(re.findall(r"REQ-[A-Z]+-\d{3}", spec))
     assert mentioned == set(declared), "the spec mentions ids it does not declare"
     tagged = _tagged_tests()

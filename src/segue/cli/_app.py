@@ -199,6 +199,28 @@ CompactionOption = Annotated[
         "API).",
     ),
 ]
+
+
+def _summary_request(given: str) -> str:
+    """``tool_less`` or ``reuse_prefix`` (a hyphen for the underscore, in any case); a usage
+    error in the CLI's words otherwise."""
+    chosen = given.strip().lower().replace("-", "_")
+    if chosen not in ("tool_less", "reuse_prefix"):
+        raise typer.BadParameter(f"{given!r}: choose tool_less or reuse_prefix")
+    return chosen
+
+
+SummaryRequestOption = Annotated[
+    str,
+    typer.Option(
+        parser=_summary_request,
+        metavar="SHAPE",
+        help="How the limit's requests (summary, checkpoint, compaction) are sent: tool_less (no "
+        "tool callable; the history billed at the plain rate) or reuse_prefix (the turn's "
+        "request repeated, read from the prompt cache; a tool the model calls is refused and "
+        "the summary asked again).",
+    ),
+]
 ContextEditsOption = Annotated[
     str | None,
     typer.Option(

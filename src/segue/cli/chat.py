@@ -36,6 +36,7 @@ from segue.cli._app import (
     RepoOption,
     RetryBaseDelayOption,
     RetryMaxDelayOption,
+    SummaryRequestOption,
     app,
     context_edits_of,
     fail,
@@ -449,6 +450,7 @@ def chat(
     retry_max_delay: RetryMaxDelayOption = None,
     compaction: CompactionOption = "segue",
     context_edits: ContextEditsOption = None,
+    summary_request: SummaryRequestOption = "tool_less",
 ) -> None:
     """Chat with Claude (ANTHROPIC_API_KEY) or an OpenAI model (OPENAI_API_KEY), one stdin line
     per message; without the key, offline with the scripted model. /help for commands.
@@ -472,6 +474,7 @@ def chat(
                 "context_window": context_window,
                 "compaction": compaction,
                 "context_edits": context_edits_of(context_edits),
+                "summary_request": summary_request,
                 **limits,
             }
         )

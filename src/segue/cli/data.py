@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.console import Console
 
 from segue.cli._app import CliError, DbOption, app, run
 from segue.cli._labels import (
@@ -241,7 +242,9 @@ def import_(
 # --------------------------------------------------------------------------- purge
 
 
-async def _purge(asked: str, where: StoreAt, *, metadata: list[str] | None, yes: bool) -> int:
+async def _purge(
+    asked: str, where: StoreAt, *, metadata: list[str] | None, yes: bool, vacuum: bool = False
+) -> int:
     out = console()
     older_than = duration(asked)
     labelled = metadata_of(metadata)
@@ -252,6 +255,8 @@ async def _purge(asked: str, where: StoreAt, *, metadata: list[str] | None, yes:
         found = await runtime.store.inactive(before=before, metadata=labelled)
         if not found:
             tell(out, f"nothing to purge: no conversation{among} went unwritten for {idle_for}")
+            if vacuum:
+                await _vacuum(runtime, out)
             return 0
         which = f"{plural(len(found), 'conversation')}{among} nobody wrote to for {idle_for}"
         if not yes and not ask(
@@ -260,12 +265,22 @@ async def _purge(asked: str, where: StoreAt, *, metadata: list[str] | None, yes:
             tell(out, "nothing was deleted")
             return 1
         deleted = await runtime.purge(older_than=older_than, metadata=labelled)
-    left = len(found) - deleted
-    said = f"deleted {plural(deleted, 'conversation')}"
-    if left > 0:
-        said += f"; {left} answering a turn (or deleted meanwhile) left for the next purge"
-    tell(out, said)
+        left = len(found) - deleted
+        said = f"deleted {plural(deleted, 'conversation')}"
+        if left > 0:
+            said += f"; {left} answering a turn (or written to, or deleted, meanwhile) left alone"
+        tell(out, said)
+        if vacuum:
+            await _vacuum(runtime, out)
     return 0
+
+
+async def _vacuum(runtime: Runtime, out: Console) -> None:
+    """``--vacuum``: the store's files rewritten without deleted text, and said so."""
+    if await runtime.vacuum():
+        tell(out, "vacuumed: the tables were rewritten without the deleted rows (VACUUM FULL)")
+    else:
+        tell(out, "nothing to vacuum: this store overwrites deleted text as it deletes")
 
 
 @app.command()
@@ -280,10 +295,18 @@ def purge(
         ),
     ],
     metadata: MetadataOption = None,
+    vacuum: Annotated[
+        bool,
+        typer.Option(
+            "--vacuum",
+            help="Then rewrite the store's files without the deleted text (PostgreSQL: "
+            "VACUUM FULL, which locks each table while it runs).",
+        ),
+    ] = False,
     yes: YesOption = False,
     db: DbOption = Path("segue.db"),
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Delete the conversations nobody wrote to for a while (retention; asks first)."""
     where = StoreAt(db, database_url)
-    raise typer.Exit(run(_purge(older_than, where, metadata=metadata, yes=yes)))
+    raise typer.Exit(run(_purge(older_than, where, metadata=metadata, yes=yes, vacuum=vacuum)))

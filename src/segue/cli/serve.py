@@ -34,6 +34,7 @@ from segue.cli._app import (
     RepoOption,
     RetryBaseDelayOption,
     RetryMaxDelayOption,
+    SummaryRequestOption,
     app,
     context_edits_of,
     fail,
@@ -153,6 +154,7 @@ def serve(
     ] = False,
     compaction: CompactionOption = "segue",
     context_edits: ContextEditsOption = None,
+    summary_request: SummaryRequestOption = "tool_less",
 ) -> None:
     """Serve the REST API and the web page (offline scripted model without an API key).
     \f
@@ -181,6 +183,7 @@ def serve(
             metrics=metrics,
             compaction=compaction,
             context_edits=context_edits,
+            summary_request=summary_request,
         )
     )
 
@@ -207,6 +210,7 @@ class ServeOptions:
     context_edits: str | None
     """``--context-edits`` as given (JSON, or ``@FILE``): read where the config is made."""
     metrics: bool = False
+    summary_request: str = "tool_less"
 
 
 def _serve(asked: ServeOptions) -> None:
@@ -284,4 +288,5 @@ def _config(asked: ServeOptions) -> ServerConfig:
         metrics=asked.metrics,
         compaction="provider" if asked.compaction == "provider" else "segue",
         context_edits=tuple(edits),
+        summary_request="reuse_prefix" if asked.summary_request == "reuse_prefix" else "tool_less",
     )

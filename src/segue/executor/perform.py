@@ -33,7 +33,7 @@ from segue.executor.archive import archive_directory, write_archive, write_tool_
 from segue.executor.bus import UpdateBus
 from segue.executor.cache import ViewCache
 from segue.executor.compactions import compacted
-from segue.executor.errors import LlmCallError
+from segue.executor.errors import ConversationNotFoundError, LlmCallError
 from segue.executor.model_port import (
     AgentToolActivity,
     ContextManaging,
@@ -44,7 +44,7 @@ from segue.executor.model_port import (
 from segue.executor.requests import Requests
 from segue.executor.setup import Setup
 from segue.executor.snapshots import context_of, stored_snapshot
-from segue.executor.store_port import StoredConversation
+from segue.executor.store_port import Store, StoredConversation
 from segue.executor.transcript import split_for_compaction
 from segue.executor.updates import (
     ContextEditedUpdate,
@@ -111,6 +111,18 @@ def failed(event: type[Failure], error: LlmCallError, **fields: Any) -> Failure:
         retry_after=error.retry_after,
         **fields,
     )
+
+
+def _refused_calls(stored: StoredConversation, reply: LlmReply) -> tuple[ToolCall, ...]:
+    """The tool calls a summary answer made, for the core to refuse (REQ-SEG-056), logged: no
+    tool runs at the limit."""
+    if reply.tool_calls:
+        _log.warning(
+            "summary_called_tool",
+            conversation_id=stored.state.id,
+            tools=[call.name for call in reply.tool_calls],
+        )
+    return reply.tool_calls
 
 
 class Performer:
@@ -246,12 +258,20 @@ class Performer:
             if isinstance(outcome, LlmCallError):
                 return failed(ContinuationFailed, outcome)
             return ContinuationResponse(
-                summary=outcome.text, usage=outcome.usage, stop_reason=outcome.stop_reason
+                summary=outcome.text,
+                usage=outcome.usage,
+                stop_reason=outcome.stop_reason,
+                tool_calls=_refused_calls(stored, outcome),
             )
         elapsed = max(0.0, self._setup.clock() - stored.created_at)
         if isinstance(outcome, LlmCallError):
             return failed(CheckpointFailed, outcome, elapsed_seconds=elapsed)
-        return CheckpointResponse(text=outcome.text, usage=outcome.usage, elapsed_seconds=elapsed)
+        return CheckpointResponse(
+            text=outcome.text,
+            usage=outcome.usage,
+            elapsed_seconds=elapsed,
+            tool_calls=_refused_calls(stored, outcome),
+        )
 
     async def _compact(self, stored: StoredConversation, effect: RequestCompaction) -> Event:
         """The compaction's answer: the provider's on demand (a manual trigger of a
@@ -280,6 +300,7 @@ class Performer:
             kept_messages=len(tail),
             usage=outcome.usage,
             stop_reason=outcome.stop_reason,
+            tool_calls=_refused_calls(stored, outcome),
         )
 
     async def _on_demand(
@@ -381,6 +402,7 @@ class Performer:
         directory = self._setup.archive_dir
         if directory is not None:
             saved_as = await _saved(
+                self._setup.store,
                 "tool_output_not_saved",
                 write_tool_output,
                 directory,
@@ -425,21 +447,34 @@ class Performer:
             )
         )
         path = await _saved(
-            "archive_failed", write_archive, directory, cid, effect.generation, transcript
+            store, "archive_failed", write_archive, directory, cid, effect.generation, transcript
         )
         if path is not None:
             _log.info("archived", conversation_id=cid, path=path)
 
 
 async def _saved(
-    failure: str, write: Callable[..., Path], directory: Path, cid: str, *args: Any
+    store: Store,
+    failure: str,
+    write: Callable[..., Path],
+    directory: Path,
+    cid: str,
+    *args: Any,
 ) -> str | None:
     """Where ``write`` (an archive or a tool's output) put its private file, or None when it
     could not (logged as ``failure``): a file that cannot be written never blocks the
-    conversation."""
+    conversation. A file written for a conversation that is gone by then (deleted by another
+    process while its tool ran) is removed at once: a deletion removes the files it finds, and
+    this one it could not have found (``retention``)."""
     try:
         path = await asyncio.to_thread(write, directory, cid, *args)
     except (OSError, ValueError) as error:
         _log.error(failure, conversation_id=cid, error_type=type(error).__name__)
+        return None
+    try:
+        await store.load(cid)
+    except ConversationNotFoundError:
+        await asyncio.to_thread(path.unlink, missing_ok=True)
+        _log.info("file_of_deleted_conversation_removed", conversation_id=cid)
         return None
     return str(path)

@@ -108,13 +108,15 @@ def _keeping(routes: APIRouter, runtime: Runtime, views: StateViews) -> None:
         views.forget(deleted)
         return Response(status_code=204)
 
-    @routes.post("/purge", responses=documented(413, 415, 422))
+    @routes.post("/purge", responses=documented(413, 415, 422), response_model_exclude_none=True)
     async def purge(body: Purge) -> Purged:
         """Retention: delete the conversations nobody wrote to for ``older_than`` seconds
         (only those whose metadata holds every pair of ``metadata``), each alone, as ``DELETE``
-        deletes one; one whose turn runs is left for the next purge."""
+        deletes one; one whose turn runs is left for the next purge. ``vacuum``: then rewrite
+        the store's files without the deleted text (PostgreSQL's ``VACUUM FULL``)."""
         deleted = await runtime.purge(older_than=body.older_than, metadata=body.metadata)
-        return Purged(deleted=deleted)
+        vacuumed = await runtime.vacuum() if body.vacuum else None
+        return Purged(deleted=deleted, vacuumed=vacuumed)
 
 
 def _moving(routes: APIRouter, runtime: Runtime, views: StateViews) -> None:

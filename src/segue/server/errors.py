@@ -35,6 +35,7 @@ from segue.server.schemas import ErrorBody
 
 _log = get_logger("segue.server")
 _REFUSALS: Final[dict[str, tuple[int, str]]] = {
+    "invalid": (422, "invalid_request"),
     "too_large": (422, "message_too_large"),
     "busy": (409, "busy"),
     "paused": (409, "paused"),

@@ -26,7 +26,7 @@ from segue.server.conversations import StateViews
 from segue.server.ending import StreamsEnd
 from segue.server.relay import relayed, reset_event
 from segue.server.schemas import ABOUT_ONE, EVERY_ROUTE, SENDING, SendMessage, documented
-from segue.views import DoneView
+from segue.views import update_json
 
 EVENTS: Final = (
     *(kind.model_fields["kind"].default for kind in UPDATE_TYPES),
@@ -80,15 +80,14 @@ class Encoder:
 
     async def _encoded(self, update: Update) -> bytes:
         if not isinstance(update, DoneUpdate):
-            return format_sse_event(event=update.kind, data_str=update.model_dump_json())
+            return format_sse_event(event=update.kind, data_str=update_json(update))
         stored: StoredConversation | None
         try:
             stored = await self.runtime.conversation(update.state.id)
         except ConversationNotFoundError:
             stored = None
         title = await self.views.title(update.state.id)
-        done = DoneView.of(update, stored, title=title)
-        return format_sse_event(event="done", data_str=done.model_dump_json())
+        return format_sse_event(event="done", data_str=update_json(update, stored, title=title))
 
 
 def router(runtime: Runtime, views: StateViews, end: StreamsEnd) -> APIRouter:

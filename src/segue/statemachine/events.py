@@ -147,6 +147,9 @@ class ContinuationResponse(Frozen):
     usage: Usage | None = None
     stop_reason: str = "end_turn"
     """``"refusal"`` (or an empty summary) makes the core use ``FALLBACK_SUMMARY``."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """Tool calls the answer made (a request that repeated the turn's prefix left its tools
+    callable, REQ-SEG-056): never run; the summary is asked for again."""
 
 
 class ContinuationFailed(Frozen):
@@ -170,6 +173,9 @@ class CheckpointResponse(Frozen):
     elapsed_seconds: Seconds | None = None
     """Seconds since the conversation was created, by the runtime's clock when the answer
     arrived: what ``max_run_seconds`` is compared with (REQ-SEG-044). None: not measured."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """Tool calls the answer made (a request that repeated the turn's prefix left its tools
+    callable, REQ-SEG-056): never run; the summary is asked for again."""
 
 
 class CheckpointFailed(Frozen):
@@ -203,6 +209,9 @@ class CompactionResponse(Frozen):
     block: CompactionBlock | None = None
     """The provider compacted on demand (a manual trigger of a conversation whose provider
     compacts, REQ-SEG-048): its block, sent back verbatim from the new generation on."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """Tool calls the answer made (a request that repeated the turn's prefix left its tools
+    callable, REQ-SEG-056): never run; the summary is asked for again."""
 
 
 class CompactionFailed(Frozen):

@@ -17,7 +17,12 @@ from pydantic import Field, StrictFloat, StrictInt, model_validator
 
 from segue.statemachine._values import Frozen
 from segue.statemachine.accounting import estimate_tokens
-from segue.statemachine.models import ContextExhaustionBehavior, ModelSettings, model_info
+from segue.statemachine.models import (
+    ContextExhaustionBehavior,
+    ModelSettings,
+    SummaryRequest,
+    model_info,
+)
 from segue.statemachine.state import (
     MAX_PROMPT_CHARS,
     MIN_TOOL_OUTPUT_TOKENS,
@@ -88,6 +93,14 @@ class ConversationOptions(Frozen):
     """The provider's context-editing strategies, as its API documents them
     (``clear_tool_uses_20250919``, ``clear_thinking_20251015``), sent with every turn
     (REQ-SEG-050; refused for an adapter that cannot send them)."""
+    summary_request: SummaryRequest = "tool_less"
+    """How the limit's requests (continuation summary, checkpoint, compaction summary) are
+    sent. ``tool_less``: no tool callable (REQ-BED-020), the turn's tools and system prompt read
+    from the provider's cache, the history billed at the plain rate (REQ-SEG-047).
+    ``reuse_prefix``: the turn's request repeated exactly, the instruction appended with a cache
+    breakpoint, so the whole prefix is read from the cache; a tool the model calls is never run
+    and the summary is asked for again (REQ-SEG-055, REQ-SEG-056; the model adapter must say it
+    can, or the conversation is refused)."""
 
     @model_validator(mode="after")
     def _coherent(self) -> Self:
@@ -99,6 +112,13 @@ class ConversationOptions(Frozen):
             raise ValueError(msg)
         self.settings  # noqa: B018  # refuses the combinations the Messages API refuses
         check_compaction(self.compaction, self.behavior)
+        if self.summary_request == "reuse_prefix" and self.summary_model is not None:
+            msg = (
+                'summary_request="reuse_prefix" repeats the turn\'s request, its model included '
+                "(another model has no cache of it): leave summary_model out, or "
+                'summary_request as "tool_less"'
+            )
+            raise ValueError(msg)
         return self
 
     @property

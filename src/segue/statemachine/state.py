@@ -14,6 +14,7 @@ from segue.statemachine.models import (
     DEFAULT_SETTINGS,
     ContextExhaustionBehavior,
     ModelSettings,
+    SummaryRequest,
 )
 from segue.statemachine.phases import IDLE, Phase
 
@@ -127,6 +128,9 @@ class ConversationConfig(Frozen):
     continuation threshold (``COMPACT_IN_PLACE`` only; REQ-SEG-048)."""
     context_edits: ContextEdits = ()
     """The provider's context-editing strategies sent with every turn (REQ-SEG-050)."""
+    summary_request: SummaryRequest = "tool_less"
+    """How the limit's requests are sent: ``tool_less`` (REQ-BED-020, REQ-SEG-047) or
+    ``reuse_prefix``, the turn's request repeated with the instruction appended (REQ-SEG-055)."""
 
     @property
     def tool_output_cap(self) -> int:

@@ -317,12 +317,22 @@ def _tool_result(scale: _Scale, ids: tuple[str, ...]) -> st.SearchStrategy[Event
     )
 
 
+_SUMMARY_CALL_IDS: Final = ("s1", "s2")
+"""Ids of the calls a summary answer makes (REQ-SEG-056): never run, so never awaited."""
+
+
+def _summary_calls() -> st.SearchStrategy[tuple[ToolCall, ...]]:
+    """Mostly none; now and then the calls of a model that called a tool while summarising."""
+    return weighted([(3, st.just(())), (1, tool_calls(ids=_SUMMARY_CALL_IDS, max_size=2))])
+
+
 def _continuation_response(scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
     return st.builds(
         ContinuationResponse,
         summary=_texts,
         usage=scale.usage(),
         stop_reason=st.sampled_from(("end_turn", "max_tokens", "refusal")),
+        tool_calls=_summary_calls(),
     )
 
 
@@ -339,6 +349,7 @@ def _checkpoint_response(scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrat
         CheckpointResponse,
         text=st.one_of(st.sampled_from(_CHECKPOINT_TEXTS), _texts),
         usage=scale.usage(),
+        tool_calls=_summary_calls(),
     )
 
 
@@ -356,6 +367,7 @@ def _compaction_response(scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrat
         summary=_texts,
         retained_tokens=st.one_of(st.integers(0, scale.warning), scale.tokens(scale.window)),
         usage=scale.usage(),
+        tool_calls=_summary_calls(),
     )
 
 

@@ -94,6 +94,7 @@ def _conversation(
         max_attempts=draw(st.integers(1, 5)),
         max_continuations=draw(weighted([(4, st.integers(1, 5)), (1, st.just(0))])),
         max_tool_rounds=draw(weighted([(3, st.integers(1, 3)), (1, st.just(50))])),
+        summary_request=draw(st.sampled_from(("tool_less", "reuse_prefix"))),
     )
 
 

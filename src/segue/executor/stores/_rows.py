@@ -224,6 +224,17 @@ def loaded(conversation_id: str, row: Sequence[Any] | None) -> StoredConversatio
     )
 
 
+def without_parent(state_text: str | bytes, parent_id: str) -> str | None:
+    """The state JSON of a child whose parent ``parent_id`` is being deleted alone, its
+    ``parent_id`` cleared (no link to a conversation that is gone); None when it names another
+    parent (nothing to change)."""
+    state = load_state(state_text)
+    if state.config.parent_id != parent_id:
+        return None
+    config = state.config.model_copy(update={"parent_id": None})
+    return dump_state(state.model_copy(update={"config": config}))
+
+
 def listed(row: Sequence[Any]) -> StoredConversation:
     """A conversation from a listing (``LISTED_COLUMNS``), without its pending effects."""
     state, version, system, child_id, created_at, metadata = row[:6]

@@ -29,6 +29,9 @@ function asked() {
   if (text("summary-prompt")) body.summary_prompt = text("summary-prompt");
   if (text("summary-model")) body.summary_model = text("summary-model");
   if (body.behavior === "compact_in_place") body.compaction = $("compaction").value;
+  // Sent only when it is not the server's own (which applies to what the form leaves out).
+  const shape = $("summary-request");
+  if (shape.value !== shape.dataset.server) body.summary_request = shape.value;
   if (text("new-title")) body.metadata = { title: text("new-title") };
   if (text("context-edits")) {
     try {
@@ -50,6 +53,7 @@ export async function home(info) {
   if (info?.context_window) $("context-window").placeholder = `${info.context_window} (this server's)`;
   if (info?.behavior) $("behavior").value = info.behavior;
   if (info?.compaction) $("compaction").value = info.compaction;
+  $("summary-request").value = $("summary-request").dataset.server = info?.summary_request || "tool_less";
   showCompaction();
   $("behavior").addEventListener("change", showCompaction);
   $("create").addEventListener("submit", async (event) => {
