@@ -16,6 +16,8 @@ import pytest
 
 import test_chains
 import test_control
+import test_deleted_streams
+import test_imports
 from scenario import Playbook, requirement, requirements_of, unpaired_tool_uses
 from segue import (
     CANCELLED_SUMMARY,
@@ -2687,9 +2689,15 @@ def test_seg057_the_conformance_kit_checks_an_adapter_that_claims_it() -> None:
 
 
 def _tagged_tests() -> dict[str, tuple[str, ...]]:
-    """Tagged tests here, and in ``test_chains`` and ``test_control`` (the requirements the
-    runtime carries out)."""
-    tests = {**vars(test_chains), **vars(test_control), **globals()}
+    """Tagged tests here, and in ``test_chains``, ``test_control``, ``test_imports`` and
+    ``test_deleted_streams`` (the requirements the runtime carries out)."""
+    tests = {
+        **vars(test_chains),
+        **vars(test_control),
+        **vars(test_imports),
+        **vars(test_deleted_streams),
+        **globals(),
+    }
     return {
         name: requirements_of(test)
         for name, test in tests.items()

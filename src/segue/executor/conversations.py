@@ -330,14 +330,21 @@ class Conversations:
         return documents.document(exported)
 
     async def import_conversation(
-        self, document: Mapping[str, Any], *, conversation_id: str | None = None
+        self,
+        document: Mapping[str, Any] | bytes | bytearray | str,
+        *,
+        conversation_id: str | None = None,
     ) -> ConversationState:
         """Store the conversation an export holds, in this runtime's store, under
         ``conversation_id`` if given (else its own id): it continues exactly where it was.
+        ``document`` is the export parsed, or its JSON text (``bytes`` or ``str``: parsed
+        straight into segue's values, which holds far less memory for a large one).
         A document that is not one, or is broken, is refused (``InvalidDocumentError``, which
-        says why), an id taken with ``ConversationExistsError``; either way nothing is
-        stored. Pending work it carried is performed by the next ``recover()``."""
+        says why and names the ``field``), an id taken with ``ConversationExistsError``;
+        either way nothing is stored. Pending work it carried is performed by the next
+        ``recover()``."""
         record = documents.record(document, conversation_id=conversation_id)
+        del document  # its text, freed before the store writes (the caller passed it on)
         stored = await self._setup.store.restore(record)
         _log.info("conversation_imported", conversation_id=stored.state.id)
         return stored.state

@@ -173,7 +173,12 @@ class InvalidCursorError(SegueError, ValueError):
 
 class InvalidDocumentError(SegueError, ValueError):
     """An export document that segue cannot import (not one, another version, a broken or
-    inconsistent part): the message says which; nothing was stored."""
+    inconsistent part): the message says which, ``field`` names where (``messages.3.session``,
+    ``conversation.version``; ``""`` for the document as a whole); nothing was stored."""
+
+    def __init__(self, message: str, *, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class InvalidTextError(SegueError, ValueError):

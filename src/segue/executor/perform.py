@@ -73,6 +73,7 @@ from segue.statemachine import (
 )
 from segue.statemachine.accounting import cap_text
 from segue.statemachine.checkpoint import SessionSnapshot
+from segue.statemachine.content import AgentToolUseBlock, ToolUseBlock, input_fault
 
 current_conversation_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "segue_current_conversation_id", default=None
@@ -81,6 +82,22 @@ current_conversation_id: contextvars.ContextVar[str | None] = contextvars.Contex
 
 _log = get_logger("segue.runtime")  # its events are the runtime's, under one name
 Failure = TypeVar("Failure", LlmError, ContinuationFailed, CheckpointFailed, CompactionFailed)
+
+
+def _check_inputs(reply: LlmReply) -> None:
+    """``LlmCallError`` (retryable, as a tool call whose arguments are not JSON) for a reply
+    whose tool input nests too deep or is too large to keep (``MAX_INPUT_DEPTH``,
+    ``MAX_INPUT_CHARS``): stored, it could no longer be read back whole. Nothing of the reply
+    is kept; the conversation goes on as after any failed call."""
+    blocks = (b for b in reply.content if isinstance(b, ToolUseBlock | AgentToolUseBlock))
+    for name, value in (
+        *((call.name, call.input) for call in reply.tool_calls),
+        *((block.name, block.input) for block in blocks),
+    ):
+        fault = input_fault(value)
+        if fault is not None:
+            msg = f"the tool call {name[:80]!r} has an input that {fault}"
+            raise LlmCallError(msg, retryable=True)
 
 
 def failed(event: type[Failure], error: LlmCallError, **fields: Any) -> Failure:
@@ -168,6 +185,8 @@ class Performer:
         token = telemetry.inference_begins(request, self._setup.llm)
         try:
             reply = await call(request)
+            if reply is not None:
+                _check_inputs(reply)
         except LlmCallError as error:
             telemetry.inference_ends(token, error)
             _log.warning(

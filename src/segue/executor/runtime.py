@@ -347,7 +347,8 @@ class Runtime(Conversations):
         watch.start()``: a caller that reads the conversation next awaits it first). A watcher
         that falls too far behind gets ``UpdatesLostError`` and should read the store before
         watching again. An unknown id raises ``ConversationNotFoundError`` on the first read
-        (or the start)."""
+        (or the start); so does a conversation another process deletes while it is watched,
+        once what was delivered is read."""
         return self._bus.watch(conversation_id, lambda: self._feeds.start(conversation_id))
 
     # ------------------------------------------------------------------ control

@@ -221,6 +221,9 @@ class ErrorBody(BaseModel):
 
     error: str
     message: str
+    field: str | None = None
+    """Where in the request the error is, when the API can say (an import's
+    ``invalid_document``: ``messages.3.session``; ``""`` for the document as a whole)."""
 
 
 _REASONS: Final = {

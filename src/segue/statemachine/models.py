@@ -15,7 +15,7 @@ from typing import Annotated, Any, Final, Literal, Self
 from pydantic import Field, StrictInt, model_validator
 
 from segue.statemachine._values import Frozen
-from segue.statemachine.content import ContentBlock
+from segue.statemachine.content import ContentBlock, ToolInput
 
 TokenCount = Annotated[StrictInt, Field(ge=0)]
 """A number of tokens: an exact, non-negative integer (``True`` or ``"5"`` are refused)."""
@@ -127,7 +127,7 @@ class ToolCall(Frozen):
 
     id: Annotated[str, Field(min_length=1)]
     name: Annotated[str, Field(min_length=1)]
-    input: dict[str, Any] = Field(default_factory=dict)
+    input: ToolInput = Field(default_factory=dict)
 
 
 MessageKind = Literal["user", "assistant", "tool_result", "continuation", "checkpoint", "summary"]

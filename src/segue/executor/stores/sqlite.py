@@ -208,7 +208,7 @@ class SqliteStore(SqlStore):
             if new.system is not None:
                 conn.execute("INSERT INTO prompts VALUES (?, ?)", (ordinal, new.system))
             base = ordinal * KEY_SPAN
-            conn.executemany(INSERT_MESSAGE, [(base + seed[1], *seed) for seed in seeds])
+            conn.executemany(INSERT_MESSAGE, ((base + seed[1], *seed) for seed in seeds))
             conn.executemany(INSERT_LANDMARK, [(base + seq, *mark) for seq, *mark in new.landmarks])
             sqlite_data.write_tags(conn, ordinal, new.metadata, row[6])
 
