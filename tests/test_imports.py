@@ -435,3 +435,37 @@ def test_seg060_json_text_of_any_layout_imports_as_the_parsed_document(
     for broken in (b'{"format": "segue.conversation"} x', b"{", b'{"messages": [1,', b"[]"):
         with pytest.raises(InvalidDocumentError):
             record(broken)
+
+
+def test_a_seeded_childs_export_imports_whole() -> None:
+    """A conversation continued from another starts with its seed (the summary, pinned
+    messages), which its state never counted: its own export must import, and a document
+    holding fewer messages than its state counts must not."""
+
+    async def scenario() -> None:
+        from segue import ContextExhaustionBehavior, MemoryStore
+
+        async with Runtime(store=MemoryStore(), llm=ScriptedModel(window=3_000)) as rt:
+            parent = await rt.create_conversation(
+                model=MODEL,
+                behavior=ContextExhaustionBehavior.THRESHOLD_BASED_CONTINUATION,
+                context_window=3_000,
+            )
+            await rt.send(parent.id, "Keep this in mind.", pinned=True)
+            while type((await rt.state(parent.id)).phase).__name__ != "ContextExhausted":
+                await rt.send(parent.id, "Tell me more about the weather. " * 5)
+            child = await rt.start_new_from(parent.id)
+            await rt.send(child.id, "And now?")
+            document = await rt.export_conversation(child.id)
+            assert len(document["messages"]) > (await rt.state(child.id)).message_count
+            copied = await rt.import_conversation(document, conversation_id="copy")
+            assert [m.text for m in await rt.messages(copied.id)] == [
+                m.text for m in await rt.messages(child.id)
+            ]
+            broken = copy.deepcopy(document)
+            broken["messages"] = broken["messages"][:1]
+            with pytest.raises(InvalidDocumentError) as refused:
+                await rt.import_conversation(broken, conversation_id="broken")
+            assert refused.value.field == "messages"
+
+    asyncio.run(scenario())

@@ -436,7 +436,12 @@ def _check_head(parsed: _Document, head: _Head, state: ConversationState) -> Non
             _refuse(
                 f"conversation.state.{name} is above {_INT_MAX:,}", f"conversation.state.{name}"
             )
-    if state.message_count != len(parsed.messages):
+    # The state counts the messages its transitions appended; a conversation continued from
+    # another starts with its seed (summary, pinned messages, recent turns), stored first and
+    # never counted. So the document may hold more than the count, only at its start.
+    surplus = len(parsed.messages) - state.message_count
+    seeded = all(m.session == 1 and m.generation == 1 for m in parsed.messages[: max(surplus, 0)])
+    if surplus < 0 or not seeded:
         _refuse(
             f"the state counts {state.message_count} messages; the document holds "
             f"{len(parsed.messages)}",
