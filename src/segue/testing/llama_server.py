@@ -27,6 +27,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -279,6 +280,31 @@ class LlamaServer:
         self.stop()
 
 
+def main(argv: list[str] | None = None) -> int:
+    """``python -m segue.testing.llama_server [--port P] [--context N] [--threads T]``: serve
+    the model until Ctrl-C, saying where (or, when a piece is missing, how to get it)."""
+    import argparse  # noqa: PLC0415  # only the command line needs it
+    import signal  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(description="llama-server serving SmolLM2-135M-Instruct")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--context", type=int, default=2048)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    reason = missing()
+    if reason is not None:
+        sys.stderr.write(f"cannot start: {reason}\n")
+        return 2
+    stopping = {signal.SIGINT, signal.SIGTERM}
+    with LlamaServer(context=args.context, threads=args.threads, port=args.port) as server:
+        # Blocked once the server runs (a child would inherit the mask), then waited for.
+        signal.pthread_sigmask(signal.SIG_BLOCK, stopping)
+        sys.stdout.write(f"serving {server.model.name} at {server.base_url} (Ctrl-C stops it)\n")
+        sys.stdout.flush()
+        signal.sigwait(stopping)
+    return 0
+
+
 __all__ = [
     "HOW_TO_GET_THE_MODEL",
     "HOW_TO_GET_THE_SERVER",
@@ -288,5 +314,9 @@ __all__ = [
     "cached_build",
     "find_llama_server",
     "find_model",
+    "main",
     "missing",
 ]
+
+if __name__ == "__main__":
+    sys.exit(main())
