@@ -2,19 +2,15 @@
 the whole session, and a runtime that talks to it through segue's ``OpenAIModel`` and the
 official ``openai`` client.
 
-Under CI (``CI`` set to true) a missing server or model fails the tier, saying how to get them
-(``.ci/run`` gets both); elsewhere the tier is skipped with the same words. What a 135M model
-says is not asserted anywhere: tests read states, counts and the server's own token counts.
-Generations are short and windows small, so that limits come in seconds on 2 cores.
-``SEGUE_LLAMA_THREADS`` sets the server's threads (2 by default; on a machine whose cores are
-busy with other work, 1 avoids the threads waiting on each other).
+The server is ``real_model_server``'s fixture. What a 135M model says is not asserted
+anywhere: tests read states, counts and the server's own token counts. Generations are short
+and windows small, so that limits come in seconds on 2 cores.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -31,7 +27,7 @@ from segue import (
     failure_of,
 )
 from segue.executor.updates import Update
-from segue.testing.llama_server import LlamaServer, missing
+from segue.testing.llama_server import LlamaServer
 
 MODEL = "smollm2"
 """The name conversations give the model (llama-server serves one, whatever it is called)."""
@@ -60,24 +56,6 @@ def text_of(server: LlamaServer, tokens: int) -> str:
     """Filler of about ``tokens`` tokens by the server's own tokenizer."""
     each = server.tokens(FILLER + " ")
     return " ".join([FILLER] * max(1, tokens // each))
-
-
-def in_ci() -> bool:
-    """Whether the suite runs under CI, where the tier must never be skipped."""
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-@pytest.fixture(scope="session")
-def llama() -> Iterator[LlamaServer]:
-    """llama-server with a 2048-token context and one slot, for the whole session."""
-    reason = missing()
-    if reason is not None:
-        if in_ci():
-            pytest.fail(f"the real-model tier cannot run: {reason}", pytrace=False)
-        pytest.skip(f"no real model here: {reason}")
-    threads = int(os.environ.get("SEGUE_LLAMA_THREADS", "2"))
-    with LlamaServer(context=2048, threads=threads) as server:
-        yield server
 
 
 def client_of(server: LlamaServer) -> AsyncOpenAI:

@@ -21,7 +21,6 @@ from real_model import (
     SUMMARY_TOKENS,
     conversation,
     finished,
-    llama,
     note,
     runtime,
     send_until,
@@ -42,7 +41,6 @@ from segue.testing.llama_server import LlamaServer, get_json
 
 pytestmark = pytest.mark.real_model
 B = ContextExhaustionBehavior
-__all__ = ["llama"]  # the session's server, a fixture
 
 
 def test_the_window_is_the_one_the_server_serves(llama: LlamaServer) -> None:

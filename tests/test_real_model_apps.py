@@ -19,7 +19,7 @@ from playwright.sync_api import Browser, expect
 
 import browsing
 from cli_run import invoke, plain_output
-from real_model import MODEL, REPLY_TOKENS, llama, note
+from real_model import MODEL, REPLY_TOKENS, note
 from segue.server.run import ServerConfig, build_app
 from segue.testing import live_server
 from segue.testing.llama_server import LlamaServer
@@ -27,12 +27,12 @@ from serving import segue_serve
 
 pytestmark = pytest.mark.real_model
 browser = browsing.browser
-__all__ = ["browser", "llama"]  # fixtures
+__all__ = ["browser"]  # a fixture
 
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = ROOT / "docs" / "screenshots"
-PAGE_WINDOW = 640
-"""The window the page's form gives: a limit in a few messages."""
+PAGE_WINDOW = 1024
+"""The window the page's form gives (the API takes 1,000 or more): a limit in ten turns."""
 
 
 @pytest.fixture(autouse=True)
