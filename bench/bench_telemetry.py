@@ -18,8 +18,12 @@ machine weighs on each alike:
   than a tenth of a persisted step, so the 10% target cannot be met by recording every turn);
 - **SDK metrics** and **SDK both**, for the reader: the SDK's meter provider with an in-memory
   reader, alone and with the tracing. The SDK's Python metrics cost 3-5 µs a measurement, and a
-  turn records seven (two commits, the occupancy, the model call's duration and its two token
-  counts, the turn's duration).
+  turn records five (the occupancy, the model call's duration and its two token counts, the
+  turn's duration), and the duration of one commit in ten (``store_metrics_rate``, 0.1);
+- **..., each commit**: the same recording every commit's duration (``store_metrics_rate=1.0``,
+  what segue did before the sample: the histogram was the largest single record of a turn);
+- **SDK both, no exemplars**: both, with the SDK's exemplar filter off
+  (``AlwaysOffExemplarFilter``): what the exemplars the SDK keeps by default cost.
 
 It prints the CPU time of the process per persisted step (every thread of it: SQLite's
 included), which other processes on a busy machine move far less than wall time, for each, the
@@ -39,7 +43,7 @@ import unittest.mock
 from pathlib import Path
 from typing import Any
 
-from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -63,8 +67,11 @@ def runtimes(directory: Path) -> dict[str, Runtime]:
         provider.add_span_processor(BatchSpanProcessor(InMemorySpanExporter()))
         return provider
 
-    def metered() -> MeterProvider:
-        return MeterProvider(metric_readers=[InMemoryMetricReader()])
+    def metered(*, exemplars: bool = True) -> MeterProvider:
+        if exemplars:
+            return MeterProvider(metric_readers=[InMemoryMetricReader()])
+        off = AlwaysOffExemplarFilter()
+        return MeterProvider(metric_readers=[InMemoryMetricReader()], exemplar_filter=off)
 
     def on(name: str, **providers: Any) -> Runtime:
         return Runtime(store=SqliteStore(directory / name), llm=InstantModel(), **providers)
@@ -77,7 +84,19 @@ def runtimes(directory: Path) -> dict[str, Runtime]:
             "sampled.db", tracer_provider=traced(ParentBased(TraceIdRatioBased(0.1)))
         ),
         "SDK metrics": on("metrics.db", meter_provider=metered()),
+        "SDK metrics, each commit": on(
+            "metrics-each.db", meter_provider=metered(), store_metrics_rate=1.0
+        ),
         "SDK both": on("both.db", tracer_provider=traced(), meter_provider=metered()),
+        "SDK both, each commit": on(
+            "both-each.db",
+            tracer_provider=traced(),
+            meter_provider=metered(),
+            store_metrics_rate=1.0,
+        ),
+        "SDK both, no exemplars": on(
+            "both-plain.db", tracer_provider=traced(), meter_provider=metered(exemplars=False)
+        ),
     }
 
 
@@ -123,7 +142,7 @@ def main() -> None:
     print(f"tracing overhead per persisted step, SQLite, {rounds} rounds of {turns} turns")
     targets = {"API, no-op providers": 1.01, "SDK tracing": 1.10}
     for name, figures in seen.items():
-        line = f"  {name:22} {statistics.median(figures) * 1e6:8.1f} us of CPU/step"
+        line = f"  {name:24} {statistics.median(figures) * 1e6:8.1f} us of CPU/step"
         if name != "without the extra":
             ratios = [a / b for a, b in zip(figures, seen["without the extra"], strict=True)]
             ratio = statistics.median(ratios)

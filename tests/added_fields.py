@@ -13,11 +13,20 @@ ADDED_TO_CONFIG: Final[dict[str, Any]] = {
     "window_source": None,
     "compaction": "segue",
     "context_edits": [],
+    "summary_request": "tool_less",
+    "pause_after_turns": None,
+    "pause_after_seconds": None,
 }
 """``ConversationConfig``'s added fields and the default a config of the release reads back with:
-where the window came from; the provider's compaction and context editing (REQ-SEG-048 to 050)."""
-ADDED_TO_STATE: Final[dict[str, Any]] = {"compaction_fallback": False}
-"""``ConversationState``'s added fields and their defaults."""
+where the window came from; the provider's compaction and context editing (REQ-SEG-048 to 050);
+how the limit's requests are sent (REQ-SEG-055); the pause triggers (REQ-SEG-052, 053)."""
+ADDED_TO_STATE: Final[dict[str, Any]] = {
+    "compaction_fallback": False,
+    "turns_since_resume": 0,
+    "active_since": None,
+}
+"""``ConversationState``'s added fields and their defaults (the pause triggers' count and clock,
+REQ-SEG-052 to 054)."""
 
 
 def _is_state(value: dict[str, Any]) -> bool:

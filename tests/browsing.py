@@ -159,6 +159,15 @@ def page(tabs: Tabs) -> Page:
     return tabs.open()
 
 
+def unfold_options(page: Page) -> None:
+    """Open the create form's options, folded on a phone (a desktop shows them open)."""
+    options = page.locator("#create-options")
+    expect(options).to_be_visible()
+    if options.get_attribute("open") is None:
+        page.get_by_text("Options", exact=True).click()
+    expect(page.get_by_label("Behaviour at the limit")).to_be_visible()
+
+
 def new_conversation(
     page: Page, url: str, *, behavior: str | None = None, window: int, offline: bool = True
 ) -> str:
@@ -169,6 +178,7 @@ def new_conversation(
         banner.to_be_visible()  # no key: the page says so
     else:
         banner.to_be_hidden()
+    unfold_options(page)
     if behavior is not None:
         page.get_by_label("Behaviour at the limit").select_option(behavior)
     page.get_by_label("Context window (tokens, optional)").fill(str(window))

@@ -37,6 +37,7 @@ from segue.statemachine.machine import (
     TOOL_NOT_RUN_CANCELLED,
     TOOL_NOT_RUN_LIMIT,
 )
+from segue.statemachine.pacing import duration_words, turns_words
 from segue.statemachine.spec import PHASE_KINDS, Row
 
 
@@ -138,6 +139,10 @@ class Reference:
         self.snapshots = state.snapshots
         self.rounds = state.tool_rounds
         self.max_rounds = config.max_tool_rounds
+        self.turns = state.turns_since_resume  # the pause triggers (REQ-SEG-052 to 054)
+        self.since = state.active_since
+        self.pause_turns = config.pause_after_turns
+        self.pause_seconds = config.pause_after_seconds
         phase: Any = state.phase
         fields = _fields(phase)
         self.final: bool = fields.get("final", False)
@@ -148,6 +153,9 @@ class Reference:
         self.retry: bool = fields.get("retry_pending", False)
         self.purpose: str = fields.get("purpose", "restart")
         self.resume_after: bool = fields.get("resume_after", False)
+        self.summary_request: str = config.summary_request  # REQ-SEG-055
+        self.shape: str = fields.get("shape", self.summary_request)
+        self.tool_answers: int = fields.get("tool_answers", 0)
         self.waiting: list[str] = list(fields.get("pending", ()))
         self.recoverable: bool = isinstance(phase, Failed) and phase.error_kind in _RECOVERABLE
         self.snapshot: SessionSnapshot | None = (
@@ -207,6 +215,10 @@ class Reference:
             self.alternate if phase in ("awaiting_continuation", "compacting") else None,
             self.pinned,
             self.fallback,
+            self.shape if phase in _SUMMARISING else None,
+            self.tool_answers if phase in _SUMMARISING else None,
+            self.turns,
+            self.since,
         )
 
     def books(self) -> tuple[object, ...]:
@@ -337,6 +349,35 @@ class Reference:
         seed = continuation_prompt(extract_checkpoint(text))
         return self.system + self.pinned + estimate_tokens(seed)
 
+    def ends_turn(self, row: Row, event: Any) -> bool:
+        """The response answers its turn for good: no tools asked for (or none that will run),
+        and no path at the limit that goes on with the task (REQ-SEG-052)."""
+        base = row.guard.removesuffix("_at_bound")
+        if base in ("crosses_continuation", "window_exceeded"):
+            return not (event.tool_calls or event.stop_reason in _MID_TASK_STOPS)
+        return row.guard in _ENDS_TURN
+
+    def due(self, event: Any) -> str | None:
+        """Why a response that ends its turn pauses the conversation (the count of turns, this
+        one included, or the time since it was created or last resumed, reached their trigger:
+        REQ-SEG-052, 053), in words; None when neither did."""
+        reasons = []
+        if self.pause_turns is not None and self.turns + 1 >= self.pause_turns:
+            reasons.append(turns_words(self.pause_turns))
+        since = self.since if self.since is not None else event.at
+        if (
+            self.pause_seconds is not None
+            and event.at is not None
+            and since is not None
+            and event.at - since >= self.pause_seconds
+        ):
+            reasons.append(duration_words(self.pause_seconds))
+        return "after " + " and ".join(reasons) if reasons else None
+
+    def pausing(self, event: Any) -> bool:
+        """A pause is pending at the end of this turn: asked for, or due (REQ-SEG-052)."""
+        return self.pause or self.due(event) is not None
+
     def gives_up(self, event: Any) -> bool:
         return self.attempt >= self.max_attempts or not (event.retryable or event.context_overflow)
 
@@ -350,6 +391,14 @@ class Reference:
     def _apply(self, row: Row, event: Any) -> None:
         if row.guard in ("retry_pending", "stale_retry", "unknown_tool_call"):
             return  # answers nobody waits for any more
+        if row.guard == "summary_called_tool":  # REQ-SEG-056: never run, asked again
+            self.tool_answers += 1
+            # Two asks with the turn's prefix at most, then the tool-less request.
+            self.shape = "reuse_prefix" if self.tool_answers < 2 else "tool_less"
+            self.attempt = 1
+            if row.event == "continuation_response" and self.known(event) is not None:
+                self.context, self.pending = self.known(event), 0  # its answer measured all
+            return
         if row.guard == "summary_unusable_first":
             self.alternate, self.attempt = True, 1  # the same request, asked another way
             if row.event == "continuation_response" and self.known(event) is not None:
@@ -369,6 +418,7 @@ class Reference:
                 self.pinned += _tokens(event.text, event.token_count)
         elif kind == "llm_response":
             self._measure(event)
+            self._count_turn(row, event)
             if row.guard.startswith(("tool_round_limit", "final_tool_calls")):
                 self.pending += len(event.tool_calls) * estimate_tokens(TOOL_NOT_RUN_LIMIT)
             elif row.guard == "has_tool_calls":
@@ -389,6 +439,19 @@ class Reference:
             self.retry = True
         elif row.guard == "overflow_attempts_left":
             self.attempt, self.trim = self.attempt + 1, self.trim + 1
+            self.shape = "tool_less"  # a trimmed history is not the turn's prefix
+
+    def _count_turn(self, row: Row, event: Any) -> None:
+        """A response that ends its turn counts it, and makes a pause pending when a trigger is
+        due (REQ-SEG-052, 053); a pause asked for keeps its reason."""
+        if not self.ends_turn(row, event):
+            return
+        reason = None if self.pause else self.due(event)
+        self.turns += 1
+        if self.since is None:
+            self.since = event.at
+        if reason is not None:
+            self.pause, self.reason = True, reason
 
     def _fresh_start(self, row: Row, event: Any) -> None:
         """A new session (restart, resume) or a new generation (compaction)."""
@@ -396,6 +459,7 @@ class Reference:
             assert self.snapshot is not None
             if self.snapshot.trigger == "exhaustion":
                 self.continuations += 1
+            self.turns, self.since = 0, event.at  # the triggers count from the resume
             self._new_session(self.projected_after(event))
         elif (
             row.phase == "awaiting_checkpoint"
@@ -476,6 +540,7 @@ class Reference:
         if not new_request:
             return
         self.attempt, self.retry, self.trim = 1, False, 0
+        self.shape, self.tool_answers = self.summary_request, 0
         self.final, self.alternate = (self.final if asked_again else grace), False
         self.exhausted = False
         if row.guard in _PAUSE_BEFORE_A_REQUEST:  # a pause taken where the turn asks again
@@ -527,6 +592,20 @@ _FALLS_BACK: Final = frozenset(
     }
 )
 """The guards under which the provider failed a conversation's compaction (REQ-SEG-049)."""
+_ENDS_TURN: Final = frozenset(
+    {
+        "truncated_pause_pending",
+        "truncated",
+        "final_tool_calls_pause_pending",
+        "final_tool_calls",
+        "ends_turn_pause_pending",
+        "crosses_warning",
+        "usage_unknown",
+        "accounting_anomaly",
+        "ends_turn",
+    }
+)
+"""The llm_response guards of a response that ends its turn where it stands (REQ-SEG-052)."""
 _PAUSE_BEFORE_A_REQUEST: Final = frozenset(
     {
         "tool_round_limit_pause_pending",
@@ -551,6 +630,7 @@ _RESTARTS: Final = frozenset(
 """The guards under which a restart checkpoint's outcome (in awaiting_checkpoint) starts a new
 session."""
 _CHECKPOINT_OUTCOMES: Final = ("checkpoint_response", "checkpoint_failed", "user_cancel")
+_SUMMARISING: Final = ("awaiting_continuation", "awaiting_checkpoint", "compacting")
 _REQUESTS: Final = ("llm_requesting", "awaiting_continuation", "awaiting_checkpoint", "compacting")
 
 Guard = Callable[[Reference, Any], bool]
@@ -587,9 +667,9 @@ GUARDS: Final[dict[str, Guard]] = {
     "window_exceeded_at_bound": lambda r, e: (
         e.stop_reason == "model_context_window_exceeded" and r.at_bound
     ),
-    "truncated_pause_pending": lambda r, e: e.stop_reason == "max_tokens" and r.pause,
+    "truncated_pause_pending": lambda r, e: e.stop_reason == "max_tokens" and r.pausing(e),
     "truncated": lambda r, e: e.stop_reason == "max_tokens",
-    "final_tool_calls_pause_pending": lambda r, e: r.final and bool(e.tool_calls) and r.pause,
+    "final_tool_calls_pause_pending": lambda r, e: r.final and bool(e.tool_calls) and r.pausing(e),
     "final_tool_calls": lambda r, e: r.final and bool(e.tool_calls),
     "tool_round_limit": lambda r, e: r.over_the_limit(e),
     "tool_round_limit_preflight_over": lambda r, e: (
@@ -600,7 +680,7 @@ GUARDS: Final[dict[str, Guard]] = {
     ),
     "tool_round_limit_pause_pending": lambda r, e: r.over_the_limit(e) and r.pause,
     "has_tool_calls": lambda r, e: bool(e.tool_calls),
-    "ends_turn_pause_pending": lambda r, e: not e.tool_calls and r.pause,
+    "ends_turn_pause_pending": lambda r, e: not e.tool_calls and r.pausing(e),
     "crosses_warning": lambda r, e: not r.warned and (r.known(e) or 0) >= r.warning,
     "usage_unknown": lambda r, e: _reported(e.usage) is None,
     "accounting_anomaly": lambda r, e: (_reported(e.usage) or 0) > r.window,
@@ -612,6 +692,7 @@ GUARDS: Final[dict[str, Guard]] = {
     "summary_unusable_first": lambda r, e: _unusable(e) and not r.alternate,
     "summary_unusable": lambda r, e: _unusable(e),
     "summary_usable": lambda r, e: bool(e.summary.strip()) and e.stop_reason != "refusal",
+    "summary_called_tool": lambda r, e: bool(e.tool_calls) and r.shape == "reuse_prefix",
     "gives_up": lambda r, e: r.gives_up(e),
     "overflow_attempts_left": lambda r, e: e.context_overflow and r.attempt < r.max_attempts,
     "exhausted_pause": lambda r, e: r.purpose == "pause" and r.exhausted,
@@ -694,6 +775,10 @@ def observed(state: ConversationState) -> tuple[object, ...]:
         fields.get("alternate"),
         state.pinned_tokens,
         state.compaction_fallback,
+        fields.get("shape"),
+        fields.get("tool_answers"),
+        state.turns_since_resume,
+        state.active_since,
     )
 
 

@@ -17,7 +17,7 @@ from playwright.sync_api import Page, expect
 import backends
 import browsing
 from backends import PROVIDERS
-from browsing import Tabs, meter, new_conversation, send, state, stored, turn_over
+from browsing import Tabs, meter, new_conversation, send, state, stored, turn_over, unfold_options
 from gated import HeldMidway
 from segue import Runtime, ScriptedModel, SqliteStore
 from segue.server import create_app
@@ -43,6 +43,8 @@ def test_at_375_pixels_nothing_is_wider_than_the_screen(tabs: Tabs, server: str)
     phone = tabs.open(viewport=PHONE)
     phone.goto(f"{server}/")
     expect(phone.get_by_role("button", name="New conversation")).to_be_visible()
+    assert overflow(phone) == 0
+    unfold_options(phone)  # folded on a phone, the list gets the room
     assert overflow(phone) == 0
     for label in ("Behaviour at the limit", "Context window (tokens, optional)"):
         box = phone.get_by_label(label).bounding_box()

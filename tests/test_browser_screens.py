@@ -185,6 +185,7 @@ def test_the_list_shows_titles_and_dates_and_reads_on_a_phone(server: str, tabs:
     assert titled.evaluate("(e) => getComputedStyle(e).overflowWrap") == "break-word"
     meta = item.locator(".meta")
     assert meta.evaluate("(e) => getComputedStyle(e).overflowWrap") == "normal"
+    browsing.unfold_options(page)  # folded on a phone
     behaviour = page.get_by_label("Behaviour at the limit")
     fits = behaviour.evaluate(
         "(e) => { const c = document.createElement('canvas').getContext('2d');"

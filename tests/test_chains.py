@@ -8,6 +8,7 @@ reads the result back the way an application would.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import pytest
 
@@ -24,7 +25,7 @@ from segue import (
     SegueError,
     Usage,
 )
-from segue.executor.errors import UnsupportedOptionError
+from segue.executor.errors import ConversationBusyError, UnsupportedOptionError
 from segue.executor.model_port import ContextSupport, ProviderCompaction
 from segue.executor.runtime import AUTO_CONTINUE_PROMPT
 
@@ -335,5 +336,126 @@ def test_the_provider_compacts_only_for_an_adapter_that_can() -> None:
             with pytest.raises(UnsupportedOptionError, match="clear_thinking_20251015"):
                 await rt.create_conversation(model=MODEL, context_edits=edits)
             assert (await rt.list_conversations()).conversations == ()  # nothing stored
+
+    asyncio.run(main())
+
+
+class _FilesFailOnce(MemoryStore):
+    """The real store, whose first deletion fails as it removes the second conversation's files
+    (a disk error half-way through a chain)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = False
+
+    async def delete(
+        self,
+        conversation_id: str,
+        *,
+        also: Sequence[str] = (),
+        idle_before: float | None = None,
+        metadata: Mapping[str, str] | None = None,
+        files: Callable[[str], object] | None = None,
+    ) -> list[str]:
+        seen: list[str] = []
+
+        def failing(cid: str) -> None:
+            if files is not None:
+                files(cid)
+            seen.append(cid)
+            if len(seen) == 2 and not self.failed:
+                self.failed = True
+                raise OSError("the disk went away")
+
+        return await super().delete(
+            conversation_id, also=also, idle_before=idle_before, metadata=metadata, files=failing
+        )
+
+
+@requirement("REQ-SEG-058")
+def test_seg058_a_chain_deletion_failing_half_way_leaves_it_whole_and_asking_again_ends_it() -> (
+    None
+):
+    async def main() -> None:
+        store = _FilesFailOnce()
+        async with Runtime(store=store, llm=ScriptedModel(window=WINDOW)) as rt:
+            root = await rt.create_conversation(model=MODEL)
+            await exhaust(rt, root.id)
+            second = await rt.start_new_from(root.id)
+            await exhaust(rt, second.id)
+            third = await rt.start_new_from(second.id)
+            chain = [root.id, second.id, third.id]
+            with pytest.raises(OSError, match="went away"):
+                await rt.delete_conversation(third.id, chain=True)
+            assert [link.id for link in await rt.lineage(root.id)] == chain
+            assert all([await rt.messages(cid) for cid in chain])
+            assert await rt.delete_conversation(root.id, chain=True) == chain
+            assert await rt.conversations() == []
+
+    asyncio.run(main())
+
+
+@requirement("REQ-SEG-058")
+def test_seg058_a_conversation_deleted_alone_leaves_no_link_on_either_neighbour() -> None:
+    async def main() -> None:
+        async with Runtime(store=MemoryStore(), llm=ScriptedModel(window=WINDOW)) as rt:
+            root = await rt.create_conversation(model=MODEL)
+            await exhaust(rt, root.id)
+            second = await rt.start_new_from(root.id)
+            await exhaust(rt, second.id)
+            third = await rt.start_new_from(second.id)
+            assert await rt.delete_conversation(second.id) == [second.id]
+            assert (await rt.conversation(root.id)).child_id is None
+            assert (await rt.state(third.id)).parent_id is None
+            assert (await rt.send(third.id, "Still here?")).parent_id is None
+            assert [link.id for link in await rt.lineage(third.id)] == [third.id]
+
+    asyncio.run(main())
+
+
+class _WrittenMeanwhile(MemoryStore):
+    """The real store; between a purge's listing and its deletions, ``meanwhile`` runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.meanwhile: Callable[[list[str]], Awaitable[None]] | None = None
+
+    async def inactive(
+        self, *, before: float, metadata: Mapping[str, str] | None = None
+    ) -> list[str]:
+        found = await super().inactive(before=before, metadata=metadata)
+        if self.meanwhile is not None:
+            await self.meanwhile(found)
+        return found
+
+
+@requirement("REQ-SEG-059")
+def test_seg059_a_purge_spares_what_was_written_since_and_a_running_turn_is_not_exported() -> None:
+    async def main() -> None:
+        store = _WrittenMeanwhile()
+        now = [1_000.0]
+        writer = Runtime(store=store, llm=ScriptedModel(delay=0.3), clock=lambda: 5_000.0)
+        async with writer, Runtime(store=store, llm=ScriptedModel(), clock=lambda: now[0]) as rt:
+            ids = [(await rt.create_conversation(model=MODEL)).id for _ in range(3)]
+
+            async def meanwhile(found: list[str]) -> None:
+                await writer.send(found[-1], "still here")
+
+            store.meanwhile = meanwhile
+            now[0] = 5_500.0
+            assert await rt.purge(older_than=2_000) == 2
+            store.meanwhile = None
+            assert [c.state.id for c in await rt.conversations()] == [ids[-1]]
+            turn = asyncio.ensure_future(writer.send(ids[-1], "and again"))
+            for _ in range(1_000):  # until the writer's turn has begun
+                if (await rt.state(ids[-1])).phase.kind != "idle":
+                    break
+                await asyncio.sleep(0.01)
+            with pytest.raises(ConversationBusyError, match="runs its turn"):
+                await rt.export_conversation(ids[-1])
+            await turn
+            document = await rt.export_conversation(ids[-1])
+            assert document["conversation"]["version"] == len(document["transitions"]) + 1
+            assert [m["kind"] for m in document["messages"]] == ["user", "assistant"] * 2
 
     asyncio.run(main())

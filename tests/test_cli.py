@@ -55,8 +55,9 @@ def test_installed_demo_tells_the_whole_story(tmp_path: Path) -> None:
     assert "continuation summary" in out
     parent = re.search(rf"^conversation ({ID}):", out, re.MULTILINE)
     assert parent is not None
-    assert f"read-only: send() refused: Conversation {parent[1]} is read-only" in out
-    assert re.search(rf"child conversation {ID} \(parent {parent[1]}\)", out)
+    words = " ".join(out.split())  # the lines wrap at 80 columns
+    assert f"read-only: send() refused: Conversation {parent[1]} is read-only" in words
+    assert re.search(rf"child conversation {ID} \(parent {parent[1]}\)", words)
     assert "assistant: Answer" in out
     assert "the demo's store was temporary and is gone" in out
     assert list(tmp_path.iterdir()) == []  # no temporary file left behind
@@ -142,8 +143,11 @@ def test_list_shows_parent_and_child(
     assert "threshold_based_continuation" in rows[child]
 
 
-def test_show_prints_messages_and_transition_log(demo_db: tuple[Path, str, str]) -> None:
+def test_show_prints_messages_and_transition_log(
+    demo_db: tuple[Path, str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     db, parent, _ = demo_db
+    monkeypatch.setenv("COLUMNS", "160")  # room for every column (80 leaves the effects out)
     result = invoke("show", parent, "--db", str(db))
     assert result.exit_code == 0, result.output
     out = result.stdout
@@ -273,7 +277,8 @@ def test_chat_on_an_exhausted_conversation_hints_at_new(
     assert parent is not None
     resumed = chat(server, db, "/new\nhello child\n", "--conversation", parent[1])
     assert resumed.exit_code == 0, resumed.output
-    assert re.search(rf"continuing in conversation {ID} \(parent {parent[1]}\)", resumed.stdout)
+    words = " ".join(resumed.stdout.split())  # the line wraps at 80 columns
+    assert re.search(rf"continuing in conversation {ID} \(parent {parent[1]}\)", words)
     assert "Hello from the fake API." in resumed.stdout
 
 

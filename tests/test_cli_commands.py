@@ -152,9 +152,10 @@ def test_what_a_model_wrote_is_printed_escaped(tmp_path: Path) -> None:
 
 
 def test_pause_status_and_resume_from_the_command_line(
-    copy_of_demo: tuple[Path, str, str],
+    copy_of_demo: tuple[Path, str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     db, parent, child = copy_of_demo
+    monkeypatch.setenv("COLUMNS", "160")  # room for every column of the snapshots' table
     paused = invoke("pause", child[:8], "--reason", "nightly stop", "--db", str(db))
     assert paused.exit_code == 0, paused.output
     assert f"paused {child}: snapshot v1 saved" in paused.stdout
@@ -310,7 +311,8 @@ def test_chat_commands_pause_resume_continue_and_new(
     assert "this conversation is read-only now" in out
     first = re.search(rf"^conversation ({ID}) ", out, re.MULTILINE)
     assert first is not None
-    child = re.search(rf"continuing in conversation ({ID}) \(parent {first[1]}\)", out)
+    words = " ".join(out.split())  # the lines wrap at 80 columns
+    child = re.search(rf"continuing in conversation ({ID}) \(parent {first[1]}\)", words)
     assert child is not None
     assert "a new conversation starts with your next message" in out
     assert sorted(stored_ids(db)) == sorted([first[1], child[1]])  # the fresh one never used

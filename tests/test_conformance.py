@@ -32,6 +32,7 @@ WIRE_CHECKS = {
     "tools_and_results_go_back_paired",
     "the_grace_request_forbids_tools",
     "requests_at_the_limit_offer_no_tool",
+    "summaries_can_repeat_the_turn",
     "images_are_sent",
 }
 
@@ -142,6 +143,56 @@ def test_an_adapter_that_mishandles_the_providers_compaction_is_told_so() -> Non
     failed = sorted(n for n, verdict in report.results.items() if verdict.startswith("FAILED"))
     assert failed == ["a_refusal_to_compact_is_said_as_such", "compaction_is_asked_at_the_trigger"]
     assert "set compaction_refused" in report.explain()
+
+
+_AT_THE_LIMIT: Final = {
+    "tool_calls_come_back_whole",
+    "requests_at_the_limit_offer_no_tool",
+    "summaries_can_repeat_the_turn",
+}
+
+
+def test_an_adapter_that_claims_to_repeat_the_turn_but_forbids_tools_is_told_so() -> None:
+    """REQ-SEG-057: an adapter that says it can repeat the turn's request at the limit
+    (``PrefixReusing``) but sends the tool-less request instead (``tool_choice`` none, which
+    misses the cached history) fails that check, by name, and no other."""
+
+    class Claiming(BaseLlmModel):
+        reuses_prefix = True
+
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        async def complete(self, request: LlmRequest) -> LlmReply:
+            reply: LlmReply = await self.inner.complete(
+                dataclasses.replace(request, reuse_prefix=False)
+            )
+            return reply
+
+    with wrapping(AnthropicHarness, Claiming)() as harness:
+        chosen = [c for c in CHECKS if c.__name__ in _AT_THE_LIMIT]
+        report = asyncio.run(run(harness, chosen))
+    failed = sorted(n for n, verdict in report.results.items() if verdict.startswith("FAILED"))
+    assert len(report.results) == len(_AT_THE_LIMIT)
+    assert failed == ["summaries_can_repeat_the_turn"]
+    assert "the tool choice must be the turn's" in report.explain()
+
+
+def test_an_adapter_that_does_not_claim_it_is_told_the_check_does_not_apply() -> None:
+    """The check applies only to an adapter that says it can (REQ-SEG-057)."""
+
+    class Silent(BaseLlmModel):
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        async def complete(self, request: LlmRequest) -> LlmReply:
+            reply: LlmReply = await self.inner.complete(request)
+            return reply
+
+    check = next(c for c in CHECKS if c.__name__ == "summaries_can_repeat_the_turn")
+    with wrapping(AnthropicHarness, Silent)() as harness:
+        verdict = asyncio.run(run_check(harness, check))
+    assert verdict == "not applicable: the adapter does not say it can (PrefixReusing)"
 
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "adapters.md"

@@ -526,3 +526,124 @@ def test_seg019_a_pause_from_another_runtime_is_forced_at_its_timeout(tmp_path: 
         await other.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["send", "stream"])
+def test_a_pause_forced_from_another_process_cancels_the_turn_where_it_runs(
+    tmp_path: Path, how: str
+) -> None:
+    """``pause(cid, timeout=2)`` from this process while a worker process's model call hangs:
+    past the timeout the pause is forced through the store, and the worker, which runs the
+    turn, notices: its model call is cancelled and its ``send()`` (or ``stream()``, whose last
+    update says so) returns the paused state within about a second, not when the call ends.
+    (``test_postgres_store`` runs it on PostgreSQL.)"""
+    forced_pause_across_processes(str(tmp_path / "shared.db"), how)
+
+
+def forced_pause_across_processes(where: str, how: str) -> None:
+    """The scenario above on ``where`` (a SQLite path or a PostgreSQL conninfo)."""
+    import json
+    import select
+    import subprocess
+    import sys
+    import time
+
+    from segue import ScriptedModel
+    from test_processes import open_store
+
+    async def create() -> str:
+        async with Runtime(store=open_store(where), llm=ScriptedModel()) as rt:
+            return (await rt.create_conversation(model=MODEL)).id
+
+    cid = asyncio.run(create())
+    worker = subprocess.Popen(  # noqa: S603  # our own worker, no shell
+        [sys.executable, str(Path(__file__).with_name("gated_worker.py")), where, cid, how],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert worker.stdout is not None
+    try:
+        assert json.loads(worker.stdout.readline() or "{}") == {"asked": True}
+        ours = ScriptedModel()
+
+        async def force() -> tuple[Any, float, float]:
+            async with Runtime(store=open_store(where), llm=ours) as rt:
+                asked = time.time()
+                state = await rt.pause(cid, "deploy window", timeout=2)
+                return state, asked, time.time()
+
+        state, asked, forced = asyncio.run(force())
+        # The worker's answer is still held: its send returns only if its call was cancelled.
+        ready, _, _ = select.select([worker.stdout], [], [], 10)
+        assert ready, "the worker's turn went on after the forced pause"
+        result = json.loads(worker.stdout.readline())
+    finally:
+        worker.communicate("answer now\n", timeout=120)  # its blocked read of the gate ends
+    assert worker.returncode == 0
+    assert state.phase.kind == "paused"
+    assert state.phase.snapshot.reason == "deploy window"
+    assert forced - asked < 4  # the 2 s wait, then the cancel and the checkpoint
+    assert result["phase"] == "paused"
+    assert result["cancelled_at"] is not None  # the hanging call itself was cancelled
+    assert result["calls"] == 0  # ... and never answered; the checkpoint was ours
+    assert result["returned_at"] - forced < 2.0, (result, forced)
+    assert len(ours.requests) == 1  # the pause's checkpoint, written by the forcing process
+    if how == "stream":
+        assert result["updates"][-1] == "done"
+
+    async def stored() -> list[str]:
+        store = open_store(where)
+        try:
+            return [m.kind for m in await store.messages(cid)]
+        finally:
+            await store.close()
+
+    assert "assistant" not in asyncio.run(stored())
+
+
+def test_a_cancel_from_another_runtime_stops_the_call_where_the_turn_runs(
+    tmp_path: Path,
+) -> None:
+    """Another runtime sharing the store cancels the turn: the runtime running it notices at
+    its next look at the store, cancels its hanging model call, and its ``send()`` returns the
+    cancelled (idle) conversation, without the call ever answering."""
+    from segue import ScriptedModel
+    from segue.executor.model_port import LlmReply, LlmRequest
+
+    class Hanging(ScriptedModel):
+        def __init__(self) -> None:
+            super().__init__(reply_chars=30)
+            self.asked = asyncio.Event()
+            self.cancelled = False
+
+        async def complete(self, request: LlmRequest) -> LlmReply:
+            self.asked.set()
+            try:
+                await asyncio.sleep(120)
+            except asyncio.CancelledError:
+                self.cancelled = True
+                raise
+            return await super().complete(request)
+
+    async def main() -> None:
+        model = Hanging()
+        async with (
+            Runtime(store=SqliteStore(tmp_path / "s.db"), llm=model) as owner,
+            Runtime(store=SqliteStore(tmp_path / "s.db"), llm=ScriptedModel()) as other,
+        ):
+            cid = (await owner.create_conversation(model=MODEL)).id
+            turn = asyncio.create_task(owner.send(cid, "a long task"))
+            await model.asked.wait()
+            assert (await other.cancel(cid)).phase.kind == "idle"
+            loop = asyncio.get_running_loop()
+            cancelled_at = loop.time()
+            state = await asyncio.wait_for(turn, timeout=10)
+            assert loop.time() - cancelled_at < 2.5
+            assert state.phase.kind == "idle"
+            assert model.cancelled
+            assert [m.kind for m in await other.messages(cid)] == ["user"]
+
+    asyncio.run(main())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,30 @@ def test_the_multi_user_backend_keeps_users_apart_with_nothing_of_its_own(
         assert client.get(f"/conversations/{tides}/export", headers=alice).status_code == 404
         left = client.get("/conversations", headers=alice).json()["conversations"]
         assert [c["title"] for c in left] == ["Moons"]
+
+
+def test_the_provider_context_example_compacts_and_clears_offline() -> None:
+    """Claude's own compaction and context editing, on the fake Messages API: a compaction in
+    the call that answered (no summary request of segue's), and tool uses cleared with the
+    meter following."""
+    result = run_script("examples/provider_context.py", timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""  # the library is quiet
+    compacted, after, cleared, meter = result.stdout.splitlines()
+    assert re.fullmatch(r"turn \d: Claude compacted the context \(generation 2\)", compacted)
+    measured = re.fullmatch(
+        r"after it: ([\d,]+) of 100,000 tokens, idle; the compaction wrote ([\d,]+) tokens, "
+        r"in the call that answered",
+        after,
+    )
+    assert measured is not None, after
+    assert int(measured.group(1).replace(",", "")) < 60_000  # below the threshold it passed
+    assert int(measured.group(2).replace(",", "")) > 0
+    edited = re.fullmatch(r"Claude cleared (\d+) old tool use\(s\), ([\d,]+) input tokens", cleared)
+    assert edited is not None, cleared
+    assert int(edited.group(1)) > 0
+    reads = re.fullmatch(
+        r"the meter reads ([\d,]+) tokens: the cleared ones are not counted", meter
+    )
+    assert reads is not None, meter
+    assert int(reads.group(1).replace(",", "")) < 10_000  # uncleared: four logs of ~4,500 tokens

@@ -71,10 +71,22 @@ def start(behavior: ContextExhaustionBehavior, **options: Any) -> ConversationSt
 
 
 NO_ROOM_FOR_A_SEED: Final = THRESHOLD - estimate_tokens(continuation_prompt(""))
+REUSING: Final = {B.THRESHOLD_BASED_CONTINUATION, B.COMPACT_IN_PLACE}
+"""Behaviours explored with ``summary_request="reuse_prefix"`` (REQ-SEG-055), with the restart
+below: a summary answer that called a tool is refused there (REQ-SEG-056); the others send the
+tool-less request, whose answers are read for their text whatever they hold."""
 STARTS: Final = {
-    **{behavior.value: start(behavior) for behavior in B if behavior is not B.CHECKPOINT_RESTART},
+    **{
+        behavior.value: start(
+            behavior, summary_request="reuse_prefix" if behavior in REUSING else "tool_less"
+        )
+        for behavior in B
+        if behavior is not B.CHECKPOINT_RESTART
+    },
     # A run with a time bound (REQ-SEG-044): the restart after it is a failure.
-    B.CHECKPOINT_RESTART.value: start(B.CHECKPOINT_RESTART, max_run_seconds=3_600),
+    B.CHECKPOINT_RESTART.value: start(
+        B.CHECKPOINT_RESTART, max_run_seconds=3_600, summary_request="reuse_prefix"
+    ),
     "checkpoint_restart, no room for a seed": start(
         B.CHECKPOINT_RESTART, system_tokens=NO_ROOM_FOR_A_SEED
     ),

@@ -28,6 +28,7 @@ import httpx2
 import psycopg
 import pytest
 
+import test_control
 import test_crash
 import test_processes
 import test_stores
@@ -174,6 +175,12 @@ def test_processes_on_one_postgres_database(
 ) -> None:
     """The multi-process scenarios of ``test_processes``, with real worker processes."""
     scenario(database, workers)
+
+
+def test_a_pause_forced_from_another_process_on_postgres(database: str) -> None:
+    """``test_control``'s forced pause across processes, on PostgreSQL: the worker's hanging
+    call is cancelled and its ``send()`` returns the paused state."""
+    test_control.forced_pause_across_processes(database, "send")
 
 
 def test_a_returned_send_survives_kill_9_on_postgres(database: str, tmp_path: Path) -> None:

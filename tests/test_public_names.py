@@ -41,9 +41,12 @@ CONTRACT = {
     "ConversationNotFoundError", "LlmCallError", "StoreUnavailableError", "StoreLockedError",
     "StoreFullError", "ConversationBusyError", "InvalidMetadataError", "InvalidCursorError",
     "InvalidDocumentError", "ConversationPage",
+    "ConversationPausedError", "ConversationFailedError", "MessageTooLargeError", "StoreError",
     # updates
     "Update", "TextUpdate", "DoneUpdate", "OccupancyUpdate", "WarningUpdate", "ExhaustedUpdate",
     "FailedUpdate", "Watch",
+    # views (what a backend sends as JSON)
+    "ConversationView", "DoneView", "update_json",
 }  # fmt: skip
 
 

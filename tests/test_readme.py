@@ -13,6 +13,7 @@ from segue.testing.anthropic_server import ErrorReply, MessageReply
 from segue.testing.openai_server import FakeOpenAIServer, Reply
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+README_TEXT = README.read_text(encoding="utf-8")
 
 
 def _python_blocks() -> list[str]:
@@ -142,7 +143,9 @@ def test_sub_agent_example_fails_typed_and_is_replaced(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     stopped, replaced = result.stdout.splitlines()
-    assert re.fullmatch(r"the sub-agent stopped after \d+ files: context_exhausted", stopped)
+    audited = re.fullmatch(r"the sub-agent audited (\d+) of 100 files: context_exhausted", stopped)
+    assert audited is not None, stopped
+    assert 0 < int(audited.group(1)) < 100  # it ran out partway: a replacement has work left
     assert re.fullmatch(r"a replacement took over with an empty window: \w+", replaced)
 
 
@@ -175,8 +178,20 @@ RUN_BY_A_TEST = (
     "TestClient(app)",
     "InMemorySpanExporter()",
     "export_conversation(newest)",
+    "StreamingResponse(events()",
 )
 """What names each Python block for the test that runs it."""
+
+
+def test_streamed_route_example_answers_409_for_a_refused_message(tmp_path: Path) -> None:
+    """The README's streamed FastAPI route: a turn streams as events; a message to a paused
+    conversation is refused before any byte, as a 409 with the cause, not an empty 200."""
+    result = _run(_block("StreamingResponse(events()"), tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert result.stdout.splitlines() == ["200 17 text events", "paused", "409 paused"]
+    said = re.search(r"It prints `200 17 text events`, `paused`, then `409 paused`", README_TEXT)
+    assert said is not None  # what the README says it prints
 
 
 def test_tracing_example_prints_the_spans_of_a_turn(tmp_path: Path) -> None:

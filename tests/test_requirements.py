@@ -16,6 +16,8 @@ import pytest
 
 import test_chains
 import test_control
+import test_deleted_streams
+import test_imports
 from scenario import Playbook, requirement, requirements_of, unpaired_tool_uses
 from segue import (
     CANCELLED_SUMMARY,
@@ -2240,6 +2242,106 @@ def test_seg050_context_edits_are_refused_unless_as_the_provider_documents_them(
             conversation(context_edits=edits)
 
 
+# =========================================================================== the pause triggers
+
+
+def _pause_taken(state: ConversationState) -> tuple[ConversationState, SessionSnapshot]:
+    """``state`` waits for its pause's checkpoint: the answer pauses it (REQ-SEG-019); the
+    paused state and its snapshot."""
+    assert isinstance(state.phase, AwaitingCheckpoint), state.phase
+    assert state.phase.purpose == "pause"
+    paused, effects = transition(state, CheckpointResponse(text="<checkpoint>x</checkpoint>"))
+    assert isinstance(paused.phase, Paused)
+    assert [effect.kind for effect in effects][-1] == "save_snapshot"
+    return paused, paused.phase.snapshot
+
+
+@requirement("REQ-SEG-052")
+def test_seg052_the_reply_that_ends_the_nth_turn_pauses_never_one_that_asks_for_tools() -> None:
+    playbook = Playbook(conversation(pause_after_turns=2))
+    playbook.given(UserMessage(text="one"), reply(1_000)).in_phase("idle")
+    assert playbook.state.turns_since_resume == 1
+    playbook.given(UserMessage(text="two"))
+    (playbook >> reply(2_000, call(1)) << [assistant(2_000, call(1)), "execute_tools"])
+    playbook.given(ToolResult(tool_call_id="toolu_1", output="done")).in_phase("llm_requesting")
+    (
+        playbook
+        >> reply(3_000, text="all done")
+        << [assistant(3_000, text="all done"), RequestCheckpoint(purpose="pause")]
+    )
+    assert playbook.state.pause_reason == "after 2 turns"
+    snapshot = _pause_taken(playbook.state)[1]
+    assert (snapshot.trigger, snapshot.reason) == ("pause", "after 2 turns")
+    # A pause asked for keeps its reason; a reply that crosses the limit carries the pause
+    # through the limit's path (here a compaction), and the pause is taken after it.
+    asked = Playbook(conversation(pause_after_turns=1)).given(UserMessage(text="go"))
+    asked.given(PauseRequested(reason="lunch"), reply(1_000))
+    assert asked.state.pause_reason == "lunch"
+    crossing = Playbook(conversation(B.COMPACT_IN_PLACE, pause_after_turns=1))
+    crossing.given(UserMessage(text="go"))
+    crossing >> reply(THRESHOLD)
+    crossing << [
+        "notify_context_warning",
+        "append_message",
+        "archive_transcript",
+        "request_compaction",
+    ]
+    crossing >> CompactionResponse(summary="s", retained_tokens=5_000)
+    crossing << ["start_generation", "append_message", RequestCheckpoint(purpose="pause")]
+    assert crossing.state.pause_reason == "after 1 turn"
+
+
+@requirement("REQ-SEG-053")
+def test_seg053_a_turn_that_ends_s_seconds_after_the_start_pauses_never_mid_turn() -> None:
+    playbook = Playbook(conversation(pause_after_seconds=1_800.0, started_at=1_000.0))
+    playbook.given(UserMessage(text="one"))
+    playbook.given(LlmResponse(text="early", usage=usage(1_000), at=2_799.0)).in_phase("idle")
+    playbook.given(UserMessage(text="two"))
+    # Past the bound mid-turn: the tools still run and the turn goes on.
+    late = LlmResponse(text="", tool_calls=(call(1),), usage=usage(2_000), at=2_800.0)
+    playbook.given(late).in_phase("tool_executing")
+    playbook.given(ToolResult(tool_call_id="toolu_1", output="ok")).in_phase("llm_requesting")
+    playbook >> LlmResponse(text="done", usage=usage(3_000), at=2_900.0)
+    playbook << [assistant(3_000, text="done"), RequestCheckpoint(purpose="pause")]
+    assert playbook.state.pause_reason == "after 30 minutes"
+    # Without a time the trigger cannot fire; a conversation made without one starts its clock
+    # at its first answer.
+    untimed = Playbook(conversation(pause_after_seconds=60.0)).given(UserMessage(text="a"))
+    untimed.given(LlmResponse(text="b", usage=usage(1_000), at=500.0)).in_phase("idle")
+    assert untimed.state.active_since == 500.0
+    untimed.given(UserMessage(text="c"), reply(1_100)).in_phase("idle")
+    untimed.given(UserMessage(text="d"), LlmResponse(text="e", at=560.0))
+    assert untimed.state.pause_reason == "after 1 minute"
+
+
+@requirement("REQ-SEG-054")
+def test_seg054_a_pause_by_a_trigger_resumes_as_any_and_counts_again_from_the_resume() -> None:
+    playbook = Playbook(conversation(pause_after_turns=1, pause_after_seconds=60.0, started_at=0.0))
+    playbook.given(UserMessage(text="go"), LlmResponse(text="done", at=10.0))
+    paused, snapshot = _pause_taken(playbook.state)
+    assert snapshot.reason == "after 1 turn"
+    refused = transition(paused, UserMessage(text="more"))[1]
+    assert [(type(effect), getattr(effect, "cause", None)) for effect in refused] == [
+        (RejectUserMessage, "paused")
+    ]
+    resumed, _ = transition(paused, ResumeRequested(at=1_000.0))
+    assert (resumed.turns_since_resume, resumed.active_since) == (0, 1_000.0)
+    assert resumed.phase.kind == "llm_requesting"  # the resume's own turn
+    again, _ = transition(resumed, LlmResponse(text="resumed", at=1_030.0))
+    assert again.pause_reason == "after 1 turn"  # its count began at the resume; 30 s is not 60
+    # A cancelled pause is no resume: the next turn's end pauses again.
+    cancelled, _ = transition(paused, UserCancel())
+    assert cancelled.phase.kind == "idle"
+    cancelled, _ = transition(cancelled, UserMessage(text="again"))
+    cancelled, _ = transition(cancelled, LlmResponse(text="ok", at=20.0))
+    assert cancelled.pause_reason == "after 1 turn"
+    assert isinstance(cancelled.phase, AwaitingCheckpoint)
+    with pytest.raises(pydantic.ValidationError, match="pause_after_turns"):
+        conversation(pause_after_turns=0)
+    with pytest.raises(pydantic.ValidationError, match="pause_after_seconds"):
+        conversation(pause_after_seconds=-1.0)
+
+
 # =========================================================================== control at the limit
 
 
@@ -2449,13 +2551,153 @@ def test_seg047_the_limits_request_reuses_the_turns_cached_prefix(purpose: Any) 
         assert tool_less["messages"][-1]["content"][-1]["text"] == "Summarise."
 
 
+@requirement("REQ-SEG-055")
+@pytest.mark.parametrize("purpose", ["continuation", "checkpoint", "compaction"])
+def test_seg055_reuse_prefix_repeats_the_turn_and_reads_it_from_the_cache(purpose: Any) -> None:
+    """The core asks for the shape the conversation chose (the first ask; tool-less once an
+    overflow trimmed it); ``AnthropicModel`` sends the turn's request exactly with the
+    instruction and a breakpoint last, and the fake's prompt cache reads all of the turn's
+    prefix back."""
+    from segue.executor.model_port import LlmRequest, ToolSpec
+    from segue.executor.models.anthropic_payload import build_payload
+    from segue.testing.prompt_cache import PromptCache
+
+    behavior = {
+        "continuation": B.THRESHOLD_BASED_CONTINUATION,
+        "checkpoint": B.CHECKPOINT_RESTART,
+        "compaction": B.COMPACT_IN_PLACE,
+    }[purpose]
+    playbook = asking(behavior, summary_request="reuse_prefix").given(reply(THRESHOLD))
+    asked = playbook.effects[-1]
+    assert getattr(asked, "shape", None) == "reuse_prefix"
+    failed = {
+        "continuation": ContinuationFailed,
+        "checkpoint": CheckpointFailed,
+        "compaction": CompactionFailed,
+    }[purpose]
+    playbook.given(failed(error="too long", context_overflow=True))
+    assert getattr(playbook.effects[-1], "shape", None) == "tool_less"  # trimmed: as text
+    tool_less = asking(behavior).given(reply(THRESHOLD)).effects[-1]
+    assert getattr(tool_less, "shape", None) == "tool_less"  # the default
+
+    tools = (ToolSpec(name="lookup", description="Look it up. " * 400, input_schema={}),)
+    history = (
+        Message(kind="user", text="Find x. " * 300),
+        Message(kind="assistant", text="x is 42. " * 300),
+        Message(kind="user", text="And y? " * 300),
+    )
+
+    def body(**fields: Any) -> dict[str, Any]:
+        request = LlmRequest(
+            conversation_id="c",
+            model="claude-sonnet-4-6",
+            system="Be brief. " * 200,
+            messages=history,
+            tools=tools,
+            **fields,
+        )
+        payload = build_payload(request, max_tokens=1_000)
+        return {"model": request.model, **payload.arguments(), **payload.options}
+
+    cache = PromptCache()
+    turn = body(purpose="turn")
+    cache.account(turn)
+    limit = body(purpose=purpose, instruction="Summarise.", reuse_prefix=True)
+    accounted = cache.account(limit)
+    assert "tool_choice" not in limit  # the turn's (none set): its tools stay callable
+    assert (limit["tools"], limit["system"]) == (turn["tools"], turn["system"])
+    assert limit["messages"][:-1] == turn["messages"][:-1]
+    kept = [
+        {k: v for k, v in block.items() if k != "cache_control"}
+        for block in turn["messages"][-1]["content"]
+    ]
+    assert limit["messages"][-1]["content"][:-1] == kept  # the turn's last message, then
+    assert limit["messages"][-1]["content"][-1] == {
+        "type": "text",
+        "text": "Summarise.",
+        "cache_control": {"type": "ephemeral"},
+    }
+    prompt = accounted.input_tokens + accounted.cache_read_input_tokens
+    written = accounted.cache_creation_input_tokens
+    assert accounted.cache_read_input_tokens / (prompt + written) > 0.95
+
+
+@requirement("REQ-SEG-056")
+def test_seg056_a_tool_call_in_a_summary_is_refused_and_asked_again() -> None:
+    """Never run, named with the rejected calls, asked again with the prefix, then tool-less,
+    whose answer is read for its text; the tool-less default reads the answer at once."""
+    calls = (call(7),)
+    playbook = asking(summary_request="reuse_prefix").given(reply(THRESHOLD, call(1)))
+    playbook.in_phase("awaiting_continuation")
+    (
+        playbook
+        >> ContinuationResponse(summary="Checking.", tool_calls=calls)
+        << [
+            RequestContinuation(
+                rejected_tool_calls=(call(1), call(7)), shape="reuse_prefix", attempt=1
+            )
+        ]
+    )
+    assert playbook.phase.tool_answers == 1
+    again = (call(8),)
+    (
+        playbook
+        >> ContinuationResponse(summary="Checking.", tool_calls=again)
+        << [
+            RequestContinuation(
+                rejected_tool_calls=(call(1), call(7), call(8)), shape="tool_less", attempt=1
+            )
+        ]
+    )
+    (
+        playbook
+        >> ContinuationResponse(summary="The summary.", tool_calls=(call(9),))
+        << [
+            continuation("The summary."),
+            NotifyContextExhausted(summary="The summary."),
+        ]
+    )
+    playbook.in_phase("context_exhausted")
+    kinds = {effect.kind for _, effects in playbook.log for effect in effects}
+    assert "execute_tools" not in kinds
+    default = asking().given(reply(THRESHOLD)).in_phase("awaiting_continuation")
+    (
+        default
+        >> ContinuationResponse(summary="Read.", tool_calls=calls)
+        << [
+            continuation("Read."),
+            NotifyContextExhausted(summary="Read."),
+        ]
+    )
+
+
+@requirement("REQ-SEG-057")
+def test_seg057_the_conformance_kit_checks_an_adapter_that_claims_it() -> None:
+    """segue's adapters that claim the shape pass the kit's check on their fakes."""
+    import asyncio
+
+    from segue.testing.conformance import run_check
+    from segue.testing.conformance.checks import summaries_can_repeat_the_turn
+    from segue.testing.harnesses import AnthropicHarness, OpenAIHarness
+
+    for harness in (AnthropicHarness(), OpenAIHarness("responses")):
+        with harness as started:
+            assert asyncio.run(run_check(started, summaries_can_repeat_the_turn)) == "passed"
+
+
 # =========================================================================== traceability
 
 
 def _tagged_tests() -> dict[str, tuple[str, ...]]:
-    """Tagged tests here, and in ``test_chains`` and ``test_control`` (the requirements the
-    runtime carries out)."""
-    tests = {**vars(test_chains), **vars(test_control), **globals()}
+    """Tagged tests here, and in ``test_chains``, ``test_control``, ``test_imports`` and
+    ``test_deleted_streams`` (the requirements the runtime carries out)."""
+    tests = {
+        **vars(test_chains),
+        **vars(test_control),
+        **vars(test_imports),
+        **vars(test_deleted_streams),
+        **globals(),
+    }
     return {
         name: requirements_of(test)
         for name, test in tests.items()
@@ -2466,7 +2708,7 @@ def _tagged_tests() -> dict[str, tuple[str, ...]]:
 def test_every_requirement_in_the_spec_has_a_test() -> None:
     spec = SPEC.read_text(encoding="utf-8")
     declared = re.findall(r"^### (REQ-[A-Z]+-\d{3}):", spec, flags=re.MULTILINE)
-    assert len(declared) == len(set(declared)) == 56, declared
+    assert len(declared) == len(set(declared)) == 67, declared
     mentioned = set(re.findall(r"REQ-[A-Z]+-\d{3}", spec))
     assert mentioned == set(declared), "the spec mentions ids it does not declare"
     tagged = _tagged_tests()

@@ -33,6 +33,7 @@ def test_metrics_are_served_in_prometheus_text_behind_the_token(tmp_path: Path) 
         store=SqliteStore(tmp_path / "m.db"),
         llm=ScriptedModel(),
         meter_provider=exported.meter_provider,
+        store_metrics_rate=1.0,
     )
     app = create_app(runtime, token=TOKEN, metrics=exported)
     headers = {"Authorization": f"Bearer {TOKEN}"}

@@ -52,6 +52,8 @@ from segue.executor.errors import (
     SegueError,
     StoreLockedError,
 )
+from segue.executor.models.scripted import ScriptedModel
+from segue.executor.runtime import Runtime
 from segue.executor.store_port import Commit, Store, StoredConversation
 from segue.executor.stores.codec import dump_effect, dump_event, load_event
 from segue.executor.stores.memory import MemoryStore
@@ -1194,6 +1196,30 @@ def test_a_closed_store_refuses_calls(backend: Backend) -> None:
         await store.close()  # twice is fine
         with pytest.raises(SegueError, match="closed"):
             await store.load("c1")
+
+    run(scenario())
+
+
+def test_a_runtime_closed_then_started_again_opens_its_store_again(store: Store) -> None:
+    """``async with runtime:`` more than once (an application stopped and started again, one
+    runtime under several test clients), on every store: each exit closes the store, the next
+    start opens it again, and the conversations of the first run take turns there."""
+
+    async def scenario() -> None:
+        runtime = Runtime(store=store, llm=ScriptedModel(reply_chars=20))
+        async with runtime:
+            conv = await runtime.create_conversation(model=MODEL)
+            await runtime.send(conv.id, "first run")
+        for attempt in (2, 3):
+            async with runtime:
+                sent = await runtime.send(conv.id, f"run {attempt}")
+                assert sent.phase.kind == "idle"
+                kinds = [update.kind async for update in runtime.stream(conv.id, "streamed")]
+                assert kinds[0] == "user_message"
+                assert kinds[-1] == "done"
+        async with runtime:
+            users = [m.text for m in await runtime.messages(conv.id) if m.kind == "user"]
+        assert users == ["first run", "run 2", "streamed", "run 3", "streamed"]
 
     run(scenario())
 

@@ -222,10 +222,11 @@ def _at_the_limit(
             return drive(crossed, default_event("continuation_response"))
         return crossed
     resume_after = bool(mid_task)
+    shape = asking.config.summary_request  # as the exhaustion path would ask (REQ-SEG-055)
     phases: dict[str, Any] = {
-        "awaiting_continuation": AwaitingContinuation(),
-        "awaiting_checkpoint": AwaitingCheckpoint(resume_after=resume_after),
-        "compacting": Compacting(resume_after=resume_after),
+        "awaiting_continuation": AwaitingContinuation(shape=shape),
+        "awaiting_checkpoint": AwaitingCheckpoint(resume_after=resume_after, shape=shape),
+        "compacting": Compacting(resume_after=resume_after, shape=shape),
         "context_exhausted": ContextExhausted(summary="What happened so far."),
     }
     return asking.with_phase(phases[phase])
@@ -282,6 +283,7 @@ def reach(
     alternate: bool = False,
     exhausted_pause: bool = False,
     max_run_seconds: float | None = None,
+    summary_request: str = "tool_less",
 ) -> ConversationState:
     """A conversation in ``phase``, driven there by real events where its behaviour can get
     there, else put there with ``with_phase`` (the handlers of those phases ignore behaviour).
@@ -301,6 +303,7 @@ def reach(
         max_continuations=0 if bound else 2,
         max_tool_rounds=1 if rounds_spent else 50,
         max_run_seconds=max_run_seconds,
+        summary_request=summary_request,
     )
     idle = drive(start, UserMessage(text="hi", token_count=10), reply(8_500)) if high else start
     asking = drive(idle, UserMessage(text="next", token_count=10))
@@ -407,6 +410,16 @@ def _blank(kind: str) -> Event:
     if kind == "compaction_response":
         return CompactionResponse(summary="  ", retained_tokens=1_000)
     return ContinuationResponse(summary="   ")
+
+
+def _calling(kind: str) -> Event:
+    """An answer of ``kind`` that called a tool (REQ-SEG-056)."""
+    calls = (call("s1"),)
+    if kind == "compaction_response":
+        return CompactionResponse(summary="Older work.", retained_tokens=1_000, tool_calls=calls)
+    if kind == "checkpoint_response":
+        return CheckpointResponse(text="<checkpoint>Goal</checkpoint>", tool_calls=calls)
+    return ContinuationResponse(summary="Summary.", tool_calls=calls)
 
 
 _AT_THE_LIMIT = reply(THRESHOLD - estimate_tokens(TOOL_NOT_RUN_LIMIT), call("t1"))
@@ -535,6 +548,9 @@ FIXTURES: Final[dict[str, Fixture]] = {
     "summary_unusable_first": case(lambda kind, _state: _blank(kind)),
     "summary_unusable": case(_event(ContinuationResponse(summary="   ")), alternate=True),
     "summary_usable": case(),
+    "summary_called_tool": case(
+        lambda kind, _state: _calling(kind), summary_request="reuse_prefix"
+    ),
     "gives_up": case(),
     "overflow_attempts_left": case(_failed(overflow=True)),
     "exhausted_pause": case(exhausted_pause=True),

@@ -106,7 +106,8 @@ def test_a_turn_with_a_tool_is_a_turn_span_over_two_inference_spans_and_a_tool_s
     ]
 
     async def main() -> str:
-        async with runtime(seen, ScriptedModel(script), tools=[LOOKUP]) as rt:
+        llm = ScriptedModel(script)
+        async with runtime(seen, llm, tools=[LOOKUP], store_metrics_rate=1.0) as rt:
             conv = await rt.create_conversation(model=MODEL, context_window=WINDOW)
             await rt.send(conv.id, "When is high tide?")
             return conv.id
@@ -190,8 +191,8 @@ def test_a_failed_call_is_an_error_span_and_a_retry_an_event_and_a_count(seen: S
     delay = dict(retry.attributes or {})["segue.delay_seconds"]
     assert isinstance(delay, float)
     assert delay > 0
-    (retries,) = seen.points("segue.retries")
-    assert retries.value == 1
+    retries = {p.attributes["segue.request"]: p.value for p in seen.points("segue.retries")}
+    assert retries == {"llm": 1, "continuation": 0, "checkpoint": 0, "compaction": 0}
     durations = seen.points("gen_ai.client.operation.duration")
     errors = [p.attributes["error.type"] for p in durations if "error.type" in p.attributes]
     assert errors == ["529"]
@@ -267,8 +268,8 @@ def test_a_refused_message_is_counted_by_its_cause(seen: Seen) -> None:
                 await rt.send(conv.id, "Still there?")
 
     asyncio.run(main())
-    (refusals,) = seen.points("segue.refusals")
-    assert (dict(refusals.attributes), refusals.value) == ({"segue.cause": "paused"}, 1)
+    refusals = {p.attributes["segue.cause"]: p.value for p in seen.points("segue.refusals")}
+    assert refusals == {"paused": 1, "busy": 0, "too_large": 0, "exhausted": 0, "failed": 0}
 
 
 def test_the_logs_of_a_traced_turn_carry_its_trace(seen: Seen) -> None:

@@ -13,10 +13,11 @@ from typing import Any
 
 import httpx2
 import pytest
+from pydantic import TypeAdapter
 
 from api import create, send, sse
 from cli_run import invoke
-from segue import MemoryStore, Runtime, ScriptedModel
+from segue import MemoryStore, Runtime, ScriptedModel, ToolRegistry, Update, update_json
 from segue.executor.updates import DoneUpdate
 from segue.server.run import ServerConfig, build_app
 from segue.testing import live_server
@@ -80,6 +81,37 @@ def test_done_view_turns_a_python_done_update_into_the_apis_shape() -> None:
     assert shown["kind"] == "done"
     assert shown["state"]["phase"] == "idle"
     assert shown["reply"] == done.reply
+
+
+def test_update_json_turns_every_update_of_a_turn_into_the_streams_json() -> None:
+    """``update_json``: every update a real turn yields (text, tools, occupancy, done...) as the
+    JSON the server's events carry: each but ``done`` reads back as the same update, ``done``
+    is ``DoneView``'s shape (its phase a string)."""
+
+    async def turn() -> list[Update]:
+        tools = ToolRegistry()
+
+        @tools.tool(description="Look a word up.")
+        async def lookup(tool_input: dict[str, object]) -> str:
+            return f"{tool_input.get('query')}: found"
+
+        model = ScriptedModel(tool_every=1, reply_chars=60, chunk_chars=10)
+        async with Runtime(store=MemoryStore(), llm=model, tools=tools) as rt:
+            cid = (await rt.create_conversation(model="claude-sonnet-4-6")).id
+            return [u async for u in rt.stream(cid, "Hello.")]
+
+    updates = asyncio.run(turn())
+    kinds = {u.kind for u in updates}
+    assert {"user_message", "text", "tool_started", "tool_finished", "occupancy"} <= kinds
+    reader: TypeAdapter[Update] = TypeAdapter(Update)
+    for update in updates:
+        encoded = update_json(update)
+        assert json.loads(encoded)["kind"] == update.kind
+        if isinstance(update, DoneUpdate):
+            assert json.loads(encoded) == json.loads(DoneView.of(update).model_dump_json())
+            assert json.loads(encoded)["state"]["phase"] == "idle"
+        else:
+            assert reader.validate_json(encoded) == update
 
 
 def test_docs_views_names_every_field_of_every_view() -> None:

@@ -31,7 +31,9 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a
     from segue.executor.errors import ConversationBusyError as ConversationBusyError
     from segue.executor.errors import ConversationExhaustedError as ConversationExhaustedError
     from segue.executor.errors import ConversationExistsError as ConversationExistsError
+    from segue.executor.errors import ConversationFailedError as ConversationFailedError
     from segue.executor.errors import ConversationNotFoundError as ConversationNotFoundError
+    from segue.executor.errors import ConversationPausedError as ConversationPausedError
     from segue.executor.errors import DuplicateMessageError as DuplicateMessageError
     from segue.executor.errors import InvalidCursorError as InvalidCursorError
     from segue.executor.errors import InvalidDocumentError as InvalidDocumentError
@@ -40,8 +42,10 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a
     from segue.executor.errors import InvalidTextError as InvalidTextError
     from segue.executor.errors import LlmCallError as LlmCallError
     from segue.executor.errors import MessageRejectedError as MessageRejectedError
+    from segue.executor.errors import MessageTooLargeError as MessageTooLargeError
     from segue.executor.errors import NotPausedError as NotPausedError
     from segue.executor.errors import SegueError as SegueError
+    from segue.executor.errors import StoreError as StoreError
     from segue.executor.errors import StoreFullError as StoreFullError
     from segue.executor.errors import StoreLockedError as StoreLockedError
     from segue.executor.errors import StoreUnavailableError as StoreUnavailableError
@@ -93,6 +97,9 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a
     from segue.executor.updates import Update as Update
     from segue.executor.updates import UserMessageUpdate as UserMessageUpdate
     from segue.executor.updates import WarningUpdate as WarningUpdate
+    from segue.views import ConversationView as ConversationView
+    from segue.views import DoneView as DoneView
+    from segue.views import update_json as update_json
 
 # The runtime pulls in anthropic, sqlite, psycopg and asyncio machinery; the pure core must not
 # pay for that on import, so the runtime's names load on first use.
@@ -119,6 +126,10 @@ _LAZY = {
     "StoreFullError": "segue.executor.errors",
     "InvalidMetadataError": "segue.executor.errors",
     "ConversationBusyError": "segue.executor.errors",
+    "ConversationPausedError": "segue.executor.errors",
+    "ConversationFailedError": "segue.executor.errors",
+    "MessageTooLargeError": "segue.executor.errors",
+    "StoreError": "segue.executor.errors",
     "InvalidCursorError": "segue.executor.errors",
     "InvalidDocumentError": "segue.executor.errors",
     "ConversationPage": "segue.executor.store_port",
@@ -166,6 +177,9 @@ _LAZY = {
     "DoneUpdate": "segue.executor.updates",
     "ContextEditedUpdate": "segue.executor.updates",
     "FallbackUpdate": "segue.executor.updates",
+    "ConversationView": "segue.views",
+    "DoneView": "segue.views",
+    "update_json": "segue.views",
 }
 
 

@@ -23,7 +23,7 @@ from pydantic import Field, StrictInt
 
 from segue.statemachine._values import Frozen
 from segue.statemachine.checkpoint import SessionSnapshot
-from segue.statemachine.models import ErrorKind, Message, ToolCall
+from segue.statemachine.models import ErrorKind, Message, SummaryRequest, ToolCall
 
 Attempt = Annotated[StrictInt, Field(ge=1)]
 RequestKind = Literal["llm", "continuation", "checkpoint", "compaction"]
@@ -55,7 +55,8 @@ class ExecuteTools(Frozen):
 
 
 class RequestContinuation(Frozen):
-    """Ask for the continuation summary: tool-less, on a repaired history, rejected tools named.
+    """Ask for the continuation summary, rejected tools named: tool-less, or as the turn's
+    request repeated (``shape``).
 
     ``trim_level`` > 0 asks the runtime to drop that many more slices of the oldest history
     (the previous summary request was itself too long).
@@ -70,10 +71,14 @@ class RequestContinuation(Frozen):
     focus: str | None = None
     """The user's focus for this exhaustion path (a manual trigger's), added to the
     instruction (REQ-SEG-041)."""
+    shape: SummaryRequest = "tool_less"
+    """How to send it: ``tool_less`` (no tool callable, REQ-SEG-047) or ``reuse_prefix`` (the
+    turn's request repeated exactly, the instruction appended, REQ-SEG-055)."""
 
 
 class RequestCheckpoint(Frozen):
-    """Ask the agent for a ``<checkpoint>`` (tool-less); answer: ``CheckpointResponse``."""
+    """Ask the agent for a ``<checkpoint>`` (tool-less, or the turn's request repeated:
+    ``shape``); answer: ``CheckpointResponse``."""
 
     kind: Literal["request_checkpoint"] = "request_checkpoint"
     purpose: Literal["restart", "pause"] = "restart"
@@ -82,6 +87,9 @@ class RequestCheckpoint(Frozen):
     trim_level: Annotated[StrictInt, Field(ge=0)] = 0
     focus: str | None = None
     """The user's focus for this exhaustion path, added to the instruction (REQ-SEG-041)."""
+    shape: SummaryRequest = "tool_less"
+    """How to send it: ``tool_less`` (no tool callable, REQ-SEG-047) or ``reuse_prefix`` (the
+    turn's request repeated exactly, the instruction appended, REQ-SEG-055)."""
 
 
 class ArchiveTranscript(Frozen):
@@ -107,6 +115,9 @@ class RequestCompaction(Frozen):
     focus: str | None = None
     """The user's focus for this exhaustion path (a manual trigger's), added to the
     instruction (REQ-SEG-041)."""
+    shape: SummaryRequest = "tool_less"
+    """How to send it: ``tool_less`` (no tool callable, REQ-SEG-047) or ``reuse_prefix`` (the
+    turn's request repeated exactly, the instruction appended, REQ-SEG-055)."""
 
 
 class StartSession(Frozen):

@@ -19,8 +19,8 @@ from pydantic import BaseModel, Field
 
 from segue.executor.chains import Link
 from segue.executor.store_port import StoredConversation, StoredMessage
-from segue.executor.updates import DoneUpdate
-from segue.statemachine import ContextExhaustionBehavior, ConversationState
+from segue.executor.updates import DoneUpdate, Update
+from segue.statemachine import ContextExhaustionBehavior, ConversationState, SummaryRequest
 from segue.statemachine.checkpoint import SessionSnapshot
 from segue.statemachine.state import Compaction, WindowSource
 
@@ -90,6 +90,9 @@ class ConversationView(BaseModel):
     """The instruction of the limit's request in place of segue's (None: segue's)."""
     summary_model: str | None = None
     """The model the limit's requests go to (None: ``model``)."""
+    summary_request: SummaryRequest = "tool_less"
+    """How the limit's requests are sent: ``tool_less``, or ``reuse_prefix`` (the turn's
+    request repeated, read from the provider's cache; REQ-SEG-055)."""
     max_tool_output_tokens: int
     """The most one tool result may hold in this conversation (the default when not set)."""
     max_run_seconds: float | None = None
@@ -119,6 +122,13 @@ class ConversationView(BaseModel):
     retry_base_delay: float = 1.0
     """Seconds before the first retry of a failed request (doubled each time after)."""
     retry_max_delay: float = 30.0
+    pause_after_turns: int | None = None
+    """The conversation pauses at the end of this many turns since it started or was last
+    resumed (None: no such trigger)."""
+    pause_after_seconds: float | None = None
+    """... or at the end of the first turn this long after it started or was last resumed."""
+    turns_since_resume: int = 0
+    """Turns answered since the conversation started or was last resumed."""
 
     @classmethod
     def of(
@@ -161,6 +171,7 @@ class ConversationView(BaseModel):
             pinned_tokens=state.pinned_tokens,
             summary_prompt=config.summary_prompt,
             summary_model=config.summary_model,
+            summary_request=config.summary_request,
             max_tool_output_tokens=config.tool_output_cap,
             max_run_seconds=config.max_run_seconds,
             continuations=state.continuations,
@@ -169,13 +180,21 @@ class ConversationView(BaseModel):
             max_tool_rounds=config.max_tool_rounds,
             retry_base_delay=config.retry_base_delay,
             retry_max_delay=config.retry_max_delay,
+            pause_after_turns=config.pause_after_turns,
+            pause_after_seconds=config.pause_after_seconds,
+            turns_since_resume=state.turns_since_resume,
         )
 
 
 class ToolCallView(BaseModel):
+    """A tool call an assistant message made, as ``MessageView.tool_calls`` lists it."""
+
     id: str
+    """The call's id, which its ``tool_result`` message answers."""
     name: str
+    """The tool called."""
     input: dict[str, Any]
+    """What the model passed it."""
 
 
 class MessageView(BaseModel):
@@ -276,6 +295,19 @@ class DoneView(BaseModel):
         return cls(state=state, reply=update.reply)
 
 
+def update_json(
+    update: Update, stored: StoredConversation | None = None, *, title: str | None = None
+) -> str:
+    """Any update of ``Runtime.stream`` or ``Runtime.watch`` as the JSON a client is sent, the
+    data of the server's Server-Sent Events: ``done`` as ``DoneView`` (its state a
+    ``ConversationView``, as every REST answer shows a state), every other update as its own
+    fields, ``kind`` first. ``stored`` and ``title`` fill the ``done`` state's stored fields
+    and title, as for ``ConversationView.of``; without them those are left empty."""
+    if isinstance(update, DoneUpdate):
+        return DoneView.of(update, stored, title=title).model_dump_json()
+    return update.model_dump_json()
+
+
 class LinkView(BaseModel):
     """One conversation of a continuation chain, root first."""
 
@@ -306,4 +338,5 @@ __all__ = [
     "ToolCallView",
     "shown_title",
     "title_of",
+    "update_json",
 ]

@@ -12,6 +12,7 @@ from segue.cli import (  # noqa: F401  # each registers its commands
     data,
     demo,
     diagram,
+    evals,
     inspection,
     serve,
 )

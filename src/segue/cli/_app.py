@@ -107,6 +107,24 @@ def seconds(high: float) -> Callable[[str], float]:
     return parse
 
 
+def positive_seconds(high: float) -> Callable[[str], float]:
+    """A typer parser of a number of seconds above 0 and at most ``high``, in the CLI's words
+    (a duration that is no duration is refused, not taken as "never")."""
+
+    def parse(given: str) -> float:
+        try:
+            value = float(given)
+        except ValueError:
+            raise typer.BadParameter(f"{given!r} is not a number of seconds") from None
+        if not 0 < value <= high:  # NaN fails here too
+            raise typer.BadParameter(
+                f"{given} is out of range: give more than 0 and at most {high:g} seconds"
+            )
+        return value
+
+    return parse
+
+
 RepoOption = Annotated[
     Path | None,
     typer.Option(
@@ -162,21 +180,46 @@ RetryMaxDelayOption = Annotated[
 ]
 
 
+PauseAfterTurnsOption = Annotated[
+    int | None,
+    typer.Option(
+        parser=whole_number(1, 1_000_000),
+        metavar="N",
+        help="Pause a conversation at the end of its Nth turn since it started or was last "
+        "resumed (default: never).",
+    ),
+]
+PauseAfterSecondsOption = Annotated[
+    float | None,
+    typer.Option(
+        parser=positive_seconds(366 * 24 * 3600),
+        metavar="SECONDS",
+        help="Pause a conversation at the end of the first turn that ends this long after it "
+        "started or was last resumed (default: never).",
+    ),
+]
+
+
 def limits_of(
     max_continuations: int | None,
     max_attempts: int | None,
     max_tool_rounds: int | None,
     retry_base_delay: float | None,
     retry_max_delay: float | None,
+    *,
+    pause_after_turns: int | None = None,
+    pause_after_seconds: float | None = None,
 ) -> dict[str, int | float]:
     """The bounds given on the command line, as ``ConversationOptions`` fields (those left
-    out keep the library's defaults)."""
+    out keep the library's defaults); the pause triggers among them (REQ-SEG-052, 053)."""
     given: dict[str, int | float | None] = {
         "max_continuations": max_continuations,
         "max_attempts": max_attempts,
         "max_tool_rounds": max_tool_rounds,
         "retry_base_delay": retry_base_delay,
         "retry_max_delay": retry_max_delay,
+        "pause_after_turns": pause_after_turns,
+        "pause_after_seconds": pause_after_seconds,
     }
     return {name: value for name, value in given.items() if value is not None}
 
@@ -197,6 +240,28 @@ CompactionOption = Annotated[
         help="Who compacts a compact_in_place conversation: segue (its own summary request) or "
         "provider (the provider, within its own call; Claude 4.6 and later, OpenAI's Responses "
         "API).",
+    ),
+]
+
+
+def _summary_request(given: str) -> str:
+    """``tool_less`` or ``reuse_prefix`` (a hyphen for the underscore, in any case); a usage
+    error in the CLI's words otherwise."""
+    chosen = given.strip().lower().replace("-", "_")
+    if chosen not in ("tool_less", "reuse_prefix"):
+        raise typer.BadParameter(f"{given!r}: choose tool_less or reuse_prefix")
+    return chosen
+
+
+SummaryRequestOption = Annotated[
+    str,
+    typer.Option(
+        parser=_summary_request,
+        metavar="SHAPE",
+        help="How the limit's requests (summary, checkpoint, compaction) are sent: tool_less (no "
+        "tool callable; the history billed at the plain rate) or reuse_prefix (the turn's "
+        "request repeated, read from the prompt cache; a tool the model calls is refused and "
+        "the summary asked again).",
     ),
 ]
 ContextEditsOption = Annotated[

@@ -43,6 +43,10 @@ class OfflineModel(BaseLlmModel):
     ``reply_chars(window)``. ``tool_every``: call the first tool every that many turns (0:
     never); ``chunk_delay``: seconds between the pieces of a streamed reply."""
 
+    reuses_prefix: bool = True
+    """As ``ScriptedModel``: nothing is sent anywhere, so any shape of the limit's requests is
+    answered (``summary_request="reuse_prefix"`` works offline)."""
+
     def __init__(self, *, tool_every: int = 0, chunk_delay: float = 0.0) -> None:
         self.tool_every = tool_every
         self.chunk_delay = chunk_delay

@@ -1,9 +1,12 @@
 """How the CLI prints, and how it opens what it inspects.
 
 Output goes through ``rich`` but reads the same without a terminal (CI logs): the meter is a
-line of text per turn, not a live widget. Everything printed that a model, a user or a store
-wrote passes through ``printable`` first: a reply can hold terminal escapes (which could rewrite
-the screen or the window title) and bidirectional overrides, shown here as ``\\x1b``-style text.
+line of text per turn, not a live widget. Every line fits the terminal's width, or 80 columns on
+a pipe: a sentence wraps at words (``say``), an entry of a list is cut with an ellipsis
+(``entry``), a table leaves out the columns it has no room for (``_tables``). Everything
+printed that a model, a user or a store wrote passes through ``printable`` first: a reply can
+hold terminal escapes (which could rewrite the screen or the window title) and bidirectional
+overrides, shown here as ``\\x1b``-style text.
 """
 
 from __future__ import annotations
@@ -37,23 +40,41 @@ def _escape(match: re.Match[str]) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
+PIPE_WIDTH: Final = 80
+"""The width of what is printed without a terminal (a pipe, a CI log) and without ``COLUMNS``:
+the width a terminal has by default, so that output piped into a file or a pager reads as it
+would have on the screen (wider lines were once cut or wrapped mid-word there)."""
+
+
 def console() -> Console:
-    """Stdout; a pipe or CI log gets 220 columns so that ids and paths stay whole."""
+    """Stdout, as wide as the terminal (``COLUMNS`` if set), or ``PIPE_WIDTH`` without one."""
     out = Console()
     if not out.is_terminal and "COLUMNS" not in os.environ:
-        out.width = 220
+        out.width = PIPE_WIDTH
     return out
 
 
 def say(out: Console, text: str, style: str = "") -> None:
-    """One unwrapped line without markup (messages quote ids, paths and model output)."""
-    out.print(Text(printable(text), style=style), soft_wrap=True)
+    """Text without markup (it quotes ids, paths and model output), each of its lines wrapped at
+    words to the console's width; a line that starts indented keeps its indent on the lines it
+    wraps onto, so that what belongs to it reads as one piece. A word wider than the console
+    (a long path) is folded, never left to overflow."""
+    for line in printable(text).split("\n"):
+        body = line.lstrip(" ")
+        indent = " " * min(len(line) - len(body), out.width // 2)
+        wrapped = Text(body, style=style).wrap(out, out.width - len(indent), overflow="fold")
+        for piece in wrapped or [Text()]:
+            piece.rstrip()
+            out.print(Text(indent).append_text(piece), soft_wrap=True)
 
 
-def tell(out: Console, text: str, style: str = "") -> None:
-    """A sentence without markup, wrapped at words to the terminal's width (what a person
-    reads; ``say`` keeps a line whole for what is copied: a table's title, a meter)."""
-    out.print(Text(printable(text), style=style, overflow="fold"))
+def entry(out: Console, text: str, style: str = "") -> None:
+    """One entry of a list (a reply's first words, a tool's call) on one line, cut with an
+    ellipsis where the console is too narrow for it."""
+    body = text.lstrip(" ")
+    indent = text[: len(text) - len(body)]
+    shown = indent + clip(printable(body), out.width - len(indent))
+    out.print(Text(shown, style=style), soft_wrap=True)
 
 
 def print_json(value: Any) -> None:
@@ -125,7 +146,8 @@ def narration(effect: fx.Effect) -> tuple[str, str] | None:  # noqa: PLR0912  # 
         case fx.RequestCheckpoint():
             return "asking for a checkpoint to restart from", "red"
         case fx.SaveSnapshot(snapshot=snapshot):
-            return f"paused: snapshot v{snapshot.version} saved ({snapshot.trigger})", "bold cyan"
+            why = snapshot.reason or snapshot.trigger  # "after 5 turns" says more than "pause"
+            return f"paused: snapshot v{snapshot.version} saved ({why})", "bold cyan"
         case fx.StartSession(session=session, reason=reason):
             return f"new session {session} ({reason})", "bold cyan"
         case fx.ArchiveTranscript(generation=generation):

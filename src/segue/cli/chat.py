@@ -11,6 +11,7 @@ Ctrl-C interrupted is finished by the next run, which prints its reply.
 from __future__ import annotations
 
 import contextlib
+import textwrap
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,9 +34,12 @@ from segue.cli._app import (
     MaxAttemptsOption,
     MaxContinuationsOption,
     MaxToolRoundsOption,
+    PauseAfterSecondsOption,
+    PauseAfterTurnsOption,
     RepoOption,
     RetryBaseDelayOption,
     RetryMaxDelayOption,
+    SummaryRequestOption,
     app,
     context_edits_of,
     fail,
@@ -85,19 +89,39 @@ from segue.statemachine import ConversationState, continues_in_new
 from segue.statemachine.options import ConversationOptions
 
 NEW_HINT: Final = "type /new to continue in a new conversation seeded with its summary"
-HELP: Final = """commands:
-  /help              this list
-  /status            phase, meter, snapshots, parent and child
-  /continue [focus]  take the path at the limit now: continue in a new conversation (or
-                     compact, or restart from a checkpoint); the summary keeps the focus
-                     above all
-  /pin text          send a pinned message: never summarised away
-  /pause [reason]    pause: the model writes a checkpoint, kept as a snapshot
-  /resume            resume a paused conversation in a new session
-  /new [--no-seed]   a new conversation (from an exhausted one: its child, seeded with the
-                     summary unless --no-seed)
-  /quit              end (also /exit, or end of input)
-  //text             send a message that starts with a slash"""
+HELP: Final = (
+    ("/help", "this list"),
+    ("/status", "phase, meter, snapshots, parent and child"),
+    (
+        "/continue [focus]",
+        "take the path at the limit now: continue in a new conversation (or compact, or "
+        "restart from a checkpoint); the summary keeps the focus above all",
+    ),
+    ("/pin text", "send a pinned message: never summarised away"),
+    ("/pause [reason]", "pause: the model writes a checkpoint, kept as a snapshot"),
+    ("/resume", "resume a paused conversation in a new session"),
+    (
+        "/new [--no-seed]",
+        "a new conversation (from an exhausted one: its child, seeded with the summary "
+        "unless --no-seed)",
+    ),
+    ("/quit", "end (also /exit, or end of input)"),
+    ("//text", "send a message that starts with a slash"),
+)
+"""The slash commands and what each does, as ``/help`` lists them."""
+_HELP_COLUMN: Final = 2 + max(len(command) for command, _ in HELP) + 2
+
+
+def print_help(out: Console) -> None:
+    """The slash commands, each description wrapped to the console beside its command (it
+    once ran past 80 columns, the lines cut by hand for a wider screen)."""
+    say(out, "commands:")
+    width = max(20, out.width - _HELP_COLUMN)
+    for command, does in HELP:
+        lines = textwrap.wrap(does, width) or [""]
+        say(out, f"  {command:<{_HELP_COLUMN - 4}}  {lines[0]}")
+        for line in lines[1:]:
+            say(out, " " * _HELP_COLUMN + line)
 
 
 _REFUSED_HINTS: Final = {
@@ -150,7 +174,7 @@ class _Chat:
         if (failure := failure_of(self.state)) is not None:
             raise CliError(f"{failure.message} ({failure.error_kind.value})", 1)
         self.refused = False
-        self.out.print(Text(printable(await last_text(self.runtime, cid))))
+        say(self.out, await last_text(self.runtime, cid))
         await self._after_turn()
 
     async def _turn(self, cid: str, text: str, *, pinned: bool) -> ConversationState:
@@ -180,7 +204,7 @@ class _Chat:
         if name in ("/quit", "/exit"):
             return False
         if name == "/help":
-            say(self.out, HELP)
+            print_help(self.out)
         elif name == "/pin":
             if argument:
                 await self.message(argument, pinned=True)
@@ -199,7 +223,8 @@ class _Chat:
         elif name == "/resume":
             await self._resume()
         else:
-            say(self.out, f"unknown command {name} (nothing was sent)\n{HELP}")
+            say(self.out, f"unknown command {name} (nothing was sent)")
+            print_help(self.out)
         return True
 
     async def _continue(self, focus: str | None) -> None:
@@ -225,7 +250,8 @@ class _Chat:
 
     async def _new(self, argument: str) -> None:
         if argument not in ("", "--no-seed"):
-            say(self.out, f"/new takes --no-seed or nothing, not {argument!r}\n{HELP}")
+            say(self.out, f"/new takes --no-seed or nothing, not {argument!r}")
+            print_help(self.out)
             return
         state = self.state
         if state is not None and continues_in_new(state):
@@ -262,7 +288,7 @@ class _Chat:
         except NotPausedError as error:
             say(self.out, f"not resumed: {error}")
             return
-        self.out.print(Text(printable(await last_text(self.runtime, self.state.id))))
+        say(self.out, await last_text(self.runtime, self.state.id))
         await self._after_turn()
 
 
@@ -332,7 +358,7 @@ async def _finish_interrupted(runtime: Runtime, out: Console, interrupted: list[
         if (failure := failure_of(state)) is not None:
             say(out, f"  it failed ({failure.error_kind.value}): {failure.message}")
         else:
-            out.print(Text(printable(await last_text(runtime, cid))))
+            say(out, await last_text(runtime, cid))
         meter(out, "context", state)
 
 
@@ -447,13 +473,16 @@ def chat(
     max_tool_rounds: MaxToolRoundsOption = None,
     retry_base_delay: RetryBaseDelayOption = None,
     retry_max_delay: RetryMaxDelayOption = None,
+    pause_after_turns: PauseAfterTurnsOption = None,
+    pause_after_seconds: PauseAfterSecondsOption = None,
     compaction: CompactionOption = "segue",
     context_edits: ContextEditsOption = None,
+    summary_request: SummaryRequestOption = "tool_less",
 ) -> None:
     """Chat with Claude (ANTHROPIC_API_KEY) or an OpenAI model (OPENAI_API_KEY), one stdin line
     per message; without the key, offline with the scripted model. /help for commands.
     \f
-    Seventeen parameters, over the bound of ten, and as many declarations, over sixty lines,
+    Nineteen parameters, over the bound of ten, and as many declarations, over sixty lines,
     because typer makes each option of a command a parameter of its function and has no way to
     group them; they become one ``ChatOptions`` here, which the work takes.
     """
@@ -462,7 +491,13 @@ def chat(
     except CliError as error:
         fail(error.message, error.code)
     limits = limits_of(
-        max_continuations, max_attempts, max_tool_rounds, retry_base_delay, retry_max_delay
+        max_continuations,
+        max_attempts,
+        max_tool_rounds,
+        retry_base_delay,
+        retry_max_delay,
+        pause_after_turns=pause_after_turns,
+        pause_after_seconds=pause_after_seconds,
     )
     try:
         options = options_of(
@@ -472,6 +507,7 @@ def chat(
                 "context_window": context_window,
                 "compaction": compaction,
                 "context_edits": context_edits_of(context_edits),
+                "summary_request": summary_request,
                 **limits,
             }
         )

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.console import Console
 
 from segue.cli._app import CliError, DbOption, app, run
 from segue.cli._labels import (
@@ -31,7 +32,7 @@ from segue.cli._labels import (
     metadata_of,
     said_duration,
 )
-from segue.cli._output import console, printable, tell
+from segue.cli._output import console, printable, say
 from segue.cli._stores import (
     DatabaseUrlOption,
     StoreAt,
@@ -94,13 +95,13 @@ async def _delete(given: str, where: StoreAt, *, chain: bool, yes: bool) -> int:
         if not yes and not ask(
             f"delete {printable(what)}? Its messages cannot be read again.", out.width
         ):
-            tell(out, "nothing was deleted")
+            say(out, "nothing was deleted")
             return 1
         try:
             deleted = await runtime.delete_conversation(cid, chain=chain)
         except ConversationBusyError as error:
             raise _busy(error.conversation_id) from None
-    tell(out, f"deleted {plural(len(deleted), 'conversation')}: {', '.join(deleted)}")
+    say(out, f"deleted {plural(len(deleted), 'conversation')}: {', '.join(deleted)}")
     return 0
 
 
@@ -159,7 +160,7 @@ async def _export(given: str, where: StoreAt, *, to: Path | None, replace: bool)
         return
     write_private(to, content, replace=replace)
     messages = plural(len(document["messages"]), "message")
-    tell(console(), f"exported conversation {cid} ({messages}) to {to}")
+    say(console(), f"exported conversation {cid} ({messages}) to {to}")
 
 
 @app.command()
@@ -220,9 +221,9 @@ async def _import(source: Path, where: StoreAt, *, new_id: str | None) -> None:
         stored = await runtime.conversation(state.id)
         title = await _title(runtime, state.id)
     out = console()
-    tell(out, f"imported conversation {state.id} ({title!r}), {state.phase.kind}, into {where}")
+    say(out, f"imported conversation {state.id} ({title!r}), {state.phase.kind}, into {where}")
     if stored.pending:
-        tell(out, f"  it has work pending: segue chat --conversation {state.id} finishes it")
+        say(out, f"  it has work pending: segue chat --conversation {state.id} finishes it")
 
 
 @app.command("import")
@@ -241,7 +242,9 @@ def import_(
 # --------------------------------------------------------------------------- purge
 
 
-async def _purge(asked: str, where: StoreAt, *, metadata: list[str] | None, yes: bool) -> int:
+async def _purge(
+    asked: str, where: StoreAt, *, metadata: list[str] | None, yes: bool, vacuum: bool = False
+) -> int:
     out = console()
     older_than = duration(asked)
     labelled = metadata_of(metadata)
@@ -251,21 +254,33 @@ async def _purge(asked: str, where: StoreAt, *, metadata: list[str] | None, yes:
         before = time.time() - older_than
         found = await runtime.store.inactive(before=before, metadata=labelled)
         if not found:
-            tell(out, f"nothing to purge: no conversation{among} went unwritten for {idle_for}")
+            say(out, f"nothing to purge: no conversation{among} went unwritten for {idle_for}")
+            if vacuum:
+                await _vacuum(runtime, out)
             return 0
         which = f"{plural(len(found), 'conversation')}{among} nobody wrote to for {idle_for}"
         if not yes and not ask(
             f"delete {printable(which)}? Their messages cannot be read again.", out.width
         ):
-            tell(out, "nothing was deleted")
+            say(out, "nothing was deleted")
             return 1
         deleted = await runtime.purge(older_than=older_than, metadata=labelled)
-    left = len(found) - deleted
-    said = f"deleted {plural(deleted, 'conversation')}"
-    if left > 0:
-        said += f"; {left} answering a turn (or deleted meanwhile) left for the next purge"
-    tell(out, said)
+        left = len(found) - deleted
+        said = f"deleted {plural(deleted, 'conversation')}"
+        if left > 0:
+            said += f"; {left} answering a turn (or written to, or deleted, meanwhile) left alone"
+        say(out, said)
+        if vacuum:
+            await _vacuum(runtime, out)
     return 0
+
+
+async def _vacuum(runtime: Runtime, out: Console) -> None:
+    """``--vacuum``: the store's files rewritten without deleted text, and said so."""
+    if await runtime.vacuum():
+        say(out, "vacuumed: the tables were rewritten without the deleted rows (VACUUM FULL)")
+    else:
+        say(out, "nothing to vacuum: this store overwrites deleted text as it deletes")
 
 
 @app.command()
@@ -280,10 +295,18 @@ def purge(
         ),
     ],
     metadata: MetadataOption = None,
+    vacuum: Annotated[
+        bool,
+        typer.Option(
+            "--vacuum",
+            help="Then rewrite the store's files without the deleted text (PostgreSQL: "
+            "VACUUM FULL, which locks each table while it runs).",
+        ),
+    ] = False,
     yes: YesOption = False,
     db: DbOption = Path("segue.db"),
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Delete the conversations nobody wrote to for a while (retention; asks first)."""
     where = StoreAt(db, database_url)
-    raise typer.Exit(run(_purge(older_than, where, metadata=metadata, yes=yes)))
+    raise typer.Exit(run(_purge(older_than, where, metadata=metadata, yes=yes, vacuum=vacuum)))

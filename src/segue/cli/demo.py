@@ -18,7 +18,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from segue.cli._app import BehaviorOption, CliError, app, run
-from segue.cli._output import clip, console, last_text, meter, narrate, printable, say
+from segue.cli._output import clip, console, entry, last_text, meter, narrate, printable, say
 from segue.executor.errors import ConversationExhaustedError, MessageRejectedError
 from segue.executor.inputs import failure_of
 from segue.executor.models.scripted import ScriptedModel
@@ -34,8 +34,6 @@ DEMO_PACE = 0.05
 """Seconds between demo turns, so the meter visibly moves; ``--fast`` skips it."""
 DEMO_CHUNK_PACE = 0.002
 """Seconds between the scripted model's text deltas, so the reply visibly streams."""
-PREVIEW_CHARS = 70
-"""How much of each streamed reply the demo shows."""
 
 
 def demo_model(chunk_delay: float = 0.0) -> ScriptedModel:
@@ -64,7 +62,7 @@ class _Line:
 
     def start(self, lead: str) -> None:
         self.end()
-        self.out.print(lead, end="")
+        self.out.print(Text(printable(lead)), end="")
         self.open = True
 
     def end(self) -> None:
@@ -108,19 +106,21 @@ async def _streamed(rt: Runtime, cid: str, text: str, line: _Line) -> Conversati
     """One turn through ``Runtime.stream``: each reply's first words as the model writes them,
     and the tools as they run."""
     out = line.out
+    lead = "  assistant: "
+    preview = max(10, out.width - len(lead) - len("..."))  # the whole line fits the console
     response, shown = None, 0
     async for update in rt.stream(cid, text):
         if update.kind == "text":
             if update.response != response or not line.open:
-                line.start("  assistant: ")
+                line.start(lead)
                 response, shown = update.response, 0
-            piece = update.text.replace("\n", " ")[: max(0, PREVIEW_CHARS - shown)]
-            out.print(Text(printable(piece)), end="")
+            piece = printable(update.text.replace("\n", " "))[: max(0, preview - shown)]
+            out.print(Text(piece), end="")
             shown += len(piece)
-            if piece and shown >= PREVIEW_CHARS:
+            if piece and shown >= preview:
                 out.print("...", end="")
         elif update.kind == "tool_started":
-            line.start(printable(f"  tool: {update.name}({clip(str(update.input), 40)})"))
+            line.start(f"  tool: {update.name}({clip(str(update.input), 40)})")
             response = response or -1
         elif update.kind == "done":
             line.end()
@@ -156,7 +156,7 @@ async def _ending(
         child = await rt.start_new_from(cid)
         say(out, f"child conversation {child.id} (parent {child.parent_id}), seeded", "bold")
         meter(out, "child", await rt.send(child.id, "Let us carry on where we left off."))
-        say(out, f"  assistant: {clip(await last_text(rt, child.id), 90)}")
+        entry(out, f"  assistant: {await last_text(rt, child.id)}")
     elif behavior is Behavior.INTENTIONALLY_UNHANDLED and failure is not None:
         say(
             out,

@@ -28,7 +28,6 @@ from segue.cli._output import (
     print_json,
     printable,
     say,
-    tell,
     window_words,
 )
 from segue.cli._stores import DatabaseUrlOption, StoreAt, existing_store, resolve
@@ -142,11 +141,11 @@ async def _list(where: StoreAt, asked: Listing, as_json: bool) -> None:
     among = f" labelled {labels(labelled)}" if labelled else ""
     if not rows:
         past = " past that cursor" if asked.cursor else ""
-        tell(out, f"no conversation{among} in {where}{past}")
+        say(out, f"no conversation{among} in {where}{past}")
         return
     out.print(fitted(f"conversations in {where}{among}", LIST_COLUMNS, rows, out.width))
     if page.next_cursor is not None:
-        tell(out, f"more: segue list --cursor {page.next_cursor} (with the same options)")
+        say(out, f"more: segue list --cursor {page.next_cursor} (with the same options)")
 
 
 def _id(cid: str | None, whole: bool) -> str | None:
@@ -343,7 +342,7 @@ def print_status(
 ) -> None:
     """Phase, meter, family and snapshots of a conversation (also ``/status`` in chat)."""
     state = stored.state
-    tell(out, f"{state.id}: {state.model}, {state.behavior.value}", "bold")
+    say(out, f"{state.id}: {state.model}, {state.behavior.value}", "bold")
     meter(out, "context", state)
     say(out, window_words(state.context_window, state.config.window_source))
     if state.compaction_fallback:

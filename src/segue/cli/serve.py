@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import ipaddress
 import os
 import socket
 from dataclasses import dataclass
@@ -31,9 +32,12 @@ from segue.cli._app import (
     MaxAttemptsOption,
     MaxContinuationsOption,
     MaxToolRoundsOption,
+    PauseAfterSecondsOption,
+    PauseAfterTurnsOption,
     RepoOption,
     RetryBaseDelayOption,
     RetryMaxDelayOption,
+    SummaryRequestOption,
     app,
     context_edits_of,
     fail,
@@ -43,7 +47,7 @@ from segue.cli._app import (
     whole_number,
 )
 from segue.cli._models import DEFAULT_MODELS, KEY_VARIABLES, offline_line, provider_for
-from segue.cli._output import printable
+from segue.cli._output import console, printable, say
 from segue.cli._stores import DatabaseUrlOption, is_segue_store
 from segue.statemachine import ContextExhaustionBehavior as Behavior
 
@@ -97,10 +101,22 @@ _NO_KEY_HINT = {name: f"export {variable}" for name, variable in KEY_VARIABLES.i
 
 
 def _address(host: str, port: int, token: str | None) -> str:
-    """Where to open the page (with the token for the page to take, when there is one)."""
+    """Where to open the page (with the token for the page to take, when there is one). A
+    wildcard host (``0.0.0.0``, ``::``) is where the server listens, not an address a browser
+    can open: this machine's loopback is shown for it, of the same family."""
+    if _is_wildcard(host):
+        host = "::1" if ":" in host else "127.0.0.1"
     shown = f"[{host}]" if ":" in host else host
     address = f"http://{shown}:{port}/"
     return f"{address}#token={quote(token, safe='')}" if token else address
+
+
+def _is_wildcard(host: str) -> bool:
+    """Whether ``host`` is the address of every interface (``0.0.0.0``, ``::``)."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_unspecified
+    except ValueError:  # a name
+        return False
 
 
 @app.command()
@@ -144,6 +160,8 @@ def serve(
     max_tool_rounds: MaxToolRoundsOption = None,
     retry_base_delay: RetryBaseDelayOption = None,
     retry_max_delay: RetryMaxDelayOption = None,
+    pause_after_turns: PauseAfterTurnsOption = None,
+    pause_after_seconds: PauseAfterSecondsOption = None,
     metrics: Annotated[
         bool,
         typer.Option(
@@ -153,15 +171,22 @@ def serve(
     ] = False,
     compaction: CompactionOption = "segue",
     context_edits: ContextEditsOption = None,
+    summary_request: SummaryRequestOption = "tool_less",
 ) -> None:
     """Serve the REST API and the web page (offline scripted model without an API key).
     \f
-    Twenty parameters, over the bound of ten, and as many declarations, over sixty lines,
+    Twenty-two parameters, over the bound of ten, and as many declarations, over sixty lines,
     because typer makes each option of a command a parameter of its function and has no way to
     group them; the work is ``_serve``'s, which takes them as one value.
     """
     limits = limits_of(
-        max_continuations, max_attempts, max_tool_rounds, retry_base_delay, retry_max_delay
+        max_continuations,
+        max_attempts,
+        max_tool_rounds,
+        retry_base_delay,
+        retry_max_delay,
+        pause_after_turns=pause_after_turns,
+        pause_after_seconds=pause_after_seconds,
     )
     _serve(
         ServeOptions(
@@ -181,6 +206,7 @@ def serve(
             metrics=metrics,
             compaction=compaction,
             context_edits=context_edits,
+            summary_request=summary_request,
         )
     )
 
@@ -207,6 +233,7 @@ class ServeOptions:
     context_edits: str | None
     """``--context-edits`` as given (JSON, or ``@FILE``): read where the config is made."""
     metrics: bool = False
+    summary_request: str = "tool_less"
 
 
 def _serve(asked: ServeOptions) -> None:
@@ -232,14 +259,18 @@ def _serve(asked: ServeOptions) -> None:
     _store_usable(asked.db, asked.database_url)
     _free(asked.host, asked.port)
     if config.api_key is None:
-        typer.echo(offline_line(config.provider, config.base_url))
+        say(console(), offline_line(config.provider, config.base_url))
     answered = (
         ("Claude" if config.provider == "anthropic" else f"{config.model} (OpenAI API)")
         if config.api_key
         else "the offline scripted model"
     )
     address = _address(asked.host, asked.port, asked.token)
-    typer.echo(f"segue serve: {address} answered by {answered}; Ctrl-C stops it")
+    out = console()
+    say(out, f"segue serve: {address} answered by {answered}; Ctrl-C stops it")
+    if _is_wildcard(asked.host):  # listening on every interface: reached from others too
+        elsewhere = _address(socket.gethostname(), asked.port, asked.token)
+        say(out, f"  from another machine: {elsewhere}")
     run_app(application, host=asked.host, port=asked.port)
 
 
@@ -284,4 +315,5 @@ def _config(asked: ServeOptions) -> ServerConfig:
         metrics=asked.metrics,
         compaction="provider" if asked.compaction == "provider" else "segue",
         context_edits=tuple(edits),
+        summary_request="reuse_prefix" if asked.summary_request == "reuse_prefix" else "tool_less",
     )

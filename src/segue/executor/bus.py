@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from segue.effects import AppendMessage, Effect
-from segue.executor.errors import UpdatesLostError
+from segue.executor.errors import ConversationNotFoundError, UpdatesLostError
 from segue.executor.updates import (
     DoneUpdate,
     TextUpdate,
@@ -86,6 +86,8 @@ class _Watcher:
     queue: asyncio.Queue[Update | None] = field(default_factory=lambda: asyncio.Queue(WATCH_BUFFER))
     lost: bool = False
     ended: bool = False
+    deleted: bool = False
+    """The conversation was found deleted (by another process): the watch ends saying so."""
 
     def close_with_marker(self) -> None:
         """Queue the marker (None) that ends the watch, making room for it if need be."""
@@ -145,6 +147,14 @@ class UpdateBus:
     def listening(self, conversation_id: str) -> bool:
         """Whether any update of ``conversation_id`` would reach someone now."""
         return conversation_id in self._watchers or self.sink_for(conversation_id) is not None
+
+    def gone(self, conversation_id: str) -> None:
+        """The conversation was deleted (found so by its store feed): every watch of it ends,
+        its reader told with ``ConversationNotFoundError`` once what was delivered is read."""
+        for watcher in self._watchers.get(conversation_id, ()):
+            if not (watcher.ended or watcher.lost):
+                watcher.ended = watcher.deleted = True
+                watcher.close_with_marker()
 
     def emit(self, conversation_id: str, update: Update) -> None:
         """Deliver ``update`` to the current turn's sink and to every watcher."""
@@ -285,6 +295,8 @@ class Watch(AsyncIterator[Update]):
         update = await self._watcher.queue.get()
         if update is None:
             self._stop()
+            if self._watcher.deleted:
+                raise ConversationNotFoundError(f"conversation {self.conversation_id} was deleted")
             if self._watcher.ended:
                 raise StopAsyncIteration
             msg = (

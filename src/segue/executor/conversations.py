@@ -8,6 +8,7 @@ turn. ``Runtime`` is built on it; an application calls these as ``rt.create_conv
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import uuid
 from collections.abc import Mapping, Sequence
@@ -30,11 +31,16 @@ from segue.executor.drive import Driver
 from segue.executor.errors import ConversationBusyError, ConversationNotFoundError
 from segue.executor.locks import Locks
 from segue.executor.models.windows import Window, window_of
-from segue.executor.requests import check_support, support_of
+from segue.executor.requests import check_prefix_reuse, check_support, support_of
 from segue.executor.retention import erase, wait_for_claims
 from segue.executor.setup import Setup
 from segue.executor.signals import Signals
-from segue.executor.store_port import ConversationPage, StoredConversation, StoredMessage
+from segue.executor.store_port import (
+    ConversationPage,
+    StoredConversation,
+    StoredMessage,
+    vacuums,
+)
 from segue.executor.stores._shared import checked_metadata
 from segue.statemachine import ConversationState, Message, estimate_tokens, model_info
 from segue.statemachine.options import ConversationOptions
@@ -109,13 +115,18 @@ class Conversations:
         )
         # What the options ask of the provider, the adapter must do (REQ-SEG-048, -050).
         check_support(config, support_of(self._setup.llm, config.model))
+        check_prefix_reuse(config, self._setup.llm)  # REQ-SEG-055
         seeded = sum(estimate_tokens(message.text) for message in seed)
         pinned = sum(estimate_tokens(m.text) for m in seed if m.pinned)
+        now = self._setup.clock()
         state = ConversationState(
-            config=config, pending_tokens=config.system_tokens + seeded, pinned_tokens=pinned
+            config=config,
+            pending_tokens=config.system_tokens + seeded,
+            pinned_tokens=pinned,
+            active_since=now,  # what pause_after_seconds measures from (REQ-SEG-053)
         )
         stored = await self._setup.store.create(
-            state, system=options.system, messages=seed, at=self._setup.clock(), metadata=tags
+            state, system=options.system, messages=seed, at=now, metadata=tags
         )
         self._cache.keep(stored)
         _log.info(
@@ -183,7 +194,8 @@ class Conversations:
         meant to stop (see ``signals``). It also drops a pause asked for in the meantime
         (REQ-SEG-021). This call then takes the lock itself, and commits the cancel if no drive
         did; a turn another runtime runs is cancelled through the store (its answer is then
-        stale)."""
+        stale), and that runtime, at its next look at the store (about a second, ``overtaken``),
+        cancels its call there, so its ``send()`` returns then too."""
         self._signals.ask_cancel(conversation_id)
         state, _ = await self._driver.drive(conversation_id, None)
         return state
@@ -194,14 +206,14 @@ class Conversations:
         """Delete the conversation: its transcript, log, snapshots, pending work, idempotency
         keys, claims and metadata, and its archives and saved tool outputs; the ids deleted.
 
-        With ``chain=True`` its whole continuation chain (``lineage``) goes; otherwise the
-        conversations linked to it lose the link and keep their own text. A conversation whose
-        turn runs (here, or under another runtime's live claim) is refused with
-        ``ConversationBusyError`` (a ``MessageRejectedError``, cause ``busy``) before anything
-        is deleted, or cancelled first with ``cancel=True``. Each conversation goes in one
-        transaction: another process sees it whole or not at all (``ConversationNotFoundError``),
-        and a crash leaves it whole or gone. Its files go first: a crash between leaves the
-        conversation, whose deletion can be asked again.
+        With ``chain=True`` its whole continuation chain (``lineage``) goes, in one
+        transaction: a crash leaves all of it, and the same call again deletes all of it.
+        Otherwise the conversations linked to it lose the link (the parent's ``child_id``, the
+        child's ``parent_id``) and keep their own text. A conversation whose turn runs (here,
+        or under another runtime's live claim) is refused with ``ConversationBusyError`` (a
+        ``MessageRejectedError``, cause ``busy``) before anything is deleted, or cancelled
+        first with ``cancel=True``. Another process sees the conversations whole or not at all
+        (``ConversationNotFoundError``), and a crash leaves them whole or gone.
         """
         ids = (
             [link.id for link in await self.lineage(conversation_id)]
@@ -210,19 +222,47 @@ class Conversations:
         )
         for cid in ids:
             await self._settle(cid, cancel=cancel)
-        for cid in ids:
-            async with self._locks.holding(cid):
-                await self._refuse_if_busy_elsewhere(cid)
-                await erase(self._setup, cid)
-                self._cache.drop(cid)
-            _log.info("conversation_deleted", conversation_id=cid)
-        return ids
+        return await self._erase(ids)
 
-    async def purge(self, *, older_than: float, metadata: Mapping[str, str] | None = None) -> int:
+    async def _erase(
+        self,
+        ids: Sequence[str],
+        *,
+        idle_before: float | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> list[str]:
+        """Delete ``ids`` (``retention.erase``) holding their locks, refusing a turn another
+        runtime runs; the neighbours' copies in the cache are read again next time (they
+        lost their link to a conversation that went)."""
+        async with contextlib.AsyncExitStack() as held:
+            for cid in sorted(set(ids)):
+                await held.enter_async_context(self._locks.holding(cid))
+            neighbours: set[str] = set()
+            for cid in ids:
+                stored = await self._refuse_if_busy_elsewhere(cid)
+                neighbours.update(n for n in (stored.state.parent_id, stored.child_id) if n)
+            deleted = await erase(self._setup, ids, idle_before=idle_before, metadata=metadata)
+            for cid in deleted:
+                self._cache.drop(cid)
+            for cid in neighbours.difference(deleted):
+                self._cache.forget(cid)
+        for cid in deleted:
+            _log.info("conversation_deleted", conversation_id=cid)
+        return deleted
+
+    async def purge(
+        self,
+        *,
+        older_than: float,
+        metadata: Mapping[str, str] | None = None,
+        vacuum: bool = False,
+    ) -> int:
         """Delete the conversations nobody wrote to for ``older_than`` seconds (by the
         runtime's clock), those whose metadata holds every pair of ``metadata`` only; how many
-        were deleted. Each goes as ``delete_conversation`` deletes one (alone, not its chain);
-        one whose turn runs is left for the next purge."""
+        were deleted. Each goes as ``delete_conversation`` deletes one (alone, not its chain),
+        its age and metadata checked again where it is deleted, with it locked against
+        writers: one written to (or relabelled) since the purge listed it stays, and so does
+        one whose turn runs (left for the next purge). ``vacuum=True``: then ``vacuum()``."""
         if isinstance(older_than, bool) or not isinstance(older_than, int | float):
             msg = f"older_than is a number of seconds, not {older_than!r}"
             raise TypeError(msg)
@@ -230,47 +270,81 @@ class Conversations:
             msg = f"older_than is a number of seconds of inactivity, at least 0, not {older_than!r}"
             raise ValueError(msg)
         store = self._setup.store
+        before = self._setup.clock() - older_than
         deleted = 0
-        for cid in await store.inactive(before=self._setup.clock() - older_than, metadata=metadata):
+        for cid in await store.inactive(before=before, metadata=metadata):
             try:
-                await self.delete_conversation(cid)
+                await self._settle(cid, cancel=False)
+                gone = await self._erase([cid], idle_before=before, metadata=metadata)
             except (ConversationBusyError, ConversationNotFoundError):
                 continue  # running, or deleted meanwhile by someone else
-            deleted += 1
+            deleted += len(gone)
+        if vacuum:
+            await self.vacuum()
         return deleted
+
+    async def vacuum(self) -> bool:
+        """Rewrite the store's files without the text of deleted conversations, where the
+        store keeps it after a deletion (PostgreSQL, until a ``VACUUM FULL``: each table locked
+        while it is rewritten, see ``PostgresStore.vacuum``); False for a store that leaves
+        none to rewrite (SQLite overwrites deleted text as it deletes, ``MemoryStore`` keeps
+        no file). ``docs/data.md`` says what is left even then."""
+        store = self._setup.store
+        if not vacuums(store):
+            return False
+        await store.vacuum()
+        _log.info("store_vacuumed")
+        return True
 
     async def export_conversation(self, conversation_id: str) -> dict[str, Any]:
         """The conversation as one JSON-ready document (``docs/data.md``): its state, whole
-        transcript, event log, snapshots, pending work, metadata, lineage ids and usage. A
-        conversation whose turn runs is refused (``ConversationBusyError``): its state would be
-        stale before the document is written; work left pending by a crash is exported, and
-        performed by ``recover()`` once imported."""
+        transcript, event log, snapshots, pending work, metadata, lineage ids and usage, read
+        in one transaction (one snapshot of the store: every part agrees with the others,
+        whatever other processes commit meanwhile). A conversation whose turn runs, here or
+        under another runtime's live claim in that snapshot, is refused
+        (``ConversationBusyError``): its state would be stale before the document is written;
+        work left pending by a crash is exported, and performed by ``recover()`` once
+        imported."""
         if self._locks.busy(conversation_id):
             raise ConversationBusyError(conversation_id, _BUSY_HERE)
         async with self._locks.holding(conversation_id):
-            await self._refuse_if_busy_elsewhere(conversation_id)
-            store = self._setup.store
-            stored = await store.load(conversation_id)
-            exported = documents.Exported(
-                stored=stored,
-                messages=[m.message for m in await store.messages(conversation_id)],
-                transitions=await store.transitions(conversation_id),
-                snapshots=await store.snapshots(conversation_id),
-                lineage=await self.lineage(conversation_id),
-                usage=await self.usage(conversation_id),
-                exported_at=self._setup.clock(),
-            )
+            whole = await self._setup.store.whole(conversation_id)
+            self._refuse_if_claimed(whole.stored)
+        transitions = whole.transitions
+        usage = usage_from_log(transitions)
+        if usage is None:
+            usage = usage_of_messages(list(whole.messages))
+        try:
+            chain = await self.lineage(conversation_id)
+        except ConversationNotFoundError:
+            chain = []  # deleted since: the document is what the store held when it was read
+        exported = documents.Exported(
+            stored=whole.stored,
+            messages=[m.message for m in whole.messages],
+            transitions=transitions,
+            snapshots=whole.snapshots,
+            lineage=chain,
+            usage=dataclasses.replace(usage, models=self._models(whole.stored.state)),
+            exported_at=self._setup.clock(),
+        )
         return documents.document(exported)
 
     async def import_conversation(
-        self, document: Mapping[str, Any], *, conversation_id: str | None = None
+        self,
+        document: Mapping[str, Any] | bytes | bytearray | str,
+        *,
+        conversation_id: str | None = None,
     ) -> ConversationState:
         """Store the conversation an export holds, in this runtime's store, under
         ``conversation_id`` if given (else its own id): it continues exactly where it was.
+        ``document`` is the export parsed, or its JSON text (``bytes`` or ``str``: parsed
+        straight into segue's values, which holds far less memory for a large one).
         A document that is not one, or is broken, is refused (``InvalidDocumentError``, which
-        says why), an id taken with ``ConversationExistsError``; either way nothing is
-        stored. Pending work it carried is performed by the next ``recover()``."""
+        says why and names the ``field``), an id taken with ``ConversationExistsError``;
+        either way nothing is stored. Pending work it carried is performed by the next
+        ``recover()``."""
         record = documents.record(document, conversation_id=conversation_id)
+        del document  # its text, freed before the store writes (the caller passed it on)
         stored = await self._setup.store.restore(record)
         _log.info("conversation_imported", conversation_id=stored.state.id)
         return stored.state
@@ -286,11 +360,18 @@ class Conversations:
         claims = self.claims
         await wait_for_claims(self._setup, conversation_id, owner=claims.owner, within=claims.lease)
 
-    async def _refuse_if_busy_elsewhere(self, conversation_id: str) -> None:
-        holder = live_holder((await self._setup.store.load(conversation_id)).pending)
+    async def _refuse_if_busy_elsewhere(self, conversation_id: str) -> StoredConversation:
+        """The conversation as stored, unless another runtime holds a live claim on its work
+        (``ConversationBusyError``)."""
+        stored = await self._setup.store.load(conversation_id)
+        self._refuse_if_claimed(stored)
+        return stored
+
+    def _refuse_if_claimed(self, stored: StoredConversation) -> None:
+        holder = live_holder(stored.pending)
         if holder is not None and holder != self.claims.owner:
             reason = f"{holder} runs its turn; cancel it (cancel=True) or wait for it"
-            raise ConversationBusyError(conversation_id, reason)
+            raise ConversationBusyError(stored.state.id, reason)
 
     async def messages(self, conversation_id: str) -> list[StoredMessage]:
         """The whole transcript (every session and generation), in order."""
@@ -321,14 +402,18 @@ class Conversations:
         was paid for too)."""
         store = self._setup.store
         stored = await store.load(conversation_id)
-        config = stored.state.config
+        logged = usage_from_log(await store.transitions(conversation_id))
+        if logged is None:
+            logged = usage_of_messages(await store.messages(conversation_id))
+        return dataclasses.replace(logged, models=self._models(stored.state))
+
+    @staticmethod
+    def _models(state: ConversationState) -> dict[str, str]:
+        """The model each purpose of a usage report was asked of."""
+        config = state.config
         limit_model = config.summary_model or config.model
-        models = {
+        return {
             "turn": config.model,
             **dict.fromkeys(LIMIT_PURPOSES, limit_model),
             PROVIDER_COMPACTION: config.model,
         }
-        logged = usage_from_log(await store.transitions(conversation_id))
-        if logged is None:
-            logged = usage_of_messages(await store.messages(conversation_id))
-        return dataclasses.replace(logged, models=models)

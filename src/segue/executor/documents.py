@@ -14,19 +14,33 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, NoReturn
+from typing import Annotated, Any, Final, Literal, NoReturn
 
-from pydantic import ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StrictInt,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    WrapValidator,
+)
 
 from segue.effects import Effect, SaveSnapshot
 from segue.executor.chains import Link, UsageReport
 from segue.executor.errors import InvalidDocumentError, InvalidMetadataError
 from segue.executor.store_port import ConversationRecord, StoredConversation, TransitionRecord
-from segue.executor.stores._shared import checked_metadata
-from segue.executor.stores.codec import load_effect, load_event, load_snapshot, load_state
-from segue.statemachine import ConversationState, Message
+from segue.executor.stores._shared import MAX_ID_LENGTH, checked_metadata
+from segue.executor.stores.codec import dump_event
+from segue.statemachine import ConversationState, Event, Message, PhaseKind
 from segue.statemachine.checkpoint import SessionSnapshot
+from segue.statemachine.content import ENTERING
+from segue.views import ID_PATTERN
 
 FORMAT: Final = "segue.conversation"
 VERSION: Final = 1
@@ -96,54 +110,417 @@ def document(exported: Exported) -> dict[str, Any]:
     }
 
 
-def record(document: object, *, conversation_id: str | None = None) -> ConversationRecord:
-    """The conversation ``document`` holds, checked whole (``InvalidDocumentError`` says what
-    is wrong), under ``conversation_id`` when given."""
-    data = _mapping(document, "the document")
-    if data.get("format") != FORMAT:
-        _refuse(f"not a segue conversation export (format {data.get('format')!r}, not {FORMAT!r})")
-    if data.get("version") != VERSION:
-        _refuse(f"export format version {data.get('version')!r}; this segue reads {VERSION}")
-    head = _mapping(data.get("conversation"), "conversation")
+_INT_MAX: Final = 2**31 - 1
+"""The largest count a store's integer columns hold (PostgreSQL's ``integer``): versions,
+seqs, sessions, generations, token counts."""
+_BUSY: Final = frozenset(
+    {
+        "llm_requesting",
+        "tool_executing",
+        "awaiting_continuation",
+        "awaiting_checkpoint",
+        "compacting",
+    }
+)
+"""Phases that wait for work the outbox holds; imported without it, nothing would answer."""
+_WORK: Final = frozenset(
+    {
+        "request_llm",
+        "execute_tools",
+        "request_continuation",
+        "request_checkpoint",
+        "request_compaction",
+        "schedule_retry",
+    }
+)
+"""The pending effects whose outcome moves a busy phase on."""
+_EVENT: Final[TypeAdapter[Event]] = TypeAdapter(Event)
+
+
+def _not_a_bool(value: object) -> object:
+    """A number that JSON wrote as ``true`` is not one (Python's ``True == 1``)."""
+    if isinstance(value, bool):
+        msg = f"is a number, not {value!r}"
+        raise ValueError(msg)
+    return value
+
+
+Count = Annotated[StrictInt, Field(ge=0, le=_INT_MAX)]
+Ordinal = Annotated[StrictInt, Field(ge=1, le=_INT_MAX)]
+Time = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=False)]
+Name = Annotated[str, Field(max_length=200)]
+
+
+class _Schema(BaseModel):
+    """A part of the document, as this segue reads version 1 (unknown fields are ignored, as
+    a later segue may add some)."""
+
+    model_config = ConfigDict(frozen=True)
+
+
+def _event_text(value: object, _handler: Any, info: ValidationInfo) -> str:
+    """An event log line's event, validated as the core's ``Event`` and kept as the JSON text
+    the store writes (the parsed event is not held: a large import keeps one copy)."""
+    event = _EVENT.validate_python(value, context=info.context)
+    if info.data.get("event_kind") != event.kind:
+        msg = (
+            f"is a {event.kind!r} event, not the line's event_kind {info.data.get('event_kind')!r}"
+        )
+        raise ValueError(msg)
+    return dump_event(event)
+
+
+class _Line(_Schema):
+    seq: Ordinal
+    event_kind: Name
+    event: Annotated[str, WrapValidator(_event_text)]
+    from_phase: PhaseKind
+    to_phase: PhaseKind
+    context_tokens: Count | None = None
+    reason: str = ""
+    effect_kinds: list[Name] = []
+    at: Time
+    session: Ordinal | None = None
+
+
+_LINE: Final[TypeAdapter[_Line]] = TypeAdapter(_Line)
+
+
+def _logged(value: object, info: ValidationInfo) -> TransitionRecord:
+    """An event log line validated, as the record a store writes (the small record is what
+    is held, not the validated model: a log of a hundred thousand lines costs its text)."""
+    line = _LINE.validate_python(value, context=info.context)
+    return TransitionRecord(
+        seq=line.seq,
+        event_kind=line.event_kind,
+        event_json=line.event,
+        from_phase=line.from_phase,
+        to_phase=line.to_phase,
+        context_tokens=line.context_tokens,
+        reason=line.reason,
+        effect_kinds=tuple(line.effect_kinds),
+        at=line.at,
+        session=line.session,
+    )
+
+
+class _Head(_Schema):
+    id: str
+    version: Ordinal
+    created_at: Time
+    updated_at: Time
+    system: str | None = None
+    metadata: dict[str, str] = {}
+    child_id: str | None = None
+    state: ConversationState
+
+
+class _Document(_Schema):
+    format: Literal["segue.conversation"]
+    version: Annotated[Literal[1], BeforeValidator(_not_a_bool)]
+    exported_at: Time | None = None
+    conversation: _Head
+    lineage: list[str] = []
+    messages: list[Message]
+    transitions: list[Annotated[TransitionRecord, PlainValidator(_logged)]]
+    snapshots: list[SessionSnapshot] = []
+    pending: list[Effect] = []
+
+
+_READER: Final = TypeAdapter(_Document)
+_ENTERING: Final = {ENTERING: True}
+
+
+def record(
+    document: Mapping[str, Any] | bytes | bytearray | str, *, conversation_id: str | None = None
+) -> ConversationRecord:
+    """The conversation ``document`` holds (its JSON text, or the text parsed), checked whole
+    (``InvalidDocumentError`` says what is wrong and names the field), under
+    ``conversation_id`` when given.
+
+    JSON text is validated straight into the typed document (no dicts in between): a large
+    import holds little more than the document's own values."""
+    parsed = _parsed(document)
+    head = parsed.conversation
+    state = head.state
+    _check_head(parsed, head, state)
+    _check_messages(parsed.messages, state)
+    _check_log(parsed.transitions, head.version, state)
+    _check_pending(parsed, state)
     try:
-        state = load_state(json.dumps(head.get("state")))
-        messages = tuple(Message.model_validate(m) for m in _list(data, "messages"))
-        transitions = tuple(_transition(line) for line in _list(data, "transitions"))
-        snapshots = tuple(load_snapshot(json.dumps(s)) for s in _list(data, "snapshots"))
-        pending = tuple(load_effect(json.dumps(e)) for e in _list(data, "pending"))
-        metadata = checked_metadata(_mapping(head.get("metadata") or {}, "metadata"))
-    except (ValidationError, InvalidMetadataError, TypeError, ValueError) as error:
-        _refuse(f"a part does not validate: {error}")
-    version, system = head.get("version"), head.get("system")
-    created_at: Any = head.get("created_at")
-    updated_at: Any = head.get("updated_at")
-    if head.get("id") != state.id:
-        _refuse(f"conversation.id {head.get('id')!r} is not the state's id {state.id!r}")
-    if [line.seq for line in transitions] != list(range(1, len(transitions) + 1)):
-        _refuse("the event log's seqs are not 1, 2, 3...")
-    if not isinstance(version, int) or isinstance(version, bool) or version != len(transitions) + 1:
-        _refuse(f"version {version!r} does not follow an event log of {len(transitions)} lines")
-    if system is not None and not isinstance(system, str):
-        _refuse("system is a string or null")
-    for name, value in (("created_at", created_at), ("updated_at", updated_at)):
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            _refuse(f"{name} is a Unix time, not {value!r}")
-    if any(snapshot.conversation_id != state.id for snapshot in snapshots):
-        _refuse("a snapshot belongs to another conversation")
+        metadata = checked_metadata(head.metadata)
+    except InvalidMetadataError as error:
+        _refuse(str(error), "conversation.metadata")
+    snapshots, pending = tuple(parsed.snapshots), tuple(parsed.pending)
     if conversation_id is not None and conversation_id != state.id:
         state, snapshots, pending = _renamed(conversation_id, state, snapshots, pending)
     return ConversationRecord(
         state=state,
-        version=version,
-        system=system,
-        created_at=float(created_at),
-        updated_at=float(updated_at),
+        version=head.version,
+        system=head.system,
+        created_at=head.created_at,
+        updated_at=head.updated_at,
         metadata=metadata,
-        messages=messages,
-        transitions=transitions,
+        messages=tuple(parsed.messages),
+        transitions=tuple(parsed.transitions),
         snapshots=snapshots,
         pending=pending,
     )
+
+
+def _parsed(document: Mapping[str, Any] | bytes | bytearray | str) -> _Document:
+    """The typed document, or ``InvalidDocumentError`` naming the first field that is wrong
+    (a wrong ``format`` or ``version`` first: then nothing else is this format's to judge)."""
+    try:
+        if isinstance(document, bytes | bytearray | str):
+            sectioned = _sectioned(document.encode() if isinstance(document, str) else document)
+            if sectioned is not None:
+                return sectioned
+            return _READER.validate_json(document, context=_ENTERING)
+        if not isinstance(document, Mapping):
+            _refuse("the document is not a JSON object", "")
+        return _READER.validate_python(document, context=_ENTERING)
+    except ValidationError as error:
+        problems = error.errors(include_url=False)
+    if isinstance(document, bytes | bytearray | str) and _too_deep(problems):
+        # Past the JSON parser's recursion limit: parsed by Python's json (whose limit is far
+        # higher), so the field that nests too deep is named like any other.
+        try:
+            return _parsed(json.loads(document))
+        except RecursionError:
+            _refuse("the document nests deeper than any JSON parser here reads", "")
+    raise _reported(problems)
+
+
+def _reported(problems: Sequence[Any]) -> InvalidDocumentError:
+    """``InvalidDocumentError`` for pydantic's ``problems`` (a wrong format or version first)."""
+    for problem in problems:
+        where = problem["loc"][:1]
+        if where == ("format",):
+            found = problem.get("input")
+            reason = f"not a segue conversation export (format {found!r}, not {FORMAT!r})"
+            return _invalid(reason, "format")
+        if where == ("version",):
+            found = problem.get("input")
+            return _invalid(
+                f"export format version {found!r}; this segue reads {VERSION}", "version"
+            )
+    first = problems[0]
+    field = ".".join(str(part) for part in first["loc"])
+    if first["type"] == "json_invalid" or (first["type"] == "model_type" and not field):
+        return _invalid(f"the document is not a JSON object ({first['msg']})", "")
+    return _invalid(f"{field or 'the document'}: {first['msg']}", field)
+
+
+_TOKEN: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},]')
+"""What the scan of a document's text stops at: strings (whose brackets are text), brackets
+and commas."""
+_LISTS: Final = {b'"messages"': "messages", b'"transitions"': "transitions"}
+_MESSAGE: Final[TypeAdapter[Message]] = TypeAdapter(Message)
+_LOGGED: Final[TypeAdapter[TransitionRecord]] = TypeAdapter(
+    Annotated[TransitionRecord, PlainValidator(_logged)]
+)
+
+
+def _sectioned(text: bytes | bytearray) -> _Document | None:
+    """The document validated a part at a time: its head whole, then each message and each
+    log line from its own slice of the text. A document parsed whole is first a tree of JSON
+    values in the parser as large as the text; parsed so, only one message's is at a time.
+    None when the text is not an object of the expected shape (it is then parsed whole, and
+    refused with the reason)."""
+    spans = _spans(text)
+    if spans is None:
+        return None
+    values, items = spans
+    head = b",".join(
+        key + b":" + (b"[]" if key in _LISTS else bytes(text[start:end]))
+        for key, (start, end) in values.items()
+    )
+    try:
+        document = _READER.validate_json(b"{" + head + b"}", context=_ENTERING)
+    except ValidationError as error:
+        raise _reported(error.errors(include_url=False)) from None
+    parts: dict[str, list[Any]] = {"messages": [], "transitions": []}
+    for key, name in _LISTS.items():
+        reader: TypeAdapter[Any] = _MESSAGE if name == "messages" else _LOGGED
+        kept = parts[name]
+        for place, (start, end) in enumerate(items.get(key, ())):
+            kept.append(_item(reader, text[start:end], (name, place)))
+    return document.model_copy(update=parts)
+
+
+def _item(reader: TypeAdapter[Any], text: bytes | bytearray, where: tuple[Any, ...]) -> Any:
+    """One message or log line from its text (past the parser's recursion limit, through
+    Python's ``json``), or ``InvalidDocumentError`` naming it."""
+    try:
+        try:
+            return reader.validate_json(text, context=_ENTERING)
+        except ValidationError as error:
+            if not _too_deep(error.errors(include_url=False)):
+                raise
+        return reader.validate_python(json.loads(text), context=_ENTERING)
+    except ValidationError as error:
+        problems = error.errors(include_url=False)
+        raise _reported([{**p, "loc": (*where, *p["loc"])} for p in problems]) from None
+    except (ValueError, RecursionError) as error:
+        place = ".".join(str(part) for part in where)
+        _refuse(f"{place} is not JSON ({str(error)[:200]})", place)
+
+
+def _spans(  # noqa: PLR0912  # one scan, a case per token and depth
+    text: bytes | bytearray,
+) -> tuple[dict[bytes, tuple[int, int]], dict[bytes, list[tuple[int, int]]]] | None:
+    """Where each top-level value of ``text`` lies, and each item of its ``messages`` and
+    ``transitions`` lists; None unless ``text`` is one JSON object with only whitespace
+    around it."""
+    values: dict[bytes, tuple[int, int]] = {}
+    items: dict[bytes, list[tuple[int, int]]] = {}
+    depth, key, start, wanting_key = 0, b"", 0, False
+    listed: list[tuple[int, int]] | None = None
+    item_start = 0
+    for token in _TOKEN.finditer(text):
+        first = text[token.start()]
+        if first == 0x22:  # a string
+            if depth == 1 and wanting_key:
+                key, wanting_key = token.group(), False
+                start = text.index(b":", token.end()) + 1
+        elif first in b"[{":
+            if depth == 0 and (first != 0x7B or text[: token.start()].strip()):
+                return None
+            if (
+                depth == 1
+                and first == 0x5B
+                and key in _LISTS
+                and not text[start : token.start()].strip()
+            ):
+                listed = items[key] = []
+                item_start = token.end()
+            depth += 1
+            wanting_key = wanting_key or depth == 1
+        elif first in b"]}":
+            if depth == 2 and listed is not None and first == 0x5D:
+                if text[item_start : token.start()].strip():
+                    listed.append((item_start, token.start()))
+                listed = None
+            if depth == 1:
+                if key:
+                    values[key] = (start, token.start())
+                if text[token.end() :].strip():
+                    return None
+            depth -= 1
+        elif depth == 1:  # a comma between values
+            values[key] = (start, token.start())
+            wanting_key = True
+        elif depth == 2 and listed is not None:  # a comma between items
+            listed.append((item_start, token.start()))
+            item_start = token.end()
+    return (values, items) if depth == 0 and values else None
+
+
+def _too_deep(problems: Sequence[Any]) -> bool:
+    return any("recursion limit" in str(problem.get("msg", "")) for problem in problems)
+
+
+def _check_head(parsed: _Document, head: _Head, state: ConversationState) -> None:
+    if head.id != state.id:
+        _refuse(
+            f"conversation.id {head.id[:80]!r} is not the state's id {state.id!r}",
+            "conversation.id",
+        )
+    for name, value in (("id", state.id), ("parent_id", state.config.parent_id)):
+        if value is not None and not _is_id(value):
+            where = f"conversation.state.config.{name}"
+            _refuse(f"{where} {value[:80]!r} is not an id ({ID_PATTERN.pattern})", where)
+    for name, value in vars(state).items():
+        if isinstance(value, int) and not isinstance(value, bool) and value > _INT_MAX:
+            _refuse(
+                f"conversation.state.{name} is above {_INT_MAX:,}", f"conversation.state.{name}"
+            )
+    if state.message_count != len(parsed.messages):
+        _refuse(
+            f"the state counts {state.message_count} messages; the document holds "
+            f"{len(parsed.messages)}",
+            "messages",
+        )
+    if state.phase.kind in _BUSY and not any(e.kind in _WORK for e in parsed.pending):
+        _refuse(
+            f"the state is {state.phase.kind} with no pending work to answer it",
+            "conversation.state.phase",
+        )
+
+
+def _check_messages(messages: Sequence[Message], state: ConversationState) -> None:
+    """Sessions and generations that exist; each tool result answering a call made before it;
+    no two calls of one reply under one id."""
+    called: set[str] = set()
+    for place, message in enumerate(messages):
+        where = f"messages.{place}"
+        if message.session > state.session:
+            _refuse(
+                f"{where} is in session {message.session}; the state is in {state.session}",
+                f"{where}.session",
+            )
+        if message.generation > state.generation:
+            _refuse(
+                f"{where} is in generation {message.generation}; the state is in "
+                f"{state.generation}",
+                f"{where}.generation",
+            )
+        ids = [call.id for call in message.tool_calls]
+        for index, call_id in enumerate(ids):
+            if call_id in ids[:index]:
+                _refuse(
+                    f"{where} calls two tools under id {call_id[:80]!r}",
+                    f"{where}.tool_calls.{index}.id",
+                )
+        called.update(ids)
+        if message.kind == "tool_result" and message.tool_call_id not in called:
+            _refuse(
+                f"{where} answers a tool call no message before it made "
+                f"({str(message.tool_call_id)[:80]!r})",
+                f"{where}.tool_call_id",
+            )
+
+
+def _check_log(lines: Sequence[TransitionRecord], version: int, state: ConversationState) -> None:
+    for place, line in enumerate(lines):
+        where = f"transitions.{place}"
+        if line.seq != place + 1:
+            _refuse(
+                f"the event log's seqs are not 1, 2, 3... ({where}.seq is {line.seq})",
+                f"{where}.seq",
+            )
+        if line.session is not None and line.session > state.session:
+            _refuse(
+                f"{where} is in session {line.session}; the state is in {state.session}",
+                f"{where}.session",
+            )
+    if version != len(lines) + 1:
+        _refuse(
+            f"version {version} does not follow an event log of {len(lines)} lines",
+            "conversation.version",
+        )
+
+
+def _check_pending(parsed: _Document, state: ConversationState) -> None:
+    seen: set[int] = set()
+    for place, snapshot in enumerate(parsed.snapshots):
+        where = f"snapshots.{place}"
+        if snapshot.conversation_id != state.id:
+            _refuse(f"{where} belongs to another conversation", f"{where}.conversation_id")
+        if snapshot.version in seen:
+            _refuse(f"{where}: two snapshots are version {snapshot.version}", f"{where}.version")
+        if snapshot.version > _INT_MAX:
+            _refuse(f"{where}.version is above {_INT_MAX:,}", f"{where}.version")
+        seen.add(snapshot.version)
+    for place, effect in enumerate(parsed.pending):
+        if isinstance(effect, SaveSnapshot) and effect.snapshot.conversation_id != state.id:
+            where = f"pending.{place}.snapshot.conversation_id"
+            _refuse(f"pending.{place} saves a snapshot of another conversation", where)
+
+
+def _is_id(value: str) -> bool:
+    return len(value) <= MAX_ID_LENGTH and ID_PATTERN.fullmatch(value) is not None
 
 
 def _renamed(
@@ -158,7 +535,14 @@ def _renamed(
         config = state.config.model_copy(update={"id": conversation_id})
         state = type(state).model_validate({**state.model_dump(), "config": config.model_dump()})
     except ValidationError as error:
-        _refuse(f"conversation_id {conversation_id[:80]!r} cannot be an id: {error}")
+        _refuse(
+            f"conversation_id {conversation_id[:80]!r} cannot be an id: {error}", "conversation_id"
+        )
+    if not _is_id(conversation_id):
+        _refuse(
+            f"conversation_id {conversation_id[:80]!r} is not an id ({ID_PATTERN.pattern})",
+            "conversation_id",
+        )
     moved = tuple(s.model_copy(update={"conversation_id": conversation_id}) for s in snapshots)
     effects = tuple(
         effect.model_copy(
@@ -173,46 +557,9 @@ def _renamed(
     return state, moved, effects
 
 
-def _transition(line: object) -> TransitionRecord:
-    data = _mapping(line, "an event log line")
-    event = json.dumps(data.get("event"))
-    load_event(event)  # validated like every stored value
-    kinds = data.get("effect_kinds")
-    if not isinstance(kinds, list) or not all(isinstance(kind, str) for kind in kinds):
-        _refuse("an event log line's effect_kinds is not a list of strings")
-    return TransitionRecord(
-        seq=_typed(data, "seq", int),
-        event_kind=_typed(data, "event_kind", str),
-        event_json=event,
-        from_phase=_typed(data, "from_phase", str),
-        to_phase=_typed(data, "to_phase", str),
-        context_tokens=data.get("context_tokens"),
-        reason=_typed(data, "reason", str),
-        effect_kinds=tuple(kinds),
-        at=float(_typed(data, "at", int | float)),
-        session=data.get("session"),
-    )
+def _invalid(reason: str, field: str) -> InvalidDocumentError:
+    return InvalidDocumentError(f"cannot import this document: {reason}", field=field)
 
 
-def _typed(data: Mapping[str, Any], name: str, kind: Any) -> Any:
-    value = data.get(name)
-    if isinstance(value, bool) or not isinstance(value, kind):
-        _refuse(f"an event log line's {name} is {value!r}")
-    return value
-
-
-def _mapping(value: object, what: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        _refuse(f"{what} is not a JSON object")
-    return value
-
-
-def _list(data: Mapping[str, Any], name: str) -> list[Any]:
-    value = data.get(name)
-    if not isinstance(value, list):
-        _refuse(f"{name} is not a list")
-    return value
-
-
-def _refuse(reason: str) -> NoReturn:
-    raise InvalidDocumentError(f"cannot import this document: {reason}")
+def _refuse(reason: str, field: str) -> NoReturn:
+    raise _invalid(reason, field)

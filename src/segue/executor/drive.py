@@ -21,13 +21,14 @@ import itertools
 import secrets
 from collections.abc import Callable
 
-from segue.effects import Effect, RejectUserMessage
+from segue.effects import ANSWERED_BY_EVENTS, Effect, RejectUserMessage
 from segue.executor._log import get_logger
 from segue.executor.bus import Committed, Sink, UpdateBus
 from segue.executor.claims import Claims, live_holder
 from segue.executor.commits import Commits, Effects, refused
 from segue.executor.errors import SegueError, StoreLockedError, StoreUnavailableError
 from segue.executor.locks import Locks
+from segue.executor.overtaken import Overtaken
 from segue.executor.perform import Performer
 from segue.executor.signals import Signals
 from segue.executor.store_port import PendingEffect, StoredConversation
@@ -42,6 +43,9 @@ _POLL_FIRST, _POLL_MAX = 0.02, 0.5
 _UNSAVED = 64
 """Outcomes kept for a store that could not take them (the oldest go first)."""
 """Pauses (seconds) between reads of the store while another runtime performs the work."""
+_SETTLE, _SETTLE_LOOK = 0.5, 0.05
+"""Seconds a drive whose work another runtime cancelled waits for that runtime's next commit
+(a forced pause commits the pause right after the cancel), and between its reads meanwhile."""
 
 
 def _busy_refusal(effects: Effects) -> bool:
@@ -63,6 +67,12 @@ def _naming_holder(effects: Effects, head: PendingEffect) -> Effects:
     )
 
 
+def _cancelled(task: asyncio.Task[object] | None) -> bool:
+    """Whether ``task`` itself is being cancelled (a shutdown, a caller's timeout), as opposed to
+    the work it awaited."""
+    return task is not None and task.cancelling() > 0
+
+
 class Driver:
     """Drives conversations: commits each event, then performs the outbox it leaves."""
 
@@ -76,8 +86,10 @@ class Driver:
         claims: Claims,
         performer: Performer,
         bus: UpdateBus,
+        overtaken: Overtaken,
     ) -> None:
         self._telemetry = telemetry
+        self._overtaken = overtaken
         self._locks = locks
         self._signals = signals
         self._commits = commits
@@ -235,6 +247,25 @@ class Driver:
             ):
                 return stored
 
+    async def _after_ended_elsewhere(self, conversation_id: str) -> StoredConversation:
+        """The conversation once another runtime ended the work performed here (``overtaken``):
+        as the store has it, the drive carrying on from there (following that runtime's work,
+        if any). A forced pause commits the cancel, then the pause: a conversation left idle
+        with nothing pending is read again until it moves or ``_SETTLE`` seconds pass, so the
+        caller gets the paused state rather than the moment between."""
+        stored = await self._commits.load(conversation_id)
+        deadline = asyncio.get_running_loop().time() + _SETTLE
+        while (
+            not stored.pending
+            and stored.state.phase.kind == "idle"
+            and asyncio.get_running_loop().time() < deadline
+        ):
+            await asyncio.sleep(_SETTLE_LOOK)  # a short bounded wait for the other's commit
+            again = await self._commits.load(conversation_id)
+            if again.version != stored.version:
+                return again
+        return stored
+
     async def _outcome(self, stored: StoredConversation, pending: PendingEffect) -> list[Event]:
         """What performing ``pending`` gives: an outcome this runtime was paid for and could
         not store is committed again, not asked for again (the effect is still the one pending
@@ -263,19 +294,26 @@ class Driver:
             if update is not None:
                 bus.emit(cid, update)
         claims = self._claims
+        overtaken = self._overtaken
         task = asyncio.ensure_future(self._outcome(stored, pending))
         claims.performing(cid, pending.id)
+        if isinstance(effect, ANSWERED_BY_EVENTS):
+            overtaken.watch(cid, pending.id, task)
         try:
             with self._signals.performing(cid, task, effect):
                 outcome = await task
         except asyncio.CancelledError:
             claims.done(cid)
-            if not self._signals.stops(cid, effect):
-                await claims.let_go(cid, (pending.id,))
-                raise
-            return stored
+            ended_elsewhere = overtaken.done(cid)
+            if self._signals.stops(cid, effect):
+                return stored
+            if ended_elsewhere and not _cancelled(asyncio.current_task()):
+                return await self._after_ended_elsewhere(cid)
+            await claims.let_go(cid, (pending.id,))
+            raise
         except Exception as error:
             claims.done(cid)
+            overtaken.done(cid)
             _log.error(
                 "perform_raised",
                 conversation_id=cid,
@@ -285,6 +323,7 @@ class Driver:
             await claims.let_go(cid, (pending.id,))
             raise
         claims.done(cid)
+        overtaken.done(cid)
         try:
             return await self._commits.settle(stored, pending, outcome)
         except (StoreLockedError, StoreUnavailableError) as error:

@@ -5,6 +5,33 @@ world does wrong during a turn (a model that fails, a tool that raises) is not a
 all but an event the core answers. ``LlmCallError`` is the one an adapter raises for the
 executor to turn into such an event. Each carries its facts as attributes, so a caller tells
 them apart by type and data, never by reading the message.
+
+The hierarchy (a caller catches a branch, or a leaf)::
+
+    SegueError
+    ├── MessageRejectedError: the conversation did not take the message; nothing stored or sent
+    │   ├── InvalidMessageError (also ValueError): empty, not encodable, content the API refuses
+    │   ├── ConversationBusyError: a turn runs (here or in another runtime)
+    │   ├── ConversationPausedError: paused; resume() first
+    │   ├── ConversationFailedError: failed; start_new_from() continues it
+    │   ├── ConversationExhaustedError: read-only (its context is full); start_new_from()
+    │   └── MessageTooLargeError: the message alone could never fit
+    ├── StoreError: the store could not do what was asked; nothing half-written was kept
+    │   ├── StoreLockedError
+    │   ├── StoreUnavailableError
+    │   │   └── StoreFullError
+    │   └── ConcurrentUpdateError
+    ├── ConversationNotFoundError (also LookupError)
+    ├── ConversationExistsError, DuplicateMessageError, NotPausedError
+    ├── InvalidMetadataError, UnsupportedOptionError, InvalidCursorError,
+    │   InvalidDocumentError, InvalidTextError (each also ValueError)
+    ├── UpdatesLostError
+    ├── SubAgentFailedError
+    └── LlmCallError: raised by model adapters, answered by the executor as an event
+
+``MessageRejectedError.cause`` names the leaf as data (``invalid``, ``busy``, ``paused``,
+``failed``, ``exhausted``, ``too_large``): a server maps it to a status without a chain of
+``except`` clauses.
 """
 
 from __future__ import annotations
@@ -14,31 +41,66 @@ class SegueError(Exception):
     """Base of every exception segue raises for a caller's mistake or an unusable setup."""
 
 
-class InvalidMessageError(SegueError, ValueError):
-    """A message the caller sent cannot be a message: empty, only whitespace, or text that
-    cannot be encoded. Nothing was stored and nothing was sent."""
-
-
-class ConversationExhaustedError(SegueError):
-    """A message was sent to a conversation that reached its context limit (it is read-only)."""
-
-    def __init__(self, conversation_id: str, reason: str) -> None:
-        super().__init__(
-            f"Conversation {conversation_id} is read-only: {reason} "
-            f"Call start_new_from({conversation_id!r}) to continue in a new conversation."
-        )
-        self.conversation_id = conversation_id
-
-
 class MessageRejectedError(SegueError):
-    """The conversation did not accept the message; ``cause`` says why as data: ``too_large``
-    (the message alone could never fit), ``busy``, ``paused`` or ``failed``."""
+    """The conversation did not accept the message: nothing was stored and nothing was sent.
+    ``cause`` says why as data; each cause has its subclass (see the module's tree)."""
 
     def __init__(self, conversation_id: str, reason: str, cause: str = "busy") -> None:
         super().__init__(f"Conversation {conversation_id} rejected the message: {reason}")
         self.conversation_id = conversation_id
         self.reason = reason
         self.cause = cause
+
+
+class InvalidMessageError(MessageRejectedError, ValueError):
+    """A message the caller sent cannot be a message: empty, only whitespace, text that cannot
+    be encoded, content the model's API cannot take, a malformed idempotency key. Nothing was
+    stored and nothing was sent. Also a ``ValueError`` (a caller's bad input). Cause
+    ``invalid``; ``conversation_id`` is the conversation it was sent to ("" if none yet)."""
+
+    def __init__(self, message: str, conversation_id: str = "") -> None:
+        SegueError.__init__(self, message)
+        self.conversation_id = conversation_id
+        self.reason = message
+        self.cause = "invalid"
+
+
+class ConversationExhaustedError(MessageRejectedError):
+    """A message was sent to a conversation that reached its context limit (it is read-only);
+    cause ``exhausted``."""
+
+    def __init__(self, conversation_id: str, reason: str) -> None:
+        SegueError.__init__(
+            self,
+            f"Conversation {conversation_id} is read-only: {reason} "
+            f"Call start_new_from({conversation_id!r}) to continue in a new conversation.",
+        )
+        self.conversation_id = conversation_id
+        self.reason = reason
+        self.cause = "exhausted"
+
+
+class ConversationPausedError(MessageRejectedError):
+    """The conversation is paused: ``resume()`` it, then send. Cause ``paused``."""
+
+    def __init__(self, conversation_id: str, reason: str) -> None:
+        super().__init__(conversation_id, reason, "paused")
+
+
+class ConversationFailedError(MessageRejectedError):
+    """The conversation failed: ``start_new_from()`` continues it in a new one. Cause
+    ``failed``."""
+
+    def __init__(self, conversation_id: str, reason: str) -> None:
+        super().__init__(conversation_id, reason, "failed")
+
+
+class MessageTooLargeError(MessageRejectedError):
+    """The message alone could never fit the conversation's window (or, pinned, the share
+    pinned messages may hold): shorten or split it. Cause ``too_large``."""
+
+    def __init__(self, conversation_id: str, reason: str) -> None:
+        super().__init__(conversation_id, reason, "too_large")
 
 
 class NotPausedError(SegueError):
@@ -58,16 +120,21 @@ class ConversationExistsError(SegueError):
     """``Store.create`` was given an id the store already holds; the first one is kept."""
 
 
-class ConcurrentUpdateError(SegueError):
+class StoreError(SegueError):
+    """The store could not do what was asked (locked, unreachable, full, moved on by another
+    writer); nothing half-written was kept."""
+
+
+class ConcurrentUpdateError(StoreError):
     """Another writer committed to this conversation first (optimistic versioning)."""
 
 
-class StoreLockedError(SegueError):
+class StoreLockedError(StoreError):
     """Another connection held the store's write lock for longer than the store waits
     (``SqliteStore``'s ``busy_timeout``, ``PostgresStore``'s ``lock_timeout``)."""
 
 
-class StoreUnavailableError(SegueError):
+class StoreUnavailableError(StoreError):
     """The store could not be used (a dropped database session, a server restart, a disk
     error): the driver's own error is the ``__cause__``. Nothing half-written was kept; the
     call may be retried once the store is back."""
@@ -106,7 +173,12 @@ class InvalidCursorError(SegueError, ValueError):
 
 class InvalidDocumentError(SegueError, ValueError):
     """An export document that segue cannot import (not one, another version, a broken or
-    inconsistent part): the message says which; nothing was stored."""
+    inconsistent part): the message says which, ``field`` names where (``messages.3.session``,
+    ``conversation.version``; ``""`` for the document as a whole); nothing was stored."""
+
+    def __init__(self, message: str, *, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class InvalidTextError(SegueError, ValueError):
@@ -165,7 +237,7 @@ class UpdatesLostError(SegueError):
     state and transcript from the store, then watch again."""
 
 
-class SubAgentFailedError(Exception):
+class SubAgentFailedError(SegueError):
     """The child conversation ended in ``Failed``; the message names its ``ErrorKind``."""
 
     def __init__(self, child_id: str, error_kind: str, message: str) -> None:

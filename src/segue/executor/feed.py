@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from segue.executor._log import get_logger
 from segue.executor.bus import UpdateBus
-from segue.executor.errors import SegueError
+from segue.executor.errors import ConversationNotFoundError, SegueError
 from segue.executor.store_port import Store, StoredConversation, StoredMessage, notifies_changes
 from segue.executor.updates import (
     CompactedUpdate,
@@ -137,8 +137,10 @@ class Feed:
         emit: Callable[[Update], None],
         next_response: Callable[[], int],
         committing: Callable[[], bool],
+        gone: Callable[[], None] = lambda: None,
     ) -> None:
         self._store = store
+        self._gone = gone
         self._emit = emit
         self._next_response = next_response
         self._committing = committing
@@ -162,6 +164,9 @@ class Feed:
             await self._wait(pause)
             try:
                 changed = await self._read()
+            except ConversationNotFoundError:
+                self._gone()  # deleted, by another process: its watches end, saying so
+                return
             except SegueError as error:
                 _log.warning("feed_read_failed", conversation_id=cid, error=type(error).__name__)
                 pause = IDLE_POLL
@@ -233,6 +238,7 @@ class Feeds:
             emit=lambda update: bus.emit(conversation_id, update),
             next_response=bus.next_response,
             committing=lambda: conversation_id in self._committing,
+            gone=lambda: bus.gone(conversation_id),
         )
         self._feeds[conversation_id] = (feed, asyncio.ensure_future(feed.run()))
 

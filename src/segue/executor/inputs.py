@@ -9,20 +9,32 @@ conversation (busy, read-only, paused, failed, too large) comes back from the co
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Final, NamedTuple
 
 from pydantic import ValidationError
 
 from segue.effects import Effect, RejectUserMessage
 from segue.executor.errors import (
+    ConversationBusyError,
     ConversationExhaustedError,
+    ConversationFailedError,
+    ConversationPausedError,
     InvalidMessageError,
     MessageRejectedError,
+    MessageTooLargeError,
 )
 from segue.executor.model_port import LlmModel, checks_content
 from segue.statemachine import ConversationState, ErrorKind, Failed, UserMessage
 
+_REFUSALS: Final[dict[str, Callable[[str, str], MessageRejectedError]]] = {
+    "busy": ConversationBusyError,
+    "paused": ConversationPausedError,
+    "failed": ConversationFailedError,
+    "exhausted": ConversationExhaustedError,
+    "too_large": MessageTooLargeError,
+}
+"""The subclass of ``MessageRejectedError`` each cause the core gives is raised as."""
 MAX_KEY = 256
 """Longest idempotency key taken (a UUID or a client's request id fits many times over)."""
 
@@ -99,7 +111,10 @@ def raise_if_rejected(
         return
     if state.phase.kind == "context_exhausted":
         raise ConversationExhaustedError(conversation_id, rejection.reason)
-    raise MessageRejectedError(conversation_id, rejection.reason, rejection.cause)
+    refusal = _REFUSALS.get(rejection.cause)
+    if refusal is None:
+        raise MessageRejectedError(conversation_id, rejection.reason, rejection.cause)
+    raise refusal(conversation_id, rejection.reason)
 
 
 class Failure(NamedTuple):

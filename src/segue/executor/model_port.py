@@ -85,8 +85,9 @@ class LlmRequest:
     every ``tool_use`` paired (the core guarantees this outside ``ToolExecuting``). For the
     requests at the limit ``instruction`` is the request to append (the summary prompt, the
     checkpoint prompt) and ``tools`` are the turn's, declared so that the request repeats the
-    turn's prefix (which the provider's prompt cache holds) but never callable (REQ-SEG-047);
-    see ``LlmModel`` for what an adapter sends.
+    turn's prefix (which the provider's prompt cache holds) but never callable (REQ-SEG-047), or,
+    with ``reuse_prefix``, callable as in the turn (REQ-SEG-055); see ``LlmModel`` for what an
+    adapter sends.
     """
 
     conversation_id: str
@@ -121,6 +122,12 @@ class LlmRequest:
     context_edits: tuple[dict[str, Any], ...] = ()
     """The provider's context-editing strategies to send, as the conversation was created with
     them (REQ-SEG-050)."""
+    reuse_prefix: bool = False
+    """A request at the limit to send as the turn's request repeated exactly (its tools callable
+    with the turn's tool choice, its thinking settings, its breakpoints), ``rejected_tool_calls``
+    and ``instruction`` appended as the last user content with a cache breakpoint on it
+    (``summary_request="reuse_prefix"``, REQ-SEG-055). Only an adapter that says it can
+    (``PrefixReusing``) is given one; the core refuses any call in its answer (REQ-SEG-056)."""
     on_text: TextSink | None = field(default=None, compare=False, repr=False)
     """Someone watches this turn: call it with each piece of the reply's text as the model
     writes it. The pieces of one call join to exactly the ``text`` of the reply it returns (an
@@ -202,7 +209,11 @@ class LlmModel(Protocol):
       then ``rejected_tool_calls`` and ``instruction`` (REQ-SEG-047, ``anthropic_payload``);
       any adapter may instead send the history as text without tools (``history.text_turns``:
       tool blocks as prose, ``rejected_tool_calls`` named, ``instruction`` last), and must
-      when ``trim_level`` asks it to drop the oldest history.
+      when ``trim_level`` asks it to drop the oldest history. With ``request.reuse_prefix``
+      (only for an adapter that is ``PrefixReusing``) it sends the turn's request exactly, as
+      for a turn, with ``rejected_tool_calls`` and ``instruction`` appended last (and a cache
+      breakpoint on them where the provider takes one), and returns any tool call the model
+      makes in ``tool_calls``: the core refuses it (REQ-SEG-055, REQ-SEG-056).
 
     The reply's ``usage`` is this one call's, in the four fields whose sum is the occupancy
     after it (``replies.usage_from_prompt`` maps a report whose prompt holds its cached part),
@@ -276,6 +287,24 @@ class NamedProvider(Protocol):
 
 
 @runtime_checkable
+class PrefixReusing(Protocol):
+    """An adapter that can send the limit's requests as the turn's request repeated
+    (``LlmRequest.reuse_prefix``, REQ-SEG-055): a conversation created with
+    ``summary_request="reuse_prefix"`` is refused for any other. ``segue.testing.conformance``
+    checks the claim."""
+
+    @property
+    def reuses_prefix(self) -> bool:
+        """Whether it can (an adapter may say False for a provider that caches nothing)."""
+        ...
+
+
+def reuses_prefix(llm: object) -> bool:
+    """Whether ``llm`` can repeat the turn's request at the limit (``PrefixReusing``)."""
+    return capable(llm, PrefixReusing) and bool(llm.reuses_prefix)  # type: ignore[attr-defined]
+
+
+@runtime_checkable
 class ContentChecker(Protocol):
     """An adapter that can tell, before a message is stored, that its API cannot take some of
     the message's content blocks."""
@@ -296,6 +325,22 @@ def checks_content(llm: object) -> TypeGuard[ContentChecker]:
 def names_provider(llm: object) -> TypeGuard[NamedProvider]:
     """Whether the adapter names its provider (``NamedProvider``)."""
     return capable(llm, NamedProvider)
+
+
+@runtime_checkable
+class KnowsModels(Protocol):
+    """An adapter that can say a model is one its provider serves (its server reported the
+    model's window): metrics then label the model by its name rather than as ``other``."""
+
+    def knows_model(self, model: str) -> bool:
+        """Whether the provider is known to serve ``model`` (never asks it: only what the
+        adapter already learned)."""
+        ...
+
+
+def knows_models(llm: object) -> TypeGuard[KnowsModels]:
+    """Whether the adapter can say which models its provider serves (``KnowsModels``)."""
+    return capable(llm, KnowsModels)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,7 +14,12 @@ Imported only when the ``otel`` extra (``opentelemetry-api``) is installed. What
 - the metrics ``gen_ai.client.token.usage``, ``gen_ai.client.operation.duration``,
   ``segue.context.occupancy``, ``segue.limit.reached``, ``segue.limit.duration``,
   ``segue.turn.duration``, ``segue.store.commit.duration``, ``segue.conversations.active``,
-  ``segue.retries`` and ``segue.refusals``.
+  ``segue.retries`` and ``segue.refusals``: made when the telemetry is (the active gauge and
+  the counters whose labels are known read 0 before the first turn); a model labelled from a
+  bounded set of names (``otel_terms.ModelLabels``: the models segue's table knows, their
+  families, ``other``; a client's made-up names make no series of their own); the commit
+  durations a sample
+  (``store_metrics_rate``, one commit in ten by default).
 
 Providers are resolved at each turn (the ones given, else the global ones): while the global
 tracer provider is OpenTelemetry's default no-op, no span is even started, and the API's proxy
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import random
 import time
 from collections.abc import Sequence
 from typing import Any, Final
@@ -44,9 +50,16 @@ from segue.effects import (
     ScheduleRetry,
 )
 from segue.executor.errors import LlmCallError
-from segue.executor.model_port import LlmModel, LlmReply, LlmRequest, names_provider
+from segue.executor.model_port import (
+    LlmModel,
+    LlmReply,
+    LlmRequest,
+    knows_models,
+    names_provider,
+)
 from segue.executor.otel_terms import (
     Instruments,
+    ModelLabels,
     add_event_for,
     at_limit,
     error_type_of,
@@ -112,11 +125,20 @@ class OtelTelemetry(Telemetry):
     enabled = True
 
     def __init__(
-        self, *, tracer_provider: Any = None, meter_provider: Any = None, capture_content: bool
+        self,
+        *,
+        tracer_provider: Any = None,
+        meter_provider: Any = None,
+        capture_content: bool,
+        store_metrics_rate: float = 0.1,
     ) -> None:
         self._tracer_provider = tracer_provider
         self._meter_provider = meter_provider
         self._capture = capture_content
+        self._commit_share = store_metrics_rate
+        """The share of commits whose duration is recorded (a uniform sample)."""
+        self._models = ModelLabels()
+        """What metrics label a model with: a bounded set of names, else ``other``."""
         self._tracers: dict[int, trace.Tracer | None] = {}
         self._instruments: dict[int, Instruments | None] = {}
         self._active = 0
@@ -126,6 +148,11 @@ class OtelTelemetry(Telemetry):
         self._recording: tuple[trace.Tracer | None, Instruments | None] = (None, None)
         self._checked = -RECHECK
         """When the providers were last looked up (``monotonic``)."""
+        # The instruments exist from the start, so that a scrape before the first turn shows
+        # the gauges at 0 (Prometheus treats an absent series apart from a zero one); the first
+        # turn still looks the providers up (an application may set the global ones after).
+        self._providers()
+        self._checked = -RECHECK
 
     # ------------------------------------------------------------------ providers
 
@@ -233,11 +260,16 @@ class OtelTelemetry(Telemetry):
         if turn.before is None:
             turn.before = before
         if meters is not None:
-            meters.commits.record(seconds, {"segue.store": store})
+            share = self._commit_share
+            if share >= 1.0 or (share > 0.0 and random.random() < share):  # noqa: S311  # a sample
+                meters.commits.record(seconds, {"segue.store": store})
             if isinstance(event, _ANSWERS) and after.context_tokens is not None:
                 meters.occupancy.record(
                     after.context_tokens / after.context_window,
-                    {"segue.behavior": after.behavior.value, "gen_ai.request.model": after.model},
+                    {
+                        "segue.behavior": after.behavior.value,
+                        "gen_ai.request.model": self._models(after.model),
+                    },
                 )
         for effect in effects:
             if meters is not None and isinstance(effect, ScheduleRetry):
@@ -308,7 +340,10 @@ class OtelTelemetry(Telemetry):
             )
             if self._capture:
                 span.set_attribute("gen_ai.input.messages", input_messages(request))
-        return turn.meters, span, attributes, time.perf_counter()
+        # A span names the model as asked; a metric's label from a bounded set (ModelLabels).
+        served = knows_models(llm) and llm.knows_model(request.model)
+        labels = {**attributes, "gen_ai.request.model": self._models(request.model, served)}
+        return turn.meters, span, labels, time.perf_counter()
 
     def inference_ends(self, token: Any, outcome: LlmReply | LlmCallError) -> None:
         if token is None:
@@ -326,7 +361,7 @@ class OtelTelemetry(Telemetry):
             return
         if meters is not None:
             if outcome.response_model:
-                labels["gen_ai.response.model"] = outcome.response_model
+                labels["gen_ai.response.model"] = self._models(outcome.response_model)
             meters.operation.record(elapsed, labels)
             usage = outcome.usage
             if usage is not None:

@@ -5,8 +5,9 @@ that they read apart from the bookkeeping of turns)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, get_args
 
 from opentelemetry import metrics, trace
 
@@ -14,6 +15,8 @@ from segue.effects import (
     Effect,
     NotifyContextExhausted,
     NotifyContextWarning,
+    RejectionCause,
+    RequestKind,
     SaveSnapshot,
     ScheduleRetry,
     StartGeneration,
@@ -21,6 +24,7 @@ from segue.effects import (
 )
 from segue.executor.errors import LlmCallError
 from segue.executor.model_port import LlmReply, LlmRequest
+from segue.executor.models.windows import anthropic_model_name
 from segue.statemachine import (
     AwaitingCheckpoint,
     AwaitingContinuation,
@@ -29,6 +33,7 @@ from segue.statemachine import (
     Phase,
     Usage,
 )
+from segue.statemachine.models import table_name
 
 _SECONDS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _TOKENS: Final = tuple(4**n for n in range(1, 11))
@@ -93,6 +98,65 @@ class Instruments:
         self.refusals = meter.create_counter(
             "segue.refusals", unit="{message}", description="Messages refused, by cause"
         )
+        # Counters whose labels are known from the start begin at 0: a rate over a series that
+        # appears with its first increment misses that increment.
+        for request in get_args(RequestKind):
+            self.retries.add(0, {"segue.request": request})
+        for cause in get_args(RejectionCause):
+            self.refusals.add(0, {"segue.cause": cause})
+
+
+OTHER_MODEL: Final = "other"
+"""The label of a model metrics do not name (see ``ModelLabels``)."""
+MAX_MODEL_LABELS: Final = 64
+"""At most this many model names label metrics in one process; the rest are ``other``."""
+
+
+class ModelLabels:
+    """What a metric labels a model with, from a bounded set of names: a model segue's table
+    knows by its exact name (a date or ``-latest`` after it allowed; Bedrock's and Vertex AI's
+    ids read as the Messages API's names), or one the adapter knows its server serves
+    (``KnowsModels``: a vLLM or Ollama model), as it was given, while fewer than
+    ``MAX_MODEL_LABELS`` such names are in use; any other name of a table entry's family (a
+    made-up suffix, a fine-tune, a name past the limit) as the entry's name
+    (``claude-sonnet-4-6``); any other model as ``other``. A model name is the client's to
+    choose (``segue serve``'s REST create takes any): labelled as given, 300 made-up names made
+    17,700 series. Spans keep the name as given (a span is one record, not a series)."""
+
+    def __init__(self, limit: int = MAX_MODEL_LABELS) -> None:
+        self._limit = limit
+        self._names: set[str] = set()
+        """The names labelled as given so far (at most ``limit``)."""
+        self._seen: dict[str, str] = {}
+        """Labels of names already asked (bounded too: made-up names are not all kept)."""
+
+    def __call__(self, model: str, served: bool = False) -> str:
+        """``model``'s label; ``served``: the adapter knows its server serves it."""
+        label = self._seen.get(model)
+        if label is not None and not (served and label == OTHER_MODEL):
+            return label
+        label = self._label(model, served)
+        if len(self._seen) < 4 * self._limit or model in self._seen:
+            self._seen[model] = label
+        return label
+
+    def _label(self, model: str, served: bool) -> str:
+        named = anthropic_model_name(model).lower()
+        entry = table_name(named)
+        exact = (
+            entry is not None
+            and named.startswith(entry)
+            and _DATED.fullmatch(named[len(entry) :]) is not None
+        )
+        given = model.strip()
+        if (exact or served) and (given in self._names or len(self._names) < self._limit):
+            self._names.add(given)
+            return given
+        return entry or OTHER_MODEL
+
+
+_DATED: Final = re.compile(r"(?:-\d{8}|-\d{4}-\d{2}-\d{2}|-latest|@\d{8})?")
+"""What may follow a table entry's name in an exact name: a date, or ``-latest``."""
 
 
 METRIC_LABELS: Final = (

@@ -33,7 +33,7 @@ from segue.executor.archive import archive_directory, write_archive, write_tool_
 from segue.executor.bus import UpdateBus
 from segue.executor.cache import ViewCache
 from segue.executor.compactions import compacted
-from segue.executor.errors import LlmCallError
+from segue.executor.errors import ConversationNotFoundError, LlmCallError
 from segue.executor.model_port import (
     AgentToolActivity,
     ContextManaging,
@@ -44,7 +44,7 @@ from segue.executor.model_port import (
 from segue.executor.requests import Requests
 from segue.executor.setup import Setup
 from segue.executor.snapshots import context_of, stored_snapshot
-from segue.executor.store_port import StoredConversation
+from segue.executor.store_port import Store, StoredConversation
 from segue.executor.transcript import split_for_compaction
 from segue.executor.updates import (
     ContextEditedUpdate,
@@ -73,6 +73,7 @@ from segue.statemachine import (
 )
 from segue.statemachine.accounting import cap_text
 from segue.statemachine.checkpoint import SessionSnapshot
+from segue.statemachine.content import AgentToolUseBlock, ToolUseBlock, input_fault
 
 current_conversation_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "segue_current_conversation_id", default=None
@@ -81,6 +82,22 @@ current_conversation_id: contextvars.ContextVar[str | None] = contextvars.Contex
 
 _log = get_logger("segue.runtime")  # its events are the runtime's, under one name
 Failure = TypeVar("Failure", LlmError, ContinuationFailed, CheckpointFailed, CompactionFailed)
+
+
+def _check_inputs(reply: LlmReply) -> None:
+    """``LlmCallError`` (retryable, as a tool call whose arguments are not JSON) for a reply
+    whose tool input nests too deep or is too large to keep (``MAX_INPUT_DEPTH``,
+    ``MAX_INPUT_CHARS``): stored, it could no longer be read back whole. Nothing of the reply
+    is kept; the conversation goes on as after any failed call."""
+    blocks = (b for b in reply.content if isinstance(b, ToolUseBlock | AgentToolUseBlock))
+    for name, value in (
+        *((call.name, call.input) for call in reply.tool_calls),
+        *((block.name, block.input) for block in blocks),
+    ):
+        fault = input_fault(value)
+        if fault is not None:
+            msg = f"the tool call {name[:80]!r} has an input that {fault}"
+            raise LlmCallError(msg, retryable=True)
 
 
 def failed(event: type[Failure], error: LlmCallError, **fields: Any) -> Failure:
@@ -94,6 +111,18 @@ def failed(event: type[Failure], error: LlmCallError, **fields: Any) -> Failure:
         retry_after=error.retry_after,
         **fields,
     )
+
+
+def _refused_calls(stored: StoredConversation, reply: LlmReply) -> tuple[ToolCall, ...]:
+    """The tool calls a summary answer made, for the core to refuse (REQ-SEG-056), logged: no
+    tool runs at the limit."""
+    if reply.tool_calls:
+        _log.warning(
+            "summary_called_tool",
+            conversation_id=stored.state.id,
+            tools=[call.name for call in reply.tool_calls],
+        )
+    return reply.tool_calls
 
 
 class Performer:
@@ -156,6 +185,8 @@ class Performer:
         token = telemetry.inference_begins(request, self._setup.llm)
         try:
             reply = await call(request)
+            if reply is not None:
+                _check_inputs(reply)
         except LlmCallError as error:
             telemetry.inference_ends(token, error)
             _log.warning(
@@ -194,6 +225,7 @@ class Performer:
                 content=outcome.content,
                 session_ref=outcome.session_ref,
                 compactions=compactions,
+                at=self._setup.clock(),  # what pause_after_seconds measures (REQ-SEG-053)
             )
         ]
 
@@ -227,12 +259,20 @@ class Performer:
             if isinstance(outcome, LlmCallError):
                 return failed(ContinuationFailed, outcome)
             return ContinuationResponse(
-                summary=outcome.text, usage=outcome.usage, stop_reason=outcome.stop_reason
+                summary=outcome.text,
+                usage=outcome.usage,
+                stop_reason=outcome.stop_reason,
+                tool_calls=_refused_calls(stored, outcome),
             )
         elapsed = max(0.0, self._setup.clock() - stored.created_at)
         if isinstance(outcome, LlmCallError):
             return failed(CheckpointFailed, outcome, elapsed_seconds=elapsed)
-        return CheckpointResponse(text=outcome.text, usage=outcome.usage, elapsed_seconds=elapsed)
+        return CheckpointResponse(
+            text=outcome.text,
+            usage=outcome.usage,
+            elapsed_seconds=elapsed,
+            tool_calls=_refused_calls(stored, outcome),
+        )
 
     async def _compact(self, stored: StoredConversation, effect: RequestCompaction) -> Event:
         """The compaction's answer: the provider's on demand (a manual trigger of a
@@ -261,6 +301,7 @@ class Performer:
             kept_messages=len(tail),
             usage=outcome.usage,
             stop_reason=outcome.stop_reason,
+            tool_calls=_refused_calls(stored, outcome),
         )
 
     async def _on_demand(
@@ -362,6 +403,7 @@ class Performer:
         directory = self._setup.archive_dir
         if directory is not None:
             saved_as = await _saved(
+                self._setup.store,
                 "tool_output_not_saved",
                 write_tool_output,
                 directory,
@@ -406,21 +448,34 @@ class Performer:
             )
         )
         path = await _saved(
-            "archive_failed", write_archive, directory, cid, effect.generation, transcript
+            store, "archive_failed", write_archive, directory, cid, effect.generation, transcript
         )
         if path is not None:
             _log.info("archived", conversation_id=cid, path=path)
 
 
 async def _saved(
-    failure: str, write: Callable[..., Path], directory: Path, cid: str, *args: Any
+    store: Store,
+    failure: str,
+    write: Callable[..., Path],
+    directory: Path,
+    cid: str,
+    *args: Any,
 ) -> str | None:
     """Where ``write`` (an archive or a tool's output) put its private file, or None when it
     could not (logged as ``failure``): a file that cannot be written never blocks the
-    conversation."""
+    conversation. A file written for a conversation that is gone by then (deleted by another
+    process while its tool ran) is removed at once: a deletion removes the files it finds, and
+    this one it could not have found (``retention``)."""
     try:
         path = await asyncio.to_thread(write, directory, cid, *args)
     except (OSError, ValueError) as error:
         _log.error(failure, conversation_id=cid, error_type=type(error).__name__)
+        return None
+    try:
+        await store.load(cid)
+    except ConversationNotFoundError:
+        await asyncio.to_thread(path.unlink, missing_ok=True)
+        _log.info("file_of_deleted_conversation_removed", conversation_id=cid)
         return None
     return str(path)

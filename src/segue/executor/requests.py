@@ -49,6 +49,7 @@ from segue.executor.model_port import (
     ContextSupport,
     LlmRequest,
     Purpose,
+    reuses_prefix,
 )
 from segue.executor.setup import Setup
 from segue.executor.store_port import StoredConversation
@@ -132,6 +133,18 @@ def check_support(config: ConversationConfig, support: ContextSupport) -> None:
         raise UnsupportedOptionError(msg)
 
 
+def check_prefix_reuse(config: ConversationConfig, llm: object) -> None:
+    """Refuse ``summary_request="reuse_prefix"`` for an adapter that cannot repeat the turn's
+    request at the limit (REQ-SEG-055), with ``UnsupportedOptionError`` saying what to change."""
+    if config.summary_request == "reuse_prefix" and not reuses_prefix(llm):
+        msg = (
+            f"the model adapter {type(llm).__name__} cannot repeat the turn's request at the "
+            'limit (summary_request="reuse_prefix"): leave summary_request as "tool_less", or '
+            "use an adapter that can (PrefixReusing, docs/providers.md)"
+        )
+        raise UnsupportedOptionError(msg)
+
+
 def provider_instructions(state: ConversationState, focus: str | None) -> str | None:
     """What the provider's summary must hold: the conversation's ``summary_prompt`` and a
     manual focus (REQ-SEG-040, REQ-SEG-041); None: the provider's own prompt."""
@@ -206,13 +219,15 @@ class Requests:
                 messages=messages,
                 final=effect.final,
             )
+        reuse = effect.shape == "reuse_prefix" and effect.trim_level == 0
         return await self.build(
             stored,
             PURPOSES[type(effect)],
             instruction=instruction(stored, effect),
             rejected=effect.rejected_tool_calls,
             trim_level=effect.trim_level,
-            messages=messages,
+            messages=None if reuse else messages,  # the turn's whole view is its prefix
+            reuse_prefix=reuse,
         )
 
     async def build(
@@ -225,8 +240,10 @@ class Requests:
         trim_level: int = 0,
         messages: Sequence[Message] | None = None,
         final: bool = False,
+        reuse_prefix: bool = False,
     ) -> LlmRequest:
-        """The request of ``purpose`` on the conversation as ``stored``."""
+        """The request of ``purpose`` on the conversation as ``stored`` (``reuse_prefix``: a
+        request at the limit sent as the turn's, repeated, REQ-SEG-055)."""
         state = stored.state
         config = state.config
         model, output = state.model, config.max_output_tokens
@@ -254,7 +271,8 @@ class Requests:
             stop_at_tokens=config.continuation_tokens,
             provider_session=state.provider_session,
             compaction=self._compaction(state) if turn else None,
-            context_edits=config.context_edits if turn else (),
+            context_edits=config.context_edits if turn or reuse_prefix else (),
+            reuse_prefix=reuse_prefix,
         )
 
     def support(self, state: ConversationState) -> ContextSupport:

@@ -5,8 +5,9 @@ the transcript, cancel, pause, resume, continue in a new conversation. It holds 
 do the work and owns none of their state: ``Setup`` (the store, the model, the tools), ``Locks``
 (one drive per conversation), ``Signals`` (cancel and pause), ``ViewCache`` (the copy last seen
 and the model's view), ``Commits`` (every store call, under one retry policy), ``Claims`` (work
-shared with other processes), ``Driver`` (the loop that commits and performs), ``UpdateBus`` and
-``Feeds`` (what watchers hear). ``docs/design.md`` draws them.
+shared with other processes), ``Driver`` (the loop that commits and performs), ``Overtaken`` (work
+here that another process cancelled through the store), ``UpdateBus`` and ``Feeds`` (what
+watchers hear). ``docs/design.md`` draws them.
 """
 
 from __future__ import annotations
@@ -25,19 +26,20 @@ from segue.executor.claims import DEFAULT_LEASE, Claims
 from segue.executor.commits import Commits
 from segue.executor.conversations import Conversations
 from segue.executor.drive import Driver, Listener
-from segue.executor.errors import MessageRejectedError, NotPausedError
+from segue.executor.errors import ConversationBusyError, InvalidMessageError, NotPausedError
 from segue.executor.feed import Feeds
 from segue.executor.inputs import check_content, check_key, raise_if_rejected, user_message
 from segue.executor.locks import Locks
 from segue.executor.model_port import LlmModel
+from segue.executor.overtaken import Overtaken
 from segue.executor.pausing import PauseRequest, where_it_runs
 from segue.executor.perform import Performer
 from segue.executor.requests import Requests
 from segue.executor.setup import RuntimeSettings, Setup
 from segue.executor.signals import Signals
 from segue.executor.snapshots import context_of
-from segue.executor.store_port import Store
-from segue.executor.telemetry import for_settings
+from segue.executor.store_port import Store, reopens
+from segue.executor.telemetry import DEFAULT_STORE_METRICS_RATE, for_settings
 from segue.executor.tools import Tool, ToolRegistry
 from segue.executor.transcript import DEFAULT_KEEP_RECENT
 from segue.executor.updates import DoneUpdate, Update
@@ -46,6 +48,7 @@ from segue.statemachine import (
     ConversationState,
     ManualContinuation,
     ResumeRequested,
+    UserMessage,
 )
 from segue.statemachine.options import ConversationOptions
 
@@ -89,6 +92,7 @@ class Runtime(Conversations):
                 tracer_provider=settings.get("tracer_provider"),
                 meter_provider=settings.get("meter_provider"),
                 capture_content=settings.get("capture_content", False),
+                store_metrics_rate=settings.get("store_metrics_rate", DEFAULT_STORE_METRICS_RATE),
             ),
         )
         self.claims = Claims(
@@ -113,6 +117,7 @@ class Runtime(Conversations):
             requests=requests,
         )
         performer = Performer(setup, requests=requests, cache=self._cache, bus=self._bus)
+        self._overtaken = Overtaken(store=lambda: setup.store, owner=lambda: self.claims.owner)
         self._driver = Driver(
             telemetry=setup.telemetry,
             locks=self._locks,
@@ -121,6 +126,7 @@ class Runtime(Conversations):
             claims=self.claims,
             performer=performer,
             bus=self._bus,
+            overtaken=self._overtaken,
         )
         self._turns: set[asyncio.Task[None]] = set()
         """Streamed turns running on their own, so a consumer that leaves does not stop them."""
@@ -168,6 +174,7 @@ class Runtime(Conversations):
         self.claims.lease = seconds
 
     async def __aenter__(self) -> Runtime:
+        await self.reopen()
         await self.recover()
         return self
 
@@ -184,11 +191,21 @@ class Runtime(Conversations):
             turn.cancel()
         if self._turns:
             await asyncio.gather(*self._turns, return_exceptions=True)
+        await self._overtaken.close()
         # Let go of the work cancelled here, so another runtime takes it at once rather than
         # when its lease ends.
         for cid, effect_id in claims.items():
             await self.claims.let_go(cid, (effect_id,))
         await self._setup.store.close()
+
+    async def reopen(self) -> None:
+        """Use the runtime again after ``close()`` (``async with runtime:`` a second time does
+        it): the store is opened again when it can be (``Reopenable``, as segue's own stores
+        are; a no-op while it is open). A store that cannot keeps raising as its ``close()``
+        left it."""
+        store = self._setup.store
+        if reopens(store):
+            await store.reopen()
 
     def subscribe(self, listener: Listener) -> None:
         """Call ``listener(conversation_id, effect)`` for every effect performed (UI hooks)."""
@@ -219,16 +236,18 @@ class Runtime(Conversations):
         ``text`` is a string, or content blocks (text, images, documents; values or the Messages
         API's dicts) for a message that carries more than text.
 
-        ``last_reply()`` then gives the text the model answered with. Raises
-        ``InvalidMessageError`` (also a ``ValueError``) for an empty message, text that cannot
-        be encoded or content the model's API cannot take (the adapter's reason), ``TypeError``
-        for text that is not a ``str``, and ``MessageRejectedError`` or
-        ``ConversationExhaustedError`` when the conversation does not take it: in each case
-        nothing is stored and nothing is sent.
+        ``last_reply()`` then gives the text the model answered with. Every refusal is a
+        ``MessageRejectedError`` (``errors`` draws the tree): ``InvalidMessageError`` (also a
+        ``ValueError``) for an empty message, text that cannot be encoded or content the
+        model's API cannot take (the adapter's reason); ``ConversationBusyError``,
+        ``ConversationPausedError``, ``ConversationFailedError``,
+        ``ConversationExhaustedError`` (read-only) or ``MessageTooLargeError`` when the
+        conversation does not take it. ``TypeError`` for text that is not a ``str``. In each
+        case nothing is stored and nothing is sent.
 
         A message sent while a turn of the conversation runs (in this runtime or another one
         sharing the store) waits for that turn and is then taken; with ``wait=False`` it raises
-        ``MessageRejectedError`` (cause ``busy``, naming the runtime) at once instead, as a
+        ``ConversationBusyError`` (cause ``busy``, naming the runtime) at once instead, as a
         server answering a second browser tab wants.
 
         ``idempotency_key``: a message sent again with the key of one already stored in the
@@ -238,11 +257,9 @@ class Runtime(Conversations):
         ``pinned``: the message is never summarised away: every fresh start (a checkpoint
         restart, a compaction, a resume, a seeded new conversation) still sends it, verbatim.
         Pinned messages may hold a quarter of the window together; one that would pass that is
-        refused (``MessageRejectedError``, cause ``too_large``), nothing stored.
+        refused (``MessageTooLargeError``, cause ``too_large``), nothing stored.
         """
-        event = user_message(text, pinned=pinned)
-        check_content(self._setup.llm, event)
-        check_key(idempotency_key)
+        event = self._message(conversation_id, text, pinned=pinned, key=idempotency_key)
         self._refuse_if_busy(conversation_id, wait=wait)
         state, effects = await self._driver.drive(
             conversation_id, event, wait=wait, key=idempotency_key
@@ -266,9 +283,7 @@ class Runtime(Conversations):
         it, the turn finishes and is stored; ``cancel()`` stops it. ``wait``,
         ``idempotency_key`` and ``pinned`` are as for ``send()``.
         """
-        event = user_message(text, pinned=pinned)
-        check_content(self._setup.llm, event)
-        check_key(idempotency_key)
+        event = self._message(conversation_id, text, pinned=pinned, key=idempotency_key)
         self._refuse_if_busy(conversation_id, wait=wait)
         sink = Sink(conversation_id)
         self._locks.schedule(conversation_id)
@@ -291,6 +306,25 @@ class Runtime(Conversations):
         finally:
             sink.closed = True
 
+    def _message(
+        self,
+        conversation_id: str,
+        text: str | Sequence[ContentBlock | dict[str, Any]],
+        *,
+        pinned: bool,
+        key: str | None,
+    ) -> UserMessage:
+        """The message to send, or the caller's mistake (``InvalidMessageError``, naming the
+        conversation it was sent to)."""
+        try:
+            event = user_message(text, pinned=pinned)
+            check_content(self._setup.llm, event)
+            check_key(key)
+        except InvalidMessageError as error:
+            error.conversation_id = conversation_id
+            raise
+        return event
+
     def _refuse_if_busy(self, conversation_id: str, *, wait: bool) -> None:
         """With ``wait=False``, refuse a message while this runtime holds the conversation.
 
@@ -298,7 +332,7 @@ class Runtime(Conversations):
         so no other turn can slip in between."""
         if not wait and self._locks.busy(conversation_id):
             reason = "a turn is running; wait for it to end (or cancel it) and send again"
-            raise MessageRejectedError(conversation_id, reason, "busy")
+            raise ConversationBusyError(conversation_id, reason)
 
     def watch(self, conversation_id: str) -> Watch:
         """Every update of the conversation from this call on (a second browser tab, a
@@ -313,7 +347,8 @@ class Runtime(Conversations):
         watch.start()``: a caller that reads the conversation next awaits it first). A watcher
         that falls too far behind gets ``UpdatesLostError`` and should read the store before
         watching again. An unknown id raises ``ConversationNotFoundError`` on the first read
-        (or the start)."""
+        (or the start); so does a conversation another process deletes while it is watched,
+        once what was delivered is read."""
         return self._bus.watch(conversation_id, lambda: self._feeds.start(conversation_id))
 
     # ------------------------------------------------------------------ control
@@ -369,7 +404,9 @@ class Runtime(Conversations):
         returns at once; while another runtime sharing the store runs it, the request goes
         through the store, that runtime pauses at the boundary, and this waits for it. With
         ``timeout``, either waits at most ``timeout`` seconds, then ends the turn (what was in
-        flight is recorded as cancelled, never lost) and pauses: a forced pause.
+        flight is recorded as cancelled, never lost) and pauses: a forced pause. Where another
+        runtime ran the turn, its call is cancelled there too, and its ``send()`` or
+        ``stream()`` returns the paused state (within about a second: ``overtaken``).
         """
         request = await self.request_pause(conversation_id, reason)
         if request.where == "nobody":
@@ -395,6 +432,7 @@ class Runtime(Conversations):
             prompt=prompt,
             snapshot=snapshots[-1] if snapshots else None,
             current_context=current,
+            at=setup.clock(),  # the pause triggers count from here (REQ-SEG-054)
         )
         state, _ = await self._driver.drive(conversation_id, event)
         return state

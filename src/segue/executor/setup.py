@@ -68,3 +68,7 @@ class RuntimeSettings(TypedDict):
     capture_content: NotRequired[bool]
     """Put message text in the model calls' spans (``gen_ai.input.messages``,
     ``gen_ai.output.messages``); off unless asked: transcripts stay out of traces."""
+    store_metrics_rate: NotRequired[float]
+    """The share of commits (0 to 1) whose duration ``segue.store.commit.duration`` records;
+    0.1 by default: a record per commit was the largest single cost of a traced turn, and a
+    uniform sample keeps the histogram's quantiles (its counts are the share's)."""

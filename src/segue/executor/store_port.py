@@ -9,7 +9,7 @@ the plain data below, so every store is held to the same contract tests
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeGuard, runtime_checkable
 
@@ -148,6 +148,19 @@ class ConversationRecord:
     snapshots: tuple[SessionSnapshot, ...]
     pending: tuple[Effect, ...]
     """Work that was pending, restored unclaimed: ``recover()`` performs it."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WholeConversation:
+    """Everything a store holds of one conversation, read in one transaction (``Store.whole``):
+    the parts agree with one another (an export is one consistent picture, never a state of
+    one step beside the log of the next)."""
+
+    stored: StoredConversation
+    """As ``load`` reads it, metadata and pending work (with their claims) included."""
+    messages: tuple[StoredMessage, ...]
+    transitions: tuple[TransitionRecord, ...]
+    snapshots: tuple[SessionSnapshot, ...]
 
 
 class Store(Protocol):
@@ -290,12 +303,37 @@ class Store(Protocol):
         holds every pair of ``metadata``, oldest first (what a retention purge deletes)."""
         ...
 
-    async def delete(self, conversation_id: str) -> None:
+    async def delete(
+        self,
+        conversation_id: str,
+        *,
+        also: Sequence[str] = (),
+        idle_before: float | None = None,
+        metadata: Mapping[str, str] | None = None,
+        files: Callable[[str], object] | None = None,
+    ) -> list[str]:
         """Remove the conversation and every row of it (transcript, log, snapshots, metadata,
-        outbox, keys) in one transaction, so a reader sees it whole or not at all; the
-        conversations linked to it lose the link (a parent's ``child_id``). Deleted text is not
-        left readable in the store's files where the store can see to it (SQLite overwrites it
-        and empties its WAL). ``ConversationNotFoundError`` if there is none."""
+        outbox, keys), and the conversations ``also`` names (a chain), all in ONE transaction,
+        so a reader sees them whole or not at all and a crash leaves every one of them whole;
+        the ids deleted (``also``'s missing ones skipped). The conversations linked to one
+        that goes and that stays lose the link both ways: the parent's ``child_id``, the
+        child's ``parent_id`` column and its state's ``parent_id``.
+
+        ``idle_before`` and ``metadata`` are a purge's conditions, checked where the rows are
+        deleted with the conversation locked against writers: only if it was last written
+        before ``idle_before`` and its metadata holds every pair of ``metadata``; otherwise
+        nothing is deleted and the answer is ``[]``. ``files(id)`` is called for each one
+        after it is locked and checked and before the transaction commits (to remove its
+        files while nobody can write to it). Deleted text is not left readable in the store's
+        files where the store can see to it (SQLite overwrites it and empties its WAL; on
+        PostgreSQL it stays in dead tuples until ``Vacuumable.vacuum``).
+        ``ConversationNotFoundError`` if ``conversation_id`` is not there."""
+        ...
+
+    async def whole(self, conversation_id: str) -> WholeConversation:
+        """The conversation, its transcript, event log and snapshots, read in one transaction
+        (one snapshot of the database: PostgreSQL's REPEATABLE READ, one SQLite read
+        transaction); ``ConversationNotFoundError`` if none."""
         ...
 
     async def restore(self, record: ConversationRecord) -> StoredConversation:
@@ -356,3 +394,19 @@ class Reopenable(Protocol):
 def reopens(store: object) -> TypeGuard[Reopenable]:
     """Whether the store can be used again after ``close()`` (``Reopenable``)."""
     return capable(store, Reopenable)
+
+
+@runtime_checkable
+class Vacuumable(Protocol):
+    """A store whose deleted rows stay in its files until it is told to rewrite them
+    (PostgreSQL: a deleted row is a dead tuple, its text readable in the table's files until a
+    VACUUM FULL rewrites them)."""
+
+    async def vacuum(self) -> None:
+        """Rewrite the store's tables so no deleted row's text is left in their files."""
+        ...
+
+
+def vacuums(store: object) -> TypeGuard[Vacuumable]:
+    """Whether the store has deleted text to rewrite away (``Vacuumable``)."""
+    return capable(store, Vacuumable)

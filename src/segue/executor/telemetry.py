@@ -74,12 +74,24 @@ NOTHING = Telemetry()
 """The observer of a runtime that observes nothing."""
 
 
+DEFAULT_STORE_METRICS_RATE = 0.1
+"""The share of commits whose duration ``segue.store.commit.duration`` records by default."""
+
+
 def for_settings(
-    *, tracer_provider: Any = None, meter_provider: Any = None, capture_content: bool = False
+    *,
+    tracer_provider: Any = None,
+    meter_provider: Any = None,
+    capture_content: bool = False,
+    store_metrics_rate: float = DEFAULT_STORE_METRICS_RATE,
 ) -> Telemetry:
     """The runtime's observer: OpenTelemetry's when the ``otel`` extra is installed (the
     providers given, else the global ones, resolved at each turn: an application that sets
-    them after making the runtime is heard), else ``NOTHING``."""
+    them after making the runtime is heard), else ``NOTHING``. ``store_metrics_rate``: the
+    share of commits, from 0 to 1, whose duration is recorded (``ValueError`` outside)."""
+    if isinstance(store_metrics_rate, bool) or not 0.0 <= store_metrics_rate <= 1.0:
+        msg = f"store_metrics_rate must be a share from 0 to 1, not {store_metrics_rate!r}"
+        raise ValueError(msg)
     try:
         installed = importlib.util.find_spec("opentelemetry") is not None
     except ImportError:  # refused by an import hook: as good as not installed
@@ -95,4 +107,5 @@ def for_settings(
         tracer_provider=tracer_provider,
         meter_provider=meter_provider,
         capture_content=capture_content,
+        store_metrics_rate=store_metrics_rate,
     )

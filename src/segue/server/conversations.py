@@ -13,6 +13,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import TypeAdapter, ValidationError
 
+from segue.executor.requests import support_of
 from segue.executor.runtime import Runtime
 from segue.executor.store_port import StoredConversation
 from segue.server.errors import ApiError, readable
@@ -97,8 +98,10 @@ def router(runtime: Runtime, views: StateViews, info: Info) -> APIRouter:
 
     @routes.get("/info")
     async def about() -> Info:
-        """What the server runs (offline: the scripted model answers)."""
-        return info
+        """What the server runs (offline: the scripted model answers), and what its model
+        adapter can do (the provider's compaction), as the create route decides it."""
+        can_compact = support_of(runtime.llm, info.model).compaction
+        return info.model_copy(update={"provider_compaction": can_compact})
 
     @routes.post("/conversations", status_code=201, responses=documented(413, 415, 422))
     async def create(body: CreateConversation, request: Request) -> ConversationView:

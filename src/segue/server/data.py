@@ -7,9 +7,10 @@ its own: the labels it finds a user's conversations by are the conversations' me
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import asyncio
+from typing import Annotated, Any, Final
 
-from fastapi import APIRouter, Body, Query, Response
+from fastapi import APIRouter, Body, Query, Request, Response
 
 from segue.executor.errors import ConversationBusyError, ConversationExistsError
 from segue.executor.runtime import Runtime
@@ -21,13 +22,32 @@ from segue.server.schemas import (
     SENDING,
     ConversationId,
     ConversationView,
+    ErrorBody,
     Metadata,
     Purge,
     Purged,
     documented,
 )
 
+MAX_IMPORTS: Final = 2
+"""How many imports a server reads at once. An import holds its document (up to 64 MB) and
+the values parsed from it until it is stored; bounded, a burst of them cannot run the server
+out of memory."""
+_RETRY_AFTER: Final = 2
 _DOCUMENT_EXAMPLE = {"format": "segue.conversation", "version": 1, "conversation": {}}
+_IMPORT_BODY: Final[dict[str, Any]] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": {"type": "object"}, "example": _DOCUMENT_EXAMPLE}
+        },
+    }
+}
+_IMPORTS_FULL: Final[dict[str, Any]] = {
+    "description": f"{MAX_IMPORTS} imports are being read already (`too_many_imports`): send "
+    "it again after `Retry-After` seconds.",
+    "model": ErrorBody,
+}
 _EXPORT_RESPONSE: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "The conversation as one JSON document (`docs/data.md`): its state, "
@@ -88,13 +108,15 @@ def _keeping(routes: APIRouter, runtime: Runtime, views: StateViews) -> None:
         views.forget(deleted)
         return Response(status_code=204)
 
-    @routes.post("/purge", responses=documented(413, 415, 422))
+    @routes.post("/purge", responses=documented(413, 415, 422), response_model_exclude_none=True)
     async def purge(body: Purge) -> Purged:
         """Retention: delete the conversations nobody wrote to for ``older_than`` seconds
         (only those whose metadata holds every pair of ``metadata``), each alone, as ``DELETE``
-        deletes one; one whose turn runs is left for the next purge."""
+        deletes one; one whose turn runs is left for the next purge. ``vacuum``: then rewrite
+        the store's files without the deleted text (PostgreSQL's ``VACUUM FULL``)."""
         deleted = await runtime.purge(older_than=body.older_than, metadata=body.metadata)
-        return Purged(deleted=deleted)
+        vacuumed = await runtime.vacuum() if body.vacuum else None
+        return Purged(deleted=deleted, vacuumed=vacuumed)
 
 
 def _moving(routes: APIRouter, runtime: Runtime, views: StateViews) -> None:
@@ -115,27 +137,47 @@ def _moving(routes: APIRouter, runtime: Runtime, views: StateViews) -> None:
                 conversation_id, "its state would be out of date", "export it after"
             ) from None
 
+    imports = asyncio.Semaphore(MAX_IMPORTS)
+
     @routes.post(
         "/conversations/import",
         status_code=201,
-        responses=documented(409, 413, 415, 422),
+        responses={**documented(409, 413, 415, 422), 503: _IMPORTS_FULL},
+        openapi_extra=_IMPORT_BODY,
     )
     async def import_(
-        document: Annotated[dict[str, Any], Body(examples=[_DOCUMENT_EXAMPLE])],
-        conversation_id: Annotated[ConversationId | None, Query()] = None,
+        request: Request, conversation_id: Annotated[ConversationId | None, Query()] = None
     ) -> ConversationView:
         """Store the conversation an export holds, under ``conversation_id`` when given (else
         its own id): it continues where it was. A document that is not a sound export is
-        refused, 422 ``invalid_document`` saying why; an id taken, 409 ``exists``; either way
-        nothing is stored. Documents over the server's bound on a body (64 MB) go through
-        ``segue import``."""
-        try:
-            state = await runtime.import_conversation(document, conversation_id=conversation_id)
-        except ConversationExistsError as error:
-            way = "import it under another id (?conversation_id=...) or delete that one first"
-            raise ApiError(409, "exists", f"{error}: {way}") from None
+        refused, 422 ``invalid_document`` saying why and naming the ``field``; an id taken,
+        409 ``exists``; either way nothing is stored. Documents over the server's bound on a
+        body (64 MB) go through ``segue import``. At most ``MAX_IMPORTS`` (2) imports are read
+        at once: another is answered 503 ``too_many_imports`` with ``Retry-After``, before its
+        body is read."""
+        if imports.locked():
+            message = f"{MAX_IMPORTS} imports are being read; send this one again shortly"
+            retry = {"retry-after": str(_RETRY_AFTER)}
+            raise ApiError(503, "too_many_imports", message, headers=retry)
+        async with imports:
+            try:
+                state = await runtime.import_conversation(
+                    await _body(request), conversation_id=conversation_id
+                )
+            except ConversationExistsError as exists:
+                way = "import it under another id (?conversation_id=...) or delete that one first"
+                raise ApiError(409, "exists", f"{exists}: {way}") from None
         views.forget([state.id])
         return await views.read(state.id)
+
+
+async def _body(request: Request) -> bytearray:
+    """The request's body, gathered from its chunks: the document is parsed straight from it
+    (``BodyLimit`` bounds it as it arrives)."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk  # each chunk let go as it is added: the body is held once
+    return body
 
 
 __all__ = ["router"]

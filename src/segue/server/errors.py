@@ -35,6 +35,7 @@ from segue.server.schemas import ErrorBody
 
 _log = get_logger("segue.server")
 _REFUSALS: Final[dict[str, tuple[int, str]]] = {
+    "invalid": (422, "invalid_request"),
     "too_large": (422, "message_too_large"),
     "busy": (409, "busy"),
     "paused": (409, "paused"),
@@ -61,19 +62,25 @@ _HTTP_CODES: Final = {
 class ApiError(Exception):
     """An error the API answers with its own status and code."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, *, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
+        self.headers = headers or {}
 
 
-def error(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse(ErrorBody(error=code, message=message).model_dump(), status_code=status)
+def error(status: int, code: str, message: str, *, field: str | None = None) -> JSONResponse:
+    body = ErrorBody(error=code, message=message, field=field)
+    return JSONResponse(body.model_dump(exclude_none=True), status_code=status)
 
 
 def mapped(exc: Exception) -> JSONResponse:
     """segue's exceptions as the API's errors."""
     if isinstance(exc, ApiError):
-        return error(exc.status, exc.code, exc.message)
+        answer = error(exc.status, exc.code, exc.message)
+        answer.headers.update(exc.headers)
+        return answer
     if isinstance(exc, ConversationNotFoundError):
         return error(404, "not_found", str(exc))
     if isinstance(exc, ConversationExhaustedError):
@@ -87,7 +94,8 @@ def mapped(exc: Exception) -> JSONResponse:
         return error(409, "exists", str(exc))
     for kind, code in _INVALID:
         if isinstance(exc, kind):
-            return error(422, code, str(exc))
+            field = exc.field if isinstance(exc, InvalidDocumentError) else None
+            return error(422, code, str(exc), field=field)
     if isinstance(exc, StoreUnavailableError | StoreLockedError):
         # The type only: the driver's text may name the database's host or file.
         message = f"the store cannot be used now ({type(exc).__name__}): try again shortly"

@@ -58,7 +58,7 @@ async def send_error(
 ) -> None:
     """Answer with the API's error shape, from middleware (before any route runs); ``close``:
     the connection is closed after it (a body was left unread)."""
-    body = ErrorBody(error=code, message=message).model_dump_json().encode()
+    body = ErrorBody(error=code, message=message).model_dump_json(exclude_none=True).encode()
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),

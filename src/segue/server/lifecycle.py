@@ -21,7 +21,6 @@ from fastapi import FastAPI
 from segue.executor._log import get_logger
 from segue.executor.errors import StoreLockedError, StoreUnavailableError
 from segue.executor.runtime import Runtime
-from segue.executor.store_port import reopens
 from segue.server.ending import StreamsEnd
 from segue.server.pausing import Pauses
 
@@ -91,9 +90,7 @@ class Startup:
         crash left pending is performed, as ``async with runtime`` would; one that cannot
         reach its store starts anyway and keeps trying)."""
         if self._closed:
-            store = self.runtime.store
-            if reopens(store):
-                await store.reopen()
+            await self.runtime.reopen()
             self._closed = False
         self.recovered = False
         await self.ensure().wait()

@@ -40,7 +40,7 @@ from segue.server.app import create_app
 from segue.server.ending import streams_end
 from segue.server.metrics import prometheus
 from segue.server.schemas import Info
-from segue.statemachine import ContextExhaustionBehavior
+from segue.statemachine import ContextExhaustionBehavior, SummaryRequest
 from segue.statemachine.state import Compaction
 
 
@@ -80,6 +80,8 @@ class ServerConfig:
     """Who compacts new ``compact_in_place`` conversations unless the request says."""
     context_edits: tuple[dict[str, Any], ...] = ()
     """The provider's context edits new conversations get unless the request says."""
+    summary_request: SummaryRequest = "tool_less"
+    """How new conversations send the limit's requests unless the request says."""
 
     def __post_init__(self) -> None:
         if self.provider not in PROVIDERS:
@@ -176,6 +178,7 @@ def build_app(
         limits=config.limits,
         compaction=config.compaction,
         context_edits=list(config.context_edits),
+        summary_request=config.summary_request,
     )
     app = create_app(runtime, info=info, token=config.token, metrics=exported)
     if client is not None:

@@ -26,7 +26,7 @@ from segue.executor.stores._shared import (
     MAX_METADATA_VALUE,
     checked_metadata,
 )
-from segue.statemachine import ContextExhaustionBehavior
+from segue.statemachine import ContextExhaustionBehavior, SummaryRequest
 from segue.statemachine.options import ConversationOptions
 from segue.statemachine.state import MAX_PROMPT_CHARS, Compaction
 from segue.views import (
@@ -134,6 +134,8 @@ class CreateConversation(ConversationOptions):
             fields["compaction"] = server.compaction
         if "context_edits" not in given:
             fields["context_edits"] = server.context_edits
+        if "summary_request" not in given:
+            fields["summary_request"] = server.summary_request
         return ConversationOptions(**fields)
 
 
@@ -145,6 +147,9 @@ class Purge(_Request):
     ``2592000`` is 30 days."""
     metadata: Metadata | None = None
     """Only the conversations whose metadata holds every one of these pairs."""
+    vacuum: Annotated[bool, Field(strict=True)] = False
+    """Then rewrite the store's files without the deleted text (PostgreSQL: ``VACUUM FULL``,
+    each table locked while it is rewritten; ``docs/data.md``)."""
 
 
 class Purged(BaseModel):
@@ -152,6 +157,9 @@ class Purged(BaseModel):
 
     deleted: int
     """Conversations deleted (one whose turn runs is left for the next purge)."""
+    vacuumed: bool | None = None
+    """Asked to vacuum: whether the store's files were rewritten (False: a store that
+    overwrites deleted text as it deletes); left out when not asked."""
 
 
 class SendMessage(_Request):
@@ -213,6 +221,9 @@ class ErrorBody(BaseModel):
 
     error: str
     message: str
+    field: str | None = None
+    """Where in the request the error is, when the API can say (an import's
+    ``invalid_document``: ``messages.3.session``; ``""`` for the document as a whole)."""
 
 
 _REASONS: Final = {
@@ -263,6 +274,14 @@ class Info(BaseModel):
     """Who compacts a ``compact_in_place`` conversation created without saying."""
     context_edits: list[dict[str, Any]] = Field(default_factory=list)
     """The provider's context edits of a conversation created without them."""
+    summary_request: SummaryRequest = "tool_less"
+    """How the limit's requests of a conversation created without saying are sent
+    (REQ-SEG-055)."""
+    provider_compaction: bool = False
+    """Whether the server's model adapter can have the provider compact a conversation of
+    ``model`` (``compaction="provider"``; asked of one that cannot, creating it answers 422
+    ``unsupported_option``). Said by the server from its adapter, whatever the application
+    gave: the page offers the choice only then."""
 
 
 __all__ = [

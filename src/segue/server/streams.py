@@ -9,6 +9,7 @@ the turn and the other clients. An update is encoded once however many clients i
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Final
@@ -25,14 +26,19 @@ from segue.server.conversations import StateViews
 from segue.server.ending import StreamsEnd
 from segue.server.relay import relayed, reset_event
 from segue.server.schemas import ABOUT_ONE, EVERY_ROUTE, SENDING, SendMessage, documented
-from segue.views import DoneView
+from segue.views import update_json
 
-EVENTS: Final = (*(kind.model_fields["kind"].default for kind in UPDATE_TYPES), "reset")
-"""The names of the events a stream sends: each update's kind, and ``reset``."""
+EVENTS: Final = (
+    *(kind.model_fields["kind"].default for kind in UPDATE_TYPES),
+    "reset",
+    "deleted",
+)
+"""The names of the events a stream sends: each update's kind, ``reset`` and ``deleted``."""
 _SSE_RESPONSE: Final[dict[str, Any]] = {
     "description": "Server-Sent Events: each event named by the update's kind, its data the "
     "update as JSON; a turn ends with `done`, carrying the conversation's state. A client that "
-    "falls too far behind gets `reset` and the stream ends: read the state, then watch again.",
+    "falls too far behind gets `reset` and the stream ends: read the state, then watch again. "
+    "A conversation deleted meanwhile (by another server too) ends the stream with `deleted`.",
     "content": {
         "text/event-stream": {  # before OpenAPI 3.2, ``schema`` describes each event
             "schema": {
@@ -74,15 +80,14 @@ class Encoder:
 
     async def _encoded(self, update: Update) -> bytes:
         if not isinstance(update, DoneUpdate):
-            return format_sse_event(event=update.kind, data_str=update.model_dump_json())
+            return format_sse_event(event=update.kind, data_str=update_json(update))
         stored: StoredConversation | None
         try:
             stored = await self.runtime.conversation(update.state.id)
         except ConversationNotFoundError:
             stored = None
         title = await self.views.title(update.state.id)
-        done = DoneView.of(update, stored, title=title)
-        return format_sse_event(event="done", data_str=done.model_dump_json())
+        return format_sse_event(event="done", data_str=update_json(update, stored, title=title))
 
 
 def router(runtime: Runtime, views: StateViews, end: StreamsEnd) -> APIRouter:
@@ -102,7 +107,7 @@ def router(runtime: Runtime, views: StateViews, end: StreamsEnd) -> APIRouter:
         and is stored."""
         updates = runtime.stream(conversation_id, body.text, wait=False, pinned=body.pinned)
         first = await anext(updates)  # a refusal raises here, before any byte is sent
-        return EventSourceResponse(relayed(_turn(encoder, first, updates)))
+        return EventSourceResponse(relayed(_turn(encoder, conversation_id, first, updates)))
 
     @routes.get("/events", response_model=None)
     async def events(conversation_id: str) -> EventSourceResponse:
@@ -119,8 +124,17 @@ def router(runtime: Runtime, views: StateViews, end: StreamsEnd) -> APIRouter:
     return routes
 
 
+def deleted_event(conversation_id: str) -> bytes:
+    """The event that ends a stream whose conversation was deleted while it ran (by this
+    server, the turn is cancelled first and ends with ``done``; by another, the turn finds
+    it gone): the stream ends after it, whole, rather than cut mid-body."""
+    message = f"conversation {conversation_id} was deleted"
+    data = json.dumps({"id": conversation_id, "message": message})
+    return format_sse_event(event="deleted", data_str=data)
+
+
 async def _turn(
-    encoder: Encoder, first: Update, rest: AsyncIterator[Update]
+    encoder: Encoder, conversation_id: str, first: Update, rest: AsyncIterator[Update]
 ) -> AsyncGenerator[bytes, None]:
     """A streamed turn's updates as SSE events, ``done`` last."""
     update: Update | None = first
@@ -129,7 +143,11 @@ async def _turn(
             yield await encoder.event(update)
             if isinstance(update, DoneUpdate):
                 return
-            update = await anext(rest, None)
+            try:
+                update = await anext(rest, None)
+            except ConversationNotFoundError:  # deleted under the turn, by another process
+                yield deleted_event(conversation_id)
+                return
     finally:
         await rest.aclose()  # type: ignore[attr-defined]  # an async generator
 
@@ -142,6 +160,8 @@ async def _watched(encoder: Encoder, watch: Watch) -> AsyncGenerator[bytes, None
             yield await encoder.event(update)
     except UpdatesLostError:
         yield reset_event()
+    except ConversationNotFoundError:
+        yield deleted_event(watch.conversation_id)
     finally:
         await watch.aclose()
 

@@ -142,6 +142,7 @@ def request_for(phase: Requesting) -> Request:
             trim_level=phase.trim_level,
             alternate=phase.alternate,
             focus=phase.focus,
+            shape=phase.shape,
         )
     if isinstance(phase, AwaitingCheckpoint):
         return RequestCheckpoint._make(
@@ -150,6 +151,7 @@ def request_for(phase: Requesting) -> Request:
             attempt=phase.attempt,
             trim_level=phase.trim_level,
             focus=phase.focus,
+            shape=phase.shape,
         )
     if isinstance(phase, Compacting):
         return RequestCompaction._make(
@@ -158,6 +160,7 @@ def request_for(phase: Requesting) -> Request:
             trim_level=phase.trim_level,
             alternate=phase.alternate,
             focus=phase.focus,
+            shape=phase.shape,
         )
     return RequestLlm._make(attempt=phase.attempt, final=phase.final)
 
@@ -215,10 +218,15 @@ def exhaust(
     ``usage`` is the triggering response's, kept for the record; ``focus`` is a manual
     trigger's, sent with every request of this path (REQ-SEG-041)."""
     behavior = state.config.behavior
+    shape = state.config.summary_request
     phase: Summarising
     if behavior is ContextExhaustionBehavior.THRESHOLD_BASED_CONTINUATION:
         phase = AwaitingContinuation._make(
-            rejected_tool_calls=rejected, trigger=trigger, trigger_usage=usage, focus=focus
+            rejected_tool_calls=rejected,
+            trigger=trigger,
+            trigger_usage=usage,
+            focus=focus,
+            shape=shape,
         )
     elif behavior is ContextExhaustionBehavior.INTENTIONALLY_UNHANDLED:
         return fail(state, ErrorKind.CONTEXT_EXHAUSTED, exhausted_message(state), effects)
@@ -230,7 +238,11 @@ def exhaust(
         return fail(state, ErrorKind.CONTINUATION_LIMIT, message, effects)
     elif behavior is ContextExhaustionBehavior.CHECKPOINT_RESTART:
         phase = AwaitingCheckpoint._make(
-            rejected_tool_calls=rejected, trigger=trigger, resume_after=resume_after, focus=focus
+            rejected_tool_calls=rejected,
+            trigger=trigger,
+            resume_after=resume_after,
+            focus=focus,
+            shape=shape,
         )
     elif behavior is ContextExhaustionBehavior.CHECKPOINT_PAUSE:
         phase = AwaitingCheckpoint._make(
@@ -240,12 +252,17 @@ def exhaust(
             trigger=trigger,
             resume_after=resume_after,
             focus=focus,
+            shape=shape,
         )
     else:
         # COMPACT_IN_PLACE archives first: a failed archive never blocks the compaction.
         effects.append(ArchiveTranscript._make(generation=state.generation))
         phase = Compacting._make(
-            rejected_tool_calls=rejected, trigger=trigger, resume_after=resume_after, focus=focus
+            rejected_tool_calls=rejected,
+            trigger=trigger,
+            resume_after=resume_after,
+            focus=focus,
+            shape=shape,
         )
     effects.append(request_for(phase))
     return replaced(state, {"phase": phase}), tuple(effects)
@@ -280,7 +297,9 @@ def turn_boundary(
         if context + pending >= limit:
             return exhaust(replaced(state, changes), "preflight", (), True, effects)
     if changes.get("pause_requested", state.pause_requested):
-        pausing = AwaitingCheckpoint._make(purpose="pause", resume_after=ask_llm)
+        pausing = AwaitingCheckpoint._make(
+            purpose="pause", resume_after=ask_llm, shape=state.config.summary_request
+        )
         effects.append(request_for(pausing))
         changes["phase"] = pausing
     elif ask_llm:

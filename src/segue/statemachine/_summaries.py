@@ -59,7 +59,9 @@ from segue.statemachine.events import (
     ResumeRequested,
 )
 from segue.statemachine.models import (
+    REUSE_PREFIX_ASKS,
     ErrorKind,
+    ToolCall,
     Usage,
 )
 from segue.statemachine.phases import (
@@ -89,13 +91,50 @@ def _retry_or_give_up(
     if attempt >= state.config.max_attempts or not (event.context_overflow or event.retryable):
         return give_up(state, event.error)
     if event.context_overflow:
-        trim = {"attempt": attempt + 1, "trim_level": phase.trim_level + 1}
+        # A trimmed history is no longer the turn's prefix: it goes as text (REQ-SEG-047).
+        trim = {
+            "attempt": attempt + 1,
+            "trim_level": phase.trim_level + 1,
+            "shape": "tool_less",
+        }
         trimmed = replaced(phase, trim)
         return replaced(state, {"phase": trimmed}), (request_for(trimmed),)
     delay = retry_delay(state, attempt + 1, event.retry_after)
     retry = ScheduleRetry._make(request=request, attempt=attempt + 1, delay_seconds=delay)
     waiting = replaced(phase, {"retry_pending": True})
     return replaced(state, {"phase": waiting}), (retry,)
+
+
+def called_a_tool(state: ConversationState, tool_calls: tuple[ToolCall, ...]) -> bool:
+    """Whether a summary answer is one that called a tool from a request that left the turn's
+    tools callable (REQ-SEG-056): it is refused, whatever text came with it. An answer to a
+    tool-less request holds no call the model could make; one that does anyway is read for
+    its text, as before."""
+    phase = cast(Summarising, state.phase)
+    return bool(tool_calls) and phase.shape == "reuse_prefix"
+
+
+def ask_again_without_calls(
+    state: ConversationState, tool_calls: tuple[ToolCall, ...], effects: list[Effect]
+) -> Result:
+    """A summary answer called a tool (REQ-SEG-056): the call is never run. It is named to the
+    model with the calls already rejected, as the tool-less path names them, and the summary is
+    asked for again: with the turn's prefix while ``REUSE_PREFIX_ASKS`` allows, then without a
+    callable tool, which cannot be answered with a call. The answer's usage is in its event, so
+    the bill counts every attempt (REQ-SEG-038)."""
+    phase = cast(Summarising, state.phase)
+    answers = phase.tool_answers + 1
+    again = replaced(
+        phase,
+        {
+            "rejected_tool_calls": phase.rejected_tool_calls + tool_calls,
+            "tool_answers": answers,
+            "shape": "reuse_prefix" if answers < REUSE_PREFIX_ASKS else "tool_less",
+            "attempt": 1,
+        },
+    )
+    effects.append(request_for(again))
+    return replaced(state, {"phase": again}), tuple(effects)
 
 
 def _exhausted_with(
@@ -142,6 +181,8 @@ def on_continuation_response(state: ConversationState, event: ContinuationRespon
         return state, NOTHING
     effects: list[Effect] = []
     measured = _measured_only(state, event.usage, effects)  # the latest answer, used or not
+    if called_a_tool(state, event.tool_calls):
+        return ask_again_without_calls(measured, event.tool_calls, effects)
     summary = event.summary.strip()
     if not summary or event.stop_reason == REFUSAL:
         if not phase.alternate:  # asked once more, with another instruction, first
@@ -257,6 +298,8 @@ def _pause_with(state: ConversationState, checkpoint: str, effects: list[Effect]
 def on_checkpoint_response(state: ConversationState, event: CheckpointResponse) -> Result:
     if cast(AwaitingCheckpoint, state.phase).retry_pending:
         return state, NOTHING
+    if called_a_tool(state, event.tool_calls):
+        return ask_again_without_calls(state, event.tool_calls, [])
     return _checkpoint_taken(
         state, event.text, [], usage=event.usage, elapsed=event.elapsed_seconds
     )
@@ -316,6 +359,9 @@ def on_resume(state: ConversationState, event: ResumeRequested) -> Result:
             "warned": False,
             "message_count": state.message_count + 1,
             "resume_context": context,
+            # REQ-SEG-054: the pause triggers count again from the resume.
+            "turns_since_resume": 0,
+            "active_since": event.at,
             **FRESH_SESSION,
         },
     )
@@ -330,6 +376,8 @@ def on_compaction_response(state: ConversationState, event: CompactionResponse) 
     phase = cast(Compacting, state.phase)
     if phase.retry_pending:
         return state, NOTHING
+    if called_a_tool(state, event.tool_calls):
+        return ask_again_without_calls(state, event.tool_calls, [])
     unusable = not event.summary.strip() or event.stop_reason == REFUSAL
     if unusable and not phase.alternate:  # asked once more, with another instruction, first
         again = replaced(phase, {"alternate": True, "attempt": 1})

@@ -62,6 +62,7 @@ from segue.statemachine.models import (
     ContextExhaustionBehavior,
     ErrorKind,
 )
+from segue.statemachine.pacing import pause_due
 from segue.statemachine.phases import (
     IDLE,
     ExhaustionTrigger,
@@ -198,39 +199,71 @@ def on_llm_response(state: ConversationState, event: LlmResponse) -> Result:
             changes["message_count"] = state.message_count
         return turn_boundary(state, effects, True, changes, final=phase.final)
     if stop_reason == WINDOW_EXCEEDED or over:
-        said = record(
-            state, "assistant", event.text, tool_calls=calls, usage=usage, content=content
-        )
-        effects.append(said)
-        if calls:
-            # Their error results are recorded messages, so they are counted; their tokens are
-            # not, since every exhaustion path leaves this context (new session, generation or
-            # an end) and the figure reported to the user stays the measured one.
-            effects += not_run(state, calls, TOOL_NOT_RUN_CONTEXT)
-            changes["message_count"] += len(calls)
-        trigger: ExhaustionTrigger = "overflow" if stop_reason == WINDOW_EXCEEDED else "threshold"
-        resume_after = bool(calls) or stop_reason in (WINDOW_EXCEEDED, PAUSED_TURN)
-        measured = replaced(state, changes)
-        return exhaust(measured, trigger, calls, resume_after, effects, usage=usage)
+        return _at_the_limit(state, event, effects, changes)
     if stop_reason == TRUNCATED:
         # The dropped calls leave its blocks too: a tool_use without a result is refused.
         if content:
             content = tuple(b for b in content if b.type != "tool_use")
         effects.append(record(state, "assistant", event.text, usage=usage, content=content))
         effects.append(NotifyTruncated._make(dropped_tool_calls=calls))
+        _turn_answered(state, event, changes)
         return turn_boundary(state, effects, False, changes)
     said = record(state, "assistant", event.text, tool_calls=calls, usage=usage, content=content)
     effects.append(said)
     if not calls:
+        _turn_answered(state, event, changes)
         return turn_boundary(state, effects, False, changes)
     if phase.final or state.tool_rounds >= state.config.max_tool_rounds:
-        return _round_limit(state, calls, effects, changes, grace=not phase.final)
+        return _round_limit(state, event, effects, changes, grace=not phase.final)
     changes["tool_rounds"] = state.tool_rounds + 1
     # One call is the common case; several may repeat an id, which is waited for once.
     pending = (calls[0].id,) if len(calls) == 1 else tuple(dict.fromkeys([c.id for c in calls]))
     effects.append(ExecuteTools._make(tool_calls=calls))
     changes["phase"] = ToolExecuting._make(tool_calls=calls, pending=pending)
     return replaced(state, changes), tuple(effects)
+
+
+def _at_the_limit(
+    state: ConversationState, event: LlmResponse, effects: list[Effect], changes: dict[str, Any]
+) -> Result:
+    """The response reached the limit (its occupancy, or the provider's window): it is
+    recorded, the tools it asks for are answered as not run, and the behaviour's path at the
+    limit starts."""
+    calls, stop_reason, usage = event.tool_calls, event.stop_reason, event.usage
+    said = record(
+        state, "assistant", event.text, tool_calls=calls, usage=usage, content=event.content
+    )
+    effects.append(said)
+    if calls:
+        # Their error results are recorded messages, so they are counted; their tokens are
+        # not, since every exhaustion path leaves this context (new session, generation or
+        # an end) and the figure reported to the user stays the measured one.
+        effects += not_run(state, calls, TOOL_NOT_RUN_CONTEXT)
+        changes["message_count"] += len(calls)
+    trigger: ExhaustionTrigger = "overflow" if stop_reason == WINDOW_EXCEEDED else "threshold"
+    resume_after = bool(calls) or stop_reason in (WINDOW_EXCEEDED, PAUSED_TURN)
+    if not resume_after:  # the reply ended the turn; a pause due waits for the limit's path
+        _turn_answered(state, event, changes)
+    measured = replaced(state, changes)
+    return exhaust(measured, trigger, calls, resume_after, effects, usage=usage)
+
+
+def _turn_answered(state: ConversationState, event: LlmResponse, changes: dict[str, Any]) -> None:
+    """The reply ``event`` ends a turn: it is counted, and when a pause trigger is due
+    (REQ-SEG-052, -053) a pause is pending from here, as if one had been asked for, so the
+    turn's boundary takes it (after a path at the limit the reply started, if any). A pause
+    already asked for keeps its own reason."""
+    turns = state.turns_since_resume + 1
+    changes["turns_since_resume"] = turns
+    at = event.at
+    if state.active_since is None and at is not None:
+        changes["active_since"] = at  # a conversation made without a time: its first answer
+    if state.pause_requested:
+        return
+    reason = pause_due(state, turns, at)
+    if reason is not None:
+        changes["pause_requested"] = True
+        changes["pause_reason"] = reason
 
 
 def on_provider_compacted(state: ConversationState, event: ProviderCompacted) -> Result:
@@ -291,7 +324,7 @@ def _compacted(
 
 def _round_limit(
     state: ConversationState,
-    calls: tuple[Any, ...],
+    event: LlmResponse,
     effects: list[Effect],
     changes: dict[str, Any],
     *,
@@ -300,10 +333,12 @@ def _round_limit(
     """The turn used its tool rounds: the calls are answered as not run (no tool_use is left
     unpaired), then a sub-agent fails, and anyone else gets one grace request without tools
     (``grace``), or, when that request asked for tools anyway, the turn ends."""
+    calls = event.tool_calls
     effects += not_run(state, calls, TOOL_NOT_RUN_LIMIT)
     changes["message_count"] += len(calls)
     changes["pending_tokens"] += len(calls) * estimate_tokens(TOOL_NOT_RUN_LIMIT)
-    if not grace:
+    if not grace:  # the grace request's answer ends the turn, whatever it asks for
+        _turn_answered(state, event, changes)
         return turn_boundary(state, effects, False, changes)
     config = state.config
     if config.behavior is ContextExhaustionBehavior.INTENTIONALLY_UNHANDLED:

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from math import ceil, sqrt
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field, ValidationInfo
 
 from segue.statemachine._values import Frozen
 
@@ -47,6 +47,60 @@ pre-flight with ``count_tokens`` replaces the guess)."""
 _HEADER_BYTES: Final = 96 * 1024
 """How much of a base64 image is decoded to find its size (JPEG's size marker may follow EXIF)."""
 _PAGE = re.compile(rb"/Type\s*/Page(?!s)")
+
+
+MAX_INPUT_DEPTH: Final = 64
+"""The deepest a tool call's input may nest (objects and lists within it): a tool's JSON
+Schema rarely goes past ten. Far deeper input is what a parser's recursion limit refuses,
+so a conversation that stored it could no longer be read."""
+MAX_INPUT_CHARS: Final = 4_000_000
+"""The most characters a tool call's input may hold (its keys' and strings' characters, and
+one for every other value): more than any model writes in one reply."""
+ENTERING: Final = "segue.entering"
+"""The validation context key (``{ENTERING: True}``) under which a tool input from outside is
+held to ``MAX_INPUT_DEPTH`` and ``MAX_INPUT_CHARS`` (an import; a model's reply is checked with
+``input_fault``). Reading what a store holds does not check them: nothing stored is refused
+on its way out."""
+
+
+def input_fault(value: object) -> str | None:
+    """What makes a tool input too deep or too large to keep, or None when it is neither.
+
+    Iterative (a stack, not recursion), so any depth is measured without running out of
+    Python's own stack, and it stops at the first bound passed."""
+    chars = 0
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            if depth > MAX_INPUT_DEPTH:
+                return f"nests deeper than {MAX_INPUT_DEPTH} levels"
+            for key, inner in item.items():
+                chars += len(key) if isinstance(key, str) else 1
+                stack.append((inner, depth + 1))
+        elif isinstance(item, list | tuple):
+            if depth > MAX_INPUT_DEPTH:
+                return f"nests deeper than {MAX_INPUT_DEPTH} levels"
+            stack.extend((inner, depth + 1) for inner in item)
+        else:
+            chars += len(item) if isinstance(item, str) else 1
+        if chars > MAX_INPUT_CHARS:
+            return f"holds more than {MAX_INPUT_CHARS:,} characters"
+    return None
+
+
+def _bounded(value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+    """A tool input, held to its bounds when it enters (see ``ENTERING``)."""
+    if isinstance(info.context, dict) and info.context.get(ENTERING):
+        fault = input_fault(value)
+        if fault is not None:
+            msg = f"a tool input {fault}"
+            raise ValueError(msg)
+    return value
+
+
+ToolInput = Annotated[dict[str, Any], AfterValidator(_bounded)]
+"""A tool call's input: a JSON object, bounded in depth and size where it enters."""
 
 
 class Base64Source(Frozen):
@@ -129,7 +183,7 @@ class ToolUseBlock(Frozen):
     type: Literal["tool_use"] = "tool_use"
     id: Annotated[str, Field(min_length=1)]
     name: Annotated[str, Field(min_length=1)]
-    input: dict[str, Any] = Field(default_factory=dict)
+    input: ToolInput = Field(default_factory=dict)
 
 
 class AgentToolUseBlock(Frozen):
@@ -139,7 +193,7 @@ class AgentToolUseBlock(Frozen):
     type: Literal["agent_tool_use"] = "agent_tool_use"
     id: Annotated[str, Field(min_length=1)]
     name: Annotated[str, Field(min_length=1)]
-    input: dict[str, Any] = Field(default_factory=dict)
+    input: ToolInput = Field(default_factory=dict)
 
 
 class AgentToolResultBlock(Frozen):

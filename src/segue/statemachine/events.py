@@ -21,6 +21,8 @@ NonEmptyText = Annotated[str, Field(min_length=1)]
 RetryAfter = Annotated[float, Field(ge=0, le=3600)]
 AttemptNumber = Annotated[StrictInt, Field(ge=1)]
 Seconds = Annotated[float, Field(ge=0)]
+Timestamp = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+"""A Unix time, as the runtime's clock gives it (the core has none)."""
 Focus = Annotated[str, Field(min_length=1, max_length=20_000, pattern=r"\S")]
 """A focus for the limit's request: some text that is not only whitespace."""
 
@@ -109,6 +111,10 @@ class LlmResponse(Frozen):
     """The compactions the provider made of its context in this same call, before answering
     (REQ-SEG-033, REQ-SEG-048): taken first, in order, in the one step that takes the answer,
     so that no crash can record one without the other."""
+    at: Timestamp | None = None
+    """Unix time the runtime took the response, by its clock: a response that ends a turn
+    this long after the conversation was created or last resumed may pause it
+    (``pause_after_seconds``, REQ-SEG-053). None: not measured (no time trigger fires)."""
 
 
 class LlmError(Frozen):
@@ -147,6 +153,9 @@ class ContinuationResponse(Frozen):
     usage: Usage | None = None
     stop_reason: str = "end_turn"
     """``"refusal"`` (or an empty summary) makes the core use ``FALLBACK_SUMMARY``."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """Tool calls the answer made (a request that repeated the turn's prefix left its tools
+    callable, REQ-SEG-056): never run; the summary is asked for again."""
 
 
 class ContinuationFailed(Frozen):
@@ -170,6 +179,9 @@ class CheckpointResponse(Frozen):
     elapsed_seconds: Seconds | None = None
     """Seconds since the conversation was created, by the runtime's clock when the answer
     arrived: what ``max_run_seconds`` is compared with (REQ-SEG-044). None: not measured."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """Tool calls the answer made (a request that repeated the turn's prefix left its tools
+    callable, REQ-SEG-056): never run; the summary is asked for again."""
 
 
 class CheckpointFailed(Frozen):
@@ -203,6 +215,9 @@ class CompactionResponse(Frozen):
     block: CompactionBlock | None = None
     """The provider compacted on demand (a manual trigger of a conversation whose provider
     compacts, REQ-SEG-048): its block, sent back verbatim from the new generation on."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """Tool calls the answer made (a request that repeated the turn's prefix left its tools
+    callable, REQ-SEG-056): never run; the summary is asked for again."""
 
 
 class CompactionFailed(Frozen):
@@ -259,6 +274,9 @@ class ResumeRequested(Frozen):
     application's context); used when it is this pause's (same conversation and version)."""
     current_context: dict[str, Any] | None = None
     """The application's context now (a git HEAD that moved since the pause is stated)."""
+    at: Timestamp | None = None
+    """Unix time of the resume, by the runtime's clock: ``pause_after_seconds`` measures from
+    it (REQ-SEG-053). None: from the first answer of the resumed session that carries a time."""
 
 
 Event = Annotated[

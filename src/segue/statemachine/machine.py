@@ -3,7 +3,8 @@
 Rules of this module (read these before changing anything):
 
 1. Pure. No I/O, no clock, no randomness, no logging. Same input, same output; inputs are never
-   mutated. Time appears only as data (a retry delay in an effect; a ``RetryDue`` event).
+   mutated. Time appears only as data (a retry delay in an effect; a ``RetryDue`` event; the
+   runtime's times on an answer or a resume, which the pause triggers compare).
 2. Every change of a conversation goes through ``transition()``. The executor performs the
    returned effects and reports their outcomes as new events; it never edits a state.
 3. Total. Every phase x event pair has an answer. An event that does not fit (a late response

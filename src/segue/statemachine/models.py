@@ -15,7 +15,7 @@ from typing import Annotated, Any, Final, Literal, Self
 from pydantic import Field, StrictInt, model_validator
 
 from segue.statemachine._values import Frozen
-from segue.statemachine.content import ContentBlock
+from segue.statemachine.content import ContentBlock, ToolInput
 
 TokenCount = Annotated[StrictInt, Field(ge=0)]
 """A number of tokens: an exact, non-negative integer (``True`` or ``"5"`` are refused)."""
@@ -52,6 +52,17 @@ class ContextExhaustionBehavior(_LenientStrEnum):
     CHECKPOINT_PAUSE = "checkpoint_pause"
     """Orchestrated agents: write a checkpoint, take a snapshot and pause; an orchestrator
     resumes it later in a fresh session from the compiled resume context."""
+
+
+SummaryRequest = Literal["tool_less", "reuse_prefix"]
+"""How the limit's requests (continuation summary, checkpoint, compaction summary) are sent:
+``tool_less``, no tool callable (REQ-BED-020, REQ-SEG-047); ``reuse_prefix``, the turn's
+request repeated exactly with the instruction appended, so the provider reads it from its
+prompt cache, and any tool call in the answer refused (REQ-SEG-055)."""
+REUSE_PREFIX_ASKS: Final = 2
+"""How many times a summary is asked for with the turn's prefix (tools callable) before the
+tool-less request: the first ask and one more after an answer that called a tool (REQ-SEG-056).
+The tool-less request cannot be answered with a call, so the path always ends."""
 
 
 class ErrorKind(_LenientStrEnum):
@@ -116,7 +127,7 @@ class ToolCall(Frozen):
 
     id: Annotated[str, Field(min_length=1)]
     name: Annotated[str, Field(min_length=1)]
-    input: dict[str, Any] = Field(default_factory=dict)
+    input: ToolInput = Field(default_factory=dict)
 
 
 MessageKind = Literal["user", "assistant", "tool_result", "continuation", "checkpoint", "summary"]
@@ -314,3 +325,24 @@ def model_info(model: str) -> ModelInfo:
         max_output_tokens=_UNKNOWN_MAX_OUTPUT,
         known=False,
     )
+
+
+def table_name(model: str) -> str | None:
+    """The name of the table's entry ``model`` is one of (``claude-sonnet-4-6`` for
+    ``claude-sonnet-4-6-20260101``, ``gpt-4o-mini`` for ``ft:gpt-4o-mini-2024-07-18:org::id``),
+    a later generation's base name (``claude-opus-5``), or None for a model the table does not
+    know. Few names answer for many: what a metric may label a model with without a series per
+    name a client makes up."""
+    name = _base_name(model)
+    best = max(
+        (
+            e[1]
+            for e in (*_MODEL_TABLE, *_LEGACY_TABLE)
+            if name == e[1] or name.startswith(e[1] + "-")
+        ),
+        key=len,
+        default=None,
+    )
+    if best is not None:
+        return best
+    return name if _LATER_GENERATION.match(name) is not None else None

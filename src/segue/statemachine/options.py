@@ -17,7 +17,12 @@ from pydantic import Field, StrictFloat, StrictInt, model_validator
 
 from segue.statemachine._values import Frozen
 from segue.statemachine.accounting import estimate_tokens
-from segue.statemachine.models import ContextExhaustionBehavior, ModelSettings, model_info
+from segue.statemachine.models import (
+    ContextExhaustionBehavior,
+    ModelSettings,
+    SummaryRequest,
+    model_info,
+)
 from segue.statemachine.state import (
     MAX_PROMPT_CHARS,
     MIN_TOOL_OUTPUT_TOKENS,
@@ -88,6 +93,23 @@ class ConversationOptions(Frozen):
     """The provider's context-editing strategies, as its API documents them
     (``clear_tool_uses_20250919``, ``clear_thinking_20251015``), sent with every turn
     (REQ-SEG-050; refused for an adapter that cannot send them)."""
+    summary_request: SummaryRequest = "tool_less"
+    """How the limit's requests (continuation summary, checkpoint, compaction summary) are
+    sent. ``tool_less``: no tool callable (REQ-BED-020), the turn's tools and system prompt read
+    from the provider's cache, the history billed at the plain rate (REQ-SEG-047).
+    ``reuse_prefix``: the turn's request repeated exactly, the instruction appended with a cache
+    breakpoint, so the whole prefix is read from the cache; a tool the model calls is never run
+    and the summary is asked for again (REQ-SEG-055, REQ-SEG-056; the model adapter must say it
+    can, or the conversation is refused)."""
+    pause_after_turns: Annotated[StrictInt, Field(ge=1, le=1_000_000)] | None = None
+    """Pause at the end of the Nth turn since the conversation was created or last resumed,
+    as a pause asked for would be, with the reason "after N turns" (REQ-SEG-052)."""
+    pause_after_seconds: (
+        Annotated[StrictFloat, Field(gt=0, le=366 * 24 * 3600, allow_inf_nan=False)] | None
+    ) = None
+    """Pause at the end of the first turn that ends this many seconds or more after the
+    conversation was created or last resumed, with the reason "after 30 minutes"
+    (REQ-SEG-053). Never mid-turn: a turn running at that moment finishes first."""
 
     @model_validator(mode="after")
     def _coherent(self) -> Self:
@@ -99,6 +121,13 @@ class ConversationOptions(Frozen):
             raise ValueError(msg)
         self.settings  # noqa: B018  # refuses the combinations the Messages API refuses
         check_compaction(self.compaction, self.behavior)
+        if self.summary_request == "reuse_prefix" and self.summary_model is not None:
+            msg = (
+                'summary_request="reuse_prefix" repeats the turn\'s request, its model included '
+                "(another model has no cache of it): leave summary_model out, or "
+                'summary_request as "tool_less"'
+            )
+            raise ValueError(msg)
         return self
 
     @property
@@ -177,6 +206,7 @@ def new_conversation(
     conversation_id: str | None = None,
     parent_id: str | None = None,
     system_tokens: int | None = None,
+    started_at: float | None = None,
     **fields: Any,
 ) -> ConversationState:
     """A new, idle conversation made with ``options``, or with its fields as keywords
@@ -186,7 +216,9 @@ def new_conversation(
     parent (``<parent>.child``) or is ``"conversation"``; runtimes always pass a fresh one. A
     window or a bound on output left out comes from segue's table of models (the runtime asks
     the provider first). ``system_tokens`` seeds pre-flight with what the system prompt and the
-    tools take (default: the options' system prompt, estimated). Invalid values raise
+    tools take (default: the options' system prompt, estimated). ``started_at``: the Unix time
+    it was created, by the caller's clock, which ``pause_after_seconds`` measures from (the core
+    has none; left out, the first answer that carries a time starts it). Invalid values raise
     ``pydantic.ValidationError``.
     """
     if options is None:
@@ -204,4 +236,6 @@ def new_conversation(
         system_tokens=system_tokens,
         window_source="given" if options.context_window else "table" if info.known else "assumed",
     )
-    return ConversationState(config=config, pending_tokens=config.system_tokens)
+    return ConversationState(
+        config=config, pending_tokens=config.system_tokens, active_since=started_at
+    )

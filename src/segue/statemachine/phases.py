@@ -12,7 +12,7 @@ from pydantic import Field, StrictInt
 
 from segue.statemachine._values import Frozen
 from segue.statemachine.checkpoint import SessionSnapshot
-from segue.statemachine.models import ErrorKind, ToolCall, Usage
+from segue.statemachine.models import ErrorKind, SummaryRequest, ToolCall, Usage
 
 Attempt = Annotated[StrictInt, Field(ge=1)]
 TrimLevel = Annotated[StrictInt, Field(ge=0)]
@@ -61,6 +61,11 @@ class AwaitingContinuation(Frozen):
     """The first answer was empty or a refusal: this asks again with another instruction."""
     focus: str | None = None
     """The user's focus for this exhaustion path (a manual trigger's), sent with each ask."""
+    shape: SummaryRequest = "tool_less"
+    """How this ask is sent: the conversation's ``summary_request``, ``tool_less`` after an
+    overflow or after ``REUSE_PREFIX_ASKS`` answers that called a tool (REQ-SEG-055)."""
+    tool_answers: TrimLevel = 0
+    """Answers to this path's requests that called a tool (never run, REQ-SEG-056)."""
 
 
 class AwaitingCheckpoint(Frozen):
@@ -80,6 +85,11 @@ class AwaitingCheckpoint(Frozen):
     retry_pending: bool = False
     focus: str | None = None
     """The user's focus for this exhaustion path (a manual trigger's), sent with each ask."""
+    shape: SummaryRequest = "tool_less"
+    """How this ask is sent: the conversation's ``summary_request``, ``tool_less`` after an
+    overflow or after ``REUSE_PREFIX_ASKS`` answers that called a tool (REQ-SEG-055)."""
+    tool_answers: TrimLevel = 0
+    """Answers to this path's requests that called a tool (never run, REQ-SEG-056)."""
 
 
 class Compacting(Frozen):
@@ -96,6 +106,11 @@ class Compacting(Frozen):
     """The first answer was empty or a refusal: this asks again with another instruction."""
     focus: str | None = None
     """The user's focus for this exhaustion path (a manual trigger's), sent with each ask."""
+    shape: SummaryRequest = "tool_less"
+    """How this ask is sent: the conversation's ``summary_request``, ``tool_less`` after an
+    overflow or after ``REUSE_PREFIX_ASKS`` answers that called a tool (REQ-SEG-055)."""
+    tool_answers: TrimLevel = 0
+    """Answers to this path's requests that called a tool (never run, REQ-SEG-056)."""
 
 
 class ContextExhausted(Frozen):

@@ -14,6 +14,7 @@ from segue.statemachine.models import (
     DEFAULT_SETTINGS,
     ContextExhaustionBehavior,
     ModelSettings,
+    SummaryRequest,
 )
 from segue.statemachine.phases import IDLE, Phase
 
@@ -24,6 +25,13 @@ Compaction = Literal["segue", "provider"]
 provider within the same call (REQ-SEG-048)."""
 ContextEdits = Annotated[tuple[dict[str, Any], ...], AfterValidator(checked_edits)]
 """The provider's context-editing strategies a conversation asks for (REQ-SEG-050)."""
+
+
+PauseTurns = Annotated[StrictInt, Field(ge=1, le=1_000_000)]
+"""A count of turns after which a conversation pauses (REQ-SEG-052)."""
+PauseSeconds = Annotated[float, Field(gt=0, le=366 * 24 * 3600, allow_inf_nan=False)]
+"""Seconds after which a conversation pauses at its next turn's end (REQ-SEG-053): at most a
+year (anything longer is no bound)."""
 
 
 WindowSource = Literal["given", "server", "table", "assumed"]
@@ -127,6 +135,15 @@ class ConversationConfig(Frozen):
     continuation threshold (``COMPACT_IN_PLACE`` only; REQ-SEG-048)."""
     context_edits: ContextEdits = ()
     """The provider's context-editing strategies sent with every turn (REQ-SEG-050)."""
+    summary_request: SummaryRequest = "tool_less"
+    """How the limit's requests are sent: ``tool_less`` (REQ-BED-020, REQ-SEG-047) or
+    ``reuse_prefix``, the turn's request repeated with the instruction appended (REQ-SEG-055)."""
+    pause_after_turns: PauseTurns | None = None
+    """Pause at the end of the turn that makes this many since the conversation was created
+    or last resumed (REQ-SEG-052). None: no count pauses it."""
+    pause_after_seconds: PauseSeconds | None = None
+    """Pause at the end of the first turn that ends this many seconds or more after the
+    conversation was created or last resumed (REQ-SEG-053). None: no time pauses it."""
 
     @property
     def tool_output_cap(self) -> int:
@@ -220,6 +237,14 @@ class ConversationState(Frozen):
     compaction_fallback: bool = False
     """The provider could not compact this conversation once (REQ-SEG-049): segue compacts it
     itself from then on, whatever its ``compaction`` says."""
+    turns_since_resume: Count = 0
+    """Turns answered since the conversation was created or last resumed: what
+    ``pause_after_turns`` counts (REQ-SEG-052). A resume starts it again from 0."""
+    active_since: float | None = None
+    """Unix time the conversation was created or last resumed, by the runtime's clock (the core
+    has none: it comes as data, from the runtime at creation and from ``ResumeRequested.at``):
+    what ``pause_after_seconds`` measures from (REQ-SEG-053). None: not known yet; the first
+    answer that carries a time (``LlmResponse.at``) starts it."""
 
     @property
     def id(self) -> str:

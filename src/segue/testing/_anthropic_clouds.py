@@ -31,6 +31,22 @@ def cloud_call(path: str) -> tuple[str, bool, bool] | None:
     return None
 
 
+_BEDROCK_NAME: Final = re.compile(
+    r"^(?:.*/)?(?:[a-z]{2,6}\.)?anthropic\.(?P<name>.+?)(?:-v\d+(?::\d+)?)?$"
+)
+
+
+def served(model: str, *, bedrock: bool) -> tuple[str, str]:
+    """``(id prefix, model)`` of a cloud's answer: Bedrock's message ids begin ``msg_bdrk_``
+    and Vertex AI's ``msg_vrtx_``; both name the model as the Messages API does
+    (``anthropic.claude-3-5-sonnet-20241022-v2:0`` answers as ``claude-3-5-sonnet-20241022``,
+    ``claude-sonnet-4-5@20250929`` as ``claude-sonnet-4-5-20250929``)."""
+    if bedrock:
+        named = _BEDROCK_NAME.match(model)
+        return "msg_bdrk_", named["name"] if named is not None else model
+    return "msg_vrtx_", model.replace("@", "-")
+
+
 def _aws_header(name: str, value: str) -> bytes:
     key, text = name.encode(), value.encode()
     return struct.pack(">B", len(key)) + key + b"\x07" + struct.pack(">H", len(text)) + text
@@ -54,4 +70,4 @@ def aws_frame(event: dict[str, Any]) -> bytes:
     return message + struct.pack(">I", zlib.crc32(message))
 
 
-__all__ = ["aws_frame", "cloud_call"]
+__all__ = ["aws_frame", "cloud_call", "served"]

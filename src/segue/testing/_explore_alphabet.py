@@ -260,9 +260,10 @@ def _past_the_time_bound(bound: float | None) -> tuple[Move, ...]:
 
 
 def _summary_answers(figures: _Figures) -> dict[RequestKind, tuple[Move, ...]]:
-    """Answers to the three tool-less requests: usable, empty and refused summaries (measured
+    """Answers to the three requests at the limit: usable, empty and refused summaries (measured
     or not, or over the window), checkpoints (one, none, one too large to seed a session),
-    compactions that leave room or retain the threshold, and the three failures of each."""
+    compactions that leave room or retain the threshold, an answer of each that called a tool,
+    and the three failures of each."""
     measures = (
         ("no usage", None),
         ("below warning", figures.below_warning),
@@ -277,7 +278,7 @@ def _summary_answers(figures: _Figures) -> dict[RequestKind, tuple[Move, ...]]:
         for measured, tokens in measures
     )
     huge = "<checkpoint>\n## Goal\n" + "x" * (3 * figures.threshold) + "\n</checkpoint>"
-    checkpoints = (
+    checkpoints: tuple[Move, ...] = (
         Move("checkpoint_response(checkpoint)", CheckpointResponse(text=CHECKPOINT)),
         Move("checkpoint_response(empty)", CheckpointResponse(text="")),
         Move("checkpoint_response(too large to seed)", CheckpointResponse(text=huge)),
@@ -289,6 +290,27 @@ def _summary_answers(figures: _Figures) -> dict[RequestKind, tuple[Move, ...]]:
         )
         for name, summary, stop in _SUMMARIES
         for retained in (figures.unit, figures.threshold)
+    )
+    # A model that called a tool while summarising (REQ-SEG-056): refused where its tools were
+    # callable (``reuse_prefix``), read for its text where they were not.
+    called = (_call("s1", figures.unit),)
+    continuations += (
+        Move(
+            "continuation_response(called a tool)",
+            ContinuationResponse(summary=SUMMARY, tool_calls=called),
+        ),
+    )
+    checkpoints += (
+        Move(
+            "checkpoint_response(called a tool)",
+            CheckpointResponse(text=CHECKPOINT, tool_calls=called),
+        ),
+    )
+    compactions += (
+        Move(
+            "compaction_response(called a tool)",
+            CompactionResponse(summary=SUMMARY, retained_tokens=figures.unit, tool_calls=called),
+        ),
     )
     return {
         "continuation": (*continuations, *_failures("continuation_failed", ContinuationFailed)),

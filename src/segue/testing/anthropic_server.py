@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import unquote
 
-from segue.testing._anthropic_clouds import aws_frame, cloud_call
+from segue.testing._anthropic_clouds import aws_frame, cloud_call, served
 from segue.testing._scripted_http import RecordedRequest as RecordedRequest  # noqa: PLC0414  # re-exported: this module's API since it was written here
 from segue.testing._scripted_http import ScriptedHandler, ScriptedServer, serve_until_stopped
 from segue.testing.anthropic_managed import (
@@ -83,9 +83,11 @@ class _Handler(ScriptedHandler):
     def _route(self, path: str, body: Any) -> None:
         fake = self.fake
         cloud = cloud_call(path)
+        self._served = None  # a connection kept alive may carry another client's next request
         if self.command == "POST" and cloud is not None and isinstance(body, dict):
             # Bedrock and Vertex AI name the model (and whether to stream) in the path.
             model, stream, self._aws_frames = cloud
+            self._served = served(model, bedrock=self._aws_frames)
             body = {**body, "model": model, "stream": stream}
             scripted = fake.pending > 0
             self._messages(body, fake._next_reply(body), scripted=scripted)
@@ -124,8 +126,8 @@ class _Handler(ScriptedHandler):
         if isinstance(reply, ErrorReply) and not (reply.mid_stream and stream):
             self._send_error(reply)
             return
-        message_id = f"msg_fake_{uuid.uuid4().hex[:20]}"
-        model = str(request["model"])
+        prefix, model = self._served or ("msg_", str(request["model"]))
+        message_id = f"{prefix}fake{uuid.uuid4().hex[:20]}"
         if isinstance(reply, MessageReply):
             betas = betas_of({k.lower(): v for k, v in self.headers.items()}, request)
             try:
@@ -148,6 +150,8 @@ class _Handler(ScriptedHandler):
 
     _aws_frames = False
     """This request came as Bedrock's: its stream is AWS event-stream frames, not SSE."""
+    _served: tuple[str, str] | None = None
+    """A cloud's request: the prefix of its message ids and the model its answer names."""
 
     def _send_aws_events(self, events: list[dict[str, Any]]) -> None:
         """Bedrock's ``invoke-with-response-stream``: each event a binary frame whose payload

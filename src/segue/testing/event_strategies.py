@@ -274,6 +274,13 @@ def _failure_flags() -> st.SearchStrategy[tuple[bool, bool]]:
     )
 
 
+_times: Final = st.one_of(
+    st.none(), st.sampled_from((0.0, 59.0, 60.0, 1_800.0, 3_600.0)), st.floats(0, 10_000)
+)
+"""When the runtime took an answer or a resume (Unix time, small: the triggers compare
+differences): around the pause triggers ``conversations()`` draws (REQ-SEG-053)."""
+
+
 def _user_message(scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
     return st.builds(UserMessage, text=_nonempty_texts, token_count=scale.message_tokens())
 
@@ -288,6 +295,7 @@ def _llm_response(scale: _Scale, ids: tuple[str, ...]) -> st.SearchStrategy[Even
         usage=usage,
         stop_reason=st.sampled_from(_STOP_REASONS),
         session_ref=st.sampled_from((None, None, "session-a", "session-b")),
+        at=_times,
     )
 
 
@@ -317,12 +325,22 @@ def _tool_result(scale: _Scale, ids: tuple[str, ...]) -> st.SearchStrategy[Event
     )
 
 
+_SUMMARY_CALL_IDS: Final = ("s1", "s2")
+"""Ids of the calls a summary answer makes (REQ-SEG-056): never run, so never awaited."""
+
+
+def _summary_calls() -> st.SearchStrategy[tuple[ToolCall, ...]]:
+    """Mostly none; now and then the calls of a model that called a tool while summarising."""
+    return weighted([(3, st.just(())), (1, tool_calls(ids=_SUMMARY_CALL_IDS, max_size=2))])
+
+
 def _continuation_response(scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
     return st.builds(
         ContinuationResponse,
         summary=_texts,
         usage=scale.usage(),
         stop_reason=st.sampled_from(("end_turn", "max_tokens", "refusal")),
+        tool_calls=_summary_calls(),
     )
 
 
@@ -339,6 +357,7 @@ def _checkpoint_response(scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrat
         CheckpointResponse,
         text=st.one_of(st.sampled_from(_CHECKPOINT_TEXTS), _texts),
         usage=scale.usage(),
+        tool_calls=_summary_calls(),
     )
 
 
@@ -356,6 +375,7 @@ def _compaction_response(scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrat
         summary=_texts,
         retained_tokens=st.one_of(st.integers(0, scale.warning), scale.tokens(scale.window)),
         usage=scale.usage(),
+        tool_calls=_summary_calls(),
     )
 
 
@@ -384,7 +404,7 @@ def _pause_requested(_scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrategy
 
 
 def _resume_requested(_scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
-    return st.builds(ResumeRequested, prompt=st.one_of(st.none(), _texts))
+    return st.builds(ResumeRequested, prompt=st.one_of(st.none(), _texts), at=_times)
 
 
 _BUILDERS: Final[dict[str, Callable[[_Scale, tuple[str, ...]], st.SearchStrategy[Event]]]] = {

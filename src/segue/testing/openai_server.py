@@ -13,18 +13,20 @@ usage with cached and cache-write tokens or none at all, a ``finish_reason``, er
 OpenAI's bodies (``context_length_exceeded``, 401, 429 with ``Retry-After``, 5xx), an error
 event in a stream that had started, a stream cut before its end, a dropped connection, a
 Responses stream that ends ``failed`` or ``incomplete`` (the replies and their wire shapes are
-in ``openai_replies``, importable from here too). Every request is recorded; ``repr`` of a
-recorded request hides the credential. Only the standard library is used
+in ``openai_replies``, importable from here too). ``AsyncAzureOpenAI`` with the fake's origin
+as its ``azure_endpoint`` is answered too, under Azure's paths. Every request is recorded;
+``repr`` of a recorded request hides the credential. Only the standard library is used
 (``python -m segue.testing.openai_server`` prints its base URL and serves default replies).
 """
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any, Final, Literal
 from urllib.parse import unquote
 
 from segue.testing._measured import Measured
@@ -70,6 +72,22 @@ from segue.testing.prompt_cache import output_tokens
 
 Api = Literal["chat", "responses"]
 _APIS: dict[str, Api] = {"/v1/chat/completions": "chat", "/v1/responses": "responses"}
+_AZURE_DEPLOYMENT: Final = re.compile(r"^/openai/deployments/[^/]+(?P<rest>/.+)$")
+
+
+def _unazured(path: str) -> str:
+    """Azure OpenAI's paths as OpenAI's (``AsyncAzureOpenAI`` pointed at the fake as its
+    ``azure_endpoint``): ``/openai/deployments/{name}/chat/completions``, ``/openai/responses``
+    and the v1 API's ``/openai/v1/...`` answer as ``/v1/...`` do (the deployment is the model
+    the client names in the body too)."""
+    deployed = _AZURE_DEPLOYMENT.match(path)
+    if deployed is not None:
+        return f"/v1{deployed['rest']}"
+    if path.startswith("/openai/v1/"):
+        return path.removeprefix("/openai")
+    if path.startswith("/openai/"):
+        return f"/v1{path.removeprefix('/openai')}"
+    return path
 
 
 class _Handler(ScriptedHandler):
@@ -83,6 +101,7 @@ class _Handler(ScriptedHandler):
 
     def _route(self, path: str, body: Any) -> None:
         fake = self.fake
+        path = _unazured(path)
         api = _APIS.get(path)
         if self.command == "POST" and path == "/v1/responses/compact":
             self._compact(body)

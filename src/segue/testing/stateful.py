@@ -276,10 +276,11 @@ class ConversationMachine(Invariants, RuleBasedStateMachine):
         times it arrives through ``stray_event``)."""
         self._deliver(data, "manual_continuation")
 
-    @precondition(lambda self: self.state.phase.kind in {"llm_requesting", "tool_executing"})
+    @precondition(lambda self: self.state.phase.kind in BUSY_PHASES)
     @rule(data=st.data())
     def pause_requested(self, data: st.DataObject) -> None:
-        """An orchestrator asks for a pause mid-turn (at other times: ``stray_event``)."""
+        """An orchestrator asks for a pause while the turn (or its path at the limit) runs, in
+        the phases the core's rules name for it (at other times: ``stray_event``)."""
         self._deliver(data, "pause_requested")
 
     @precondition(lambda self: self.state.phase.kind == "paused")

@@ -94,6 +94,10 @@ def _conversation(
         max_attempts=draw(st.integers(1, 5)),
         max_continuations=draw(weighted([(4, st.integers(1, 5)), (1, st.just(0))])),
         max_tool_rounds=draw(weighted([(3, st.integers(1, 3)), (1, st.just(50))])),
+        summary_request=draw(st.sampled_from(("tool_less", "reuse_prefix"))),
+        pause_after_turns=draw(weighted([(3, st.none()), (1, st.integers(1, 3))])),
+        pause_after_seconds=draw(weighted([(3, st.none()), (1, st.sampled_from((60.0, 1_800.0)))])),
+        started_at=draw(st.sampled_from((None, 0.0))),
     )
 
 
@@ -104,8 +108,8 @@ def conversations(
 ) -> st.SearchStrategy[ConversationState]:
     """New, idle conversations from ``new_conversation``: every behaviour (or ``behaviors``),
     windows from tiny to 1M (or ``context_windows``; sometimes the model table's), thresholds with
-    warning <= continuation, a few attempt, continuation and tool-round bounds, with and without a
-    parent."""
+    warning <= continuation, a few attempt, continuation and tool-round bounds, sometimes a pause
+    trigger, with and without a parent."""
     chosen = tuple(
         ContextExhaustionBehavior(behavior)
         for behavior in (behaviors if behaviors is not None else ContextExhaustionBehavior)

@@ -122,6 +122,16 @@ def _status_error(
 # --------------------------------------------------------------------------- the adapter
 
 
+def _provider_of(client: object) -> str:
+    """The provider a client talks to, as the GenAI conventions' ``gen_ai.provider.name`` spells
+    it. Vertex AI's client is looked up by name: importing its module imports google-auth."""
+    if isinstance(client, anthropic.AsyncAnthropicBedrock):
+        return "aws.bedrock"
+    if type(client).__name__ == "AsyncAnthropicVertex":
+        return "gcp.vertex_ai"
+    return "anthropic"
+
+
 class AnthropicModel(EventStreamModel[Payload, Any]):
     """``LlmModel`` for Anthropic's Messages API.
 
@@ -134,13 +144,19 @@ class AnthropicModel(EventStreamModel[Payload, Any]):
     conversation's ``max_output_tokens``). ``summary_max_tokens``: the bound for the tool-less
     requests. ``exact_preflight``: let ``count_tokens`` ask the API (one extra request per
     pre-flight) instead of answering None. ``prompt_caching``: mark cache breakpoints on the
-    tools, the system prompt and the latest turn (on by default).
+    tools, the system prompt and the latest turn (on by default). ``provider_name``: what
+    traces and metrics call the provider (``gen_ai.provider.name``); None names it by the
+    client, as OpenTelemetry's GenAI conventions spell it: ``aws.bedrock``, ``gcp.vertex_ai``,
+    else ``anthropic``.
     """
 
     _log = log
     _not_its_api = "is the base URL an Anthropic Messages API?"
     _provider = "anthropic"
     _stream_types = ("event-stream", "vnd.amazon.eventstream")  # Bedrock's binary frames
+    reuses_prefix: bool = True
+    """It sends the limit's requests as the turn's request repeated when asked
+    (``summary_request="reuse_prefix"``, REQ-SEG-055; ``PrefixReusing``)."""
 
     def __init__(
         self,
@@ -150,7 +166,10 @@ class AnthropicModel(EventStreamModel[Payload, Any]):
         summary_max_tokens: int = 4096,
         exact_preflight: bool = False,
         prompt_caching: bool = True,
+        provider_name: str | None = None,
     ) -> None:
+        if provider_name is not None and not provider_name.strip():
+            raise ValueError("provider_name must name the provider (or be None: by the client)")
         super().__init__(
             max_tokens=max_tokens,
             summary_max_tokens=summary_max_tokens,
@@ -160,6 +179,12 @@ class AnthropicModel(EventStreamModel[Payload, Any]):
         # SDK's own retries are off: on top of segue's they multiplied the HTTP attempts.
         self._client = client.with_options(max_retries=0)
         self._caching = prompt_caching
+        self._provider_name = provider_name or _provider_of(client)
+
+    @property
+    def provider_name(self) -> str:
+        """The provider as OpenTelemetry's GenAI conventions name it (``NamedProvider``)."""
+        return self._provider_name
 
     def payload(self, request: LlmRequest) -> Payload:
         """What ``complete`` would send for ``request`` (public so callers can inspect it)."""

@@ -12,7 +12,11 @@ sending it so it can be read, tested and counted (``count_tokens`` uses the same
   rejected calls named and the instruction appended as the last user text, so the provider
   reads what it cached of that prefix instead of a new prompt. Given none (or after an
   overflow, ``trim_level``), the history goes *repaired*: every tool block a bounded line of
-  prose, images and documents named, the oldest quarters dropped, the instruction last.
+  prose, images and documents named, the oldest quarters dropped, the instruction last. With
+  ``reuse_prefix`` (REQ-SEG-055) they are the turn's request exactly (its tool choice and
+  thinking, its breakpoints) with the rejected calls and the instruction appended last and a
+  breakpoint on them, so the whole prefix is read from the cache; a tool call in the answer
+  comes back as one, for the core to refuse.
 * **Prompt caching** is on by default: breakpoints on the tools, the system prompt and the last
   block of a turn, so each turn reads the history before it from the cache (the accounting
   already counts cache reads as part of the prompt). A request at the limit marks no
@@ -283,6 +287,8 @@ def build_payload(request: LlmRequest, *, max_tokens: int, caching: bool = True)
     turn's prefix when the turn's tools come with it, else the history as text)."""
     settings = request.settings
     options: dict[str, Any] = {}
+    # REQ-SEG-055: the turn's request repeated, the rejected calls and the instruction last.
+    reuse = request.purpose != "turn" and request.reuse_prefix and request.trim_level == 0
     if request.purpose == "compaction" and request.compaction is not None:
         # The provider compacts on demand: the turn's history, blocks and all, then a note.
         messages = _with_final_user_text(
@@ -291,7 +297,7 @@ def build_payload(request: LlmRequest, *, max_tokens: int, caching: bool = True)
         tools = _tool_params(request)
         if tools:
             options["tool_choice"] = {"type": "none"}
-    elif request.purpose != "turn" and request.tools and request.trim_level == 0:
+    elif request.purpose != "turn" and request.tools and request.trim_level == 0 and not reuse:
         messages = turn_messages(request.messages)
         closing = "\n\n".join(
             text
@@ -301,10 +307,14 @@ def build_payload(request: LlmRequest, *, max_tokens: int, caching: bool = True)
         messages = _with_final_user_text(messages, closing or CONTINUE)
         tools = _tool_params(request)
         options["tool_choice"] = {"type": "none"}
-    elif request.purpose == "turn":
+    elif request.purpose == "turn" or reuse:
         messages = turn_messages(request.messages)
-        if request.instruction:
-            messages = _with_final_user_text(messages, request.instruction)
+        last = request.instruction
+        if reuse:
+            said = (rejected_prose(request.rejected_tool_calls), request.instruction)
+            last = "\n\n".join(text for text in said if text) or CONTINUE
+        if last:
+            messages = _with_final_user_text(messages, last)
         tools = _tool_params(request)
         if settings.thinking_budget is not None:
             options["thinking"] = {"type": "enabled", "budget_tokens": settings.thinking_budget}
@@ -326,7 +336,9 @@ def build_payload(request: LlmRequest, *, max_tokens: int, caching: bool = True)
     if caching:
         # Nothing reads back the history of a request at the limit, nor of a turn's last
         # round (tool_choice none: the next turn's prefix is keyed without it).
-        history = request.purpose == "turn" and not request.final
+        # A summary that repeats the turn's request marks its breakpoints, the last on the
+        # instruction: it reads the turn's prefix, and a second ask reads the first's.
+        history = (request.purpose == "turn" and not request.final) or reuse
         system = _cache_marked(request.system or None, tools, messages, history=history)
     return Payload(
         system=system,

@@ -78,12 +78,19 @@ class StreamReader:
     """``usage.iterations``: what each sampling iteration of the call cost, in order."""
     applied: list[Any] = field(default_factory=list)
     """``context_management.applied_edits``: what the provider cleared before answering."""
+    response_id: str | None = None
+    """The message's id (``message_start``), for tracing (``gen_ai.response.id``)."""
+    response_model: str | None = None
+    """The model that answered, as the provider names it (``message_start``)."""
 
     def feed(self, event: Any) -> None:
         """Take one raw stream event (an SDK ``RawMessageStreamEvent``)."""
         kind = getattr(event, "type", None)
         if kind == "message_start":
-            self._take_usage(getattr(getattr(event, "message", None), "usage", None))
+            message = getattr(event, "message", None)
+            self._take_usage(getattr(message, "usage", None))
+            self.response_id = _text_or_none(getattr(message, "id", None))
+            self.response_model = _text_or_none(getattr(message, "model", None))
         elif kind == "content_block_start":
             start = event.content_block
             self.blocks[event.index] = _Block(kind=getattr(start, "type", "unknown"), start=start)
@@ -171,6 +178,8 @@ class StreamReader:
             content=tuple(content) if thinking else (),
             compactions=tuple(compactions),
             context_edits=tuple(_edits(self.applied)),
+            response_id=self.response_id,
+            response_model=self.response_model,
         )
 
     def _compaction(self, block: _Block, index: int) -> ProviderCompaction:
@@ -198,6 +207,11 @@ class StreamReader:
             return Usage(**self.usage)
         except ValidationError:
             return None  # a malformed report says nothing; the core keeps its last figure
+
+
+def _text_or_none(value: object) -> str | None:
+    """A field a compatible server may leave out, or send empty: a string, else None."""
+    return value if isinstance(value, str) and value else None
 
 
 def _plain(value: Any) -> dict[str, Any]:

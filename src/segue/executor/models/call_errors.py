@@ -6,7 +6,8 @@ the API key kept out of it.
   error type means (``Meaning``) and its ``Retry-After`` (``retry_after``).
 * ``says_overflow`` tells a provider's "the prompt does not fit" in any of the wordings the
   servers segue meets use (``OVERFLOW_WORDINGS``: OpenAI, Anthropic, vLLM, llama.cpp, Ollama,
-  LM Studio, LiteLLM): each takes the exhaustion path, never a failed turn.
+  LM Studio, LiteLLM): each takes the exhaustion path, never a failed turn; and, on a 400 or
+  a 413 only, in the generic families other libraries match (``GENERIC_OVERFLOW_WORDINGS``).
 * ``secrets_of`` picks the credentials worth redacting, ``redact`` keeps them out of a
   message, and ``scrub_secrets`` out of every exception chained below the error raised (what
   ``calls.guarded`` does for every adapter).
@@ -53,6 +54,21 @@ event whose message or type holds one is an overflow. ``tests/test_overflow_word
 checks each against the error body its server sends."""
 
 
+GENERIC_OVERFLOW_WORDINGS: Final[tuple[str, ...]] = (
+    "maximum context length",
+    "context length exceeded",
+    "input is too long",
+    "exceeds token limit",
+    "context window full",
+)
+"""The families of wordings other agent libraries' detectors take for an overflow (CrewAI's
+list; "Requested token count exceeds the model's maximum context length of N tokens" is the
+first), lower-cased. Looser than ``OVERFLOW_WORDINGS``, so they count only on a 400 or a 413
+(``GENERIC_OVERFLOW_STATUS``): a 429 that says "too many tokens" is a rate limit, and a 5xx the
+server's own trouble, worth retrying."""
+GENERIC_OVERFLOW_STATUS: Final = frozenset({400, 413})
+"""The statuses on which a generic wording (``GENERIC_OVERFLOW_WORDINGS``) is an overflow."""
+
 NOT_OVERFLOW_STATUS: Final = frozenset({401, 403, 404, 429})
 """Statuses that mean something else whatever their message says (a key, a model, a rate)."""
 
@@ -61,13 +77,17 @@ def says_overflow(status: int | None, *texts: str | None) -> bool:
     """Whether an error of HTTP ``status`` (None: an error event in a stream) whose message,
     type or code are ``texts`` is a server saying the prompt does not fit
     (``OVERFLOW_WORDINGS``). Any other status counts: a server may say it with a 400, a 413,
-    or (Ollama, some proxies) a 500, and no retry would make the prompt fit."""
+    or (Ollama, some proxies) a 500, and no retry would make the prompt fit. The generic
+    families (``GENERIC_OVERFLOW_WORDINGS``) count on a 400 or a 413 only."""
     if status in NOT_OVERFLOW_STATUS:
         return False
+    generic = status in GENERIC_OVERFLOW_STATUS
     for text in texts:
         if text:
             lowered = text.lower()
             if any(wording in lowered for _, wording in OVERFLOW_WORDINGS):
+                return True
+            if generic and any(wording in lowered for wording in GENERIC_OVERFLOW_WORDINGS):
                 return True
     return False
 
@@ -254,6 +274,8 @@ def http_error(
 
 __all__ = [
     "COMPACTION_REFUSALS",
+    "GENERIC_OVERFLOW_STATUS",
+    "GENERIC_OVERFLOW_WORDINGS",
     "MAX_RETRY_AFTER",
     "MIN_SECRET",
     "OVERFLOW_WORDINGS",

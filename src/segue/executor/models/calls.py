@@ -283,6 +283,12 @@ class EventStreamModel(BaseLlmModel, ABC, Generic[PayloadT, Event]):
         self._windows[model] = window
         return window
 
+    def knows_model(self, model: str) -> bool:
+        """Whether the provider's server reported ``model``'s window (``KnowsModels``): a
+        model it serves, which metrics may label by its name."""
+        window = self._windows.get(model)
+        return window is not None and window.source == "server"
+
     def _unanswered(self, event: str, model: str, exc: Exception) -> LlmCallError:
         """A side question's failure (a window, a count), logged as ``event`` and returned: its
         answer is None, and the conversation goes on."""

@@ -178,11 +178,18 @@ class OpenAIModel(EventStreamModel[Payload, dict[str, Any]]):
     name (o-series, gpt-5). ``exact_preflight``: ``count_tokens`` counts with ``encoding`` (a
     ``tiktoken.Encoding``), or the model's ``tiktoken`` encoding; otherwise None (estimate).
     A ``ContentChecker``: a message the API cannot take is refused before it is stored.
+    ``provider_name``: what traces and metrics call the provider (``gen_ai.provider.name``),
+    the name to give for an OpenAI-compatible server (``"vllm"``, ``"ollama"``...); None names
+    it by the client as OpenTelemetry's GenAI conventions spell it: ``azure.ai.openai`` for
+    ``AsyncAzureOpenAI``, else ``openai``.
     """
 
     _log = log
     _not_its_api = "is the base URL an OpenAI-compatible API (ending in /v1)?"
     _provider = "openai"
+    reuses_prefix: bool = True
+    """It sends the limit's requests as the turn's request repeated when asked
+    (``summary_request="reuse_prefix"``, REQ-SEG-055; ``PrefixReusing``)."""
 
     def __init__(
         self,
@@ -194,9 +201,12 @@ class OpenAIModel(EventStreamModel[Payload, dict[str, Any]]):
         reasoning: bool | None = None,
         exact_preflight: bool = False,
         encoding: Encoding | None = None,
+        provider_name: str | None = None,
     ) -> None:
         if api not in ("chat", "responses"):
             raise ValueError(f'api must be "chat" or "responses", not {api!r}')
+        if provider_name is not None and not provider_name.strip():
+            raise ValueError("provider_name must name the provider (or be None: by the client)")
         super().__init__(
             max_tokens=max_tokens,
             summary_max_tokens=summary_max_tokens,
@@ -207,6 +217,13 @@ class OpenAIModel(EventStreamModel[Payload, dict[str, Any]]):
         self._reasoning = reasoning
         self._encoding = encoding
         self._encodings: dict[str, Encoding | None] = {}
+        azure = isinstance(client, openai.AsyncAzureOpenAI)
+        self._provider_name = provider_name or ("azure.ai.openai" if azure else "openai")
+
+    @property
+    def provider_name(self) -> str:
+        """The provider as OpenTelemetry's GenAI conventions name it (``NamedProvider``)."""
+        return self._provider_name
 
     @property
     def api(self) -> Api:

@@ -68,15 +68,17 @@ def compacted_reply(compacted: Any) -> LlmReply:
     output = _field(compacted, "output") or []
     items = [_plain(entry) for entry in output]
     last = max((i for i, item in enumerate(items) if item.get("type") == COMPACTION), default=-1)
+    said = _field(compacted, "id")
+    named = said if isinstance(said, str) and said else None  # its id; it names no model
     if last < 0:
-        return LlmReply(stop_reason=COMPACTION)
+        return LlmReply(stop_reason=COMPACTION, response_id=named)
     # Imported here: the stream's reader imports this module (for ``compaction_of``).
     from segue.executor.models.openai_stream import read_usage  # noqa: PLC0415
 
     made = compaction_of(items[last], tuple(items[:last]))
     usage = read_usage(_field(compacted, "usage"))
     compaction = ProviderCompaction(summary="", trigger="manual", block=made.block, usage=usage)
-    return LlmReply(stop_reason=COMPACTION, compactions=(compaction,))
+    return LlmReply(stop_reason=COMPACTION, compactions=(compaction,), response_id=named)
 
 
 def _field(value: Any, name: str) -> Any:

@@ -15,7 +15,9 @@
   (REQ-SEG-047): given the turn's tools, the turn's prefix unchanged with ``tool_choice:
   "none"``, the rejected calls and the instruction last, so a server that caches prompt
   prefixes reads it back; without them (or after an overflow) the history as plain text turns
-  (``history.text_turns``) with no tool declared.
+  (``history.text_turns``) with no tool declared. With ``reuse_prefix`` (REQ-SEG-055) they are
+  the turn's request exactly, its tool choice included, with the rejected calls and the
+  instruction last: OpenAI caches exact prompt prefixes on its own (``docs/providers.md``).
 * **The provider's compaction** (Responses API, REQ-SEG-048): a turn asks for it with
   ``context_management``; its item goes back verbatim, first of the history
   (``openai_context``).
@@ -99,21 +101,24 @@ def build_payload(
     options: dict[str, Any] = {}
     # REQ-SEG-047: at the limit, given the turn's tools, the turn's prefix with no tool callable.
     prefix = request.purpose != "turn" and bool(request.tools) and request.trim_level == 0
+    # REQ-SEG-055: the turn's request repeated, its tool choice included, the instruction last.
+    reuse = request.purpose != "turn" and request.reuse_prefix and request.trim_level == 0
+    forbid = request.final or (prefix and not reuse)  # no tool may be called
     if api == "responses" and request.compaction is not None and request.purpose != "turn":
         items = _responses_history(request)  # compacted on demand: the history, as it is
-    elif request.purpose == "turn" or prefix:
+    elif request.purpose == "turn" or prefix or reuse:
         items = _chat_history(request) if api == "chat" else _responses_history(request)
         closing = [request.instruction or ""]
-        if prefix:
+        if prefix or reuse:
             closing.insert(0, rejected_prose(request.rejected_tool_calls))
         if any(closing):
             items.append(_user_text(api, "\n\n".join(part for part in closing if part)))
         if offers_tools(request) or prefix:
             tools = [_tool(api, spec) for spec in request.tools]
-            choice = "none" if request.final or prefix else _tool_choice(api, request.settings)
+            choice = "none" if forbid else _tool_choice(api, request.settings)
             if choice is not None:
                 options["tool_choice"] = choice
-            if _no_parallel(request.settings) and not request.final and not prefix:
+            if _no_parallel(request.settings) and not forbid:
                 options["parallel_tool_calls"] = False
     else:
         items = _limit_items(api, request)

@@ -76,6 +76,11 @@ def read_usage(usage: Any) -> Usage | None:
     )
 
 
+def _text_or_none(value: object) -> str | None:
+    """A field a compatible server may leave out, or send empty: a string, else None."""
+    return value if isinstance(value, str) and value else None
+
+
 def failure(code: str | None, message: str, *, where: str) -> LlmCallError:
     """An error the stream itself carried (an ``error`` chunk or event, ``response.failed``)."""
     shown = f"{where}{f' {code}' if code else ''}: {message}"
@@ -95,6 +100,18 @@ class _Reader:
     calls: ToolCallParts = field(default_factory=ToolCallParts)
     usage: Usage | None = None
     stop_reason: str | None = None
+    response_id: str | None = None
+    """The provider's id of the response (a chunk's ``id``, the Responses API's response's),
+    for tracing (``gen_ai.response.id``)."""
+    response_model: str | None = None
+    """The model that answered, as the server names it (a chunk's or response's ``model``)."""
+
+    def _named(self, answer: dict[str, Any]) -> None:
+        """Keep the id and served model an answer carries (the first that say them)."""
+        if self.response_id is None:
+            self.response_id = _text_or_none(answer.get("id"))
+        if self.response_model is None:
+            self.response_model = _text_or_none(answer.get("model"))
 
     def _text(self, piece: str | None) -> None:
         if piece:
@@ -108,7 +125,12 @@ class _Reader:
         if calls and stop == "end_turn":
             stop = "tool_use"  # some compatible servers say "stop" after a tool call
         return LlmReply(
-            text="".join(self.texts), tool_calls=calls, usage=self.usage, stop_reason=stop
+            text="".join(self.texts),
+            tool_calls=calls,
+            usage=self.usage,
+            stop_reason=stop,
+            response_id=self.response_id,
+            response_model=self.response_model,
         )
 
     def _finished_calls(self, *, truncated: bool) -> tuple[ToolCall, ...]:
@@ -139,6 +161,7 @@ class ChatReader(_Reader):
                 _field(error, "code"), str(_field(error, "message")), where="stream error"
             )
             return
+        self._named(chunk)
         usage = chunk.get("usage")
         if usage is not None:
             self.usage = read_usage(usage) or self.usage
@@ -198,6 +221,8 @@ class ResponsesReader(_Reader):
                 )
         elif kind == "response.output_item.done":
             self._item_done(event)
+        elif kind == "response.created":
+            self._named(event.get("response") or {})
         elif kind in ("response.completed", "response.incomplete"):
             self._ended(event.get("response") or {}, kind.removeprefix("response."))
         elif kind == "response.failed":
@@ -227,6 +252,7 @@ class ResponsesReader(_Reader):
 
     def _ended(self, response: dict[str, Any], how: str) -> None:
         self.ended = how
+        self._named(response)
         self.usage = read_usage(response.get("usage"))
         if how == "completed":
             self.stop_reason = "end_turn"

@@ -44,10 +44,15 @@ class ScriptedModel(BaseLlmModel):
     ``exact_preflight`` makes ``count_tokens`` answer (as ``AnthropicModel``'s does).
     ``chunk_chars`` and ``chunk_delay`` shape the stream: text goes out in pieces of about that
     many characters, ``chunk_delay`` seconds apart (0: as fast as the loop allows). ``default``
-    answers once the script is used up (None: the built-in deterministic answers).
+    answers once the script is used up; where it returns None (or without one) the built-in
+    deterministic answers do.
     ``remember``: how many of the latest requests ``requests`` and ``counted`` keep (a test reads
     them; an offline server or a soak answering millions must not keep every prompt it saw).
     """
+
+    reuses_prefix: bool = True
+    """Nothing is sent anywhere: a request at the limit is answered whatever its shape, so a
+    conversation may ask for ``summary_request="reuse_prefix"`` offline (``PrefixReusing``)."""
 
     def __init__(
         self,
@@ -60,7 +65,7 @@ class ScriptedModel(BaseLlmModel):
         exact_preflight: bool = False,
         chunk_chars: int = 24,
         chunk_delay: float = 0.0,
-        default: Callable[[LlmRequest], LlmReply] | None = None,
+        default: Callable[[LlmRequest], LlmReply | None] | None = None,
         remember: int = 1_000,
     ) -> None:
         if chunk_chars < 1:
@@ -103,10 +108,13 @@ class ScriptedModel(BaseLlmModel):
         if self._window is not None and prompt > self._window:
             msg = f"prompt is too long: {prompt} tokens > {self._window} maximum"
             raise LlmCallError(msg, context_overflow=True, status_code=400)
-        step = self._script.popleft() if self._script else (self._fallback or self._default)
-        if isinstance(step, LlmCallError):
-            raise step
-        reply = step if isinstance(step, LlmReply) else step(request)
+        if self._script:
+            step = self._script.popleft()
+            if isinstance(step, LlmCallError):
+                raise step
+            reply = step if isinstance(step, LlmReply) else step(request)
+        else:
+            reply = (self._fallback and self._fallback(request)) or self._default(request)
         if on_text is not None:
             await self._stream(reply.text, on_text)
         if reply.usage is not None:

@@ -82,3 +82,16 @@ def inactive(
         " ORDER BY c.updated_at, c.ordinal"
     )
     return statement, (before, *more)
+
+
+def still_matches(
+    dialect: Dialect, conversation_id: str, before: float | None, pairs: Sequence[tuple[str, str]]
+) -> tuple[str, tuple[Any, ...]]:
+    """Whether the conversation is still what a purge chose (last written before ``before``,
+    with every pair): a row when it is, read where it is deleted, with it locked."""
+    clause, more = _also(dialect, pairs, f"c.{dialect.key}")
+    mark = dialect.mark
+    idle = "" if before is None else f" AND c.updated_at < {mark}"
+    statement = f"SELECT 1 FROM conversations AS c WHERE c.id = {mark}{idle}{clause}"  # noqa: S608
+    values = (conversation_id,) if before is None else (conversation_id, before)
+    return statement, (*values, *more)

@@ -7,9 +7,9 @@ read back. Column lists in the docstrings below are the order the rows are bound
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from segue.effects import AppendMessage, Effect, StartGeneration, StartSession
 from segue.executor.store_port import (
@@ -64,6 +64,36 @@ def seed_rows(conversation_id: str, messages: Sequence[Message]) -> list[tuple[s
     )
 
 
+class EncodedMessages(Sequence[tuple[str, int, str, str]]):
+    """An import's ``messages`` rows (seqs 1..n), each encoded as it is read: a transcript of
+    many megabytes is never held twice (once as messages, again as their JSON)."""
+
+    def __init__(self, conversation_id: str, messages: Sequence[Message]) -> None:
+        self._id, self._messages = conversation_id, messages
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[str, int, str, str]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[str, int, str, str]]: ...
+
+    def __getitem__(
+        self, index: int | slice
+    ) -> tuple[str, int, str, str] | list[tuple[str, int, str, str]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        place = range(len(self._messages))[index]
+        message = self._messages[place]
+        return (self._id, place + 1, message.kind, dump_message(message))
+
+    def __iter__(self) -> Iterator[tuple[str, int, str, str]]:
+        for seq, message in enumerate(self._messages, 1):
+            yield (self._id, seq, message.kind, dump_message(message))
+
+
 Landmark = tuple[int, int, int, int, bool]
 """A message worth finding without reading the transcript: (its seq, or its place among what a
 step appends, from 1; session; generation; ``START_*``; pinned)."""
@@ -91,7 +121,8 @@ class NewConversation:
     system prompt and the metadata."""
 
     row: tuple[Any, ...]
-    seeds: list[tuple[str, int, str, str]]
+    seeds: Sequence[tuple[str, int, str, str]]
+    """Rows to write in order (an import's are ``EncodedMessages``: encoded as written)."""
     landmarks: list[Landmark]
     system: str | None
     metadata: dict[str, str]
@@ -124,7 +155,7 @@ def restored_rows(record: ConversationRecord) -> RestoredRows:
     return RestoredRows(
         new=NewConversation(
             row=conversation_row(state, record.system, len(messages), record.created_at),
-            seeds=seed_rows(state.config.id, messages),
+            seeds=EncodedMessages(state.config.id, messages),
             landmarks=transcript_landmarks(messages),
             system=record.system,
             metadata=dict(record.metadata),
@@ -191,6 +222,17 @@ def loaded(conversation_id: str, row: Sequence[Any] | None) -> StoredConversatio
         last_seq=last_seq,
         metadata=tags_of(metadata),
     )
+
+
+def without_parent(state_text: str | bytes, parent_id: str) -> str | None:
+    """The state JSON of a child whose parent ``parent_id`` is being deleted alone, its
+    ``parent_id`` cleared (no link to a conversation that is gone); None when it names another
+    parent (nothing to change)."""
+    state = load_state(state_text)
+    if state.config.parent_id != parent_id:
+        return None
+    config = state.config.model_copy(update={"parent_id": None})
+    return dump_state(state.model_copy(update={"config": config}))
 
 
 def listed(row: Sequence[Any]) -> StoredConversation:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Self, TypeVar
@@ -160,6 +161,11 @@ class PageRequest:
         )
 
 
+_MIN_KEY: Final = -(2**63)
+_MAX_KEY: Final = 2**63 - 1
+"""A cursor's place is a 64-bit integer in every store (an ordinal, a row's place)."""
+
+
 def encode_cursor(created_at: float, key: int) -> str:
     """The keyset a listing resumes after: the last conversation's creation time and place."""
     text = json.dumps([created_at, key], separators=(",", ":"))
@@ -173,8 +179,22 @@ def decode_cursor(cursor: str) -> tuple[float, int]:
         created_at, key = json.loads(base64.urlsafe_b64decode(padded.encode()))
         if isinstance(key, bool) or not isinstance(key, int):
             raise TypeError(key)
-        return float(created_at), key
-    except (binascii.Error, UnicodeError, ValueError, TypeError, AttributeError) as error:
+        if isinstance(created_at, bool) or not isinstance(created_at, int | float):
+            raise TypeError(created_at)
+        if not _MIN_KEY <= key <= _MAX_KEY:  # SQLite's integers are 64-bit: OverflowError
+            raise ValueError(key)
+        when = float(created_at)
+        if not math.isfinite(when):
+            raise ValueError(created_at)
+        return when, key
+    except (
+        binascii.Error,
+        UnicodeError,
+        ValueError,
+        TypeError,
+        AttributeError,
+        OverflowError,
+    ) as error:
         msg = f"not a cursor of this store: {cursor[:60]!r}; pass a page's next_cursor as it is"
         raise InvalidCursorError(msg) from error
 

@@ -20,7 +20,8 @@ dialect hands back its runner's or pool's), so the split costs no extra coroutin
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from segue.executor.store_port import (
@@ -31,6 +32,7 @@ from segue.executor.store_port import (
     StoredConversation,
     StoredMessage,
     TransitionRecord,
+    WholeConversation,
 )
 from segue.executor.stores import _outbox
 from segue.executor.stores._rows import (
@@ -48,6 +50,7 @@ from segue.executor.stores._shared import (
     check_snapshot_unchanged,
     check_storable,
     checked_metadata,
+    holdable,
     not_found,
     require_holdable,
     transition_from_row,
@@ -58,6 +61,20 @@ from segue.statemachine.checkpoint import SessionSnapshot
 
 T = TypeVar("T")
 Row = Sequence[Any]
+WholeRows = tuple[Row | None, Sequence[tuple[int, str]], Sequence[Row], Sequence[str]]
+"""A conversation read whole in one transaction: its ``LOAD_COLUMNS`` row (None: not found),
+its messages' (seq, JSON), its event log's rows and its snapshots' JSON."""
+
+
+@dataclass(frozen=True, slots=True)
+class Deletion:
+    """What ``Store.delete`` was asked, checked: the ids (the first one must exist), a purge's
+    conditions (``idle_before``, the metadata ``pairs``) and the files' remover."""
+
+    ids: tuple[str, ...]
+    idle_before: float | None
+    pairs: Sequence[tuple[str, str]]
+    files: Callable[[str], object] | None
 
 
 class SqlStore(ABC):
@@ -139,9 +156,15 @@ class SqlStore(ABC):
         pair, oldest first."""
 
     @abstractmethod
-    def _delete(self, conversation_id: str) -> Awaitable[bool]:
-        """Remove the conversation's every row in one transaction, unlink its neighbours;
-        False when there was none."""
+    def _delete(self, deletion: Deletion) -> Awaitable[list[str] | None]:
+        """Remove the conversations' every row in one transaction with the first one locked
+        (and checked against ``idle_before`` and ``pairs``), unlink their neighbours, call
+        ``files`` for each before committing; the ids deleted ([] when a condition no longer
+        holds), None when the first one is not there."""
+
+    @abstractmethod
+    def _whole_rows(self, conversation_id: str) -> Awaitable[WholeRows]:
+        """The conversation's rows read in one transaction (one snapshot of the database)."""
 
     @abstractmethod
     def _restore(self, rows: RestoredRows) -> Awaitable[None]:
@@ -318,10 +341,35 @@ class SqlStore(ABC):
         pairs = sorted(checked_metadata(metadata).items())
         return list(await self._inactive_ids(before, pairs))
 
-    async def delete(self, conversation_id: str) -> None:
+    async def delete(
+        self,
+        conversation_id: str,
+        *,
+        also: Sequence[str] = (),
+        idle_before: float | None = None,
+        metadata: Mapping[str, str] | None = None,
+        files: Callable[[str], object] | None = None,
+    ) -> list[str]:
         require_holdable(conversation_id)
-        if not await self._delete(conversation_id):
+        pairs = sorted(checked_metadata(metadata).items())
+        others = tuple(cid for cid in dict.fromkeys(also) if cid != conversation_id)
+        ids = (conversation_id, *(cid for cid in others if holdable(cid)))
+        deleted = await self._delete(Deletion(ids, idle_before, pairs, files))
+        if deleted is None:
             raise not_found(conversation_id)
+        return deleted
+
+    async def whole(self, conversation_id: str) -> WholeConversation:
+        require_holdable(conversation_id)
+        row, messages, transitions, snapshots = await self._whole_rows(conversation_id)
+        return WholeConversation(
+            stored=loaded(conversation_id, row),
+            messages=tuple(
+                StoredMessage(seq=seq, message=load_message(text)) for seq, text in messages
+            ),
+            transitions=tuple(transition_from_row(line) for line in transitions),
+            snapshots=tuple(load_snapshot(text) for text in snapshots),
+        )
 
     async def restore(self, record: ConversationRecord) -> StoredConversation:
         check_storable(record.state, record.system)

@@ -1,12 +1,18 @@
 """JSON encoding of the core's values for stores: one place, so every store agrees.
 
 Loading validates (a row edited by hand or written by an older version is checked, not
-trusted); dumping is pydantic's fast serializer.
+trusted); dumping is pydantic's fast serializer. A value nested deeper than pydantic's JSON
+parser goes (about 200 levels; its serializer writes up to about 255) is read through Python's
+``json`` instead: whatever a store holds can be read back, so one conversation can never make a
+read or a listing fail.
 """
 
 from __future__ import annotations
 
-from pydantic import TypeAdapter
+import json
+from typing import TypeVar
+
+from pydantic import TypeAdapter, ValidationError
 
 from segue.effects import Effect
 from segue.statemachine import ConversationState, Event, Message
@@ -17,6 +23,18 @@ _EFFECT: TypeAdapter[Effect] = TypeAdapter(Effect)
 _EVENT: TypeAdapter[Event] = TypeAdapter(Event)
 _MESSAGE: TypeAdapter[Message] = TypeAdapter(Message)
 _SNAPSHOT: TypeAdapter[SessionSnapshot] = TypeAdapter(SessionSnapshot)
+T = TypeVar("T")
+
+
+def _read(adapter: TypeAdapter[T], text: str | bytes) -> T:
+    """``text`` validated as ``adapter``'s type; past the JSON parser's recursion limit,
+    parsed by Python's ``json`` (whose limit is far higher) and validated the same."""
+    try:
+        return adapter.validate_json(text)
+    except ValidationError as error:
+        if not any("recursion limit" in str(e.get("msg", "")) for e in error.errors()):
+            raise
+    return adapter.validate_python(json.loads(text))
 
 
 def dump_state(state: ConversationState) -> str:
@@ -26,7 +44,7 @@ def dump_state(state: ConversationState) -> str:
 
 def load_state(text: str | bytes) -> ConversationState:
     """A state from JSON text, validated."""
-    return _STATE.validate_json(text)
+    return _read(_STATE, text)
 
 
 def dump_effect(effect: Effect) -> str:
@@ -36,7 +54,7 @@ def dump_effect(effect: Effect) -> str:
 
 def load_effect(text: str | bytes) -> Effect:
     """An effect from JSON text, validated."""
-    return _EFFECT.validate_json(text)
+    return _read(_EFFECT, text)
 
 
 def dump_event(event: Event) -> str:
@@ -46,7 +64,7 @@ def dump_event(event: Event) -> str:
 
 def load_event(text: str | bytes) -> Event:
     """An event from JSON text, validated."""
-    return _EVENT.validate_json(text)
+    return _read(_EVENT, text)
 
 
 def dump_message(message: Message) -> str:
@@ -56,7 +74,7 @@ def dump_message(message: Message) -> str:
 
 def load_message(text: str | bytes) -> Message:
     """A transcript message from JSON text, validated."""
-    return _MESSAGE.validate_json(text)
+    return _read(_MESSAGE, text)
 
 
 def dump_snapshot(snapshot: SessionSnapshot) -> str:
@@ -66,4 +84,4 @@ def dump_snapshot(snapshot: SessionSnapshot) -> str:
 
 def load_snapshot(text: str | bytes) -> SessionSnapshot:
     """A pause snapshot from JSON text, validated."""
-    return _SNAPSHOT.validate_json(text)
+    return _read(_SNAPSHOT, text)

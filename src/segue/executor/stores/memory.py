@@ -14,7 +14,7 @@ serialised by the version check, exactly as in the persistent stores.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from segue.effects import AppendMessage, StartGeneration, StartSession
@@ -27,6 +27,7 @@ from segue.executor.store_port import (
     StoredConversation,
     StoredMessage,
     TransitionRecord,
+    WholeConversation,
 )
 from segue.executor.stores._rows import (
     START_GENERATION,
@@ -312,13 +313,51 @@ class MemoryStore:
         found.sort(key=lambda record: (record.updated_at, record.order))
         return [record.state.id for record in found]
 
-    async def delete(self, conversation_id: str) -> None:
+    async def delete(
+        self,
+        conversation_id: str,
+        *,
+        also: Sequence[str] = (),
+        idle_before: float | None = None,
+        metadata: Mapping[str, str] | None = None,
+        files: Callable[[str], object] | None = None,
+    ) -> list[str]:
+        """No await between the check and the last deletion: nothing else runs meanwhile."""
         record = self._get(conversation_id)
-        parent_id = record.state.parent_id
+        pairs = sorted(checked_metadata(metadata).items())
+        if (idle_before is not None and record.updated_at >= idle_before) or not record.matches(
+            pairs
+        ):
+            return []
+        ids = [conversation_id, *(c for c in dict.fromkeys(also) if c != conversation_id)]
+        present = [cid for cid in ids if cid in self._conversations]
+        for cid in present:
+            if files is not None:
+                files(cid)
+        for cid in present:
+            self._unlink(self._conversations.pop(cid))
+        return present
+
+    def _unlink(self, gone: _Conversation) -> None:
+        """Its neighbours name it nowhere: the parent's child, the child's parent."""
+        conversation_id = gone.state.id
+        parent_id = gone.state.parent_id
         parent = None if parent_id is None else self._conversations.get(parent_id)
         if parent is not None and parent.child_id == conversation_id:
             parent.child_id = None
-        del self._conversations[conversation_id]
+        child = None if gone.child_id is None else self._conversations.get(gone.child_id)
+        if child is not None and child.state.parent_id == conversation_id:
+            config = child.state.config.model_copy(update={"parent_id": None})
+            child.state = child.state.model_copy(update={"config": config})
+
+    async def whole(self, conversation_id: str) -> WholeConversation:
+        record = self._get(conversation_id)
+        return WholeConversation(
+            stored=record.stored(),
+            messages=tuple(record.messages),
+            transitions=tuple(transition_record(line) for line in record.log),
+            snapshots=tuple(record.snapshots[version] for version in sorted(record.snapshots)),
+        )
 
     async def restore(self, record: ConversationRecord) -> StoredConversation:
         state = record.state

@@ -54,7 +54,7 @@ from segue.executor.store_port import Commit, StoredConversation
 from segue.executor.stores import _listing, _outbox, postgres_data
 from segue.executor.stores._rows import LOAD_COLUMNS, NewConversation, RestoredRows, commit_rows
 from segue.executor.stores._shared import already_exists, holdable, not_found
-from segue.executor.stores._sql import Row, SqlStore
+from segue.executor.stores._sql import Deletion, Row, SqlStore, WholeRows
 from segue.executor.stores.postgres_commits import Commits
 from segue.executor.stores.postgres_pool import Connection, Pool
 from segue.executor.stores.postgres_schema import METADATA, SCHEMA_VERSION
@@ -283,8 +283,13 @@ class PostgresStore(SqlStore):
         statement, values = _listing.inactive(postgres_data.DIALECT, before, pairs)
         return [str(cid) for (cid,) in await self._rows(statement, values)]
 
-    def _delete(self, conversation_id: str) -> Awaitable[bool]:
-        return self._db.run(lambda conn: postgres_data.delete(conn, conversation_id))
+    def _delete(self, deletion: Deletion) -> Awaitable[list[str] | None]:
+        return self._db.run(lambda conn: postgres_data.delete(conn, deletion))
+
+    def _whole_rows(self, conversation_id: str) -> Awaitable[WholeRows]:
+        return self._db.run(
+            lambda conn: postgres_data.whole_rows(conn, _LOAD, conversation_id), retry=True
+        )
 
     def _restore(self, rows: RestoredRows) -> Awaitable[None]:
         return self._db.run(lambda conn: postgres_data.restore(conn, rows))
@@ -380,6 +385,20 @@ class PostgresStore(SqlStore):
             return [str(row[0]) for row in await cur.fetchall()]
 
         return await self._db.run(work, retry=True)
+
+    async def vacuum(self) -> None:
+        """``VACUUM (FULL)`` each of segue's tables: the table and its indexes are written anew
+        without the dead rows deleted conversations left (a plain VACUUM only marks their space
+        free: their text stays in the files until it is overwritten), and the old files are
+        emptied at once and removed at the next checkpoint. Each table is locked against
+        every other session while it is rewritten (ACCESS EXCLUSIVE): steps wait for it, and
+        one that waits longer than ``lock_timeout`` fails with ``StoreLockedError``."""
+
+        async def work(conn: Connection) -> None:
+            for table in postgres_data.VACUUMED:
+                await conn.execute(f"VACUUM (FULL) {table}")  # our own table names
+
+        await self._db.run(work)
 
     async def close(self) -> None:
         """Finish the commits under way, close the pool's connections; later calls raise

@@ -56,7 +56,7 @@ from segue.executor.stores._rows import (
     commit_rows,
 )
 from segue.executor.stores._shared import already_exists, not_found
-from segue.executor.stores._sql import Row, SqlStore
+from segue.executor.stores._sql import Deletion, Row, SqlStore, WholeRows
 from segue.executor.stores.sqlite_commits import (
     INSERT_LANDMARK,
     INSERT_MESSAGE,
@@ -85,6 +85,11 @@ _LOAD: Final = (
     f"SELECT {LOAD_COLUMNS.replace('system', SYSTEM).replace('metadata', METADATA)}"  # noqa: S608
     " FROM conversations WHERE id = ?"
 )
+_TRANSITIONS: Final = (
+    "SELECT seq, event_kind, event, from_phase, to_phase, context_tokens, reason,"
+    " effect_kinds, at, session FROM transitions WHERE rid > ? AND rid < ? ORDER BY rid"
+)
+_SNAPSHOTS: Final = "SELECT snapshot FROM snapshots WHERE conversation_id = ? ORDER BY version"
 _LISTED_SQL: Final = LISTED_COLUMNS.replace("system", SYSTEM).replace("metadata", METADATA)
 _LISTED: Final = f"SELECT {_LISTED_SQL} FROM conversations ORDER BY created_at, ordinal"  # noqa: S608
 
@@ -203,7 +208,7 @@ class SqliteStore(SqlStore):
             if new.system is not None:
                 conn.execute("INSERT INTO prompts VALUES (?, ?)", (ordinal, new.system))
             base = ordinal * KEY_SPAN
-            conn.executemany(INSERT_MESSAGE, [(base + seed[1], *seed) for seed in seeds])
+            conn.executemany(INSERT_MESSAGE, ((base + seed[1], *seed) for seed in seeds))
             conn.executemany(INSERT_LANDMARK, [(base + seq, *mark) for seq, *mark in new.landmarks])
             sqlite_data.write_tags(conn, ordinal, new.metadata, row[6])
 
@@ -287,22 +292,14 @@ class SqliteStore(SqlStore):
 
     def _transition_rows(self, conversation_id: str) -> Awaitable[Sequence[Row]]:
         def work(conn: sqlite3.Connection, base: int) -> list[Row]:
-            rows: list[Row] = conn.execute(
-                "SELECT seq, event_kind, event, from_phase, to_phase, context_tokens, reason,"
-                " effect_kinds, at, session FROM transitions WHERE rid > ? AND rid < ?"
-                " ORDER BY rid",
-                (base, base + KEY_SPAN),
-            ).fetchall()
+            rows: list[Row] = conn.execute(_TRANSITIONS, (base, base + KEY_SPAN)).fetchall()
             return rows
 
         return self._read(conversation_id, work)
 
     def _snapshot_texts(self, conversation_id: str) -> Awaitable[Sequence[str]]:
         def work(conn: sqlite3.Connection, _base: int) -> list[str]:
-            rows = conn.execute(
-                "SELECT snapshot FROM snapshots WHERE conversation_id = ? ORDER BY version",
-                (conversation_id,),
-            ).fetchall()
+            rows = conn.execute(_SNAPSHOTS, (conversation_id,)).fetchall()
             return [str(text) for (text,) in rows]
 
         return self._read(conversation_id, work)
@@ -348,13 +345,37 @@ class SqliteStore(SqlStore):
 
         return self._run(work)
 
-    def _delete(self, conversation_id: str) -> Awaitable[bool]:
-        """Alone on the connection (``Runner.read``), in a transaction of its own: the foreign
-        keys' checks are off for it (each would scan the transcript and the log, which are
-        keyed by rid, not by id: the rows go by their key range instead), and SQLite's
-        ``secure_delete`` is on, so the freed pages are zeroed; then the WAL, which still holds
-        the pages as they were, is checkpointed and emptied."""
-        return self._run(lambda conn: sqlite_data.delete(conn, conversation_id))
+    def _delete(self, deletion: Deletion) -> Awaitable[list[str] | None]:
+        """Alone on the connection (``Runner.read``), in a transaction of its own that takes
+        the write lock first (no step of another process commits until it is done, so a
+        purge's condition holds where the rows go): the foreign keys' checks are off for it
+        (each would scan the transcript and the log, which are keyed by rid, not by id: the
+        rows go by their key range instead), and SQLite's ``secure_delete`` is on, so the freed
+        pages are zeroed; then the WAL, which still holds the pages as they were, is
+        checkpointed and emptied."""
+        return self._run(lambda conn: sqlite_data.delete(conn, deletion))
+
+    def _whole_rows(self, conversation_id: str) -> Awaitable[WholeRows]:
+        """One read transaction: in WAL mode it reads one snapshot of the file throughout."""
+
+        def read(conn: sqlite3.Connection) -> WholeRows:
+            conn.execute("BEGIN")
+            try:
+                row: Row | None = conn.execute(_LOAD, (conversation_id,)).fetchone()
+                if row is None:
+                    return None, (), (), ()
+                base = _ordinal(conn, conversation_id) * KEY_SPAN
+                messages = conn.execute(
+                    "SELECT seq, message FROM messages WHERE rid > ? AND rid < ? ORDER BY rid",
+                    (base, base + KEY_SPAN),
+                ).fetchall()
+                lines = conn.execute(_TRANSITIONS, (base, base + KEY_SPAN)).fetchall()
+                snapshots = conn.execute(_SNAPSHOTS, (conversation_id,)).fetchall()
+                return row, messages, lines, [str(text) for (text,) in snapshots]
+            finally:
+                conn.execute("COMMIT")
+
+        return self._run(read)
 
     def _restore(self, rows: RestoredRows) -> Awaitable[None]:
         new = rows.new

@@ -16,10 +16,12 @@ Why they are written this way:
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from typing import Final
 
-from segue.executor.stores._listing import Dialect
-from segue.executor.stores._rows import RestoredRows
+from segue.executor.stores._listing import Dialect, still_matches
+from segue.executor.stores._rows import RestoredRows, without_parent
+from segue.executor.stores._sql import Deletion
 from segue.executor.stores.sqlite_schema import KEY_SPAN, METADATA, SYSTEM
 
 DIALECT: Final = Dialect(
@@ -53,35 +55,51 @@ def write_tags(
     )
 
 
-def delete(conn: sqlite3.Connection, conversation_id: str) -> bool:
-    """Delete the conversation (see the module docstring); False when there is none."""
+def delete(conn: sqlite3.Connection, deletion: Deletion) -> list[str] | None:
+    """Delete the conversations (see the module docstring): the ids deleted, [] when a purge's
+    condition no longer holds, None when the first one is not there."""
     secure = conn.execute("PRAGMA secure_delete").fetchone()[0]
     conn.execute("PRAGMA foreign_keys = OFF")  # a no-op inside a transaction: set before BEGIN
     conn.execute("PRAGMA secure_delete = ON")
     try:
-        conn.execute("BEGIN IMMEDIATE")
-        found = _delete_rows(conn, conversation_id)
+        conn.execute("BEGIN IMMEDIATE")  # the write lock: no step commits until this is done
+        deleted = _delete_all(conn, deletion)
         conn.execute("COMMIT")
     finally:
         if conn.in_transaction:
             conn.rollback()
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute(f"PRAGMA secure_delete = {_SECURE_DELETE.get(int(secure), 'FAST')}")
-    if found:
+    if deleted:
         conn.execute(f"PRAGMA busy_timeout = {CHECKPOINT_WAIT_MS}")
         try:
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         finally:
             conn.execute("PRAGMA busy_timeout = 0")
-    return found
+    return deleted
 
 
-def _delete_rows(conn: sqlite3.Connection, conversation_id: str) -> bool:
+def _delete_all(conn: sqlite3.Connection, deletion: Deletion) -> list[str] | None:
+    first = deletion.ids[0]
+    if conn.execute("SELECT 1 FROM conversations WHERE id = ?", (first,)).fetchone() is None:
+        return None
+    if deletion.idle_before is not None or deletion.pairs:
+        statement, values = still_matches(DIALECT, first, deletion.idle_before, deletion.pairs)
+        if conn.execute(statement, values).fetchone() is None:
+            return []  # written to (or relabelled) since the purge chose it: it stays
+    return [cid for cid in deletion.ids if _delete_rows(conn, cid, deletion.files)]
+
+
+def _delete_rows(
+    conn: sqlite3.Connection, conversation_id: str, files: Callable[[str], object] | None
+) -> bool:
     row = conn.execute(
         "SELECT ordinal, parent_id, child_id FROM conversations WHERE id = ?", (conversation_id,)
     ).fetchone()
     if row is None:
         return False
+    if files is not None:
+        files(conversation_id)
     ordinal, parent_id, child_id = row
     base = ordinal * KEY_SPAN
     for table in ("messages", "transitions", "landmarks"):
@@ -99,12 +117,23 @@ def _delete_rows(conn: sqlite3.Connection, conversation_id: str) -> bool:
             (parent_id, conversation_id),
         )
     if child_id is not None:
-        conn.execute(
-            "UPDATE conversations SET parent_id = NULL WHERE id = ? AND parent_id = ?",
-            (child_id, conversation_id),
-        )
+        _unlink_child(conn, child_id, conversation_id)
     conn.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
     return True
+
+
+def _unlink_child(conn: sqlite3.Connection, child_id: str, parent_id: str) -> None:
+    """The child of a conversation being deleted names it nowhere: not in its ``parent_id``
+    column, not in its state."""
+    found = conn.execute("SELECT state FROM conversations WHERE id = ?", (child_id,)).fetchone()
+    if found is None:
+        return
+    state = without_parent(found[0], parent_id)
+    conn.execute(
+        "UPDATE conversations SET parent_id = NULL, state = coalesce(?, state)"
+        " WHERE id = ? AND (parent_id = ? OR ? IS NOT NULL)",
+        (state, child_id, parent_id, state),
+    )
 
 
 def restore(conn: sqlite3.Connection, rows: RestoredRows) -> None:

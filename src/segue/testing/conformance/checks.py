@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from segue.executor.errors import LlmCallError
-from segue.executor.model_port import LlmModel, LlmReply, LlmRequest, ToolSpec
+from segue.executor.model_port import LlmModel, LlmReply, LlmRequest, ToolSpec, reuses_prefix
 from segue.statemachine import Message, ToolCall
 from segue.statemachine.content import ImageBase64Source, ImageBlock, TextBlock
 from segue.testing.conformance import (
@@ -233,6 +233,62 @@ async def requests_at_the_limit_offer_no_tool(harness: Harness) -> None:
     _require("Summarise the conversation." in sent.turns[-1].text, "the instruction must come last")
 
 
+async def summaries_can_repeat_the_turn(harness: Harness) -> None:
+    """An adapter that says it can repeat the turn's request at the limit (``PrefixReusing``,
+    REQ-SEG-055, REQ-SEG-057) sends, for ``reuse_prefix``, the turn's tools callable as the turn
+    has them, the same system prompt, the turn's history unchanged, then the rejected calls and
+    the instruction; and a tool call in the answer comes back as a call, for the core to refuse
+    (REQ-SEG-056). Not applicable to an adapter that does not say so."""
+    history = _history_with_a_tool_round()
+    turn = _request(history, tools=[LOOKUP])
+    summary = dataclasses.replace(
+        turn,
+        purpose="continuation",
+        instruction="Summarise the conversation.",
+        rejected_tool_calls=(ToolCall(id="call_r", name="delete_everything", input={}),),
+        reuse_prefix=True,
+    )
+    called = Said(text="", calls=[Call("lookup", {"query": "more"}, "call_s")])
+    async with harness.model() as model:
+        if not reuses_prefix(model):
+            raise NotApplicable("the adapter does not say it can (PrefixReusing)")
+        if not harness.wire:
+            raise NotApplicable("no wire to read")
+        harness.script(Said(), called)
+        await _ask(model, turn)
+        reply = await _ask(model, summary)
+    before, after = harness.sent()[-2:]
+    _require(after.tools == before.tools, f"declared {after.tools!r}, the turn {before.tools!r}")
+    _require(
+        after.callable_tools == before.callable_tools,
+        "the tool choice must be the turn's (a changed tool choice misses the cached history)",
+    )
+    _require(after.system == before.system, "the system prompt must be the turn's")
+    count = len(before.turns)
+    _require(
+        after.turns[: count - 1] == before.turns[: count - 1],
+        "the history must be sent as the turn sent it (tool blocks and all)",
+    )
+    last, same = before.turns[count - 1], after.turns[count - 1]
+    _require(
+        (same.role, same.calls, same.result_for) == (last.role, last.calls, last.result_for)
+        and same.parts[: len(last.parts)] == last.parts,
+        "the turn's last message must stay as it was, the instruction after it",
+    )
+    closing = after.turns[-1]
+    _require(
+        closing.role == "user" and "Summarise the conversation." in closing.text,
+        "the instruction must come last",
+    )
+    _require("delete_everything" in closing.text, "the rejected tool calls must be named last")
+    calls = [(c.id, c.name) for c in reply.tool_calls]
+    _require(
+        calls == [("call_s", "lookup")],
+        f"a tool call in the summary's answer came back as {calls!r}: return it, the core "
+        "refuses it",
+    )
+
+
 async def overflow_takes_the_exhaustion_path(harness: Harness) -> None:
     """The provider's "prompt too long" is ``context_overflow``."""
     harness.script(Failure("overflow"))
@@ -345,6 +401,7 @@ CHECKS: tuple[Check, ...] = (
     tools_and_results_go_back_paired,
     the_grace_request_forbids_tools,
     requests_at_the_limit_offer_no_tool,
+    summaries_can_repeat_the_turn,
     overflow_takes_the_exhaustion_path,
     rate_limits_are_retried_when_asked,
     server_errors_are_retryable,
@@ -370,6 +427,7 @@ __all__ = [
     "rate_limits_are_retried_when_asked",
     "requests_at_the_limit_offer_no_tool",
     "server_errors_are_retryable",
+    "summaries_can_repeat_the_turn",
     "text_streams",
     "the_grace_request_forbids_tools",
     "tool_calls_come_back_whole",

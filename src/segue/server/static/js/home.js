@@ -29,6 +29,9 @@ function asked() {
   if (text("summary-prompt")) body.summary_prompt = text("summary-prompt");
   if (text("summary-model")) body.summary_model = text("summary-model");
   if (body.behavior === "compact_in_place") body.compaction = $("compaction").value;
+  // Sent only when it is not the server's own (which applies to what the form leaves out).
+  const shape = $("summary-request");
+  if (shape.value !== shape.dataset.server) body.summary_request = shape.value;
   if (text("new-title")) body.metadata = { title: text("new-title") };
   if (text("context-edits")) {
     try {
@@ -41,16 +44,30 @@ function asked() {
 }
 
 function showCompaction() {
-  $("compaction-choice").hidden = $("behavior").value !== "compact_in_place";
+  const choices = $("compaction").options.length;
+  $("compaction-choice").hidden = $("behavior").value !== "compact_in_place" || choices < 2;
 }
+
+// The provider's compaction is offered only where the server's model adapter can honour it
+// (elsewhere creating the conversation would answer 422 unsupported_option: offline, always).
+function offerCompaction(info) {
+  if (info?.provider_compaction) return;
+  $("compaction").querySelector('option[value="provider"]')?.remove();
+}
+
+const FOLDED_BELOW = "(max-width: 40rem)"; // a phone: the options start folded
 
 export async function home(info) {
   $("home").hidden = false;
   document.title = "segue: conversations";
   if (info?.context_window) $("context-window").placeholder = `${info.context_window} (this server's)`;
   if (info?.behavior) $("behavior").value = info.behavior;
+  offerCompaction(info);
   if (info?.compaction) $("compaction").value = info.compaction;
+  if (!$("compaction").value) $("compaction").value = "segue"; // the provider's, not offered
+  $("summary-request").value = $("summary-request").dataset.server = info?.summary_request || "tool_less";
   showCompaction();
+  $("create-options").open = !matchMedia(FOLDED_BELOW).matches;
   $("behavior").addEventListener("change", showCompaction);
   $("create").addEventListener("submit", async (event) => {
     event.preventDefault();
@@ -93,6 +110,14 @@ async function more() {
 
 const WHEN = { dateStyle: "medium", timeStyle: "short" };
 
+// One fact of a conversation's line, kept whole where the line wraps (with the "·" before it).
+function fact(text) {
+  const span = document.createElement("span");
+  span.className = "fact";
+  span.textContent = text;
+  return span;
+}
+
 // One conversation in the list: its title (its own, or the first words of its first
 // message), and when, in what phase and how full.
 function listed(conversation) {
@@ -105,11 +130,14 @@ function listed(conversation) {
   const when = conversation.created_at ? new Date(conversation.created_at * 1000).toLocaleString([], WHEN) : "";
   const used = percentText(shownTokens(conversation), conversation.context_window, conversation);
   const phase = conversation.phase.replaceAll("_", " ");
-  meta.textContent = [when, phase, `${used}% of the window`].filter(Boolean).join(" · ");
+  const facts = [when, phase, `${used}% of the window`].filter(Boolean);
+  facts.forEach((text, at) => meta.append(fact(at ? `· ${text}` : text), " "));
   const id = document.createElement("span");
   id.className = "id";
-  id.textContent = ` · ${conversation.id.slice(0, 8)}`;
-  meta.append(id);
+  id.textContent = conversation.id.slice(0, 8);
+  const last = fact("· ");
+  last.append(id);
+  meta.append(last);
   item.append(link, meta);
   return item;
 }

@@ -41,6 +41,7 @@ export const view = {
   pauseAsked: false, // this tab asked for a pause the running turn has not reached yet
   navigating: false, // leaving for another conversation
   drawn: false, // the conversation has been drawn once (the first draw shows the newest)
+  wroteSummary: false, // its transcript holds a summary or checkpoint (a child can start from)
   live: new LiveReplies(),
   tools: new Map(), // tool call id -> its note
   reloads: 0,
@@ -70,10 +71,15 @@ export function continuable(state) {
 }
 
 // Whether its child would start from a summary or checkpoint it wrote (else from its last
-// exchanges, or from nothing: the user's choice).
+// exchanges, or from nothing: the user's choice). A conversation that failed at its limit
+// passes on the last one its transcript holds, as the server does: one that failed before
+// writing any has none, and "without the summary" would offer nothing to leave out.
 function hasSummary(state) {
-  return state.phase === "context_exhausted" || CONTEXT_FAILURES.has(state.error_kind);
+  if (state.phase === "context_exhausted") return true;
+  return CONTEXT_FAILURES.has(state.error_kind) && view.wroteSummary;
 }
+
+const SUMMARIES = new Set(["continuation", "checkpoint", "summary"]);
 
 function inputReason(state) {
   if (view.missing) return "There is no such conversation.";
@@ -262,6 +268,7 @@ function draw(state, messages, snapshots, chain) {
   for (const text of view.turnNotes) note(text);
   const lastUser = messages.findLast((message) => message.kind === "user");
   view.echo = lastUser ? lastUser.text : null;
+  view.wroteSummary = messages.some((message) => SUMMARIES.has(message.kind) && message.text);
   setState(state);
   renderSnapshots(snapshots, view.path);
   view.chainLength = chain.length;
