@@ -398,3 +398,10 @@ def httpx_create(url: str) -> str:
     created = httpx2.post(f"{url}/api/conversations", json={"context_window": 200_000})
     assert created.status_code == 201, created.text
     return str(created.json()["id"])
+
+
+def test_the_form_takes_a_local_servers_window(page: Page, server: str) -> None:
+    """A window that is not a multiple of 1,000 (llama.cpp's 2,048, a model's 4,096) is taken
+    as typed: the real-model tier found the form refusing it without a word."""
+    cid = new_conversation(page, server, window=2048)
+    assert state(server, cid)["context_window"] == 2048

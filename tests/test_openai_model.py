@@ -17,6 +17,7 @@ import openai
 import pytest
 import tiktoken
 
+from segue import MemoryStore, Runtime
 from segue.executor.errors import LlmCallError
 from segue.executor.model_port import LlmReply, LlmRequest, ToolSpec
 from segue.executor.models.openai import OpenAIModel, UnsupportedContentError
@@ -712,3 +713,29 @@ def test_a_tools_images_reach_the_model_in_each_apis_shape(
             {"type": "input_text", "text": "a chart"},
             {"type": "input_image", "image_url": url},
         ]
+
+
+def test_a_seeded_childs_summary_request_extends_the_prompt_its_turns_sent() -> None:
+    """The limit's request of a tool-less conversation keeps the turns' own messages, the
+    instruction last: llama.cpp's server (the real-model tier) caches a slot's prompt prefix,
+    and a request that joined the child's summary and first message into one was read anew."""
+
+    async def main(fake: FakeOpenAIServer) -> None:
+        client = openai.AsyncOpenAI(base_url=fake.url, api_key="sk-test")
+        model = OpenAIModel(client, max_tokens=24, summary_max_tokens=48)
+        async with Runtime(store=MemoryStore(), llm=model) as rt:
+            parent = await rt.create_conversation(model="local", context_window=2_000)
+            await rt.send(parent.id, "hello")
+            await rt.continue_manually(parent.id)
+            child = await rt.start_new_from(parent.id)
+            await rt.send(child.id, "and on")
+            await rt.continue_manually(child.id)
+        await client.close()
+
+    with FakeOpenAIServer(default=Reply(text="noted", usage=FakeUsage(100, 5))) as fake:
+        asyncio.run(main(fake))
+        *_, turn, summary = [r.body["messages"] for r in fake.model_requests()]
+    assert [m["role"] for m in turn] == ["user", "user"]  # the seed, then the first message
+    assert summary[: len(turn)] == turn
+    assert summary[-2] == {"role": "assistant", "content": "noted"}
+    assert summary[-1]["role"] == "user"
