@@ -41,6 +41,7 @@ from segue.executor.model_port import (
     LlmRequest,
     ToolSink,
 )
+from segue.executor.redo import copies, estimated, latest_compaction
 from segue.executor.requests import Requests
 from segue.executor.setup import Setup
 from segue.executor.snapshots import context_of, stored_snapshot
@@ -278,6 +279,8 @@ class Performer:
         """The compaction's answer: the provider's on demand (a manual trigger of a
         conversation whose provider compacts, REQ-SEG-048), else segue's own summary of all
         but the recent tail."""
+        if effect.redo:
+            return await self._redo(stored, effect)
         on_demand = await self._on_demand(stored, effect)
         if on_demand is not None:
             return on_demand
@@ -302,6 +305,49 @@ class Performer:
             usage=outcome.usage,
             stop_reason=outcome.stop_reason,
             tool_calls=_refused_calls(stored, outcome),
+        )
+
+    async def _redo(self, stored: StoredConversation, effect: RequestCompaction) -> Event:
+        """The latest compaction's summary made again (REQ-SEG-063): from the view of the
+        generation it replaced, less the tail it kept verbatim, with this redo's own prompt
+        and model when given. Its answer carries the copies the new generation holds after it:
+        that kept tail, then what came after the first summary."""
+        state = stored.state
+        store = self._setup.store
+        transcript = await store.messages(state.id, before_seq=stored.last_seq + 1)
+        latest = latest_compaction(transcript, state.session, state.generation)
+        if latest is None:
+            return CompactionFailed(error="there is no compaction to make again")
+        cut = len(latest.before) - min(latest.kept, len(latest.before))
+        head = [message for _, message in latest.before[:cut]]
+        tail = latest.before[cut:]
+        config = state.config
+        override = {
+            name: value
+            for name, value in (
+                ("summary_prompt", effect.summary_prompt),
+                ("summary_model", effect.summary_model),
+            )
+            if value is not None
+        }
+        if override:
+            config = config.model_copy(update=override)
+            stored = dataclasses.replace(stored, state=state.model_copy(update={"config": config}))
+        outcome = await self._ask(await self._requests.of(stored, effect, messages=head))
+        if isinstance(outcome, LlmCallError):
+            return failed(CompactionFailed, outcome)
+        carried = copies((*tail, *latest.after), state.session, latest.summarised)
+        retained = estimated(stored.system, carried) + estimate_tokens(outcome.text)
+        retained += sum(estimate_tokens(m.text) for m in head if m.pinned)
+        return CompactionResponse(
+            summary=outcome.text,
+            retained_tokens=retained,
+            usage=outcome.usage,
+            stop_reason=outcome.stop_reason,
+            tool_calls=_refused_calls(stored, outcome),
+            summarises=latest.summarised,
+            copies=carried,
+            carried=len(tail),
         )
 
     async def _on_demand(

@@ -51,9 +51,11 @@ from segue.statemachine._summaries import (
     on_checkpoint_response,
     on_compaction_failed,
     on_compaction_response,
+    on_compaction_undo,
     on_continuation_failed,
     on_continuation_response,
     on_resume,
+    on_summary_redo,
 )
 from segue.statemachine._turns import (
     on_cancel_pause,
@@ -96,6 +98,8 @@ _HANDLERS: Final[dict[tuple[str, str], Handler]] = {
     ("idle", "user_message"): on_user_message,
     ("idle", "manual_continuation"): on_manual_continuation,
     ("idle", "pause_requested"): on_pause_when_idle,
+    ("idle", "summary_redo_requested"): on_summary_redo,
+    ("idle", "compaction_undo_requested"): on_compaction_undo,
     ("llm_requesting", "llm_response"): on_llm_response,
     ("llm_requesting", "llm_error"): on_llm_error,
     ("llm_requesting", "provider_compacted"): on_provider_compacted,
