@@ -468,6 +468,8 @@ class Reference:
         ):
             self._new_session(self.seed_tokens(_checkpoint_text(event)))
             self.continuations += 1
+        elif row.event == "compaction_undo_requested" and row.guard == "always":
+            self.context, self.pending = None, event.tokens  # a generation of copies
         elif row.event == "compaction_response" and row.target != "failed":
             self.continuations += 1
             self.context, self.pending = None, event.retained_tokens
@@ -638,6 +640,7 @@ Guard = Callable[[Reference, Any], bool]
 GUARDS: Final[dict[str, Guard]] = {
     "always": lambda r, e: True,
     "unhandled": lambda r, e: True,
+    "undo_over_limit": lambda r, e: not e.messages or e.tokens >= r.threshold,
     "message_too_large": lambda r, e: _tokens(e.text, e.token_count) >= r.threshold,
     "pin_over_budget": lambda r, e: r.pinned_over(e),
     "run_time_spent": lambda r, e: r.out_of_time(e),

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from scenario import requirement
 from segue import (
     CompactionDoesNotFitError,
     ContextExhaustionBehavior,
@@ -76,7 +77,8 @@ async def conversation(rt: Runtime, turns: int = 8, *, window: int = 50_000) -> 
     return conv.id
 
 
-def test_a_redo_replaces_the_summary_from_the_archived_generation() -> None:
+@requirement("REQ-SEG-063")
+def test_seg063_a_redo_replaces_the_summary_from_the_archived_generation() -> None:
     """The summary made again is asked from the generation the first one replaced (its
     messages, less the kept tail), with the redo's focus, prompt and model; it takes the old
     one's place before the same tail and what came after; the old one stays as a version,
@@ -122,7 +124,8 @@ def test_a_redo_replaces_the_summary_from_the_archived_generation() -> None:
     asyncio.run(main())
 
 
-def test_an_undo_after_a_redo_restores_the_view_from_before_the_compaction() -> None:
+@requirement("REQ-SEG-064")
+def test_seg064_an_undo_after_a_redo_restores_the_view_from_before_the_compaction() -> None:
     async def main() -> None:
         model = ScriptedModel(default=summariser("s"))
         async with Runtime(store=MemoryStore(), llm=model) as rt:
@@ -147,7 +150,8 @@ def test_an_undo_after_a_redo_restores_the_view_from_before_the_compaction() -> 
     asyncio.run(main())
 
 
-def test_an_undo_that_does_not_fit_is_refused_with_the_figures() -> None:
+@requirement("REQ-SEG-064")
+def test_seg064_an_undo_that_does_not_fit_is_refused_with_the_figures() -> None:
     async def main() -> None:
         model = ScriptedModel(default=summariser("s"))
         async with Runtime(store=MemoryStore(), llm=model) as rt:
@@ -170,7 +174,8 @@ def test_an_undo_that_does_not_fit_is_refused_with_the_figures() -> None:
     asyncio.run(main())
 
 
-def test_nothing_to_redo_or_undo_before_a_compaction_and_other_behaviours() -> None:
+@requirement("REQ-SEG-063")
+def test_seg063_nothing_to_redo_or_undo_before_a_compaction_and_other_behaviours() -> None:
     async def main() -> None:
         async with Runtime(store=MemoryStore(), llm=ScriptedModel()) as rt:
             cid = await conversation(rt, turns=1)
@@ -187,7 +192,8 @@ def test_nothing_to_redo_or_undo_before_a_compaction_and_other_behaviours() -> N
     asyncio.run(main())
 
 
-def test_neither_runs_while_a_turn_does() -> None:
+@requirement("REQ-SEG-065")
+def test_seg065_neither_runs_while_a_turn_does() -> None:
     async def main() -> None:
         model = ScriptedModel(default=summariser("s"), delay=0.2)
         async with Runtime(store=MemoryStore(), llm=model) as rt:
@@ -210,9 +216,12 @@ def test_neither_runs_while_a_turn_does() -> None:
 OPS = st.lists(st.sampled_from(["send", "pin", "compact", "redo", "undo"]), min_size=1, max_size=14)
 
 
+@requirement("REQ-SEG-064", "REQ-SEG-065")
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS)
-def test_redo_and_undo_never_lose_a_generation_and_undo_returns_the_view(ops: list[str]) -> None:
+def test_seg065_redo_and_undo_never_lose_a_generation_and_undo_returns_the_view(
+    ops: list[str],
+) -> None:
     """Any sequence of turns, pinned turns, compactions, redos and undos: the transcript only
     grows (every archived generation stays, message for message), and an undo returns the
     model view from before the latest compaction, redone or not, plus what came after."""

@@ -333,7 +333,9 @@ class Performer:
         if override:
             config = config.model_copy(update=override)
             stored = dataclasses.replace(stored, state=state.model_copy(update={"config": config}))
-        outcome = await self._ask(await self._requests.of(stored, effect, messages=head))
+        # Never the turn's prefix: the generation it summarises is no longer the current one.
+        asked = effect.model_copy(update={"shape": "tool_less"})
+        outcome = await self._ask(await self._requests.of(stored, asked, messages=head))
         if isinstance(outcome, LlmCallError):
             return failed(CompactionFailed, outcome)
         carried = copies((*tail, *latest.after), state.session, latest.summarised)

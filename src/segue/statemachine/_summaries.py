@@ -468,7 +468,8 @@ def _copied(state: ConversationState, messages: tuple[Message, ...]) -> list[Eff
 def on_summary_redo(state: ConversationState, event: SummaryRedoRequested) -> Result:
     """REQ-SEG-063: the latest compaction's summary is asked for again, from the generation it
     replaced (the runtime builds that request). The current generation is archived first, as
-    every compaction's is; the request is sent without tools, since it repeats no turn."""
+    every compaction's is. Its request is sent as the conversation's summary requests are (the
+    runtime sends it without tools: it repeats no turn's prefix)."""
     if state.config.behavior is not ContextExhaustionBehavior.COMPACT_IN_PLACE:
         return state, NOTHING
     effects: list[Effect] = [ArchiveTranscript._make(generation=state.generation)]
@@ -478,6 +479,7 @@ def on_summary_redo(state: ConversationState, event: SummaryRedoRequested) -> Re
         redo=True,
         summary_prompt=event.summary_prompt,
         summary_model=event.summary_model,
+        shape=state.config.summary_request,
     )
     effects.append(request_for(phase))
     return replaced(state, {"phase": phase}), tuple(effects)
@@ -486,14 +488,15 @@ def on_summary_redo(state: ConversationState, event: SummaryRedoRequested) -> Re
 def _summary_redone(state: ConversationState, event: CompactionResponse, summary: str) -> Result:
     """The summary made again starts a new generation: the summary (with its own usage), then
     the copies the runtime read (the first summary's verbatim tail, and what came after it).
-    Nothing is deleted: the first summary stays in the transcript as a version. It replaces a
-    continuation, so ``continuations`` is unchanged."""
+    Nothing is deleted: the first summary stays in the transcript as a version. It counts as a
+    continuation, as every summary asked for does: ``max_continuations`` bounds them all."""
     generation = state.generation + 1
     copies = event.copies
     fresh = replaced(
         state,
         {
             "generation": generation,
+            "continuations": state.continuations + 1,
             "context_tokens": None,
             "pending_tokens": event.retained_tokens,
             "message_count": state.message_count + 1 + len(copies),
