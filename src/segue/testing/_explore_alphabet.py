@@ -22,6 +22,7 @@ from segue.statemachine import (
     CompactionBlock,
     CompactionFailed,
     CompactionResponse,
+    CompactionUndoRequested,
     ContinuationFailed,
     ContinuationResponse,
     ConversationConfig,
@@ -29,10 +30,12 @@ from segue.statemachine import (
     LlmError,
     LlmResponse,
     ManualContinuation,
+    Message,
     PauseRequested,
     ProviderCompacted,
     ResumeRequested,
     RetryDue,
+    SummaryRedoRequested,
     ToolCall,
     ToolResult,
     Usage,
@@ -366,8 +369,9 @@ def _results(unit: int) -> dict[str, tuple[tuple[Move, ...], Move]]:
 
 def _noise(figures: _Figures, *, pinned: bool) -> tuple[Move, ...]:
     """What may arrive in any phase: user messages (small, large, alone at the threshold, and
-    with ``pinned`` a pinned one), a cancel, a manual trigger, a pause, a resume, timers for no
-    pending retry, a result for a tool call nobody made, and a crash."""
+    with ``pinned`` a pinned one), a cancel, a manual trigger, a pause, a resume, a summary made
+    again, a compaction taken back (that fits, and one at the threshold), timers for no pending
+    retry, a result for a tool call nobody made, and a crash."""
     unit, threshold = figures.unit, figures.threshold
     pins = (
         # One fits the budget (a quarter of the window), a second one does not.
@@ -391,6 +395,9 @@ def _noise(figures: _Figures, *, pinned: bool) -> tuple[Move, ...]:
         Move("manual_continuation", ManualContinuation()),
         Move("pause_requested", PauseRequested(reason="nightly stop")),
         Move("resume_requested", ResumeRequested()),
+        Move("summary_redo_requested", SummaryRedoRequested()),
+        Move(f"compaction_undo_requested({unit} tokens)", _undo(unit)),
+        Move(f"compaction_undo_requested({threshold} tokens, too large)", _undo(threshold)),
         Move("retry_due(attempt 1, stale)", RetryDue(attempt=1)),
         Move("retry_due(attempt 2, stray)", RetryDue(attempt=2)),
         Move(
@@ -399,6 +406,12 @@ def _noise(figures: _Figures, *, pinned: bool) -> tuple[Move, ...]:
         ),
         CRASH,
     )
+
+
+def _undo(tokens: int) -> CompactionUndoRequested:
+    """An undone compaction as the runtime sends it: one restored message, ``tokens`` in all."""
+    restored = Message(kind="user", text="restored", copy_of=1)
+    return CompactionUndoRequested(messages=(restored,), tokens=tokens)
 
 
 @dataclass(frozen=True)
