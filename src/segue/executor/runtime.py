@@ -471,11 +471,6 @@ class Runtime(Conversations):
             focus=focus, summary_prompt=summary_prompt, summary_model=summary_model
         )
         state = await self._idle_for_redo(conversation_id)
-        if state.config.behavior is not ContextExhaustionBehavior.COMPACT_IN_PLACE:
-            behavior = state.config.behavior.value
-            raise NoCompactionError(
-                conversation_id, f"a summary is made again only under compact_in_place ({behavior})"
-            )
         await self._latest_compaction(conversation_id, state)
         state, _ = await self._driver.drive(conversation_id, event)
         return state
@@ -485,7 +480,7 @@ class Runtime(Conversations):
         from before it, with everything said since, when that fits below the continuation
         threshold now (after a move to a model with a larger window, say). Nothing is deleted:
         the summary and its generation stay in the transcript, and a later compaction can be
-        taken back or made again as any other.
+        taken back or made again as any other. COMPACT_IN_PLACE only.
 
         ``ConversationBusyError`` while a turn runs; ``NoCompactionError`` when there is none
         to take back; ``CompactionDoesNotFitError`` with the figures (tokens needed, the
@@ -504,7 +499,7 @@ class Runtime(Conversations):
 
     async def _idle_for_redo(self, conversation_id: str) -> ConversationState:
         """The conversation's state when a redo or an undo may run on it: never while a turn
-        does (REQ-SEG-065), here or in another runtime."""
+        does (REQ-SEG-065), here or in another runtime; only idle, under COMPACT_IN_PLACE."""
         self._refuse_if_busy(conversation_id, wait=False)
         state = await self.state(conversation_id)
         if state.phase.kind in BUSY_PHASES:
@@ -514,6 +509,13 @@ class Runtime(Conversations):
         if state.phase.kind != "idle":
             raise NoCompactionError(
                 conversation_id, f"the conversation is {state.phase.kind.replace('_', ' ')}"
+            )
+        behavior = state.config.behavior
+        if behavior is not ContextExhaustionBehavior.COMPACT_IN_PLACE:
+            raise NoCompactionError(
+                conversation_id,
+                f"a compaction is made again or taken back only under compact_in_place, "
+                f"and it is {behavior.value}",
             )
         return state
 

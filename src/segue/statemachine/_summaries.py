@@ -488,15 +488,15 @@ def on_summary_redo(state: ConversationState, event: SummaryRedoRequested) -> Re
 def _summary_redone(state: ConversationState, event: CompactionResponse, summary: str) -> Result:
     """The summary made again starts a new generation: the summary (with its own usage), then
     the copies the runtime read (the first summary's verbatim tail, and what came after it).
-    Nothing is deleted: the first summary stays in the transcript as a version. It counts as a
-    continuation, as every summary asked for does: ``max_continuations`` bounds them all."""
+    Nothing is deleted: the first summary stays in the transcript as a version. It replaces a
+    continuation rather than adding one, so ``continuations`` is unchanged: making a summary
+    again never brings a conversation nearer its ``max_continuations``."""
     generation = state.generation + 1
     copies = event.copies
     fresh = replaced(
         state,
         {
             "generation": generation,
-            "continuations": state.continuations + 1,
             "context_tokens": None,
             "pending_tokens": event.retained_tokens,
             "message_count": state.message_count + 1 + len(copies),
@@ -525,6 +525,8 @@ def on_compaction_undo(state: ConversationState, event: CompactionUndoRequested)
     window since, say). The runtime refuses the rest with the figures; here they change
     nothing."""
     tokens = event.tokens
+    if state.config.behavior is not ContextExhaustionBehavior.COMPACT_IN_PLACE:
+        return state, NOTHING
     if not event.messages or tokens >= state.config.continuation_tokens:
         return state, NOTHING
     generation = state.generation + 1
