@@ -35,6 +35,7 @@ from segue import (
     ContextExhausted,
     ContextExhaustionBehavior,
     ContinuationFailed,
+    ContinuationRedone,
     ContinuationResponse,
     ConversationState,
     ErrorKind,
@@ -199,6 +200,7 @@ def default_event(kind: str) -> Event:
         "pause_requested": PauseRequested(reason="nightly stop"),
         "resume_requested": ResumeRequested(),
         "summary_redo_requested": SummaryRedoRequested(focus="the codes"),
+        "continuation_redone": ContinuationRedone(summary="What happened, kept better."),
         "compaction_undo_requested": CompactionUndoRequested(
             messages=(Message(kind="user", text="restored", copy_of=1),), tokens=500
         ),

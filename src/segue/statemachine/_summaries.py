@@ -58,6 +58,7 @@ from segue.statemachine.events import (
     CompactionResponse,
     CompactionUndoRequested,
     ContinuationFailed,
+    ContinuationRedone,
     ContinuationResponse,
     ResumeRequested,
     SummaryRedoRequested,
@@ -541,3 +542,17 @@ def on_compaction_undo(state: ConversationState, event: CompactionUndoRequested)
     )
     start = StartGeneration._make(generation=generation, summary=event.messages[0].text)
     return fresh, (start, *_copied(fresh, event.messages))
+
+
+def on_continuation_redone(state: ConversationState, event: ContinuationRedone) -> Result:
+    """REQ-SEG-063: the continuation summary made again is recorded and becomes the one a
+    child is seeded with; the conversation stays read-only, its figures unchanged."""
+    ended = cast(ContextExhausted, state.phase)
+    summary = event.summary.strip()
+    effects: list[Effect] = [
+        record(state, "continuation", summary, usage=event.usage),
+        NotifyContextExhausted._make(summary=summary),
+    ]
+    phase = replaced(ended, {"summary": summary, "final_usage": event.usage})
+    redone = replaced(state, {"phase": phase, "message_count": state.message_count + 1})
+    return redone, tuple(effects)

@@ -278,6 +278,17 @@ class SummaryRedoRequested(Frozen):
     """The model that writes this summary only, in place of the conversation's."""
 
 
+class ContinuationRedone(Frozen):
+    """A read-only conversation's continuation summary, made again before a child was started
+    from it (REQ-SEG-063). The runtime asked for it (the conversation stays read-only
+    meanwhile, and a summary that could not be had changes nothing); the core records it and
+    makes it the one a child is seeded with. The first stays in the transcript as a version."""
+
+    kind: Literal["continuation_redone"] = "continuation_redone"
+    summary: Annotated[str, Field(min_length=1, pattern=r"\S")]
+    usage: Usage | None = None
+
+
 class CompactionUndoRequested(Frozen):
     """The user takes the latest compaction back (REQ-SEG-064): a new generation holds
     ``messages``, copies of the view before it plus what came after, which the runtime read from
@@ -328,6 +339,7 @@ Event = Annotated[
     | UserCancel
     | ManualContinuation
     | SummaryRedoRequested
+    | ContinuationRedone
     | CompactionUndoRequested
     | PauseRequested
     | ResumeRequested,
@@ -351,6 +363,7 @@ EVENT_TYPES: tuple[type[Frozen], ...] = (
     UserCancel,
     ManualContinuation,
     SummaryRedoRequested,
+    ContinuationRedone,
     CompactionUndoRequested,
     PauseRequested,
     ResumeRequested,

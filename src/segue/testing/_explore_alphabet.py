@@ -24,6 +24,7 @@ from segue.statemachine import (
     CompactionResponse,
     CompactionUndoRequested,
     ContinuationFailed,
+    ContinuationRedone,
     ContinuationResponse,
     ConversationConfig,
     Event,
@@ -370,7 +371,192 @@ def _results(unit: int) -> dict[str, tuple[tuple[Move, ...], Move]]:
 def _noise(figures: _Figures, *, pinned: bool) -> tuple[Move, ...]:
     """What may arrive in any phase: user messages (small, large, alone at the threshold, and
     with ``pinned`` a pinned one), a cancel, a manual trigger, a pause, a resume, a summary made
-    again, a compaction taken back (that fits, and one at the threshold), timers for no pending
+    again (asked for, and a continuation's made), a compaction taken back (one that fits, one
+    at the threshold), timers for no pending retry, a result for a tool call nobody made, and a
+    crash."""
+    unit, threshold = figures.unit, figures.threshold
+    block = CompactionBlock(provider="anthropic", content=SUMMARY, signature="sig")
+    failed = ProviderCompacted(
+        summary="", block=CompactionBlock(provider="anthropic", content=None)
+    )
+    room = ProviderCompacted(summary=SUMMARY, block=block, post_tokens=2 * unit)
+    full = ProviderCompacted(summary=SUMMARY, block=block, post_tokens=threshold)
+    text = _sized("The answer", unit)
+    below = _usage(figures.below_warning)
+    llm = (
+        Move(
+            "llm_response(at window, 0 tool calls)",
+            LlmResponse(text=text, usage=_usage(figures.window)),
+        ),
+        Move(
+            "llm_response(at window, 1 tool call)",
+            LlmResponse(text=text, tool_calls=(_call("t1", unit),), usage=_usage(figures.window)),
+        ),
+        Move(
+            "llm_response(after a provider compaction, below warning)",
+            LlmResponse(text=text, usage=below, compactions=(room,)),
+        ),
+        Move(
+            "llm_response(after a failed provider compaction, at threshold)",
+            LlmResponse(text=text, usage=_usage(threshold), compactions=(failed,)),
+        ),
+        Move(
+            "llm_response(paused after compacting)",
+            LlmResponse(text="", stop_reason="compaction", compactions=(room,)),
+        ),
+        Move("llm_response(stopped with compaction)", LlmResponse(stop_reason="compaction")),
+        Move("llm_error(compaction refused)", LlmError(message="boom", compaction_refused=True)),
+        Move("provider_compacted(block)", room),
+        Move("provider_compacted(block, post_tokens at threshold)", full),
+        Move("provider_compacted(failed block)", failed),
+    )
+    compaction = (
+        Move(
+            "compaction_response(the provider's block)",
+            CompactionResponse(summary=SUMMARY, retained_tokens=unit, block=block),
+        ),
+        Move(
+            "compaction_failed(compaction refused)",
+            CompactionFailed(error="boom", compaction_refused=True),
+        ),
+    )
+    return {"llm": llm, "compaction": compaction}
+
+
+_SUMMARIES: Final = (
+    ("usable", SUMMARY, "end_turn"),
+    ("empty", "  ", "end_turn"),
+    ("refused", "I cannot summarise this.", "refusal"),
+)
+
+
+def _past_the_time_bound(bound: float | None) -> tuple[Move, ...]:
+    """For a run with ``max_run_seconds``: a checkpoint answered, and one given up on, once the
+    bound has passed (the answers above carry no time: the runtime did not measure one)."""
+    if bound is None:
+        return ()
+    late = bound + 1
+    return (
+        Move(
+            "checkpoint_response(checkpoint, past the time bound)",
+            CheckpointResponse(text=CHECKPOINT, elapsed_seconds=late),
+        ),
+        Move(
+            "checkpoint_failed(fatal, past the time bound)",
+            CheckpointFailed(error="boom", elapsed_seconds=late),
+        ),
+    )
+
+
+def _summary_answers(figures: _Figures) -> dict[RequestKind, tuple[Move, ...]]:
+    """Answers to the three requests at the limit: usable, empty and refused summaries (measured
+    or not, or over the window), checkpoints (one, none, one too large to seed a session),
+    compactions that leave room or retain the threshold, an answer of each that called a tool,
+    and the three failures of each."""
+    measures = (
+        ("no usage", None),
+        ("below warning", figures.below_warning),
+        ("over window", figures.window + 1),
+    )
+    continuations = tuple(
+        Move(
+            f"continuation_response({name}, {measured})",
+            ContinuationResponse(summary=summary, usage=_usage(tokens), stop_reason=stop),
+        )
+        for name, summary, stop in _SUMMARIES
+        for measured, tokens in measures
+    )
+    huge = "<checkpoint>\n## Goal\n" + "x" * (3 * figures.threshold) + "\n</checkpoint>"
+    checkpoints: tuple[Move, ...] = (
+        Move("checkpoint_response(checkpoint)", CheckpointResponse(text=CHECKPOINT)),
+        Move("checkpoint_response(empty)", CheckpointResponse(text="")),
+        Move("checkpoint_response(too large to seed)", CheckpointResponse(text=huge)),
+    )
+    compactions = tuple(
+        Move(
+            f"compaction_response({name}, retains {retained})",
+            CompactionResponse(summary=summary, retained_tokens=retained, stop_reason=stop),
+        )
+        for name, summary, stop in _SUMMARIES
+        for retained in (figures.unit, figures.threshold)
+    )
+    # A model that called a tool while summarising (REQ-SEG-056): refused where its tools were
+    # callable (``reuse_prefix``), read for its text where they were not.
+    called = (_call("s1", figures.unit),)
+    continuations += (
+        Move(
+            "continuation_response(called a tool)",
+            ContinuationResponse(summary=SUMMARY, tool_calls=called),
+        ),
+    )
+    checkpoints += (
+        Move(
+            "checkpoint_response(called a tool)",
+            CheckpointResponse(text=CHECKPOINT, tool_calls=called),
+        ),
+    )
+    compactions += (
+        Move(
+            "compaction_response(called a tool)",
+            CompactionResponse(summary=SUMMARY, retained_tokens=figures.unit, tool_calls=called),
+        ),
+    )
+    return {
+        "continuation": (*continuations, *_failures("continuation_failed", ContinuationFailed)),
+        "checkpoint": (*checkpoints, *_failures("checkpoint_failed", CheckpointFailed)),
+        "compaction": (*compactions, *_failures("compaction_failed", CompactionFailed)),
+    }
+
+
+def _strays(figures: _Figures) -> dict[RequestKind, tuple[Move, ...]]:
+    """One answer and one failure of each request kind, delivered when that request is not in
+    flight: late (after a cancel, or while a retry waits) or for nothing at all."""
+    return {
+        "llm": (
+            Move(
+                "late llm_response", LlmResponse(text="late", usage=_usage(figures.below_warning))
+            ),
+            Move("late llm_error", LlmError(message="late", retryable=True)),
+            Move("late provider_compacted", ProviderCompacted(summary=SUMMARY)),
+        ),
+        "continuation": (
+            Move("late continuation_response", ContinuationResponse(summary=SUMMARY)),
+            Move("late continuation_failed", ContinuationFailed(error="late")),
+        ),
+        "checkpoint": (
+            Move("late checkpoint_response", CheckpointResponse(text=CHECKPOINT)),
+            Move("late checkpoint_failed", CheckpointFailed(error="late")),
+        ),
+        "compaction": (
+            Move(
+                "late compaction_response",
+                CompactionResponse(summary=SUMMARY, retained_tokens=figures.unit),
+            ),
+            Move("late compaction_failed", CompactionFailed(error="late")),
+        ),
+    }
+
+
+def _results(unit: int) -> dict[str, tuple[tuple[Move, ...], Move]]:
+    def result(call_id: str, tokens: int) -> ToolResult:
+        return ToolResult(tool_call_id=call_id, output="out", token_count=tokens)
+
+    return {
+        call_id: (
+            (
+                Move(f"tool_result({call_id}, {unit} tokens)", result(call_id, unit)),
+                Move(f"tool_result({call_id}, {4 * unit} tokens)", result(call_id, 4 * unit)),
+            ),
+            Move(f"tool_result({call_id}, not running)", result(call_id, unit)),
+        )
+        for call_id in TOOL_IDS
+    }
+
+
+def _noise(figures: _Figures, *, pinned: bool) -> tuple[Move, ...]:
+    """What may arrive in any phase: user messages (small, large, alone at the threshold, and
+    with ``pinned`` a pinned one), a cancel, a manual trigger, a pause, a resume, a summary made
+    again (asked, and a continuation's made), a compaction taken back (that fits, and one at the threshold), timers for no pending
     retry, a result for a tool call nobody made, and a crash."""
     unit, threshold = figures.unit, figures.threshold
     pins = (
@@ -396,6 +582,7 @@ def _noise(figures: _Figures, *, pinned: bool) -> tuple[Move, ...]:
         Move("pause_requested", PauseRequested(reason="nightly stop")),
         Move("resume_requested", ResumeRequested()),
         Move("summary_redo_requested", SummaryRedoRequested()),
+        Move("continuation_redone", ContinuationRedone(summary="What happened, kept better.")),
         Move(f"compaction_undo_requested({unit} tokens)", _undo(unit)),
         Move(f"compaction_undo_requested({threshold} tokens, too large)", _undo(threshold)),
         Move("retry_due(attempt 1, stale)", RetryDue(attempt=1)),

@@ -22,6 +22,7 @@ from segue.statemachine import (
     CompactionResponse,
     CompactionUndoRequested,
     ContinuationFailed,
+    ContinuationRedone,
     ContinuationResponse,
     ConversationConfig,
     ConversationState,
@@ -81,6 +82,7 @@ EVENT_KINDS: Final = (
     "pause_requested",
     "resume_requested",
     "summary_redo_requested",
+    "continuation_redone",
     "compaction_undo_requested",
 )
 """Every event kind, in the order ``events()`` shrinks towards (a user message first)."""
@@ -103,6 +105,7 @@ _KIND_WEIGHTS: Final[dict[str, int]] = {
     "pause_requested": 1,
     "resume_requested": 1,
     "summary_redo_requested": 1,
+    "continuation_redone": 1,
     "compaction_undo_requested": 1,
 }
 """Relative frequency in ``events()``: the turn loop (user, response, tools) dominates a real
@@ -434,6 +437,10 @@ def _compaction_undo_requested(scale: _Scale, _ids: tuple[str, ...]) -> st.Searc
     )
 
 
+def _continuation_redone(_scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
+    return st.builds(ContinuationRedone, summary=st.just("What happened, kept better."))
+
+
 _BUILDERS: Final[dict[str, Callable[[_Scale, tuple[str, ...]], st.SearchStrategy[Event]]]] = {
     "user_message": _user_message,
     "llm_response": _llm_response,
@@ -452,6 +459,7 @@ _BUILDERS: Final[dict[str, Callable[[_Scale, tuple[str, ...]], st.SearchStrategy
     "pause_requested": _pause_requested,
     "resume_requested": _resume_requested,
     "summary_redo_requested": _summary_redo_requested,
+    "continuation_redone": _continuation_redone,
     "compaction_undo_requested": _compaction_undo_requested,
 }
 
@@ -534,7 +542,9 @@ def _events_for(
         choices += [(1, kind("summary_redo_requested")), (1, kind("compaction_undo_requested"))]
     elif phase == "paused":
         choices += [(8, kind("resume_requested")), (2, kind("user_message"))]
-    else:  # failed, context_exhausted: only a user message can mean anything
+    elif phase == "context_exhausted":  # a user message, or the summary made again
+        choices += [(8, kind("user_message")), (1, kind("continuation_redone"))]
+    else:  # failed: only a user message can mean anything
         choices.append((8, kind("user_message")))
     if noise > 0:
         choices.append((noise, _events(scale, EVENT_KINDS, TOOL_CALL_IDS)))
