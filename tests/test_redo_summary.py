@@ -21,6 +21,7 @@ from segue import (
     CompactionDoesNotFitError,
     ContextExhaustionBehavior,
     ConversationBusyError,
+    LlmCallError,
     LlmReply,
     MemoryStore,
     Message,
@@ -261,5 +262,65 @@ def test_seg065_redo_and_undo_never_lose_a_generation_and_undo_returns_the_view(
                     stack.clear()  # an undone compaction cannot be taken back further
                 new = await transcript(rt, cid)
                 assert new[: len(old)] == old  # append-only: nothing lost, nothing changed
+
+    asyncio.run(main())
+
+
+async def exhausted(rt: Runtime) -> str:
+    """A THRESHOLD_BASED_CONTINUATION conversation sent to its limit: read-only."""
+    conv = await rt.create_conversation(model=MODEL, context_window=3_000)
+    for turn in range(40):
+        state = await rt.send(conv.id, f"turn {turn}: " + "tides and moons " * 30)
+        if state.phase.kind == "context_exhausted":
+            return conv.id
+    raise AssertionError  # pragma: no cover
+
+
+def continuation_answers() -> Any:
+    """Answers continuation summaries with "hand-over N", N counting them."""
+    asked = iter(range(1, 10_000))
+
+    def answer(request: LlmRequest) -> LlmReply | None:
+        if request.purpose == "continuation":
+            usage = Usage(input_tokens=40, output_tokens=3)
+            return LlmReply(text=f"hand-over {next(asked)}", usage=usage)
+        return None
+
+    return answer
+
+
+@requirement("REQ-SEG-063")
+def test_seg063_an_exhausted_conversations_summary_is_made_again_before_a_child() -> None:
+    """The continuation summary is asked again from the session it summarised (not from the
+    summary it ended with), with the focus; the child is seeded with the new one; the old one
+    stays; a failed ask changes nothing; once a child exists it is refused."""
+
+    async def main() -> None:
+        model = ScriptedModel(default=continuation_answers())
+        async with Runtime(store=MemoryStore(), llm=model) as rt:
+            cid = await exhausted(rt)
+            assert (await rt.state(cid)).phase.summary == "hand-over 1"  # type: ignore[union-attr]
+            model.extend([LlmCallError("overloaded", retryable=True)])
+            with pytest.raises(LlmCallError):
+                await rt.redo_summary(cid, focus="the tides")
+            state = await rt.state(cid)
+            assert state.phase.summary == "hand-over 1"  # type: ignore[union-attr]
+            state = await rt.redo_summary(cid, focus="the tides", summary_model="m-2")
+            asked = model.requests[-1]
+            assert asked.model == "m-2"
+            assert asked.instruction is not None
+            assert "the tides" in asked.instruction
+            assert not any(m.kind == "continuation" for m in asked.messages)  # the session's
+            assert state.phase.kind == "context_exhausted"
+            assert state.phase.summary == "hand-over 2"
+            kept = [m.text for m in await transcript(rt, cid) if m.kind == "continuation"]
+            assert len(kept) == 2
+            usage = await rt.usage(cid)
+            assert usage.by_purpose["continuation"].output_tokens == 6
+            child = await rt.start_new_from(cid)
+            seed = await transcript(rt, child.id)
+            assert "hand-over 2" in seed[0].text
+            with pytest.raises(NoCompactionError, match="started from its summary"):
+                await rt.redo_summary(cid)
 
     asyncio.run(main())

@@ -46,7 +46,7 @@ from segue.executor.requests import Requests
 from segue.executor.setup import Setup
 from segue.executor.snapshots import context_of, stored_snapshot
 from segue.executor.store_port import Store, StoredConversation
-from segue.executor.transcript import split_for_compaction
+from segue.executor.transcript import current_view, split_for_compaction
 from segue.executor.updates import (
     ContextEditedUpdate,
     ToolFinishedUpdate,
@@ -61,6 +61,7 @@ from segue.statemachine import (
     CompactionFailed,
     CompactionResponse,
     ContinuationFailed,
+    ContinuationRedone,
     ContinuationResponse,
     Event,
     LlmError,
@@ -321,18 +322,7 @@ class Performer:
         cut = len(latest.before) - min(latest.kept, len(latest.before))
         head = [message for _, message in latest.before[:cut]]
         tail = latest.before[cut:]
-        config = state.config
-        override = {
-            name: value
-            for name, value in (
-                ("summary_prompt", effect.summary_prompt),
-                ("summary_model", effect.summary_model),
-            )
-            if value is not None
-        }
-        if override:
-            config = config.model_copy(update=override)
-            stored = dataclasses.replace(stored, state=state.model_copy(update={"config": config}))
+        stored = _with_summary_settings(stored, effect.summary_prompt, effect.summary_model)
         # Never the turn's prefix: the generation it summarises is no longer the current one.
         asked = effect.model_copy(update={"shape": "tool_less"})
         outcome = await self._ask(await self._requests.of(stored, asked, messages=head))
@@ -351,6 +341,31 @@ class Performer:
             copies=carried,
             carried=len(tail),
         )
+
+    async def continuation_again(
+        self,
+        stored: StoredConversation,
+        *,
+        focus: str | None,
+        summary_prompt: str | None,
+        summary_model: str | None,
+    ) -> ContinuationRedone | LlmCallError:
+        """A read-only conversation's continuation summary asked for again (REQ-SEG-063): its
+        last session's view without the summaries it ended with, tool-less, with this redo's
+        focus, prompt and model. The answer is the core's event, or why there is none (a
+        failure, an empty answer, a refusal): nothing is recorded then."""
+        state = stored.state
+        transcript = [item.message for item in await self._setup.store.messages(state.id)]
+        view = current_view(transcript, state.session, state.generation)
+        history = [message for message in view if message.kind != "continuation"]
+        stored = _with_summary_settings(stored, summary_prompt, summary_model)
+        effect = RequestContinuation(focus=focus, shape="tool_less")
+        outcome = await self._ask(await self._requests.of(stored, effect, messages=history))
+        if isinstance(outcome, LlmCallError):
+            return outcome
+        if not outcome.text.strip() or outcome.stop_reason == "refusal" or outcome.tool_calls:
+            return LlmCallError("the model gave no usable summary", retryable=True)
+        return ContinuationRedone(summary=outcome.text.strip(), usage=outcome.usage)
 
     async def _on_demand(
         self, stored: StoredConversation, effect: RequestCompaction
@@ -500,6 +515,23 @@ class Performer:
         )
         if path is not None:
             _log.info("archived", conversation_id=cid, path=path)
+
+
+def _with_summary_settings(
+    stored: StoredConversation, summary_prompt: str | None, summary_model: str | None
+) -> StoredConversation:
+    """``stored`` as a redo asks it (REQ-SEG-063): with its own summary prompt and model, for
+    that request only, where given; nothing stored changes."""
+    override = {
+        name: value
+        for name, value in (("summary_prompt", summary_prompt), ("summary_model", summary_model))
+        if value is not None
+    }
+    if not override:
+        return stored
+    state = stored.state
+    config = state.config.model_copy(update=override)
+    return dataclasses.replace(stored, state=state.model_copy(update={"config": config}))
 
 
 async def _saved(

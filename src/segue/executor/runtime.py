@@ -30,6 +30,7 @@ from segue.executor.errors import (
     CompactionDoesNotFitError,
     ConversationBusyError,
     InvalidMessageError,
+    LlmCallError,
     NoCompactionError,
     NotPausedError,
 )
@@ -127,7 +128,9 @@ class Runtime(Conversations):
             bus=self._bus,
             requests=requests,
         )
-        performer = Performer(setup, requests=requests, cache=self._cache, bus=self._bus)
+        self._performer = performer = Performer(
+            setup, requests=requests, cache=self._cache, bus=self._bus
+        )
         self._overtaken = Overtaken(store=lambda: setup.store, owner=lambda: self.claims.owner)
         self._driver = Driver(
             telemetry=setup.telemetry,
@@ -456,12 +459,17 @@ class Runtime(Conversations):
         summary_prompt: str | None = None,
         summary_model: str | None = None,
     ) -> ConversationState:
-        """Make the latest compaction's summary again (REQ-SEG-063), COMPACT_IN_PLACE only:
+        """Make the latest compaction's summary again (REQ-SEG-063), under COMPACT_IN_PLACE:
         from the generation it replaced, with ``focus`` (what it must keep above all) and, for
         this summary only, ``summary_prompt`` and ``summary_model`` in place of the
         conversation's. The new summary takes the old one's place in a new generation, with the
         old one's verbatim tail and everything said since; the old one stays in the
-        transcript as a version, its tokens counted in ``usage()`` beside the new one's.
+        transcript as a version, its tokens counted in ``usage()`` beside the new one's. A
+        read-only conversation (THRESHOLD_BASED_CONTINUATION at its limit) gets its
+        continuation summary made again the same way, before a child is started from it:
+        the new one is what ``start_new_from`` seeds the child with; once a child exists it is
+        refused (``NoCompactionError``), and a model that fails raises its ``LlmCallError``,
+        the old summary kept.
 
         ``ConversationBusyError`` while a turn runs; ``NoCompactionError`` when there is no
         compaction to make again (none in this session, the latest taken back, another
@@ -470,9 +478,39 @@ class Runtime(Conversations):
         event = SummaryRedoRequested(
             focus=focus, summary_prompt=summary_prompt, summary_model=summary_model
         )
+        if (await self.state(conversation_id)).phase.kind == "context_exhausted":
+            return await self._redo_continuation(conversation_id, event)
         state = await self._idle_for_redo(conversation_id)
         await self._latest_compaction(conversation_id, state)
         state, _ = await self._driver.drive(conversation_id, event)
+        return state
+
+    async def _redo_continuation(
+        self, conversation_id: str, asked: SummaryRedoRequested
+    ) -> ConversationState:
+        """A read-only conversation's continuation summary made again, before a child is
+        started from it (REQ-SEG-063). Asked for while holding the conversation (a child is
+        not started from it meanwhile, in this runtime); one that could not be had changes
+        nothing and raises the model's error."""
+        async with self._locks.holding(conversation_id):
+            stored = await self._setup.store.load(conversation_id)
+            if stored.child_id is not None:
+                raise NoCompactionError(
+                    conversation_id,
+                    f"it goes on in {stored.child_id}, which was started from its summary: "
+                    "that summary stays (make the child's own summary again instead)",
+                )
+            if stored.state.phase.kind != "context_exhausted":
+                raise NoCompactionError(conversation_id, "it is no longer read-only")
+            answer = await self._performer.continuation_again(
+                stored,
+                focus=asked.focus,
+                summary_prompt=asked.summary_prompt,
+                summary_model=asked.summary_model,
+            )
+        if isinstance(answer, LlmCallError):
+            raise answer
+        state, _ = await self._driver.drive(conversation_id, answer)
         return state
 
     async def undo_compaction(self, conversation_id: str) -> ConversationState:
