@@ -34,9 +34,11 @@ from segue import (
     CompactionBlock,
     CompactionFailed,
     CompactionResponse,
+    CompactionUndoRequested,
     ContextExhausted,
     ContextExhaustionBehavior,
     ContinuationFailed,
+    ContinuationRedone,
     ContinuationResponse,
     ConversationState,
     ErrorKind,
@@ -54,6 +56,7 @@ from segue import (
     ResumeRequested,
     RetryDue,
     SessionSnapshot,
+    SummaryRedoRequested,
     ToolCall,
     ToolExecuting,
     ToolResult,
@@ -1526,6 +1529,10 @@ EVENTS: list[Any] = [
     PauseRequested(reason="r"),
     ResumeRequested(),
     ResumeRequested(prompt="go"),
+    SummaryRedoRequested(focus="f"),
+    ContinuationRedone(summary="S again"),
+    CompactionUndoRequested(messages=(Message(kind="user", text="u", copy_of=1),), tokens=10),
+    CompactionUndoRequested(messages=(), tokens=10),
 ]
 EFFECT_ADAPTER: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(Effect)
 
