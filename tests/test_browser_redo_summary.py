@@ -62,3 +62,9 @@ def test_seg063_the_page_makes_the_summary_again_with_a_focus(
     # The button moved to the newest summary, ready to be used again.
     expect(summaries.first.get_by_role("button", name="Make this summary again")).to_have_count(0)
     expect(summaries.last.get_by_role("button", name="Make this summary again")).to_be_enabled()
+    # And the compaction is taken back: the history before it is what the model sees again.
+    summaries.last.get_by_role("button", name="Take this compaction back").click()
+    expect(page.get_by_role("button", name="Make this summary again")).to_be_hidden()
+    turn_over(page)
+    assert state(url, cid)["generation"] == 4
+    expect(page.locator("#problem")).to_be_hidden()

@@ -78,6 +78,21 @@ async function redoSummary(form) {
   }
 }
 
+// The latest compaction taken back (REQ-SEG-064): its history restored when it fits the
+// window now; when it does not, the server's answer says by how much.
+async function undoCompaction() {
+  view.working = "Taking the compaction back…";
+  render();
+  try {
+    await json("POST", `${view.path}/undo-compaction`, {});
+  } catch (error) {
+    showProblem(error);
+  } finally {
+    view.working = null;
+    if (!view.navigating) await reload().catch(showProblem);
+  }
+}
+
 // The one way on from an ended conversation: its child, seeded with its summary (or, from a
 // failure that wrote none, its last exchanges) unless the user said otherwise.
 async function startNew() {
@@ -169,7 +184,11 @@ function wire() {
   redoForm.addEventListener("submit", (event) => {
     event.preventDefault();
     clearProblem();
-    if (!redoForm.querySelector("button").disabled) redoSummary(redoForm);
+    if (!redoForm.querySelector("#redo").disabled) redoSummary(redoForm);
+  });
+  redoForm.querySelector("#undo").addEventListener("click", () => {
+    clearProblem();
+    undoCompaction();
   });
   wireSnapshots();
   wireDelete();

@@ -229,8 +229,8 @@ function renderNext(state, known) {
   $("recent-choice").hidden = hasSummary(state);
 }
 
-// "Make this summary again" sits in the latest summary the conversation may make again
-// (REQ-SEG-063): a compact_in_place conversation's compaction summary while it is idle, a
+// "Make this summary again" (and, for a compaction, "Take this compaction back") sits in the
+// latest summary the conversation may make again (REQ-SEG-063, 064): a compact_in_place conversation's compaction summary while it is idle, a
 // read-only one's continuation summary until a child starts from it. The form is moved, not
 // copied (a redraw clears the transcript, so it is kept here); elsewhere it waits hidden.
 let redoForm = null;
@@ -239,12 +239,15 @@ function placeRedo(state) {
   redoForm ??= $("redo-form");
   const kind = state.phase === "context_exhausted" && !state.child_id ? "continuation"
     : state.phase === "idle" && state.behavior === "compact_in_place" ? "summary" : null;
-  const summaries = kind ? document.querySelectorAll(`#messages li.${kind}`) : [];
+  // Only the summary that opens the current generation (a compaction's) or ends the session.
+  const here = `[data-session="${state.session}"][data-generation="${state.generation}"]`;
+  const summaries = kind ? document.querySelectorAll(`#messages li.${kind}${here}`) : [];
   const target = summaries.length ? summaries[summaries.length - 1] : $("redo-home");
   if (redoForm.parentElement !== target) target.append(redoForm);
   const waiting = busy() || Boolean(view.working);
-  redoForm.querySelector("button").disabled = waiting;
-  redoForm.querySelector("input").disabled = waiting;
+  for (const control of redoForm.querySelectorAll("button, input")) control.disabled = waiting;
+  // A compaction can be taken back; a continuation summary can only be made again.
+  redoForm.querySelector("#undo").hidden = kind !== "summary";
 }
 
 export function showMissing() {
