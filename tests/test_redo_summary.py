@@ -10,6 +10,7 @@ sits (its session, generation, the seq of its original, its usage).
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -54,6 +55,14 @@ async def model_view(rt: Runtime, cid: str) -> list[tuple[object, ...]]:
     whole = current_view(await transcript(rt, cid), state.session, state.generation)
     assert list(await ViewCache(lambda: rt.store).view(stored)) == whole
     return seen(whole)
+
+
+def archives(directory: Path) -> tuple[list[Path], list[str]]:
+    """The archive files in the order of their generations, and their messages' lines."""
+    files = sorted(
+        directory.iterdir(), key=lambda path: int(path.name.split(".gen")[1].split(".")[0])
+    )
+    return files, [line for path in files for line in path.read_text().splitlines()[1:]]
 
 
 def summariser(label: str) -> Any:
@@ -126,10 +135,16 @@ def test_seg063_a_redo_replaces_the_summary_from_the_archived_generation() -> No
 
 
 @requirement("REQ-SEG-064")
-def test_seg064_an_undo_after_a_redo_restores_the_view_from_before_the_compaction() -> None:
+def test_seg064_an_undo_after_a_redo_restores_the_view_from_before_the_compaction(
+    tmp_path: Path,
+) -> None:
+    """The view from before the compaction comes back exactly, after two redos; and the
+    archives, one per generation left (compacted, redone, taken back), still hold the whole
+    transcript up to the current generation, in order."""
+
     async def main() -> None:
         model = ScriptedModel(default=summariser("s"))
-        async with Runtime(store=MemoryStore(), llm=model) as rt:
+        async with Runtime(store=MemoryStore(), llm=model, archive_dir=tmp_path) as rt:
             cid = await conversation(rt)
             before = await model_view(rt, cid)
             await rt.continue_manually(cid)
@@ -143,6 +158,10 @@ def test_seg064_an_undo_after_a_redo_restores_the_view_from_before_the_compactio
             assert await model_view(rt, cid) == before + after
             whole = await transcript(rt, cid)
             assert len(whole) > length  # nothing deleted: the undo appended copies
+            files, archived = archives(tmp_path)
+            before_now = [m for m in whole if m.generation < undone.generation]
+            assert len(files) == 4
+            assert archived == [message.model_dump_json() for message in before_now]
             with pytest.raises(NoCompactionError):
                 await rt.undo_compaction(cid)  # the latest was taken back
             with pytest.raises(NoCompactionError):

@@ -540,8 +540,11 @@ def on_compaction_undo(state: ConversationState, event: CompactionUndoRequested)
             "message_count": state.message_count + len(event.messages),
         },
     )
+    # The generation taken back is archived first, as every compacted one is: together the
+    # archives still hold the whole transcript up to the current generation.
+    archive = ArchiveTranscript._make(generation=state.generation)
     start = StartGeneration._make(generation=generation, summary=event.messages[0].text)
-    return fresh, (start, *_copied(fresh, event.messages))
+    return fresh, (archive, start, *_copied(fresh, event.messages))
 
 
 def on_continuation_redone(state: ConversationState, event: ContinuationRedone) -> Result:
