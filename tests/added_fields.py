@@ -29,8 +29,17 @@ ADDED_TO_STATE: Final[dict[str, Any]] = {
 REQ-SEG-052 to 054)."""
 
 
+ADDED_TO_MESSAGE: Final[dict[str, Any]] = {"copy_of": None, "summarises": None, "carried": 0}
+"""``Message``'s added fields and their defaults: a copy's original, and a summary made again's
+generation and kept tail (REQ-SEG-063, 064)."""
+
+
 def _is_state(value: dict[str, Any]) -> bool:
     return "config" in value and "phase" in value
+
+
+def _is_message(value: dict[str, Any]) -> bool:
+    return "kept_messages" in value and "pinned" in value
 
 
 def release_shape(value: Any, *, check_defaults: bool = False) -> Any:
@@ -49,6 +58,10 @@ def release_shape(value: Any, *, check_defaults: bool = False) -> Any:
                 found = part.pop(name)
                 assert not check_defaults or found == default, (name, found)
         shaped["config"] = config
+    if _is_message(value):
+        for name, default in ADDED_TO_MESSAGE.items():
+            found = shaped.pop(name)
+            assert not check_defaults or found == default, (name, found)
     return shaped
 
 
@@ -64,4 +77,9 @@ def added_last(value: Any) -> bool:
             own = [k for k in keys if k not in names]
             if keys[: len(own)] != own:
                 return False
+    if _is_message(value):
+        keys = list(value)
+        own = [k for k in keys if k not in ADDED_TO_MESSAGE]
+        if keys[: len(own)] != own:
+            return False
     return all(added_last(v) for v in value.values())

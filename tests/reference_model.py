@@ -156,6 +156,7 @@ class Reference:
         self.summary_request: str = config.summary_request  # REQ-SEG-055
         self.shape: str = fields.get("shape", self.summary_request)
         self.tool_answers: int = fields.get("tool_answers", 0)
+        self.redo: bool = fields.get("redo", False)  # a summary made again (REQ-SEG-063)
         self.waiting: list[str] = list(fields.get("pending", ()))
         self.recoverable: bool = isinstance(phase, Failed) and phase.error_kind in _RECOVERABLE
         self.snapshot: SessionSnapshot | None = (
@@ -468,8 +469,10 @@ class Reference:
         ):
             self._new_session(self.seed_tokens(_checkpoint_text(event)))
             self.continuations += 1
+        elif row.event == "compaction_undo_requested" and row.effects:
+            self.context, self.pending = None, event.tokens  # a generation of copies
         elif row.event == "compaction_response" and row.target != "failed":
-            self.continuations += 1
+            self.continuations += not self.redo  # a summary made again adds none
             self.context, self.pending = None, event.retained_tokens
         elif row.event == "provider_compacted" and row.guard in ("always", "holds_history"):
             summary = event.summary
@@ -541,6 +544,7 @@ class Reference:
             return
         self.attempt, self.retry, self.trim = 1, False, 0
         self.shape, self.tool_answers = self.summary_request, 0
+        self.redo = row.event == "summary_redo_requested"
         self.final, self.alternate = (self.final if asked_again else grace), False
         self.exhausted = False
         if row.guard in _PAUSE_BEFORE_A_REQUEST:  # a pause taken where the turn asks again
@@ -638,6 +642,7 @@ Guard = Callable[[Reference, Any], bool]
 GUARDS: Final[dict[str, Guard]] = {
     "always": lambda r, e: True,
     "unhandled": lambda r, e: True,
+    "undo_over_limit": lambda r, e: not e.messages or e.tokens >= r.threshold,
     "message_too_large": lambda r, e: _tokens(e.text, e.token_count) >= r.threshold,
     "pin_over_budget": lambda r, e: r.pinned_over(e),
     "run_time_spent": lambda r, e: r.out_of_time(e),

@@ -18,6 +18,7 @@ import test_chains
 import test_control
 import test_deleted_streams
 import test_imports
+import test_redo_summary
 from scenario import Playbook, requirement, requirements_of, unpaired_tool_uses
 from segue import (
     CANCELLED_SUMMARY,
@@ -33,9 +34,11 @@ from segue import (
     CompactionBlock,
     CompactionFailed,
     CompactionResponse,
+    CompactionUndoRequested,
     ContextExhausted,
     ContextExhaustionBehavior,
     ContinuationFailed,
+    ContinuationRedone,
     ContinuationResponse,
     ConversationState,
     ErrorKind,
@@ -53,6 +56,7 @@ from segue import (
     ResumeRequested,
     RetryDue,
     SessionSnapshot,
+    SummaryRedoRequested,
     ToolCall,
     ToolExecuting,
     ToolResult,
@@ -1525,6 +1529,10 @@ EVENTS: list[Any] = [
     PauseRequested(reason="r"),
     ResumeRequested(),
     ResumeRequested(prompt="go"),
+    SummaryRedoRequested(focus="f"),
+    ContinuationRedone(summary="S again"),
+    CompactionUndoRequested(messages=(Message(kind="user", text="u", copy_of=1),), tokens=10),
+    CompactionUndoRequested(messages=(), tokens=10),
 ]
 EFFECT_ADAPTER: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(Effect)
 
@@ -2689,13 +2697,15 @@ def test_seg057_the_conformance_kit_checks_an_adapter_that_claims_it() -> None:
 
 
 def _tagged_tests() -> dict[str, tuple[str, ...]]:
-    """Tagged tests here, and in ``test_chains``, ``test_control``, ``test_imports`` and
-    ``test_deleted_streams`` (the requirements the runtime carries out)."""
+    """Tagged tests here, and in ``test_chains``, ``test_control``, ``test_imports``,
+    ``test_deleted_streams`` and ``test_redo_summary`` (the requirements the runtime carries
+    out)."""
     tests = {
         **vars(test_chains),
         **vars(test_control),
         **vars(test_imports),
         **vars(test_deleted_streams),
+        **vars(test_redo_summary),
         **globals(),
     }
     return {
@@ -2708,7 +2718,7 @@ def _tagged_tests() -> dict[str, tuple[str, ...]]:
 def test_every_requirement_in_the_spec_has_a_test() -> None:
     spec = SPEC.read_text(encoding="utf-8")
     declared = re.findall(r"^### (REQ-[A-Z]+-\d{3}):", spec, flags=re.MULTILINE)
-    assert len(declared) == len(set(declared)) == 67, declared
+    assert len(declared) == len(set(declared)) == 70, declared
     mentioned = set(re.findall(r"REQ-[A-Z]+-\d{3}", spec))
     assert mentioned == set(declared), "the spec mentions ids it does not declare"
     tagged = _tagged_tests()

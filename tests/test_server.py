@@ -104,6 +104,8 @@ def test_the_openapi_schema_documents_every_route(client: httpx2.Client) -> None
         "/api/conversations/{conversation_id}/cancel",
         "/api/conversations/{conversation_id}/pause",
         "/api/conversations/{conversation_id}/resume",
+        "/api/conversations/{conversation_id}/redo-summary",
+        "/api/conversations/{conversation_id}/undo-compaction",
         "/api/conversations/{conversation_id}/snapshots",
         "/api/conversations/{conversation_id}/snapshots/{version}",
         "/api/conversations/{conversation_id}/children",

@@ -31,9 +31,11 @@ from segue import (
     CompactionBlock,
     CompactionFailed,
     CompactionResponse,
+    CompactionUndoRequested,
     ContextExhausted,
     ContextExhaustionBehavior,
     ContinuationFailed,
+    ContinuationRedone,
     ContinuationResponse,
     ConversationState,
     ErrorKind,
@@ -43,11 +45,13 @@ from segue import (
     LlmRequesting,
     LlmResponse,
     ManualContinuation,
+    Message,
     Paused,
     PauseRequested,
     ProviderCompacted,
     ResumeRequested,
     RetryDue,
+    SummaryRedoRequested,
     ToolCall,
     ToolResult,
     Usage,
@@ -195,6 +199,11 @@ def default_event(kind: str) -> Event:
         "manual_continuation": ManualContinuation(),
         "pause_requested": PauseRequested(reason="nightly stop"),
         "resume_requested": ResumeRequested(),
+        "summary_redo_requested": SummaryRedoRequested(focus="the codes"),
+        "continuation_redone": ContinuationRedone(summary="What happened, kept better."),
+        "compaction_undo_requested": CompactionUndoRequested(
+            messages=(Message(kind="user", text="restored", copy_of=1),), tokens=500
+        ),
     }
     return plain[kind] if kind in plain else failure(kind)
 
@@ -497,6 +506,13 @@ FIXTURES: Final[dict[str, Fixture]] = {
     "always": case(resume_after=True),
     "unhandled": case(),
     "message_too_large": case(_event(UserMessage(text="a paste", token_count=THRESHOLD))),
+    "undo_over_limit": case(
+        _event(
+            CompactionUndoRequested(
+                messages=(Message(kind="user", text="restored", copy_of=1),), tokens=THRESHOLD
+            )
+        )
+    ),
     "pin_over_budget": case(
         _event(UserMessage(text="rules", pinned=True, token_count=WINDOW // 4 + 1))
     ),

@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a
     from segue.executor.bus import Watch as Watch
     from segue.executor.chains import Link as Link
     from segue.executor.chains import UsageReport as UsageReport
+    from segue.executor.errors import CompactionDoesNotFitError as CompactionDoesNotFitError
     from segue.executor.errors import ConcurrentUpdateError as ConcurrentUpdateError
     from segue.executor.errors import ConversationBusyError as ConversationBusyError
     from segue.executor.errors import ConversationExhaustedError as ConversationExhaustedError
@@ -43,6 +44,7 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a
     from segue.executor.errors import LlmCallError as LlmCallError
     from segue.executor.errors import MessageRejectedError as MessageRejectedError
     from segue.executor.errors import MessageTooLargeError as MessageTooLargeError
+    from segue.executor.errors import NoCompactionError as NoCompactionError
     from segue.executor.errors import NotPausedError as NotPausedError
     from segue.executor.errors import SegueError as SegueError
     from segue.executor.errors import StoreError as StoreError
@@ -146,6 +148,8 @@ _LAZY = {
     "ConversationExhaustedError": "segue.executor.errors",
     "MessageRejectedError": "segue.executor.errors",
     "NotPausedError": "segue.executor.errors",
+    "NoCompactionError": "segue.executor.errors",
+    "CompactionDoesNotFitError": "segue.executor.errors",
     "Runtime": "segue.executor.runtime",
     "current_conversation_id": "segue.executor.perform",
     "failure_of": "segue.executor.inputs",

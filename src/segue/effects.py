@@ -118,6 +118,12 @@ class RequestCompaction(Frozen):
     shape: SummaryRequest = "tool_less"
     """How to send it: ``tool_less`` (no tool callable, REQ-SEG-047) or ``reuse_prefix`` (the
     turn's request repeated exactly, the instruction appended, REQ-SEG-055)."""
+    redo: bool = False
+    """Summarise again the generation the latest compaction replaced (REQ-SEG-063)."""
+    summary_prompt: str | None = None
+    """A redo's own instruction, in place of the conversation's ``summary_prompt``."""
+    summary_model: str | None = None
+    """A redo's own model, in place of the conversation's ``summary_model``."""
 
 
 class StartSession(Frozen):

@@ -1,4 +1,6 @@
-"""``segue pause`` and ``segue resume``: an orchestrator's two verbs, over the same store.
+"""``segue pause`` and ``segue resume``: an orchestrator's two verbs, over the same store; and
+``segue redo-summary`` and ``segue undo-compaction``: a summary made again, a compaction taken
+back (REQ-SEG-063, 064).
 
 Both run the model (a pause asks it for a checkpoint; a resume runs the first turn of the new
 session), Claude with ``ANTHROPIC_API_KEY`` or the offline model for the demo's conversations.
@@ -249,3 +251,82 @@ def resume(
             prompt=prompt,
         )
     )
+
+
+async def _summary_again(given: str, reach: Reach, *, undo: bool, **asked: str | None) -> None:
+    """Make the latest summary again (``asked``: its focus, prompt, model), or with ``undo``
+    take the latest compaction back; a turn in flight anywhere refuses it (exit 1)."""
+    out = console()
+    async with contextlib.AsyncExitStack() as stack:
+        store = existing_store(reach.where, read_only=False)
+        stack.push_async_callback(store.close)
+        cid = await resolve(store, given)
+        stored = await store.load(cid)
+        _must_be_still(stored)
+        llm = await stack.enter_async_context(
+            model_for(
+                stored.state, offline=reach.offline, base_url=reach.base_url, headers=reach.headers
+            )
+        )
+        runtime = reach.runtime(store, llm)
+        stack.push_async_callback(runtime.close)
+        narrate(runtime, out)
+        before = stored.state.generation
+        try:
+            if undo:
+                state = await runtime.undo_compaction(cid)
+            else:
+                state = await runtime.redo_summary(cid, **asked)
+        except ValueError as error:  # a blank focus or prompt: the caller's mistake
+            raise CliError(f"cannot ask for it: {error}".splitlines()[0], 2) from None
+        if state.generation == before:
+            raise CliError(f"conversation {cid}: the summary could not be made again", 1)
+        if undo:
+            say(out, f"compaction taken back: {cid} is in generation {state.generation}", "bold")
+        else:
+            summary = [m for m in await store.messages(cid) if m.message.kind == "summary"]
+            say(out, f"summary made again: {cid} is in generation {state.generation}", "bold")
+            say(out, f"summary: {clip(summary[-1].message.text, 300)}")
+        meter(out, "context", state)
+
+
+@app.command("redo-summary")
+def redo_summary(
+    conversation_id: IdArgument,
+    focus: Annotated[
+        str | None, typer.Option(help="What the new summary must keep above all.")
+    ] = None,
+    summary_prompt: Annotated[
+        str | None,
+        typer.Option(help="The instruction for this summary only (default: the conversation's)."),
+    ] = None,
+    summary_model: Annotated[
+        str | None,
+        typer.Option(help="The model that writes this summary only (default: the conversation's)."),
+    ] = None,
+    db: DbOption = Path("segue.db"),
+    database_url: DatabaseUrlOption = None,
+    offline: OfflineOption = False,
+    base_url: BaseUrlOption = None,
+    header: HeaderOption = None,
+) -> None:
+    """Make a compact_in_place conversation's latest summary again, from the history it
+    replaced; the old summary stays in the transcript as a version."""
+    reach = Reach.of(db, database_url, None, offline, base_url, header)
+    asked = {"focus": focus, "summary_prompt": summary_prompt, "summary_model": summary_model}
+    run(_summary_again(conversation_id, reach, undo=False, **asked))
+
+
+@app.command("undo-compaction")
+def undo_compaction(
+    conversation_id: IdArgument,
+    db: DbOption = Path("segue.db"),
+    database_url: DatabaseUrlOption = None,
+    offline: OfflineOption = False,
+    base_url: BaseUrlOption = None,
+    header: HeaderOption = None,
+) -> None:
+    """Take a conversation's latest compaction back, when the history before it fits the
+    window now (else say by how much it does not); nothing is deleted."""
+    reach = Reach.of(db, database_url, None, offline, base_url, header)
+    run(_summary_again(conversation_id, reach, undo=True))

@@ -44,6 +44,7 @@ PURPOSES: Final = {
 ANSWERS: Final = {
     "llm_response": "turn",
     "continuation_response": "continuation",
+    "continuation_redone": "continuation",  # a summary made again (REQ-SEG-063)
     "checkpoint_response": "checkpoint",
     "compaction_response": "compaction",
 }

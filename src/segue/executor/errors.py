@@ -23,6 +23,8 @@ The hierarchy (a caller catches a branch, or a leaf)::
     │   └── ConcurrentUpdateError
     ├── ConversationNotFoundError (also LookupError)
     ├── ConversationExistsError, DuplicateMessageError, NotPausedError
+    ├── NoCompactionError: no compaction to make again or take back
+    ├── CompactionDoesNotFitError: the history before the compaction does not fit now
     ├── InvalidMetadataError, UnsupportedOptionError, InvalidCursorError,
     │   InvalidDocumentError, InvalidTextError (each also ValueError)
     ├── UpdatesLostError
@@ -110,6 +112,34 @@ class NotPausedError(SegueError):
         super().__init__(f"conversation {conversation_id} is {phase}, not paused")
         self.conversation_id = conversation_id
         self.phase = phase
+
+
+class NoCompactionError(SegueError):
+    """``redo_summary()`` or ``undo_compaction()`` found no compaction to make again or take
+    back in the conversation's current session (none yet, or the latest was already taken
+    back), or the conversation is not idle in a behaviour that has one: nothing was changed."""
+
+    def __init__(self, conversation_id: str, reason: str) -> None:
+        super().__init__(f"conversation {conversation_id}: {reason}")
+        self.conversation_id = conversation_id
+        self.reason = reason
+
+
+class CompactionDoesNotFitError(SegueError):
+    """``undo_compaction()`` refused: the history before the latest compaction, with what came
+    after it, needs ``needed_tokens`` (estimated, with the system prompt and the pinned
+    messages), and the conversation's continuation threshold is ``threshold_tokens``; a move
+    to a model with a larger window makes room. Nothing was changed."""
+
+    def __init__(self, conversation_id: str, needed_tokens: int, threshold_tokens: int) -> None:
+        super().__init__(
+            f"conversation {conversation_id}: taking the compaction back needs about "
+            f"{needed_tokens:,} tokens, and the continuation threshold is {threshold_tokens:,}; "
+            "it would be compacted again at once (a model with a larger window makes room)"
+        )
+        self.conversation_id = conversation_id
+        self.needed_tokens = needed_tokens
+        self.threshold_tokens = threshold_tokens
 
 
 class ConversationNotFoundError(SegueError, LookupError):

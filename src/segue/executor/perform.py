@@ -41,11 +41,12 @@ from segue.executor.model_port import (
     LlmRequest,
     ToolSink,
 )
+from segue.executor.redo import copies, estimated, latest_compaction
 from segue.executor.requests import Requests
 from segue.executor.setup import Setup
 from segue.executor.snapshots import context_of, stored_snapshot
 from segue.executor.store_port import Store, StoredConversation
-from segue.executor.transcript import split_for_compaction
+from segue.executor.transcript import current_view, split_for_compaction
 from segue.executor.updates import (
     ContextEditedUpdate,
     ToolFinishedUpdate,
@@ -60,6 +61,7 @@ from segue.statemachine import (
     CompactionFailed,
     CompactionResponse,
     ContinuationFailed,
+    ContinuationRedone,
     ContinuationResponse,
     Event,
     LlmError,
@@ -278,6 +280,8 @@ class Performer:
         """The compaction's answer: the provider's on demand (a manual trigger of a
         conversation whose provider compacts, REQ-SEG-048), else segue's own summary of all
         but the recent tail."""
+        if effect.redo:
+            return await self._redo(stored, effect)
         on_demand = await self._on_demand(stored, effect)
         if on_demand is not None:
             return on_demand
@@ -303,6 +307,65 @@ class Performer:
             stop_reason=outcome.stop_reason,
             tool_calls=_refused_calls(stored, outcome),
         )
+
+    async def _redo(self, stored: StoredConversation, effect: RequestCompaction) -> Event:
+        """The latest compaction's summary made again (REQ-SEG-063): from the view of the
+        generation it replaced, less the tail it kept verbatim, with this redo's own prompt
+        and model when given. Its answer carries the copies the new generation holds after it:
+        that kept tail, then what came after the first summary."""
+        state = stored.state
+        store = self._setup.store
+        transcript = await store.messages(state.id, before_seq=stored.last_seq + 1)
+        latest = latest_compaction(transcript, state.session, state.generation)
+        if latest is None:
+            return CompactionFailed(error="there is no compaction to make again")
+        cut = len(latest.before) - min(latest.kept, len(latest.before))
+        head = [message for _, message in latest.before[:cut]]
+        tail = latest.before[cut:]
+        stored = _with_summary_settings(stored, effect.summary_prompt, effect.summary_model)
+        # Never the turn's prefix: the generation it summarises is no longer the current one.
+        asked = effect.model_copy(update={"shape": "tool_less"})
+        outcome = await self._ask(await self._requests.of(stored, asked, messages=head))
+        if isinstance(outcome, LlmCallError):
+            return failed(CompactionFailed, outcome)
+        carried = copies((*tail, *latest.after), state.session, latest.summarised)
+        retained = estimated(stored.system, carried) + estimate_tokens(outcome.text)
+        retained += sum(estimate_tokens(m.text) for m in head if m.pinned)
+        return CompactionResponse(
+            summary=outcome.text,
+            retained_tokens=retained,
+            usage=outcome.usage,
+            stop_reason=outcome.stop_reason,
+            tool_calls=_refused_calls(stored, outcome),
+            summarises=latest.summarised,
+            copies=carried,
+            carried=len(tail),
+        )
+
+    async def continuation_again(
+        self,
+        stored: StoredConversation,
+        *,
+        focus: str | None,
+        summary_prompt: str | None,
+        summary_model: str | None,
+    ) -> ContinuationRedone | LlmCallError:
+        """A read-only conversation's continuation summary asked for again (REQ-SEG-063): its
+        last session's view without the summaries it ended with, tool-less, with this redo's
+        focus, prompt and model. The answer is the core's event, or why there is none (a
+        failure, an empty answer, a refusal): nothing is recorded then."""
+        state = stored.state
+        transcript = [item.message for item in await self._setup.store.messages(state.id)]
+        view = current_view(transcript, state.session, state.generation)
+        history = [message for message in view if message.kind != "continuation"]
+        stored = _with_summary_settings(stored, summary_prompt, summary_model)
+        effect = RequestContinuation(focus=focus, shape="tool_less")
+        outcome = await self._ask(await self._requests.of(stored, effect, messages=history))
+        if isinstance(outcome, LlmCallError):
+            return outcome
+        if not outcome.text.strip() or outcome.stop_reason == "refusal" or outcome.tool_calls:
+            return LlmCallError("the model gave no usable summary", retryable=True)
+        return ContinuationRedone(summary=outcome.text.strip(), usage=outcome.usage)
 
     async def _on_demand(
         self, stored: StoredConversation, effect: RequestCompaction
@@ -452,6 +515,23 @@ class Performer:
         )
         if path is not None:
             _log.info("archived", conversation_id=cid, path=path)
+
+
+def _with_summary_settings(
+    stored: StoredConversation, summary_prompt: str | None, summary_model: str | None
+) -> StoredConversation:
+    """``stored`` as a redo asks it (REQ-SEG-063): with its own summary prompt and model, for
+    that request only, where given; nothing stored changes."""
+    override = {
+        name: value
+        for name, value in (("summary_prompt", summary_prompt), ("summary_model", summary_model))
+        if value is not None
+    }
+    if not override:
+        return stored
+    state = stored.state
+    config = state.config.model_copy(update=override)
+    return dataclasses.replace(stored, state=state.model_copy(update={"config": config}))
 
 
 async def _saved(

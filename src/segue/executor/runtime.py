@@ -26,7 +26,14 @@ from segue.executor.claims import DEFAULT_LEASE, Claims
 from segue.executor.commits import Commits
 from segue.executor.conversations import Conversations
 from segue.executor.drive import Driver, Listener
-from segue.executor.errors import ConversationBusyError, InvalidMessageError, NotPausedError
+from segue.executor.errors import (
+    CompactionDoesNotFitError,
+    ConversationBusyError,
+    InvalidMessageError,
+    LlmCallError,
+    NoCompactionError,
+    NotPausedError,
+)
 from segue.executor.feed import Feeds
 from segue.executor.inputs import check_content, check_key, raise_if_rejected, user_message
 from segue.executor.locks import Locks
@@ -34,6 +41,7 @@ from segue.executor.model_port import LlmModel
 from segue.executor.overtaken import Overtaken
 from segue.executor.pausing import PauseRequest, where_it_runs
 from segue.executor.perform import Performer
+from segue.executor.redo import LatestCompaction, copies, estimated, latest_compaction
 from segue.executor.requests import Requests
 from segue.executor.setup import RuntimeSettings, Setup
 from segue.executor.signals import Signals
@@ -44,13 +52,17 @@ from segue.executor.tools import Tool, ToolRegistry
 from segue.executor.transcript import DEFAULT_KEEP_RECENT
 from segue.executor.updates import DoneUpdate, Update
 from segue.statemachine import (
+    CompactionUndoRequested,
     ContentBlock,
+    ContextExhaustionBehavior,
     ConversationState,
     ManualContinuation,
     ResumeRequested,
+    SummaryRedoRequested,
     UserMessage,
 )
 from segue.statemachine.options import ConversationOptions
+from segue.statemachine.rules import BUSY_PHASES
 
 _log = get_logger("segue.runtime")
 AUTO_CONTINUE_PROMPT: Final = (
@@ -116,7 +128,9 @@ class Runtime(Conversations):
             bus=self._bus,
             requests=requests,
         )
-        performer = Performer(setup, requests=requests, cache=self._cache, bus=self._bus)
+        self._performer = performer = Performer(
+            setup, requests=requests, cache=self._cache, bus=self._bus
+        )
         self._overtaken = Overtaken(store=lambda: setup.store, owner=lambda: self.claims.owner)
         self._driver = Driver(
             telemetry=setup.telemetry,
@@ -436,6 +450,127 @@ class Runtime(Conversations):
         )
         state, _ = await self._driver.drive(conversation_id, event)
         return state
+
+    async def redo_summary(
+        self,
+        conversation_id: str,
+        *,
+        focus: str | None = None,
+        summary_prompt: str | None = None,
+        summary_model: str | None = None,
+    ) -> ConversationState:
+        """Make the latest compaction's summary again (REQ-SEG-063), under COMPACT_IN_PLACE:
+        from the generation it replaced, with ``focus`` (what it must keep above all) and, for
+        this summary only, ``summary_prompt`` and ``summary_model`` in place of the
+        conversation's. The new summary takes the old one's place in a new generation, with the
+        old one's verbatim tail and everything said since; the old one stays in the
+        transcript as a version, its tokens counted in ``usage()`` beside the new one's. A
+        read-only conversation (THRESHOLD_BASED_CONTINUATION at its limit) gets its
+        continuation summary made again the same way, before a child is started from it:
+        the new one is what ``start_new_from`` seeds the child with; once a child exists it is
+        refused (``NoCompactionError``), and a model that fails raises its ``LlmCallError``,
+        the old summary kept.
+
+        ``ConversationBusyError`` while a turn runs; ``NoCompactionError`` when there is no
+        compaction to make again (none in this session, the latest taken back, another
+        behaviour). A model that fails to answer leaves the old summary in place (the state's
+        ``generation`` is then unchanged). Blank or oversized arguments are ``ValueError``s."""
+        event = SummaryRedoRequested(
+            focus=focus, summary_prompt=summary_prompt, summary_model=summary_model
+        )
+        if (await self.state(conversation_id)).phase.kind == "context_exhausted":
+            return await self._redo_continuation(conversation_id, event)
+        state = await self._idle_for_redo(conversation_id)
+        await self._latest_compaction(conversation_id, state)
+        state, _ = await self._driver.drive(conversation_id, event)
+        return state
+
+    async def _redo_continuation(
+        self, conversation_id: str, asked: SummaryRedoRequested
+    ) -> ConversationState:
+        """A read-only conversation's continuation summary made again, before a child is
+        started from it (REQ-SEG-063). Asked for while holding the conversation (a child is
+        not started from it meanwhile, in this runtime); one that could not be had changes
+        nothing and raises the model's error."""
+        async with self._locks.holding(conversation_id):
+            stored = await self._setup.store.load(conversation_id)
+            if stored.child_id is not None:
+                raise NoCompactionError(
+                    conversation_id,
+                    f"it goes on in {stored.child_id}, which was started from its summary: "
+                    "that summary stays (make the child's own summary again instead)",
+                )
+            if stored.state.phase.kind != "context_exhausted":
+                raise NoCompactionError(conversation_id, "it is no longer read-only")
+            answer = await self._performer.continuation_again(
+                stored,
+                focus=asked.focus,
+                summary_prompt=asked.summary_prompt,
+                summary_model=asked.summary_model,
+            )
+        if isinstance(answer, LlmCallError):
+            raise answer
+        state, _ = await self._driver.drive(conversation_id, answer)
+        return state
+
+    async def undo_compaction(self, conversation_id: str) -> ConversationState:
+        """Take the latest compaction back (REQ-SEG-064): a new generation restores the view
+        from before it, with everything said since, when that fits below the continuation
+        threshold now (after a move to a model with a larger window, say). Nothing is deleted:
+        the summary and its generation stay in the transcript, and a later compaction can be
+        taken back or made again as any other. COMPACT_IN_PLACE only.
+
+        ``ConversationBusyError`` while a turn runs; ``NoCompactionError`` when there is none
+        to take back; ``CompactionDoesNotFitError`` with the figures (tokens needed, the
+        threshold) when it does not fit."""
+        state = await self._idle_for_redo(conversation_id)
+        stored = await self._setup.store.load(conversation_id)
+        latest = await self._latest_compaction(conversation_id, state)
+        restored = copies(latest.restored, state.session, latest.summarised)
+        needed = estimated(stored.system, [message for _, message in latest.restored])
+        threshold = state.config.continuation_tokens
+        if needed >= threshold:
+            raise CompactionDoesNotFitError(conversation_id, needed, threshold)
+        event = CompactionUndoRequested(messages=restored, tokens=needed)
+        state, _ = await self._driver.drive(conversation_id, event)
+        return state
+
+    async def _idle_for_redo(self, conversation_id: str) -> ConversationState:
+        """The conversation's state when a redo or an undo may run on it: never while a turn
+        does (REQ-SEG-065), here or in another runtime; only idle, under COMPACT_IN_PLACE."""
+        self._refuse_if_busy(conversation_id, wait=False)
+        state = await self.state(conversation_id)
+        if state.phase.kind in BUSY_PHASES:
+            raise ConversationBusyError(
+                conversation_id, f"a turn is running ({state.phase.kind}); wait for it to end"
+            )
+        if state.phase.kind != "idle":
+            raise NoCompactionError(
+                conversation_id, f"the conversation is {state.phase.kind.replace('_', ' ')}"
+            )
+        behavior = state.config.behavior
+        if behavior is not ContextExhaustionBehavior.COMPACT_IN_PLACE:
+            raise NoCompactionError(
+                conversation_id,
+                f"a compaction is made again or taken back only under compact_in_place, "
+                f"and it is {behavior.value}",
+            )
+        return state
+
+    async def _latest_compaction(
+        self, conversation_id: str, state: ConversationState
+    ) -> LatestCompaction:
+        store = self._setup.store
+        latest = latest_compaction(
+            await store.messages(conversation_id), state.session, state.generation
+        )
+        if latest is None:
+            raise NoCompactionError(
+                conversation_id,
+                "its current generation was not made by a compaction (none yet in this "
+                "session, or the latest was taken back)",
+            )
+        return latest
 
     async def start_new_from(
         self,

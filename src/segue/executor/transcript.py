@@ -86,6 +86,7 @@ class TranscriptView:
 
     __slots__ = (
         "_after",
+        "_copied",
         "_kept",
         "_pinned",
         "_previous",
@@ -112,6 +113,9 @@ class TranscriptView:
         self._summary: Message | None = None
         self._kept: tuple[tuple[int, Message], ...] = ()
         self._after: list[Message] = []
+        self._copied: set[int] = set()
+        """The originals (seqs) that this generation's messages are copies of (REQ-SEG-063,
+        064): a pinned original is not sent again before the summary when its copy is in."""
         self._previous: list[tuple[int, Message]] = []
         """The previous generation's non-summary messages: where a new summary's tail is from."""
         self._pinned: list[tuple[int, Message]] = [
@@ -141,8 +145,11 @@ class TranscriptView:
                 self._summary = message
                 self._kept = tuple(self._previous[-keep:]) if keep else ()
                 self._after = []  # a new list: snapshots taken so far keep the old one
+                self._copied = {m.copy_of for _, m in self._kept if m.copy_of is not None}
             else:
                 self._after.append(message)
+                if message.copy_of is not None:
+                    self._copied.add(message.copy_of)
             return
         if message.pinned and message.generation < self.generation:
             self._pinned.append((seq, message))
@@ -159,8 +166,12 @@ class TranscriptView:
         kept = self._kept
         head: tuple[Message, ...] = ()
         if self._pinned:
-            held = {seq for seq, _ in kept}
-            head = tuple(message for seq, message in self._pinned if seq not in held)
+            held = {seq for seq, _ in kept} | self._copied
+            head = tuple(
+                message
+                for seq, message in self._pinned
+                if seq not in held and message.copy_of not in held
+            )
         if self._summary is not None:
             head = (*head, self._summary, *(message for _, message in kept))
         return ViewSnapshot(head, self._after, len(self._after))

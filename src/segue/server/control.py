@@ -1,5 +1,6 @@
 """The routes that steer a conversation rather than talk in it: take the path at the limit now
-(with a focus), cancel, pause and resume. Each answers what happened, or a 409 when the state
+(with a focus), cancel, pause and resume, make the latest summary again or take the latest
+compaction back. Each answers what happened, or a 409 when the state
 does not allow it.
 """
 
@@ -18,6 +19,7 @@ from segue.server.schemas import (
     ConversationView,
     Pause,
     PauseView,
+    RedoSummary,
     Resume,
     documented,
 )
@@ -69,6 +71,32 @@ def router(runtime: Runtime, views: StateViews, pauses: Pauses) -> APIRouter:
         """Resume a paused conversation in a new session (its first turn runs before this
         answers; watch ``/events`` to see it stream)."""
         await runtime.resume(conversation_id, (body or Resume()).prompt)  # 409 not_paused
+        return await views.read(conversation_id)
+
+    @routes.post("/redo-summary", responses=documented(409, 422))
+    async def redo_summary(
+        conversation_id: str, body: RedoSummary | None = None
+    ) -> ConversationView:
+        """Make the latest compaction's summary again from the history it replaced, with a
+        ``focus`` and, for this summary only, a ``summary_prompt`` and ``summary_model``
+        (REQ-SEG-063); the old summary stays as a version. 409 ``busy`` while a turn runs,
+        409 ``no_compaction`` when there is none to make again."""
+        asked = body or RedoSummary()
+        await runtime.redo_summary(
+            conversation_id,
+            focus=asked.focus,
+            summary_prompt=asked.summary_prompt,
+            summary_model=asked.summary_model,
+        )
+        return await views.read(conversation_id)
+
+    @routes.post("/undo-compaction", responses=documented(409, 422))
+    async def undo_compaction(conversation_id: str) -> ConversationView:
+        """Take the latest compaction back: the history before it, and what came after, in a
+        new generation (REQ-SEG-064). 422 ``does_not_fit`` with ``needed_tokens`` and
+        ``threshold_tokens`` when it would not fit now; 409 ``busy`` while a turn runs, 409
+        ``no_compaction`` when there is none to take back."""
+        await runtime.undo_compaction(conversation_id)
         return await views.read(conversation_id)
 
     return routes

@@ -17,6 +17,7 @@ from starlette.routing import Match
 
 from segue.executor._log import get_logger
 from segue.executor.errors import (
+    CompactionDoesNotFitError,
     ConversationExhaustedError,
     ConversationExistsError,
     ConversationNotFoundError,
@@ -25,6 +26,7 @@ from segue.executor.errors import (
     InvalidMessageError,
     InvalidMetadataError,
     MessageRejectedError,
+    NoCompactionError,
     NotPausedError,
     SegueError,
     StoreLockedError,
@@ -48,8 +50,15 @@ _INVALID: Final[tuple[tuple[type[SegueError], str], ...]] = (
     (InvalidCursorError, "invalid_cursor"),
     (InvalidDocumentError, "invalid_document"),
     (UnsupportedOptionError, "unsupported_option"),
+    (CompactionDoesNotFitError, "does_not_fit"),
 )
 """A caller's mistake the runtime refused before storing anything, as a 422's stable code."""
+_CONFLICTS: Final[tuple[tuple[type[SegueError], str], ...]] = (
+    (NotPausedError, "not_paused"),
+    (ConversationExistsError, "exists"),
+    (NoCompactionError, "no_compaction"),
+)
+"""A state that does not allow what was asked, as a 409's stable code."""
 _HTTP_CODES: Final = {
     401: "unauthorized",
     403: "forbidden",
@@ -70,9 +79,21 @@ class ApiError(Exception):
         self.headers = headers or {}
 
 
-def error(status: int, code: str, message: str, *, field: str | None = None) -> JSONResponse:
-    body = ErrorBody(error=code, message=message, field=field)
+def error(status: int, code: str, message: str, **details: Any) -> JSONResponse:
+    """``details``: the ``ErrorBody`` fields beyond the code and message (``field``, the
+    figures of ``does_not_fit``)."""
+    body = ErrorBody(error=code, message=message, **details)
     return JSONResponse(body.model_dump(exclude_none=True), status_code=status)
+
+
+def _details(exc: Exception) -> dict[str, Any]:
+    """What an error's body says beyond its message: where in an import it is, or the figures
+    of an undone compaction that does not fit."""
+    if isinstance(exc, InvalidDocumentError):
+        return {"field": exc.field}
+    if isinstance(exc, CompactionDoesNotFitError):
+        return {"needed_tokens": exc.needed_tokens, "threshold_tokens": exc.threshold_tokens}
+    return {}
 
 
 def mapped(exc: Exception) -> JSONResponse:
@@ -88,14 +109,10 @@ def mapped(exc: Exception) -> JSONResponse:
     if isinstance(exc, MessageRejectedError):
         status, code = _REFUSALS.get(exc.cause, (409, "rejected"))
         return error(status, code, str(exc))
-    if isinstance(exc, NotPausedError):
-        return error(409, "not_paused", str(exc))
-    if isinstance(exc, ConversationExistsError):
-        return error(409, "exists", str(exc))
-    for kind, code in _INVALID:
-        if isinstance(exc, kind):
-            field = exc.field if isinstance(exc, InvalidDocumentError) else None
-            return error(422, code, str(exc), field=field)
+    for status, kinds in ((409, _CONFLICTS), (422, _INVALID)):
+        for kind, code in kinds:
+            if isinstance(exc, kind):
+                return error(status, code, str(exc), **_details(exc))
     if isinstance(exc, StoreUnavailableError | StoreLockedError):
         # The type only: the driver's text may name the database's host or file.
         message = f"the store cannot be used now ({type(exc).__name__}): try again shortly"

@@ -178,6 +178,17 @@ class Continue(_Request):
     """What the summary (checkpoint, compaction) must keep above all."""
 
 
+class RedoSummary(_Request):
+    """Make the latest compaction's summary again (REQ-SEG-063)."""
+
+    focus: Instruction | None = None
+    """What the new summary must keep above all."""
+    summary_prompt: Instruction | None = None
+    """The instruction for this summary only, in place of the conversation's."""
+    summary_model: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    """The model that writes this summary only, in place of the conversation's."""
+
+
 class Pause(_Request):
     """Why the conversation pauses (shown in its snapshot)."""
 
@@ -224,6 +235,10 @@ class ErrorBody(BaseModel):
     field: str | None = None
     """Where in the request the error is, when the API can say (an import's
     ``invalid_document``: ``messages.3.session``; ``""`` for the document as a whole)."""
+    needed_tokens: int | None = None
+    """An undone compaction that does not fit (``does_not_fit``): the tokens it needs."""
+    threshold_tokens: int | None = None
+    """... and the conversation's continuation threshold, which it must stay below."""
 
 
 _REASONS: Final = {
@@ -232,12 +247,13 @@ _REASONS: Final = {
     "(`forbidden`).",
     404: "No such conversation, or no such snapshot of it (`not_found`).",
     409: "The conversation's state does not allow it (`busy`, `read_only`, `paused`, `failed`, "
-    "`not_paused`, `conflict`), or an import's id is taken (`exists`).",
+    "`not_paused`, `no_compaction`, `conflict`), or an import's id is taken (`exists`).",
     413: "The body is over the server's bound (`too_large`).",
     415: "The body is not JSON (`unsupported_media_type`).",
     422: "The request is not valid; the message names the field or says why (`invalid_request`, "
     "`message_too_large`, `invalid_metadata`, `invalid_cursor`, `invalid_document`, "
-    "`unsupported_option`).",
+    "`unsupported_option`), or an undone compaction would not fit (`does_not_fit`, with "
+    "`needed_tokens` and `threshold_tokens`).",
     503: "The store cannot be used now; try again shortly (`unavailable`).",
 }
 
@@ -300,6 +316,7 @@ __all__ = [
     "PauseView",
     "Purge",
     "Purged",
+    "RedoSummary",
     "Resume",
     "SendMessage",
     "SnapshotView",

@@ -161,6 +161,9 @@ def request_for(phase: Requesting) -> Request:
             alternate=phase.alternate,
             focus=phase.focus,
             shape=phase.shape,
+            redo=phase.redo,
+            summary_prompt=phase.summary_prompt,
+            summary_model=phase.summary_model,
         )
     return RequestLlm._make(attempt=phase.attempt, final=phase.final)
 

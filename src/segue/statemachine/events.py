@@ -15,7 +15,7 @@ from pydantic import Field, StrictInt, model_validator
 from segue.statemachine._values import Frozen, given_fields
 from segue.statemachine.checkpoint import SessionSnapshot
 from segue.statemachine.content import CompactionBlock, ContentBlock, ToolResultBlock, UserBlock
-from segue.statemachine.models import TokenCount, ToolCall, Usage
+from segue.statemachine.models import Message, TokenCount, ToolCall, Usage
 
 NonEmptyText = Annotated[str, Field(min_length=1)]
 RetryAfter = Annotated[float, Field(ge=0, le=3600)]
@@ -218,6 +218,14 @@ class CompactionResponse(Frozen):
     tool_calls: tuple[ToolCall, ...] = ()
     """Tool calls the answer made (a request that repeated the turn's prefix left its tools
     callable, REQ-SEG-056): never run; the summary is asked for again."""
+    summarises: AttemptNumber | None = None
+    """A summary made again (REQ-SEG-063): the generation it summarises, the one the latest
+    compaction replaced (the runtime read it from the transcript)."""
+    copies: tuple[Message, ...] = ()
+    """A summary made again: the messages that follow it in its new generation, copied (the
+    first summary's verbatim tail, then what came after the first summary)."""
+    carried: TokenCount = 0
+    """A summary made again: how many of ``copies`` are the verbatim tail."""
 
 
 class CompactionFailed(Frozen):
@@ -254,6 +262,42 @@ class ManualContinuation(Frozen):
     focus: Focus | None = None
     """What the summary (checkpoint, compaction) should keep above all: it goes with every
     request of this exhaustion path (REQ-SEG-041), as Claude Code's ``/compact <focus>``."""
+
+
+class SummaryRedoRequested(Frozen):
+    """The user asks for the latest compaction's summary again (REQ-SEG-063), from the
+    generation it replaced; only from Idle under COMPACT_IN_PLACE. The runtime checks first
+    that there is a compaction to make again (the core does not hold the transcript)."""
+
+    kind: Literal["summary_redo_requested"] = "summary_redo_requested"
+    focus: Focus | None = None
+    """What the new summary must keep above all (REQ-SEG-041)."""
+    summary_prompt: Annotated[str, Field(max_length=20_000, pattern=r"\S")] | None = None
+    """The instruction for this summary only, in place of the conversation's."""
+    summary_model: Annotated[str, Field(min_length=1)] | None = None
+    """The model that writes this summary only, in place of the conversation's."""
+
+
+class ContinuationRedone(Frozen):
+    """A read-only conversation's continuation summary, made again before a child was started
+    from it (REQ-SEG-063). The runtime asked for it (the conversation stays read-only
+    meanwhile, and a summary that could not be had changes nothing); the core records it and
+    makes it the one a child is seeded with. The first stays in the transcript as a version."""
+
+    kind: Literal["continuation_redone"] = "continuation_redone"
+    summary: Annotated[str, Field(min_length=1, pattern=r"\S")]
+    usage: Usage | None = None
+
+
+class CompactionUndoRequested(Frozen):
+    """The user takes the latest compaction back (REQ-SEG-064): a new generation holds
+    ``messages``, copies of the view before it plus what came after, which the runtime read from
+    the transcript. Only from Idle, and only when ``tokens`` (their size with the system prompt
+    and the pinned messages) stays below the continuation threshold."""
+
+    kind: Literal["compaction_undo_requested"] = "compaction_undo_requested"
+    messages: tuple[Message, ...]
+    tokens: TokenCount
 
 
 class PauseRequested(Frozen):
@@ -294,6 +338,9 @@ Event = Annotated[
     | RetryDue
     | UserCancel
     | ManualContinuation
+    | SummaryRedoRequested
+    | ContinuationRedone
+    | CompactionUndoRequested
     | PauseRequested
     | ResumeRequested,
     Field(discriminator="kind"),
@@ -315,6 +362,9 @@ EVENT_TYPES: tuple[type[Frozen], ...] = (
     RetryDue,
     UserCancel,
     ManualContinuation,
+    SummaryRedoRequested,
+    ContinuationRedone,
+    CompactionUndoRequested,
     PauseRequested,
     ResumeRequested,
 )

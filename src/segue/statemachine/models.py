@@ -162,6 +162,18 @@ class Message(Frozen):
     pinned: bool = False
     """A user message the user pinned: never summarised away. Every fresh start (a new session,
     a new generation, a seeded child) still sends it, verbatim (REQ-SEG-042)."""
+    copy_of: Annotated[StrictInt, Field(ge=1)] | None = None
+    """A copy made by a redone summary or an undone compaction (REQ-SEG-063, REQ-SEG-064): the
+    seq of the original it repeats (the first original, through copies of copies). A view
+    that holds the copy never repeats the original as a pinned message of an earlier
+    generation: nothing is deleted, and nothing is sent twice."""
+    summarises: Annotated[StrictInt, Field(ge=1)] | None = None
+    """For a ``summary`` made again (REQ-SEG-063): the generation whose view it summarises (the
+    one the first summary replaced). None for an ordinary summary, which summarises the
+    generation just before its own."""
+    carried: Annotated[StrictInt, Field(ge=0)] = 0
+    """For a ``summary`` made again: how many of the copies after it are the verbatim tail of
+    the generation it summarises (the rest came after the first summary)."""
 
 
 class ModelSettings(Frozen):

@@ -111,6 +111,13 @@ class Compacting(Frozen):
     overflow or after ``REUSE_PREFIX_ASKS`` answers that called a tool (REQ-SEG-055)."""
     tool_answers: TrimLevel = 0
     """Answers to this path's requests that called a tool (never run, REQ-SEG-056)."""
+    redo: bool = False
+    """The latest compaction's summary is made again (REQ-SEG-063), from the generation it
+    replaced, not from the current one."""
+    summary_prompt: str | None = None
+    """A redo's own instruction, in place of the conversation's ``summary_prompt``."""
+    summary_model: str | None = None
+    """A redo's own model, in place of the conversation's ``summary_model``."""
 
 
 class ContextExhausted(Frozen):

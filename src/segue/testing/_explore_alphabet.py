@@ -22,17 +22,21 @@ from segue.statemachine import (
     CompactionBlock,
     CompactionFailed,
     CompactionResponse,
+    CompactionUndoRequested,
     ContinuationFailed,
+    ContinuationRedone,
     ContinuationResponse,
     ConversationConfig,
     Event,
     LlmError,
     LlmResponse,
     ManualContinuation,
+    Message,
     PauseRequested,
     ProviderCompacted,
     ResumeRequested,
     RetryDue,
+    SummaryRedoRequested,
     ToolCall,
     ToolResult,
     Usage,
@@ -366,8 +370,10 @@ def _results(unit: int) -> dict[str, tuple[tuple[Move, ...], Move]]:
 
 def _noise(figures: _Figures, *, pinned: bool) -> tuple[Move, ...]:
     """What may arrive in any phase: user messages (small, large, alone at the threshold, and
-    with ``pinned`` a pinned one), a cancel, a manual trigger, a pause, a resume, timers for no
-    pending retry, a result for a tool call nobody made, and a crash."""
+    with ``pinned`` a pinned one), a cancel, a manual trigger, a pause, a resume, a summary made
+    again (asked for, and a continuation's made), a compaction taken back (one that fits, one
+    at the threshold), timers for no pending retry, a result for a tool call nobody made, and a
+    crash."""
     unit, threshold = figures.unit, figures.threshold
     pins = (
         # One fits the budget (a quarter of the window), a second one does not.
@@ -391,6 +397,10 @@ def _noise(figures: _Figures, *, pinned: bool) -> tuple[Move, ...]:
         Move("manual_continuation", ManualContinuation()),
         Move("pause_requested", PauseRequested(reason="nightly stop")),
         Move("resume_requested", ResumeRequested()),
+        Move("summary_redo_requested", SummaryRedoRequested()),
+        Move("continuation_redone", ContinuationRedone(summary="What happened, kept better.")),
+        Move(f"compaction_undo_requested({unit} tokens)", _undo(unit)),
+        Move(f"compaction_undo_requested({threshold} tokens, too large)", _undo(threshold)),
         Move("retry_due(attempt 1, stale)", RetryDue(attempt=1)),
         Move("retry_due(attempt 2, stray)", RetryDue(attempt=2)),
         Move(
@@ -399,6 +409,12 @@ def _noise(figures: _Figures, *, pinned: bool) -> tuple[Move, ...]:
         ),
         CRASH,
     )
+
+
+def _undo(tokens: int) -> CompactionUndoRequested:
+    """An undone compaction as the runtime sends it: one restored message, ``tokens`` in all."""
+    restored = Message(kind="user", text="restored", copy_of=1)
+    return CompactionUndoRequested(messages=(restored,), tokens=tokens)
 
 
 @dataclass(frozen=True)

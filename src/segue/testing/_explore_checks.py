@@ -21,11 +21,26 @@ _MEASURED_BY: Final = (LlmResponse, ContinuationResponse)
 """Events whose usage may become the conversation's occupancy."""
 
 
+_REDONE_EFFECTS: Final = ("append_message", "notify_context_exhausted")
+"""What a read-only conversation answers its continuation summary made again with."""
+
+
 def _read_only(edge: Edge) -> str | None:
-    """REQ-BED-021: a read-only conversation never requests, runs tools or changes."""
+    """REQ-BED-021: a read-only conversation never requests, runs tools or changes, but for
+    its continuation summary made again (REQ-SEG-063), which it records and takes as its own."""
     if edge.before.phase.kind != "context_exhausted":
         return None
     acted = [effect.kind for effect in edge.effects if effect.kind != "reject_user_message"]
+    event = edge.move.event
+    if event is not None and event.kind == "continuation_redone":
+        if tuple(acted) != _REDONE_EFFECTS:
+            return f"a read-only conversation answered its summary made again with {acted}"
+        kept = {"phase": edge.before.phase, "message_count": edge.before.message_count}
+        if edge.after.model_copy(update=kept) != edge.before:
+            return "a read-only conversation changed more than its summary"
+        if edge.after.phase.kind != "context_exhausted":
+            return "a read-only conversation left its phase for its summary made again"
+        return None
     if acted:
         return f"a read-only conversation answered {edge.move.label} with {acted}"
     if edge.after != edge.before:

@@ -182,9 +182,20 @@ class Invariants:
     @invariant()
     def exhausted_is_absorbing(self) -> None:
         """Once ``context_exhausted``, nothing changes and only user messages get an answer (a
-        rejection)."""
+        rejection), but for its continuation summary made again (REQ-SEG-063): recorded and
+        taken as its summary, the conversation still read-only."""
         last = self.last
         if last is None or last.before.phase.kind != "context_exhausted":
+            return
+        if last.event.kind == "continuation_redone":
+            kept = {"phase": last.before.phase, "message_count": last.before.message_count}
+            kinds = [effect.kind for effect in last.effects]
+            if last.after.phase.kind != "context_exhausted" or (
+                last.after.model_copy(update=kept) != last.before
+            ):
+                raise last.fail("exhausted_is_absorbing", "more than the summary changed")
+            if kinds != ["append_message", "notify_context_exhausted"]:
+                raise last.fail("exhausted_is_absorbing", f"a summary made again made {kinds}")
             return
         if last.after != last.before:
             raise last.fail("exhausted_is_absorbing", "the state changed")

@@ -20,7 +20,9 @@ from segue.statemachine import (
     CheckpointResponse,
     CompactionFailed,
     CompactionResponse,
+    CompactionUndoRequested,
     ContinuationFailed,
+    ContinuationRedone,
     ContinuationResponse,
     ConversationConfig,
     ConversationState,
@@ -28,10 +30,12 @@ from segue.statemachine import (
     LlmError,
     LlmResponse,
     ManualContinuation,
+    Message,
     PauseRequested,
     ProviderCompacted,
     ResumeRequested,
     RetryDue,
+    SummaryRedoRequested,
     ToolCall,
     ToolResult,
     Usage,
@@ -77,6 +81,9 @@ EVENT_KINDS: Final = (
     "manual_continuation",
     "pause_requested",
     "resume_requested",
+    "summary_redo_requested",
+    "continuation_redone",
+    "compaction_undo_requested",
 )
 """Every event kind, in the order ``events()`` shrinks towards (a user message first)."""
 
@@ -97,6 +104,9 @@ _KIND_WEIGHTS: Final[dict[str, int]] = {
     "manual_continuation": 1,
     "pause_requested": 1,
     "resume_requested": 1,
+    "summary_redo_requested": 1,
+    "continuation_redone": 1,
+    "compaction_undo_requested": 1,
 }
 """Relative frequency in ``events()``: the turn loop (user, response, tools) dominates a real
 conversation, so it dominates here too, while every other kind still shows up."""
@@ -407,6 +417,30 @@ def _resume_requested(_scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrateg
     return st.builds(ResumeRequested, prompt=st.one_of(st.none(), _texts), at=_times)
 
 
+def _summary_redo_requested(_scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
+    return st.builds(SummaryRedoRequested, focus=st.one_of(st.none(), st.just("the codes")))
+
+
+def _compaction_undo_requested(scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
+    """An undo as the runtime sends it: copies of the view before a compaction (empty
+    sometimes, which changes nothing), and their size, often at the threshold."""
+    copy = st.builds(
+        Message,
+        kind=st.sampled_from(("user", "assistant")),
+        text=st.sampled_from(("restored", "and its answer")),
+        copy_of=st.integers(1, 40),
+    )
+    return st.builds(
+        CompactionUndoRequested,
+        messages=st.lists(copy, max_size=3).map(tuple),
+        tokens=scale.tokens(scale.window),
+    )
+
+
+def _continuation_redone(_scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
+    return st.builds(ContinuationRedone, summary=st.just("What happened, kept better."))
+
+
 _BUILDERS: Final[dict[str, Callable[[_Scale, tuple[str, ...]], st.SearchStrategy[Event]]]] = {
     "user_message": _user_message,
     "llm_response": _llm_response,
@@ -424,6 +458,9 @@ _BUILDERS: Final[dict[str, Callable[[_Scale, tuple[str, ...]], st.SearchStrategy
     "manual_continuation": _manual_continuation,
     "pause_requested": _pause_requested,
     "resume_requested": _resume_requested,
+    "summary_redo_requested": _summary_redo_requested,
+    "continuation_redone": _continuation_redone,
+    "compaction_undo_requested": _compaction_undo_requested,
 }
 
 
@@ -502,9 +539,12 @@ def _events_for(
     elif phase == "idle":
         choices += [(9, kind("user_message")), (1, kind("manual_continuation"))]
         choices.append((1, kind("pause_requested")))
+        choices += [(1, kind("summary_redo_requested")), (1, kind("compaction_undo_requested"))]
     elif phase == "paused":
         choices += [(8, kind("resume_requested")), (2, kind("user_message"))]
-    else:  # failed, context_exhausted: only a user message can mean anything
+    elif phase == "context_exhausted":  # a user message, or the summary made again
+        choices += [(8, kind("user_message")), (1, kind("continuation_redone"))]
+    else:  # failed: only a user message can mean anything
         choices.append((8, kind("user_message")))
     if noise > 0:
         choices.append((noise, _events(scale, EVENT_KINDS, TOOL_CALL_IDS)))

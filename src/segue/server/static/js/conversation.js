@@ -60,6 +60,39 @@ async function continueNow() {
   }
 }
 
+// The latest summary made again from what it replaced, keeping the user's focus above all
+// (REQ-SEG-063); the old one stays in the transcript, above the new.
+async function redoSummary(form) {
+  const input = form.querySelector("input");
+  const focus = input.value.trim();
+  view.working = "Making the summary again…";
+  render();
+  try {
+    await json("POST", `${view.path}/redo-summary`, focus ? { focus } : {});
+    input.value = "";
+  } catch (error) {
+    showProblem(error);
+  } finally {
+    view.working = null;
+    if (!view.navigating) await reload().catch(showProblem);
+  }
+}
+
+// The latest compaction taken back (REQ-SEG-064): its history restored when it fits the
+// window now; when it does not, the server's answer says by how much.
+async function undoCompaction() {
+  view.working = "Taking the compaction back…";
+  render();
+  try {
+    await json("POST", `${view.path}/undo-compaction`, {});
+  } catch (error) {
+    showProblem(error);
+  } finally {
+    view.working = null;
+    if (!view.navigating) await reload().catch(showProblem);
+  }
+}
+
 // The one way on from an ended conversation: its child, seeded with its summary (or, from a
 // failure that wrote none, its last exchanges) unless the user said otherwise.
 async function startNew() {
@@ -147,6 +180,16 @@ function wire() {
   $("resume").addEventListener("click", resume);
   $("start-new").addEventListener("click", startNew);
   $("read-summary").addEventListener("click", readSummary);
+  const redoForm = $("redo-form"); // moved into the transcript's latest summary when it shows
+  redoForm.addEventListener("submit", (event) => {
+    event.preventDefault();
+    clearProblem();
+    if (!redoForm.querySelector("#redo").disabled) redoSummary(redoForm);
+  });
+  redoForm.querySelector("#undo").addEventListener("click", () => {
+    clearProblem();
+    undoCompaction();
+  });
   wireSnapshots();
   wireDelete();
   followMessages();

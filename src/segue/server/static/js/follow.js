@@ -64,8 +64,11 @@ export function followMessages() {
 // Bring one message into view (the continuation summary), and stop following to let it be read.
 export function show(item) {
   follow.on = false;
-  item.scrollIntoView({ block: "start" });
-  follow.top = list().scrollTop;
+  // The list scrolls, never the document (scrollIntoView would scroll the page too when the
+  // item is tall and last: a summary holding its "make again" form).
+  const box = list();
+  box.scrollTop += item.getBoundingClientRect().top - box.getBoundingClientRect().top;
+  follow.top = box.scrollTop;
   item.classList.add("shown");
   setTimeout(() => item.classList.remove("shown"), 2000);
 }

@@ -42,6 +42,8 @@ export function renderMessage(message) {
   const kind = message.kind;
   const className = kind === "tool_result" ? `tool${message.is_error ? " error" : ""}` : kind;
   const [li, text] = item(className, WHO[kind] || kind);
+  li.dataset.session = message.session;
+  li.dataset.generation = message.generation;
   if (message.pinned) markPinned(li);
   if (MARKDOWN.has(kind)) renderMarkdown(text, message.text);
   else text.textContent = message.text;

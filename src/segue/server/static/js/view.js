@@ -133,6 +133,7 @@ export function render() {
   renderWindowSource(state);
   $("delete").hidden = view.missing;
   renderBanners(state);
+  placeRedo(state);
   const child = $("child-link");
   child.hidden = !state.child_id;
   if (state.child_id) child.href = conversationAddress(state.child_id);
@@ -226,6 +227,27 @@ function renderNext(state, known) {
   $("start-new").disabled = Boolean(child) || Boolean(view.working);
   $("no-summary-choice").hidden = !hasSummary(state);
   $("recent-choice").hidden = hasSummary(state);
+}
+
+// "Make this summary again" (and, for a compaction, "Take this compaction back") sits in the
+// latest summary the conversation may make again (REQ-SEG-063, 064): a compact_in_place conversation's compaction summary while it is idle, a
+// read-only one's continuation summary until a child starts from it. The form is moved, not
+// copied (a redraw clears the transcript, so it is kept here); elsewhere it waits hidden.
+let redoForm = null;
+
+function placeRedo(state) {
+  redoForm ??= $("redo-form");
+  const kind = state.phase === "context_exhausted" && !state.child_id ? "continuation"
+    : state.phase === "idle" && state.behavior === "compact_in_place" ? "summary" : null;
+  // Only the summary that opens the current generation (a compaction's) or ends the session.
+  const here = `[data-session="${state.session}"][data-generation="${state.generation}"]`;
+  const summaries = kind ? document.querySelectorAll(`#messages li.${kind}${here}`) : [];
+  const target = summaries.length ? summaries[summaries.length - 1] : $("redo-home");
+  if (redoForm.parentElement !== target) target.append(redoForm);
+  const waiting = busy() || Boolean(view.working);
+  for (const control of redoForm.querySelectorAll("button, input")) control.disabled = waiting;
+  // A compaction can be taken back; a continuation summary can only be made again.
+  redoForm.querySelector("#undo").hidden = kind !== "summary";
 }
 
 export function showMissing() {
