@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Final
 
 import typer
+from rich.console import Console
 
 from segue.cli._app import (
     BaseUrlOption,
@@ -207,13 +209,16 @@ def pause(
     raise typer.Exit(run(_pause(conversation_id, reach, reason=reason, wait_at_most=timeout)))
 
 
-async def _resume(given: str, reach: Reach, *, prompt: str | None) -> None:
-    out = console()
+@contextlib.asynccontextmanager
+async def _still(
+    given: str, reach: Reach, out: Console
+) -> AsyncIterator[tuple[Runtime, Store, StoredConversation]]:
+    """A runtime, narrating to ``out``, over the store ``reach`` names and a model for the
+    conversation ``given`` (an id or its start), which must not be running a turn anywhere."""
     async with contextlib.AsyncExitStack() as stack:
         store = existing_store(reach.where, read_only=False)
         stack.push_async_callback(store.close)
-        cid = await resolve(store, given)
-        stored = await store.load(cid)
+        stored = await store.load(await resolve(store, given))
         _must_be_still(stored)
         llm = await stack.enter_async_context(
             model_for(
@@ -223,6 +228,13 @@ async def _resume(given: str, reach: Reach, *, prompt: str | None) -> None:
         runtime = reach.runtime(store, llm)
         stack.push_async_callback(runtime.close)
         narrate(runtime, out)
+        yield runtime, store, stored
+
+
+async def _resume(given: str, reach: Reach, *, prompt: str | None) -> None:
+    out = console()
+    async with _still(given, reach, out) as (runtime, _store, stored):
+        cid = stored.state.id
         state = await runtime.resume(cid, prompt)  # NotPausedError: one line, exit 1
         say(out, f"resumed {cid} in session {state.session}", "bold")
         say(out, f"assistant: {clip(await last_text(runtime, cid), 300)}")
@@ -257,20 +269,8 @@ async def _summary_again(given: str, reach: Reach, *, undo: bool, **asked: str |
     """Make the latest summary again (``asked``: its focus, prompt, model), or with ``undo``
     take the latest compaction back; a turn in flight anywhere refuses it (exit 1)."""
     out = console()
-    async with contextlib.AsyncExitStack() as stack:
-        store = existing_store(reach.where, read_only=False)
-        stack.push_async_callback(store.close)
-        cid = await resolve(store, given)
-        stored = await store.load(cid)
-        _must_be_still(stored)
-        llm = await stack.enter_async_context(
-            model_for(
-                stored.state, offline=reach.offline, base_url=reach.base_url, headers=reach.headers
-            )
-        )
-        runtime = reach.runtime(store, llm)
-        stack.push_async_callback(runtime.close)
-        narrate(runtime, out)
+    async with _still(given, reach, out) as (runtime, store, stored):
+        cid = stored.state.id
         before = stored.state.generation
         try:
             if undo:
