@@ -198,6 +198,13 @@ class _Run:
     """Fact id -> (turns, limits) when it was told."""
     continuations: int = 0
     """The conversation that goes on's compactions and checkpoints, as last seen."""
+    filler_words: int = 60
+    """Words in a filler turn: fewer in a small window, so that a compaction's verbatim tail
+    of recent turns still fits under the threshold."""
+
+    def aside(self, rng: random.Random) -> str:
+        """The next filler turn."""
+        return filler(rng, self.turns, words=self.filler_words)
 
     async def say(self, text: str, *, pinned: bool = False) -> ConversationState:
         """Send ``text`` to the conversation that goes on, following it across a limit."""
@@ -251,7 +258,8 @@ async def evaluate(
     rng = random.Random(seed + 1)  # noqa: S311  # test data
     async with Runtime(store=MemoryStore(), llm=llm, tools=lookup_tools(plan)) as rt:
         first = await rt.create_conversation(options)
-        run = _Run(rt, first.id, ids=[first.id])
+        words = max(10, min(60, first.config.context_window // 100))
+        run = _Run(rt, first.id, ids=[first.id], filler_words=words)
         for text in pinned:
             await run.say(text, pinned=True)
         missing = await _plant(run, plan, rng)
@@ -277,7 +285,7 @@ async def _plant(run: _Run, plan: Sequence[Fact], rng: random.Random) -> set[str
     updates: list[Fact] = []
     for fact in plan:
         for _ in range(2):
-            await run.say(filler(rng, run.turns))
+            await run.say(run.aside(rng))
         for due in updates:
             await run.say(due.update or "")
             run.told_at[due.id] = (run.turns, run.limits)
@@ -295,7 +303,7 @@ async def _plant(run: _Run, plan: Sequence[Fact], rng: random.Random) -> set[str
             if not await _looked_up(run, fact):
                 missing.add(fact.id)
     for due in updates:
-        await run.say(filler(rng, run.turns))
+        await run.say(run.aside(rng))
         await run.say(due.update or "")
         run.told_at[due.id] = (run.turns, run.limits)
     return missing
@@ -319,7 +327,7 @@ async def _carry(run: _Run, rng: random.Random, *, limits: int, turns: int) -> N
     for _ in range(turns):
         if run.limits - last_told >= limits:
             return
-        await run.say(filler(rng, run.turns))
+        await run.say(run.aside(rng))
     msg = (
         f"the conversation crossed {run.limits - last_told} of {limits} limits in "
         f"{run.turns} turns: give it a smaller context window"
