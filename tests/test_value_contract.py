@@ -170,7 +170,8 @@ def test_repr_is_pydantics() -> None:
     assert repr(AppendMessage(message=Message(kind="user", text="hi"))) == (
         "AppendMessage(kind='append_message', message=Message(kind='user', text='hi', "
         "tool_calls=(), tool_call_id=None, is_error=False, usage=None, session=1, "
-        "generation=1, kept_messages=0, content=(), pinned=False))"
+        "generation=1, kept_messages=0, content=(), pinned=False, copy_of=None, summarises=None, "
+        "carried=0))"
     )
 
 

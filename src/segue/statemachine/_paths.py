@@ -102,6 +102,9 @@ def record(
     kept_messages: int = 0,
     content: tuple[ContentBlock, ...] = (),
     pinned: bool = False,
+    copy_of: int | None = None,
+    summarises: int | None = None,
+    carried: int = 0,
 ) -> AppendMessage:
     """Record a message of ``kind`` in the transcript, in the state's session and generation.
 
@@ -120,6 +123,9 @@ def record(
         kept_messages=kept_messages,
         content=content,
         pinned=pinned,
+        copy_of=copy_of,
+        summarises=summarises,
+        carried=carried,
     )
     return AppendMessage._make(message=message)
 
