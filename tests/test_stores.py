@@ -1700,3 +1700,29 @@ def test_a_conversation_writing_alone_is_written_at_once(tmp_path: Path) -> None
             await store.close()
 
     run(scenario())
+
+
+def test_opening_a_new_file_waits_while_another_process_writes_it(tmp_path: Path) -> None:
+    """A file still in rollback mode, written by another process when segue opens it (two
+    workers starting at once on a new database): ``PRAGMA journal_mode = WAL`` needs the file
+    to itself and SQLite answers "locked" without waiting, so the open must wait for it."""
+    path = tmp_path / "new.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("CREATE TABLE other (x)")
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("INSERT INTO other VALUES (1)")
+    released = threading.Timer(0.5, lambda: holder.execute("COMMIT"))
+    released.start()
+
+    async def open_and_read() -> list[str]:
+        store = SqliteStore(path, busy_timeout=10)
+        try:
+            return list(await store.with_pending())
+        finally:
+            await store.close()
+
+    try:
+        assert run(open_and_read()) == []
+    finally:
+        released.join()
+        holder.close()

@@ -148,12 +148,16 @@ class Runner:
         nothing behind when it fails (a read, a BEGIN)."""
         deadline = time.monotonic() + self._busy_timeout / 1000
         pauses = iter(_PAUSES)
-        conn = self._connection()
         while True:
+            conn = self._conn
             try:
+                # Opening is patient too: on a new file, ``PRAGMA journal_mode = WAL`` needs the
+                # file to itself, and SQLite answers "locked" at once (no busy handler) while
+                # another process migrates it.
+                conn = self._connection()
                 return work(conn)
             except sqlite3.OperationalError as error:
-                if conn.in_transaction:
+                if conn is not None and conn.in_transaction:
                     conn.rollback()
                 pause = next(pauses, _PAUSES[-1])
                 if not is_locked(error) or time.monotonic() + pause > deadline:
