@@ -104,12 +104,11 @@ def router(runtime: Runtime, views: StateViews, info: Info) -> APIRouter:
         return info.model_copy(update={"provider_compaction": can_compact})
 
     @routes.post("/conversations", status_code=201, responses=documented(413, 415, 422))
-    async def create(body: CreateConversation, request: Request) -> ConversationView:
+    async def create(body: CreateConversation) -> ConversationView:
         """Create a conversation (``metadata``: the application's labels, a ``title`` among
         them shown as its title). Options the model's adapter cannot honour (the provider's
         compaction, context edits) are refused: 422 ``unsupported_option``."""
-        given = await request.json()  # which fields the client set (FastAPI read it already)
-        options = body.options(info, given=set(given) if isinstance(given, dict) else set())
+        options = body.options(info)
         state = await runtime.create_conversation(options, metadata=body.metadata)
         return await views.read(state.id)
 

@@ -84,51 +84,32 @@ ConversationId = Annotated[
 """An id the application chooses (an import's): ``segue.views.ID_PATTERN``."""
 
 
-_OPTIONS: Final = ConversationOptions.model_fields
-
-
 class CreateConversation(ConversationOptions):
     """A new conversation: ``ConversationOptions`` (every field may be left out: the server's
-    model, behaviour and window apply), within the bounds a server keeps."""
+    model, behaviour, window and bounds apply), within the bounds a server keeps. What the
+    request left out is what it was not given (``model_fields_set``), so a field given its
+    default is the client's choice, not the server's."""
 
-    # Optional here: left out, the server's model and behaviour apply.
-    model: Annotated[str, Field(min_length=1, max_length=200)] | None = None  # type: ignore[assignment]
-    behavior: ContextExhaustionBehavior | None = None  # type: ignore[assignment]
+    # Left out (the default is no model), the server's.
+    model: Annotated[str, Field(min_length=1, max_length=200)] = ""
     system: Annotated[str, Field(max_length=100_000)] | None = None
     context_window: Annotated[StrictInt, Field(ge=MIN_WINDOW, le=10_000_000)] | None = None
     """Tokens (at least 1,000, as the page and the CLI ask); left out: the model's window."""
     max_run_seconds: Annotated[StrictFloat, Field(gt=0, le=MAX_RUN_SECONDS)] | None = None
     """``checkpoint_restart``: past this many seconds, the limit ends the run."""
-    # The options' numbers again, strict: a JSON body says its types ("0.8" is not a number).
-    warning_threshold: Annotated[float, Field(gt=0, le=1, strict=True)] = _OPTIONS[
-        "warning_threshold"
-    ].default
-    continuation_threshold: Annotated[float, Field(gt=0, le=1, strict=True)] = _OPTIONS[
-        "continuation_threshold"
-    ].default
-    retry_base_delay: Annotated[float, Field(ge=0, le=600, strict=True)] = _OPTIONS[
-        "retry_base_delay"
-    ].default
-    retry_max_delay: Annotated[float, Field(ge=0, le=3600, strict=True)] = _OPTIONS[
-        "retry_max_delay"
-    ].default
-    temperature: Annotated[float, Field(ge=0, le=1, strict=True)] | None = None
     metadata: Metadata | None = None
     """The application's labels (``{"user": "u-17", "title": "Tides"}``): what it finds the
     conversation by later; a ``title`` is shown as the conversation's title."""
 
-    def options(self, server: Info, *, given: set[str]) -> ConversationOptions:
-        """The conversation's options, with the server's own (``server``: its model,
-        behaviour, window and bounds) where the request left them out (``given``: the fields
-        the request set; a value does not say whether it was set or defaulted)."""
-        model, behavior, context_window = server.model, server.behavior, server.context_window
-        dumped = self.model_dump(exclude={"metadata"})
-        asked = {name: value for name, value in dumped.items() if name in given}
-        fields = {**server.limits, **asked}
-        fields["model"] = self.model or model
-        fields["behavior"] = self.behavior or behavior
-        if self.context_window is None and context_window is not None:
-            fields["context_window"] = context_window
+    def options(self, server: Info) -> ConversationOptions:
+        """The conversation's options: the fields the request gave, the server's own
+        (``server``: its model, behaviour, window and bounds) for those it left out."""
+        given = self.model_fields_set
+        fields = {**server.limits, **self.model_dump(include=given - {"metadata"})}
+        fields.setdefault("model", server.model)
+        fields.setdefault("behavior", server.behavior)
+        if fields.get("context_window") is None and server.context_window is not None:
+            fields["context_window"] = server.context_window
         compacts = fields["behavior"] == ContextExhaustionBehavior.COMPACT_IN_PLACE
         if "compaction" not in given and compacts:  # the server's only where it applies
             fields["compaction"] = server.compaction

@@ -38,7 +38,7 @@ _SETTINGS = ("temperature", "thinking_budget", "tool_choice")
 """The options that say how the model is asked: kept together in ``ModelSettings``."""
 
 
-class ConversationOptions(Frozen):
+class ConversationOptions(Frozen, remembers_given=True):
     """How a conversation is to be created: its model and system prompt, what it does at the
     limit, and the bounds it runs within. Every field but ``model`` has a default; invalid
     values raise ``pydantic.ValidationError`` when the value is made, before anything is stored.
