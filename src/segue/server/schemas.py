@@ -14,10 +14,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    GetJsonSchemaHandler,
     StrictBool,
     StrictFloat,
     StrictInt,
 )
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from segue.executor.stores._shared import (
     MAX_ID_LENGTH,
@@ -100,6 +103,19 @@ class CreateConversation(ConversationOptions):
     metadata: Metadata | None = None
     """The application's labels (``{"user": "u-17", "title": "Tides"}``): what it finds the
     conversation by later; a ``title`` is shown as the conversation's title."""
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        """The schema says what a client leaving ``model`` or ``behavior`` out gets: the
+        server's (``/api/info``), not the defaults the fields carry."""
+        json_schema = handler(schema)
+        properties = handler.resolve_ref_schema(json_schema)["properties"]
+        for name in ("model", "behavior"):
+            properties[name].pop("default", None)
+            properties[name]["description"] = f"Left out: the server's {name} (/api/info)."
+        return json_schema
 
     def options(self, server: Info) -> ConversationOptions:
         """The conversation's options: the fields the request gave, the server's own
