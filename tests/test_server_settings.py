@@ -14,6 +14,7 @@ import pytest
 
 from api import create, send
 from repos import dirty_repository, needs_git
+from segue import ContextExhaustionBehavior
 from segue.server.run import ServerConfig, build_app
 from segue.testing import live_server
 
@@ -30,6 +31,23 @@ def test_the_servers_bounds_apply_unless_the_request_sets_its_own(tmp_path: Path
         assert plain["max_tool_rounds"] == 50  # the library's default where nothing was said
         own = create(http, max_attempts=5)
         assert (own["max_attempts"], own["max_continuations"]) == (5, 1)
+
+
+def test_a_request_giving_the_librarys_default_gets_it_not_the_servers(tmp_path: Path) -> None:
+    """The create route tells a field left out (the server's setting) from one given the
+    library's default (the client's), from the request's value alone."""
+    config = ServerConfig(
+        db=tmp_path / "given.db",
+        chunk_delay=0.0,
+        behavior=ContextExhaustionBehavior.CHECKPOINT_RESTART,
+        limits={"max_attempts": 2},
+    )
+    with live_server(build_app(config)) as url, httpx2.Client(base_url=url) as http:
+        left_out = create(http)
+        assert (left_out["behavior"], left_out["max_attempts"]) == ("checkpoint_restart", 2)
+        default = ContextExhaustionBehavior.THRESHOLD_BASED_CONTINUATION.value
+        given = create(http, behavior=default, max_attempts=4)
+        assert (given["behavior"], given["max_attempts"]) == (default, 4)
 
 
 @needs_git
