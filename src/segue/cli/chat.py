@@ -23,7 +23,6 @@ from rich.panel import Panel
 from rich.text import Text
 
 from segue.cli._app import (
-    MIN_WINDOW,
     BaseUrlOption,
     BehaviorOption,
     CliError,
@@ -47,7 +46,7 @@ from segue.cli._app import (
     limits_of,
     options_of,
     run,
-    whole_number,
+    window_tokens,
 )
 from segue.cli._models import (
     DEFAULT_MODELS,
@@ -78,7 +77,7 @@ from segue.executor.errors import (
 )
 from segue.executor.inputs import failure_of
 from segue.executor.model_port import LlmModel
-from segue.executor.models.windows import window_of
+from segue.executor.models.windows import window_for
 from segue.executor.requests import support_of
 from segue.executor.runtime import Runtime
 from segue.executor.snapshots import git_context
@@ -412,10 +411,8 @@ async def _say_window(
     """The chat's first line: the window and where it came from (an assumed one said so)."""
     if state is not None:
         tokens, source = state.context_window, state.config.window_source
-    elif asked.options.context_window:
-        tokens, source = asked.options.context_window, "given"
-    else:
-        window = await window_of(llm, asked.options.model)
+    else:  # what creating the conversation will resolve (the core's resolved_window)
+        window = await window_for(llm, asked.options)
         tokens, source = window.tokens, window.source
     offline = asked.key is None and source != "given"
     say(out, window_words(tokens, "offline" if offline else source))
@@ -460,7 +457,7 @@ def chat(
     context_window: Annotated[
         int | None,
         typer.Option(
-            parser=whole_number(MIN_WINDOW),
+            parser=window_tokens,
             metavar="N",
             help="The model's window in tokens, for a server that cannot say it "
             "(default: asked from the API).",

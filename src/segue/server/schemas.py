@@ -17,6 +17,7 @@ from pydantic import (
     StrictBool,
     StrictFloat,
     StrictInt,
+    field_validator,
 )
 
 from segue.executor.stores._shared import (
@@ -27,7 +28,7 @@ from segue.executor.stores._shared import (
     checked_metadata,
 )
 from segue.statemachine import ContextExhaustionBehavior, SummaryRequest
-from segue.statemachine.options import ConversationOptions
+from segue.statemachine.options import MIN_WINDOW, ConversationOptions, check_window
 from segue.statemachine.state import MAX_PROMPT_CHARS, Compaction
 from segue.views import (
     ID_PATTERN,
@@ -38,9 +39,6 @@ from segue.views import (
     ToolCallView,
 )
 
-MIN_WINDOW: Final = 1_000
-"""The smallest context window a conversation may be created with: below it not even the
-system prompt and one exchange fit before the threshold."""
 MAX_RUN_SECONDS: Final = 366 * 24 * 3600
 """The longest run bound a conversation may be given (a year): anything longer is no bound."""
 
@@ -137,6 +135,15 @@ class CreateConversation(ConversationOptions):
         if "summary_request" not in given:
             fields["summary_request"] = server.summary_request
         return ConversationOptions(**fields)
+
+    @field_validator("context_window", mode="before")
+    @classmethod
+    def _window(cls, given: object) -> object:
+        """A window below ``MIN_WINDOW`` refused in the words the library and the CLI say it
+        (the core's ``check_window``); the field's ``ge`` tells the OpenAPI schema."""
+        if type(given) is int:
+            check_window(given)
+        return given
 
 
 class Purge(_Request):
