@@ -20,6 +20,7 @@ from fastapi.testclient import TestClient
 from cli_run import chat, invoke, plain_output, stored_ids
 from segue import Runtime, ScriptedModel, SqliteStore
 from segue.server.app import create_app
+from segue.server.run import ServerConfig, build_app
 from segue.statemachine import ContextExhaustionBehavior, ConversationConfig
 from segue.statemachine.options import (
     DEFAULT_OUTPUT_TOKENS,
@@ -230,3 +231,34 @@ def test_the_cli_says_the_options_own_check_in_its_flags(tmp_path: Path) -> None
     assert "--compaction provider is how a compact_in_place conversation compacts" in said
     assert "--behavior compact_in_place" in said
     assert not db.exists() or stored_ids(db) == []
+
+
+def _claude_server(db: Path, fake: FakeAnthropicServer, **config: Any) -> Any:
+    return build_app(
+        ServerConfig(db=db, provider="anthropic", api_key=KEY, base_url=fake.url, **config)
+    )
+
+
+def test_a_request_is_checked_once_with_the_servers_own_options(tmp_path: Path) -> None:
+    """How the options fit together is checked on what the server completes them with: a
+    request for the provider's compaction, its behaviour left to a ``compact_in_place`` server,
+    is sound (the body alone was refused, as if the behaviour were the library's default)."""
+    asked = {"compaction": "provider"}
+    with FakeAnthropicServer(default=MessageReply(text="Noted.")) as fake:
+        compacting = _claude_server(
+            tmp_path / "compacting.db", fake, behavior=ContextExhaustionBehavior.COMPACT_IN_PLACE
+        )
+        with TestClient(compacting) as client:
+            made = client.post("/api/conversations", json=asked)
+            assert made.status_code == 201, made.text
+            assert (made.json()["behavior"], made.json()["compaction"]) == (
+                "compact_in_place",
+                "provider",
+            )
+        with TestClient(_claude_server(tmp_path / "plain.db", fake)) as client:
+            refused = client.post("/api/conversations", json=asked)
+    assert refused.status_code == 422
+    with pytest.raises(pydantic.ValidationError) as core:
+        ConversationOptions(model=MODEL, compaction="provider")
+    said = str(core.value.errors()[0]["msg"]).removeprefix("Value error, ")
+    assert said in refused.json()["message"]

@@ -7,7 +7,7 @@ before it reaches the runtime), so a client's mistake is a 422 with the field na
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Self
 
 from pydantic import (
     AfterValidator,
@@ -18,6 +18,7 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     field_validator,
+    model_validator,
 )
 
 from segue.executor.stores._shared import (
@@ -135,6 +136,14 @@ class CreateConversation(ConversationOptions):
         if "summary_request" not in given:
             fields["summary_request"] = server.summary_request
         return ConversationOptions(**fields)
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Self:
+        """Nothing yet: how the options fit together (the thresholds, the compaction and the
+        behaviour, the model's settings) is checked once, on the options ``options`` completes
+        with the server's own (a request's ``compaction="provider"`` on a server whose
+        behaviour is ``compact_in_place`` is sound), by the options' own check."""
+        return self
 
     @field_validator("context_window", mode="before")
     @classmethod
