@@ -4,9 +4,11 @@ A backend creates conversations with the same settings over and over, and a conv
 goes on in a new one (``Runtime.start_new_from``) passes its settings on: as one value, httpx's
 ``Timeout`` and ``Limits`` are passed whole, not field by field. ``Runtime.create_conversation``
 takes this value (or its fields as keywords), the server's create request is this value, and the
-CLI builds one from its flags. The core turns it into the conversation's fixed
-``ConversationConfig`` once the runtime has resolved what the model decides (its window, its
-bound on output); ``of`` reads one back from a config, so that a child inherits it whole.
+CLI builds one from its flags. ``initial_state`` turns it into the new conversation, given what
+the model's adapter reported of its window: the one resolution all three share, so the same
+options make the same conversation however they came (its window, its bound on output, its
+smallest window, ``MIN_WINDOW``). ``of`` reads the options back from a config, so that a child
+inherits them whole.
 """
 
 from __future__ import annotations
@@ -77,7 +79,8 @@ class ConversationOptions(Frozen):
     max_tool_rounds: Annotated[StrictInt, Field(ge=1, le=10_000)] = 50
     """Tool rounds one turn may run; past it the model is asked, without tools, for its answer."""
     context_window: Annotated[StrictInt, Field(gt=0)] | None = None
-    """The window in tokens; None: what the provider reports, else segue's table of models."""
+    """The window in tokens; None: what the provider reports, else segue's table of models.
+    A conversation is created with ``MIN_WINDOW`` or more (``initial_state``)."""
     max_output_tokens: Annotated[StrictInt, Field(gt=0)] | None = None
     """The bound on one answer; None: room for a long reply (and a thinking budget)."""
     temperature: Annotated[StrictFloat, Field(ge=0, le=1)] | None = None
