@@ -262,3 +262,14 @@ def test_a_request_is_checked_once_with_the_servers_own_options(tmp_path: Path) 
         ConversationOptions(model=MODEL, compaction="provider")
     said = str(core.value.errors()[0]["msg"]).removeprefix("Value error, ")
     assert said in refused.json()["message"]
+
+
+def test_a_conversation_stored_before_goes_on_in_a_new_one_whatever_its_window() -> None:
+    """A window taken before the smallest was enforced everywhere (one given through the
+    library, or stored before configs said where their window came from) is never refused
+    when the conversation goes on in a new one: the child inherits it."""
+    old = new_conversation(model=MODEL, context_window=600).config
+    legacy = old.model_validate(old.model_dump() | {"window_source": None})
+    inherited = ConversationOptions.of(legacy, None)
+    child = initial_state(inherited, conversation_id="child", parent_id=old.id).config
+    assert child.context_window == 600

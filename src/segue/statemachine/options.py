@@ -163,7 +163,9 @@ class ConversationOptions(Frozen):
             system=system,
             context_window=config.context_window,
             max_output_tokens=config.max_output_tokens,
-            window_source=config.window_source,
+            # Resolved before (a config stored before window_source was kept says nothing):
+            # never refused again, whatever the smallest window is now.
+            window_source=config.window_source or "given",
         )
 
     def config(
