@@ -287,7 +287,9 @@ class Performer:
             return on_demand
         state = stored.state
         view = await self._cache.view(stored)
-        head, tail = split_for_compaction(view, state.generation, self._setup.keep_recent)
+        # Half the threshold at most kept verbatim: the summary and the next turn need the rest.
+        budget = state.config.continuation_tokens // 2
+        head, tail = split_for_compaction(view, state.generation, self._setup.keep_recent, budget)
         outcome = await self._ask(await self._requests.of(stored, effect, messages=head))
         if isinstance(outcome, LlmCallError):
             return failed(CompactionFailed, outcome)
