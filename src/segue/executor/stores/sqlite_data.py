@@ -107,8 +107,7 @@ def _delete_rows(
             f"DELETE FROM {table} WHERE rid > ? AND rid < ?",  # noqa: S608
             (base, base + KEY_SPAN),
         )
-    for table in ("snapshots", "outbox"):
-        conn.execute(f"DELETE FROM {table} WHERE conversation_id = ?", (conversation_id,))  # noqa: S608
+    conn.execute("DELETE FROM snapshots WHERE conversation_id = ?", (conversation_id,))
     conn.execute("DELETE FROM prompts WHERE ordinal = ?", (ordinal,))
     conn.execute("DELETE FROM tags WHERE ordinal = ?", (ordinal,))
     if parent_id is not None:
