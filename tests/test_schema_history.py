@@ -38,6 +38,7 @@ from segue.executor.stores.memory import MemoryStore
 from segue.executor.stores.migrations import DIALECT_ONLY, HISTORY, SCHEMA_VERSION, Dialect
 from segue.executor.stores.postgres import SCHEMA_VERSION as POSTGRES_VERSION
 from segue.executor.stores.postgres import PostgresStore
+from segue.executor.stores.sqlite import SCHEMA_VERSION as SQLITE_VERSION
 from segue.executor.stores.sqlite import SqliteStore
 from segue.testing.postgres import ThrowawayCluster, find_server_binaries
 
@@ -148,9 +149,9 @@ def _postgres_from(cluster: ThrowawayCluster, version: int) -> tuple[int, Schema
 def test_one_history_numbers_both_dialects_alike() -> None:
     """Versions 1, 2, 3... with no gap, and each dialect's list is that history's."""
     assert [m.version for m in HISTORY] == list(range(1, SCHEMA_VERSION + 1))
-    assert sqlite_schema.SCHEMA_VERSION == POSTGRES_VERSION == SCHEMA_VERSION
-    assert sqlite_schema.MIGRATIONS == tuple(m.sqlite for m in HISTORY)
-    assert postgres_schema.MIGRATIONS == tuple(m.postgres for m in HISTORY)
+    assert SQLITE_VERSION == POSTGRES_VERSION == SCHEMA_VERSION
+    assert tuple(m.sqlite for m in HISTORY) == sqlite_schema.MIGRATIONS
+    assert tuple(m.postgres for m in HISTORY) == postgres_schema.MIGRATIONS
     assert SCHEMA_VERSION > 7  # past both dialects' versions before the histories were joined
 
 
