@@ -16,7 +16,9 @@ import asyncio
 import contextlib
 import inspect
 import itertools
+import shutil
 import sqlite3
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
@@ -41,6 +43,7 @@ from segue.executor.stores.postgres import PostgresStore
 from segue.executor.stores.sqlite import SCHEMA_VERSION as SQLITE_VERSION
 from segue.executor.stores.sqlite import SqliteStore
 from segue.testing.postgres import ThrowawayCluster, find_server_binaries
+from test_legacy_stores import FIXTURES, compare, expected, read_back
 
 Schema = dict[str, frozenset[str]]
 """A database's tables, each with the names of its columns."""
@@ -233,3 +236,98 @@ def test_a_store_instance_is_every_port(tmp_path: Path) -> None:
 
     assert not isinstance(Partial(), LogReader)
     assert not isinstance(Partial(), Store)
+
+
+# --------------------------------------------------------------------------- today's databases
+
+
+def _sqlite_rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    with contextlib.closing(sqlite3.connect(path)) as raw:
+        tables = [
+            name
+            for (name,) in raw.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        ]
+        return {
+            table: sorted(raw.execute(f"SELECT * FROM {table}"), key=repr)  # noqa: S608
+            for table in tables
+        }
+
+
+def _postgres_rows(conninfo: str) -> dict[str, list[str]]:
+    with psycopg.connect(conninfo) as raw:
+        tables = [
+            str(name)
+            for (name,) in raw.execute(
+                "SELECT table_name FROM information_schema.tables"
+                " WHERE table_schema = current_schema() AND table_name <> 'segue_schema'"
+            )
+        ]
+        return {
+            table: sorted(
+                str(row)
+                for (row,) in raw.execute(f"SELECT row_to_json(t)::text FROM {table} AS t")  # noqa: S608
+            )
+            for table in tables
+        }
+
+
+def _kept(before: dict[str, list[Any]], after: dict[str, list[Any]]) -> None:
+    """Every row of every table is still there, unchanged; a table that went was empty."""
+    assert sum(map(len, before.values())) > 50  # the fixture holds real conversations
+    for table, rows in before.items():
+        assert after.get(table, []) == rows, table
+
+
+def _reads_back(store: Store, kind: str) -> None:
+    async def read() -> None:
+        try:
+            compare(await read_back(store), expected(kind))
+        finally:
+            await store.close()
+
+    asyncio.run(read())
+
+
+def test_a_sqlite_file_of_today_s_version_upgrades_keeping_every_row(tmp_path: Path) -> None:
+    """The release's file (version 6) brought to version 7 as the code before this history
+    did, then opened: every row kept, every conversation read back as the release read it."""
+    path = tmp_path / "legacy.db"
+    shutil.copyfile(FIXTURES / "legacy.db", path)
+    path.chmod(0o600)
+    with contextlib.closing(sqlite3.connect(path)) as raw, raw:
+        assert raw.execute("PRAGMA user_version").fetchone() == (6,)
+        for statement in sqlite_schema.MIGRATIONS[6]:
+            raw.execute(statement)
+        raw.execute("PRAGMA user_version = 7")
+    before = _sqlite_rows(path)
+    _reads_back(SqliteStore(path), "sqlite")
+    assert _sqlite_schema(path)[0] == SCHEMA_VERSION
+    _kept(before, _sqlite_rows(path))
+
+
+def test_a_postgres_database_of_today_s_version_upgrades_keeping_every_row(
+    cluster: ThrowawayCluster,
+) -> None:
+    """The release's database (version 5) brought to version 6 as the code before this history
+    did, then opened: every row kept, every conversation read back as the release read it."""
+    conninfo = cluster.create_database(f"segue_history_{next(_numbers)}")
+    subprocess.run(  # noqa: S603  # the cluster's own psql, on a file of ours
+        [
+            str(cluster.binaries / "psql"),
+            *("-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", conninfo),
+            *("-f", str(FIXTURES / "legacy-postgres.sql")),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    with psycopg.connect(conninfo, autocommit=True) as raw:
+        assert raw.execute("SELECT version FROM segue_schema").fetchall() == [(5,)]
+        for statement in postgres_schema.MIGRATIONS[5]:
+            raw.execute(statement)
+        raw.execute("UPDATE segue_schema SET version = 6")
+    before = _postgres_rows(conninfo)
+    _reads_back(PostgresStore(conninfo), "postgres")
+    assert _postgres_schema(conninfo)[0] == SCHEMA_VERSION
+    _kept(before, _postgres_rows(conninfo))
