@@ -387,11 +387,20 @@ HISTORY: Final[tuple[Migration, ...]] = (
     # From here on a version is one change on both dialects.
     Migration(
         version=8,
-        # The ``outbox`` table goes: empty since SQLite's 5 (the outbox is a JSON array in the
-        # conversation's row), and gone from PostgreSQL since its 4. Nothing reads it (the CLI
-        # knows a store by its conversations, messages and transitions).
+        # SQLite: the ``outbox`` table goes, empty since its 5 (the outbox is a JSON array in
+        # the conversation's row) and gone from PostgreSQL since its 4. Nothing reads it (the
+        # CLI knows a store by its conversations, messages and transitions).
         sqlite=("DROP TABLE outbox",),
-        postgres=(),
+        # PostgreSQL: ``tags`` names its conversation by ordinal alone, as SQLite's does (its
+        # ``conversation_id`` repeated what the ordinal says), and a conversation is found by its
+        # ordinal through a unique index, as on SQLite. The ordinal never changes, so a step's
+        # update of the row stays HOT.
+        postgres=(
+            "CREATE UNIQUE INDEX conversations_by_ordinal ON conversations (ordinal)",
+            "ALTER TABLE tags DROP CONSTRAINT tags_pkey",
+            "ALTER TABLE tags ADD PRIMARY KEY (ordinal, key)",
+            "ALTER TABLE tags DROP COLUMN conversation_id",
+        ),
     ),
 )
 
@@ -412,7 +421,6 @@ DIALECT_ONLY: Final[Mapping[Dialect, Mapping[str, frozenset[str]]]] = {
     "postgres": {
         # Keyed by the conversation's id and seq, as its transcript is (no rowid to borrow).
         "landmarks": frozenset({"conversation_id", "seq"}),
-        "tags": frozenset({"conversation_id"}),
         # Who waits for a conversation (LISTEN/NOTIFY; SQLite has no notifications).
         "segue_watches": frozenset({"conversation_id", "pid"}),
         # The version record (SQLite keeps it in ``PRAGMA user_version``).
@@ -421,11 +429,6 @@ DIALECT_ONLY: Final[Mapping[Dialect, Mapping[str, frozenset[str]]]] = {
 }
 """The tables and columns only one dialect has, each one how that dialect stores what both
 keep (the physical key, a table of its own): everything else, both hold alike."""
-
-
-def pending(dialect: Dialect, current: int) -> list[tuple[str, ...]]:
-    """The statements of every version after ``current``, in order, for ``dialect``."""
-    return [m.statements(dialect) for m in HISTORY[current:]]
 
 
 def statements(dialect: Dialect) -> tuple[tuple[str, ...], ...]:

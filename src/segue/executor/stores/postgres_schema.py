@@ -23,7 +23,7 @@ version ``v``)."""
 
 METADATA: Final = (
     "(SELECT json_object_agg(t.key, t.value)::text FROM tags AS t"
-    " WHERE t.conversation_id = conversations.id)"
+    " WHERE t.ordinal = conversations.ordinal)"
 )
 """A conversation's metadata as a JSON object (NULL when it has none), as a column of its
 row."""

@@ -29,8 +29,6 @@ DIALECT: Final = Dialect(
     listed=(
         f"c.state, c.version, {SYSTEM}, c.child_id, c.created_at, {METADATA}, c.ordinal"
     ).replace("conversations.ordinal", "c.ordinal"),
-    link="ordinal",
-    key="ordinal",
 )
 """SQLite's listings (``_listing``)."""
 CHECKPOINT_WAIT_MS: Final = 2_000
