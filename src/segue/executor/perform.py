@@ -45,7 +45,7 @@ from segue.executor.redo import copies, estimated, latest_compaction
 from segue.executor.requests import Requests
 from segue.executor.setup import Setup
 from segue.executor.snapshots import context_of, stored_snapshot
-from segue.executor.store_port import Store, StoredConversation
+from segue.executor.store_port import LogReader, StoredConversation
 from segue.executor.transcript import current_view, split_for_compaction
 from segue.executor.updates import (
     ContextEditedUpdate,
@@ -537,7 +537,7 @@ def _with_summary_settings(
 
 
 async def _saved(
-    store: Store,
+    store: LogReader,
     failure: str,
     write: Callable[..., Path],
     directory: Path,
