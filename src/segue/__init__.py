@@ -32,7 +32,7 @@ from segue.statemachine import (
     Usage,
 )
 
-if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a re-export)
+if TYPE_CHECKING:  # the face's lazy names below, for type checkers (``X as X`` re-exports)
     from segue.executor.bus import Watch as Watch
     from segue.executor.inputs import failure_of as failure_of
     from segue.executor.model_port import LlmModel as LlmModel
@@ -49,6 +49,24 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers (``X as X`` marks a
     from segue.executor.tools import ToolRegistry as ToolRegistry
     from segue.executor.updates import Update as Update
     from segue.views import update_json as update_json
+
+if TYPE_CHECKING:  # the earlier face's names, typed as they were (``__getattr__`` resolves them)
+    from segue.adapters import *  # noqa: F403
+    from segue.errors import *  # noqa: F403
+    from segue.executor.chains import Link as Link
+    from segue.executor.chains import UsageReport as UsageReport
+    from segue.executor.perform import current_conversation_id as current_conversation_id
+    from segue.executor.snapshots import SnapshotContext as SnapshotContext
+    from segue.executor.snapshots import git_context as git_context
+    from segue.executor.store_port import ConversationPage as ConversationPage
+    from segue.executor.store_port import StoredConversation as StoredConversation
+    from segue.executor.store_port import StoredMessage as StoredMessage
+    from segue.executor.store_port import TransitionRecord as TransitionRecord
+    from segue.statemachine import *  # noqa: F403
+    from segue.statemachine.effects import *  # noqa: F403
+    from segue.updates import *  # noqa: F403
+    from segue.views import ConversationView as ConversationView
+    from segue.views import DoneView as DoneView
 
 # The runtime pulls in anthropic, sqlite, psycopg and asyncio machinery; the pure core must not
 # pay for that on import, so the runtime's names load on first use.
