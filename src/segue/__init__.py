@@ -14,6 +14,7 @@ Every name ``segue`` exported before still imports from here (resolved on first 
 module that holds it now), quietly: code written against the earlier face keeps working.
 """
 
+import importlib
 from typing import TYPE_CHECKING, Any, Final
 
 from segue._lazy import lazy_getattr
@@ -105,9 +106,15 @@ _EARLIER_ELSEWHERE: Final = {
 """Names the earlier face exported that belong to no submodule: a runtime's records and
 helpers, each resolved from the module that defines it."""
 
-_SUBMODULES: Final = ("segue.core", "segue.errors", "segue.effects", "segue.updates")
-"""Where the rest of the earlier face lives now, asked in this order (the cheap, pure ones
-first); ``segue.adapters`` is asked last (it loads the model port)."""
+_SUBMODULES: Final = (
+    "segue.core",
+    "segue.errors",
+    "segue.effects",
+    "segue.updates",
+    "segue.adapters",
+)
+"""Where the rest of the earlier face lives now, asked in this order: the cheap, pure ones
+first, ``segue.adapters`` last (it loads the model port)."""
 
 _MODULES: Final = frozenset(
     {"adapters", "core", "effects", "errors", "executor", "statemachine", "updates", "views"}
@@ -121,14 +128,12 @@ _resolve = lazy_getattr("segue", {**_FACE_LAZY, **_EARLIER_ELSEWHERE}, globals()
 def __getattr__(name: str) -> Any:
     """A name of the face that loads on first use, or one the earlier face exported, from the
     module that holds it now (kept in this module's namespace, so it is looked up once)."""
-    import importlib  # noqa: PLC0415  # only when a name is not here yet
-
     if name in _FACE_LAZY or name in _EARLIER_ELSEWHERE:
         return _resolve(name)
     if name in _MODULES:
         return importlib.import_module(f"segue.{name}")
     if not name.startswith("_"):
-        for module_name in (*_SUBMODULES, "segue.adapters"):
+        for module_name in _SUBMODULES:
             module = importlib.import_module(module_name)
             if name in module.__all__:
                 value = getattr(module, name)
