@@ -31,17 +31,16 @@ from pydantic import (
 )
 
 from segue.effects import Effect, SaveSnapshot
+from segue.executor.bounds import ID_PATTERN, MAX_ID_LENGTH, checked_metadata
 from segue.executor.chains import Link, UsageReport
 from segue.executor.document_checks import check_log, check_messages, invalid, refuse
 from segue.executor.errors import InvalidDocumentError, InvalidMetadataError
 from segue.executor.json_spans import spans_of, too_deep
 from segue.executor.store_port import ConversationRecord, StoredConversation, TransitionRecord
-from segue.executor.stores._shared import MAX_ID_LENGTH, checked_metadata
 from segue.executor.stores.codec import dump_event
 from segue.statemachine import ConversationState, Event, Message, PhaseKind
 from segue.statemachine.checkpoint import SessionSnapshot
 from segue.statemachine.content import ENTERING
-from segue.views import ID_PATTERN
 
 FORMAT: Final = "segue.conversation"
 VERSION: Final = 1
