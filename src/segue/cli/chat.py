@@ -56,7 +56,6 @@ from segue.cli._models import (
     offline_line,
     provider_for,
 )
-from segue.cli._offline import OfflineModel
 from segue.cli._opening import refuse_unsupported, say_window
 from segue.cli._output import (
     console,
@@ -77,6 +76,7 @@ from segue.executor.errors import (
 )
 from segue.executor.inputs import failure_of
 from segue.executor.model_port import LlmModel
+from segue.executor.models.offline import OfflineModel
 from segue.executor.runtime import Runtime
 from segue.executor.snapshots import git_context
 from segue.executor.store_port import Store

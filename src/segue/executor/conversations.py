@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from segue.executor import documents
 from segue.executor._log import get_logger
+from segue.executor.bounds import checked_metadata
 from segue.executor.cache import ViewCache
 from segue.executor.chains import (
     LIMIT_PURPOSES,
@@ -41,7 +42,6 @@ from segue.executor.store_port import (
     StoredMessage,
     vacuums,
 )
-from segue.executor.stores._shared import checked_metadata
 from segue.statemachine import ConversationState, Message
 from segue.statemachine.options import ConversationOptions, initial_state, options_with
 

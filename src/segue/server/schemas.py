@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from segue.executor.stores._shared import (
+from segue.executor.bounds import (
     MAX_ID_LENGTH,
     MAX_METADATA_KEY,
     MAX_METADATA_KEYS,
