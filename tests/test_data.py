@@ -479,7 +479,7 @@ def test_an_export_imported_into_the_other_store_continues_where_it_was(
             await rt.resume(conv.id)
             document = await rt.export_conversation(conv.id)
             original = await rt.conversation(conv.id)
-            view = list(await ViewCache(lambda: rt.store).view(original))
+            view = list(await ViewCache(rt.store).view(original))
         json.dumps(document)  # JSON through and through
         assert (document["format"], document["version"]) == ("segue.conversation", 1)
 
@@ -507,7 +507,7 @@ def test_an_export_imported_into_the_other_store_continues_where_it_was(
                 original.metadata,
                 original.last_seq,
             )
-            assert list(await ViewCache(lambda: rt.store).view(stored)) == view
+            assert list(await ViewCache(rt.store).view(stored)) == view
             assert [s.version for s in await rt.store.snapshots(conv.id)] == [1]
             again = await rt.export_conversation(conv.id)
             assert {k: v for k, v in again.items() if k != "exported_at"} == {
