@@ -460,7 +460,8 @@ class Runtime:
         While a turn runs in this runtime the pause is taken at its next boundary, and this
         returns at once; while another runtime sharing the store runs it, the request goes
         through the store, that runtime pauses at the boundary, and this waits for it. With
-        ``timeout``, either waits at most ``timeout`` seconds, then ends the turn (what was in
+        ``timeout``, either waits at most ``timeout`` seconds once the request is recorded (a
+        commit is never cut short), then ends the turn (what was in
         flight is recorded as cancelled, never lost) and pauses: a forced pause. Where another
         runtime ran the turn, its call is cancelled there too, and its ``send()`` or
         ``stream()`` returns the paused state (within about a second: ``overtaken``).
