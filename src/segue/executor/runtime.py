@@ -25,7 +25,7 @@ from segue.executor.bus import Committed, Sink, UpdateBus, Watch
 from segue.executor.cache import ViewCache
 from segue.executor.claims import DEFAULT_LEASE, Claims
 from segue.executor.commits import Commits
-from segue.executor.continuing import Continuing
+from segue.executor.continuing import AUTO_CONTINUE_PROMPT, Continuing
 from segue.executor.conversations import Conversations
 from segue.executor.delegated import delegated
 from segue.executor.drive import Driver, Listener
@@ -489,3 +489,6 @@ class Runtime:
         )
         state, _ = await self._driver.drive(conversation_id, event)
         return state
+
+
+__all__ = ["AUTO_CONTINUE_PROMPT", "Runtime"]  # the prompt is ``continuing``'s, importable here too
