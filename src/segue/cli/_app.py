@@ -20,7 +20,7 @@ import structlog
 import typer
 from pydantic import ValidationError
 
-from segue import __version__
+from segue._version import __version__
 from segue.executor.errors import ConversationNotFoundError, SegueError
 from segue.executor.stores.sqlite import StoreLockedError
 from segue.statemachine import ContextExhaustionBehavior as Behavior

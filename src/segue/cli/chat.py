@@ -57,7 +57,6 @@ from segue.cli._models import (
     offline_line,
     provider_for,
 )
-from segue.cli._offline import OfflineModel
 from segue.cli._output import (
     console,
     last_text,
@@ -78,6 +77,7 @@ from segue.executor.errors import (
 )
 from segue.executor.inputs import failure_of
 from segue.executor.model_port import LlmModel
+from segue.executor.models.offline import OfflineModel
 from segue.executor.models.windows import window_of
 from segue.executor.requests import support_of
 from segue.executor.runtime import Runtime

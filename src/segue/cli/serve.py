@@ -239,8 +239,8 @@ class ServeOptions:
 def _serve(asked: ServeOptions) -> None:
     """Check what can be checked before anything is announced, then serve until stopped."""
     try:
-        from segue._lazy import MissingExtraError  # noqa: PLC0415
-        from segue.server.run import UnsafeBindError, build_app, run_app  # noqa: PLC0415
+        from segue.errors import MissingExtraError, UnsafeBindError  # noqa: PLC0415
+        from segue.server.run import build_app, run_app  # noqa: PLC0415
     except ImportError as error:  # the extra is not installed
         fail(f"segue serve needs the server extra: pip install 'segue[server]' ({error})", 2)
 

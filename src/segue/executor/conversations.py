@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from segue.executor import documents
 from segue.executor._log import get_logger
+from segue.executor.bounds import checked_metadata
 from segue.executor.cache import ViewCache
 from segue.executor.chains import (
     LIMIT_PURPOSES,
@@ -42,7 +43,6 @@ from segue.executor.store_port import (
     StoredMessage,
     vacuums,
 )
-from segue.executor.stores._shared import checked_metadata
 from segue.executor.turn_holder import HERE, Turn, turn_of
 from segue.statemachine import ConversationState, Message, estimate_tokens, model_info
 from segue.statemachine.options import ConversationOptions

@@ -25,7 +25,7 @@ from typing import Any, Final
 from segue.executor._log import get_logger
 from segue.executor.bus import UpdateBus
 from segue.executor.errors import ConversationNotFoundError, SegueError
-from segue.executor.store_port import Store, StoredConversation, StoredMessage, notifies_changes
+from segue.executor.store_port import LogReader, StoredConversation, StoredMessage, notifies_changes
 from segue.executor.updates import (
     CompactedUpdate,
     DoneUpdate,
@@ -131,7 +131,7 @@ class Feed:
 
     def __init__(
         self,
-        store: Store,
+        store: LogReader,
         stored: StoredConversation,
         *,
         emit: Callable[[Update], None],
@@ -213,7 +213,7 @@ class Feeds:
 
     __slots__ = ("_bus", "_committing", "_feeds", "_store")
 
-    def __init__(self, *, store: Store, bus: UpdateBus) -> None:
+    def __init__(self, *, store: LogReader, bus: UpdateBus) -> None:
         self._store = store
         self._bus = bus
         self._feeds: dict[str, tuple[Feed, asyncio.Task[None]]] = {}

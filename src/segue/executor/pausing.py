@@ -31,7 +31,7 @@ from segue.executor._log import get_logger
 from segue.executor.drive import Driver
 from segue.executor.locks import Locks
 from segue.executor.signals import Signals
-from segue.executor.store_port import Store
+from segue.executor.store_port import LogReader
 from segue.executor.turn_holder import Turn, Where
 from segue.statemachine import ConversationState, PauseRequested
 
@@ -52,7 +52,7 @@ class PauseRequest:
         *,
         turn: Turn,
         owner: str,
-        store: Store,
+        store: LogReader,
         driver: Driver,
         locks: Locks,
         signals: Signals,

@@ -19,7 +19,7 @@ from pydantic import (
     StrictInt,
 )
 
-from segue.executor.stores._shared import (
+from segue.executor.bounds import (
     MAX_ID_LENGTH,
     MAX_METADATA_KEY,
     MAX_METADATA_KEYS,
