@@ -1,10 +1,9 @@
-"""A chat backend's conversations, on SQLite and PostgreSQL: metadata, pages, deletion, export
-and import, retention.
+"""A chat backend's conversations, on SQLite and PostgreSQL: metadata, pages, deletion,
+retention (export and import: ``test_data_export.py``, on the fixtures here).
 
 Real stores, real runtimes, real processes: a deletion racing another process's turn, a
 process killed with SIGKILL in the middle of a purge, the bytes of a deleted conversation
-searched for in the SQLite file (its WAL included) and the archive directory, an export from
-one store imported into the other and continued.
+searched for in the SQLite file (its WAL included) and the archive directory.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -26,7 +25,6 @@ import pytest
 
 from segue import (
     ContextExhaustionBehavior,
-    ConversationExistsError,
     ConversationNotFoundError,
     ConversationState,
     PostgresStore,
@@ -36,11 +34,9 @@ from segue import (
     Store,
     Tool,
 )
-from segue.executor.cache import ViewCache
 from segue.executor.errors import (
     ConversationBusyError,
     InvalidCursorError,
-    InvalidDocumentError,
     InvalidMetadataError,
     MessageRejectedError,
 )
@@ -449,94 +445,5 @@ def test_purge_deletes_what_nobody_wrote_to_for_long_enough(where: str) -> None:
             assert left == {old[0], other, fresh}
             assert await rt.purge(older_than=2_000) == 1
             assert {c.state.id for c in await rt.conversations()} == {old[0], fresh}
-
-    asyncio.run(main())
-
-
-# --------------------------------------------------------------------------- export and import
-
-
-def _pair(where: str, tmp_path: Path, cluster: Callable[[], ThrowawayCluster]) -> str:
-    """The other store: PostgreSQL for SQLite, SQLite for PostgreSQL."""
-    if where.startswith("host="):
-        return str(tmp_path / "other.db")
-    return new_database(cluster())
-
-
-def test_an_export_imported_into_the_other_store_continues_where_it_was(
-    where: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
-    other = _pair(where, tmp_path, lambda: request.getfixturevalue("cluster"))
-
-    async def main() -> None:
-        async with Runtime(store=open_store(where), llm=ScriptedModel(window=5_000)) as rt:
-            conv = await rt.create_conversation(
-                model=MODEL,
-                behavior=ContextExhaustionBehavior.COMPACT_IN_PLACE,
-                context_window=5_000,
-                system="Be brief.",
-                metadata={"user": "u-17"},
-            )
-            await rt.send(conv.id, "Rule: answer in English.", pinned=True)
-            state = conv
-            while state.generation < 3:
-                state = await rt.send(conv.id, "Tell me of tides. " * 10)
-            await rt.pause(conv.id, "lunch")
-            await rt.resume(conv.id)
-            document = await rt.export_conversation(conv.id)
-            original = await rt.conversation(conv.id)
-            view = list(await ViewCache(lambda: rt.store).view(original))
-        json.dumps(document)  # JSON through and through
-        assert (document["format"], document["version"]) == ("segue.conversation", 1)
-
-        async with Runtime(store=open_store(other), llm=ScriptedModel(window=5_000)) as rt:
-            for broken, reason in (
-                ({}, "format"),
-                ({**document, "version": 2}, "version"),
-                ({**document, "messages": [{"kind": "nonsense"}]}, "messages.0.kind"),
-                ({**document, "transitions": document["transitions"][1:]}, "seqs"),
-                ({**document, "conversation": {**document["conversation"], "id": "x"}}, "id"),
-            ):
-                with pytest.raises(InvalidDocumentError, match=reason):
-                    await rt.import_conversation(broken)
-            assert await rt.conversations() == []  # nothing half-imported
-            imported = await rt.import_conversation(document)
-            with pytest.raises(ConversationExistsError):
-                await rt.import_conversation(document)
-            copy = await rt.import_conversation(document, conversation_id="copy")
-            assert (copy.id, copy.generation) == ("copy", imported.generation)
-            stored = await rt.conversation(conv.id)
-            assert stored.state == original.state
-            assert (stored.version, stored.system, stored.metadata, stored.last_seq) == (
-                original.version,
-                original.system,
-                original.metadata,
-                original.last_seq,
-            )
-            assert list(await ViewCache(lambda: rt.store).view(stored)) == view
-            assert [s.version for s in await rt.store.snapshots(conv.id)] == [1]
-            again = await rt.export_conversation(conv.id)
-            assert {k: v for k, v in again.items() if k != "exported_at"} == {
-                k: v for k, v in document.items() if k != "exported_at"
-            }
-            after = await rt.send(conv.id, "Go on.")
-            assert after.phase.kind == "idle"
-            assert after.generation >= imported.generation
-            assert after.session == imported.session == 2
-            assert after.pinned_tokens == imported.pinned_tokens > 0
-
-    asyncio.run(main())
-
-
-def test_a_turn_in_flight_is_not_exported(where: str) -> None:
-    async def main() -> None:
-        model = Gated()
-        async with Runtime(store=open_store(where), llm=model) as rt:
-            conv, turn = await running_turn(rt, model)
-            with pytest.raises(ConversationBusyError):
-                await rt.export_conversation(conv.id)
-            model.opened.set()
-            await turn
-            assert (await rt.export_conversation(conv.id))["pending"] == []
 
     asyncio.run(main())

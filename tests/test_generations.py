@@ -135,7 +135,7 @@ def test_rows_read_per_compaction_do_not_grow_and_the_view_is_the_whole_fold(
             stored = await store.load(conv.id)
             transcript = [m.message for m in await store.messages(conv.id)]
             state = stored.state
-            cold = list(await ViewCache(lambda: store).view(stored))
+            cold = list(await ViewCache(store).view(stored))
             assert cold == current_view(transcript, state.session, state.generation)
             assert any(message.pinned for message in cold[:3])  # pinned ones lead the view
             archived: list[str] = []
@@ -172,7 +172,7 @@ async def views_match_the_whole_fold(store: Store) -> int:
             stored = await store.load(conversation.state.id)
             state = stored.state
             whole = [m.message for m in await store.messages(state.id)]
-            view = list(await ViewCache(lambda: store).view(stored))
+            view = list(await ViewCache(store).view(stored))
             assert view == current_view(whole, state.session, state.generation), state.id
             start = await store.generation_start(state.id, state.session, state.generation)
             started_again = (state.session, state.generation) != (1, 1)

@@ -53,7 +53,7 @@ async def model_view(rt: Runtime, cid: str) -> list[tuple[object, ...]]:
     stored = await rt.store.load(cid)
     state = stored.state
     whole = current_view(await transcript(rt, cid), state.session, state.generation)
-    assert list(await ViewCache(lambda: rt.store).view(stored)) == whole
+    assert list(await ViewCache(rt.store).view(stored)) == whole
     return seen(whole)
 
 

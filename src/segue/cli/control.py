@@ -13,7 +13,6 @@ left for a ``segue serve`` or ``segue chat`` on the store to finish.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -38,26 +37,19 @@ from segue.cli._models import model_for
 from segue.cli._output import clip, console, last_text, meter, narrate, say
 from segue.cli._stores import DatabaseUrlOption, StoreAt, existing_store, resolve
 from segue.cli.inspection import IdArgument
-from segue.executor.claims import live_holder
+from segue.executor.claims import default_owner
 from segue.executor.model_port import LlmModel
 from segue.executor.runtime import Runtime
 from segue.executor.snapshots import git_context
 from segue.executor.store_port import Store, StoredConversation
-from segue.statemachine import WAITING_PHASES, ConversationState
+from segue.executor.turn_holder import turn_of
+from segue.statemachine import WAITING_PHASES
 
 OfflineOption = Annotated[
     bool, typer.Option(help="Answer with the offline scripted model instead of Claude.")
 ]
 NOT_YET_TAKEN: Final = 3
 """``segue pause``'s exit code when the pause is requested but its turn had not ended yet."""
-_FIRST_LOOK, _LONGEST_LOOK = 0.01, 0.2
-"""Seconds between reads of the store while the request is on its way there."""
-
-
-def _running_elsewhere(stored: StoredConversation) -> str | None:
-    """The live process performing the conversation's work (its owner id), or None: no work,
-    or work whose process died (its claim lapsed, or its process is gone from this host)."""
-    return live_holder(stored.pending)
 
 
 def _must_be_still(stored: StoredConversation) -> None:
@@ -70,36 +62,6 @@ def _must_be_still(stored: StoredConversation) -> None:
             "on this store finishes it"
         )
         raise CliError(msg, 1)
-
-
-async def _paused(
-    runtime: Runtime, cid: str, reason: str, wait_at_most: float | None
-) -> ConversationState:
-    """The state once the pause is taken; or, if another process's turn had not reached its
-    boundary within ``wait_at_most`` seconds, the state with the request in it (the request
-    stays in the store, and that process still pauses). The bound starts once the request is
-    stored (a commit is never cut short), and a checkpoint this process writes itself (the
-    turn ended first) is waited for."""
-    pausing = asyncio.ensure_future(runtime.pause(cid, reason))
-    if wait_at_most is None:
-        return await pausing
-    look = _FIRST_LOOK
-    while not pausing.done():  # until the request is in the store
-        state = (await runtime.store.load(cid)).state
-        if state.pause_requested:
-            break
-        await asyncio.wait({pausing}, timeout=look)
-        look = min(look * 2, _LONGEST_LOOK)
-    done, _ = await asyncio.wait({pausing}, timeout=wait_at_most)
-    if done:
-        return pausing.result()
-    stored = await runtime.store.load(cid)
-    if stored.pending and stored.pending[0].owner == runtime.owner:
-        return await pausing  # our own checkpoint request: leaving it would waste it
-    pausing.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await pausing
-    return (await runtime.store.load(cid)).state
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -132,10 +94,10 @@ class Reach:
             headers=headers_of(header),
         )
 
-    def runtime(self, store: Store, llm: LlmModel) -> Runtime:
+    def runtime(self, store: Store, llm: LlmModel, owner: str | None = None) -> Runtime:
         """A runtime over ``store`` (not entered: it recovers no one else's work)."""
         context = git_context(self.repo or Path.cwd())
-        return Runtime(store=store, llm=llm, snapshot_context=context)
+        return Runtime(store=store, llm=llm, snapshot_context=context, owner=owner)
 
 
 async def _pause(given: str, reach: Reach, *, reason: str, wait_at_most: float | None) -> int:
@@ -148,8 +110,9 @@ async def _pause(given: str, reach: Reach, *, reason: str, wait_at_most: float |
         phase = stored.state.phase.kind
         if phase == "paused":
             raise CliError(f"conversation {cid} is already paused", 1)
-        owner = _running_elsewhere(stored)
-        if owner is None:
+        owner = default_owner()  # the runtime's below, which drives nothing yet
+        turn = turn_of(stored, owner=owner)
+        if turn.where == "nobody":
             _must_be_still(stored)
             if phase != "idle":
                 message = f"conversation {cid} is {phase}: only a live conversation pauses"
@@ -159,13 +122,16 @@ async def _pause(given: str, reach: Reach, *, reason: str, wait_at_most: float |
                 stored.state, offline=reach.offline, base_url=reach.base_url, headers=reach.headers
             )
         )
-        runtime = reach.runtime(store, llm)
+        runtime = reach.runtime(store, llm, owner)
         stack.push_async_callback(runtime.close)
         narrate(runtime, out)
-        if owner is not None:
-            say(out, f"conversation {cid} is {phase} in another process ({owner}):")
+        if turn.where == "elsewhere":
+            say(out, f"conversation {cid} is {phase} in another process ({turn.holder}):")
             say(out, "  asking it to pause at its turn's next boundary; waiting for it")
-        state = await _paused(runtime, cid, reason, wait_at_most)
+        # The pause as the runtime and the server take it; at ``wait_at_most``, the request is
+        # left standing (the process running the turn still pauses) rather than forced.
+        request = await runtime.request_pause(cid, reason)
+        state = await request.outcome(wait_at_most, force=False)
         if state.pause_requested and state.phase.kind != "paused":
             said = f"pause requested, not yet taken: conversation {cid} is still in its turn"
             say(out, said, "bold")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Final
 
 from segue.executor.errors import SegueError
@@ -35,9 +35,8 @@ class ViewCache:
 
     __slots__ = ("_known", "_size", "_store")
 
-    def __init__(self, store: Callable[[], LogReader], *, size: int | None = None) -> None:
+    def __init__(self, store: LogReader, *, size: int | None = None) -> None:
         self._store = store
-        """Read at each use: the runtime's store may be replaced."""
         self._size = CACHE_SIZE if size is None else size
         self._known: OrderedDict[str, _Known] = OrderedDict()
 
@@ -94,7 +93,7 @@ class ViewCache:
             view = known.view = await self._start(stored)
         if view.last_seq < stored.last_seq:
             try:
-                for message in await self._store().messages(cid, after_seq=view.last_seq):
+                for message in await self._store.messages(cid, after_seq=view.last_seq):
                     if message.seq > stored.last_seq:
                         break  # written after ``stored`` was read: not part of this state
                     view.add(message.seq, message.message)
@@ -117,7 +116,7 @@ class ViewCache:
         pinned messages before them; never the transcript of earlier generations."""
         state = stored.state
         cid, session, generation = state.id, state.session, state.generation
-        store = self._store()
+        store = self._store
         start = min(await store.generation_start(cid, session, generation), stored.last_seq + 1)
         first: Message | None = None
         if 1 < start <= stored.last_seq:  # from 1, there is nothing before it to keep

@@ -20,7 +20,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Final
 
 from segue.executor._log import get_logger
@@ -83,12 +83,11 @@ class Claims:
 
     __slots__ = ("_due", "_handle", "_loop", "_store", "_tasks", "lease", "owner")
 
-    def __init__(self, *, store: Callable[[], Outbox], owner: str | None, lease: float) -> None:
+    def __init__(self, *, store: Outbox, owner: str | None, lease: float) -> None:
         if not lease > 0:
             msg = f"lease must be a positive number of seconds, not {lease!r}"
             raise ValueError(msg)
         self._store = store
-        """Read at each use: the runtime's store may be replaced."""
         self.owner = owner or default_owner()
         """Who this runtime is in the store's claims (see ``default_owner``)."""
         self.lease = lease
@@ -116,7 +115,7 @@ class Claims:
         the store now has it (whoever holds it), or None if it was performed meanwhile."""
         now = time.time()
         owner = head.owner
-        return await self._store().claim(
+        return await self._store.claim(
             conversation_id,
             head.id,
             owner=self.owner,
@@ -147,7 +146,7 @@ class Claims:
         """Release this runtime's claims on ``effect_ids``; a store that cannot be reached
         keeps them until their lease ends (nothing else can be done about it here)."""
         try:
-            await self._store().release(conversation_id, effect_ids, owner=self.owner)
+            await self._store.release(conversation_id, effect_ids, owner=self.owner)
         except SegueError as error:
             _log.warning("claim_not_released", conversation_id=conversation_id, error=str(error))
 
@@ -167,7 +166,7 @@ class Claims:
 
     async def _renew(self, conversation_id: str, effect_id: int) -> None:
         try:
-            kept = await self._store().renew(
+            kept = await self._store.renew(
                 conversation_id, (effect_id,), owner=self.owner, lease_until=self.lease_until()
             )
         except SegueError as error:

@@ -1,9 +1,10 @@
-"""What a runtime knows of its conversations: creating them, reading them, continuing them.
+"""What a runtime knows of its conversations: creating them, reading them, deleting them.
 
-The conversation-level half of ``Runtime`` (the other half runs turns and steers them): each
-method here reads or writes whole conversations through the store, and none of them drives a
-turn. ``Runtime`` is built on it; an application calls these as ``rt.create_conversation(...)``,
-``rt.state(...)`` and so on.
+The conversation-level part of ``Runtime`` (the rest runs turns and steers them): each method
+here reads or writes whole conversations through the store, and none of them drives a turn
+(``cancel`` asks the driver to). ``Runtime`` holds one and passes its calls on; an application
+calls these as ``rt.create_conversation(...)``, ``rt.state(...)`` and so on. ``turn`` is the
+runtime's one answer to where a conversation's turn runs (``turn_holder``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from segue.executor.chains import (
     usage_from_log,
 )
 from segue.executor.chains import usage_report as usage_of_messages
-from segue.executor.claims import Claims, live_holder
+from segue.executor.claims import Claims
 from segue.executor.drive import Driver
 from segue.executor.errors import ConversationBusyError, ConversationNotFoundError
 from segue.executor.locks import Locks
@@ -42,6 +43,7 @@ from segue.executor.store_port import (
     StoredMessage,
     vacuums,
 )
+from segue.executor.turn_holder import HERE, Turn, turn_of
 from segue.statemachine import ConversationState, Message
 from segue.statemachine.options import ConversationOptions, initial_state, options_with
 
@@ -52,14 +54,35 @@ _REPLY_SCAN: Final = 64
 
 
 class Conversations:
-    """Creating and reading conversations (``Runtime`` is one; see its docstring)."""
+    """Creating, reading and deleting conversations (``Runtime`` holds one; see its
+    docstring)."""
 
-    _setup: Setup
-    _cache: ViewCache
-    _locks: Locks
-    _signals: Signals
-    _driver: Driver
-    claims: Claims
+    __slots__ = ("_cache", "_claims", "_driver", "_locks", "_setup", "_signals")
+
+    def __init__(
+        self,
+        *,
+        setup: Setup,
+        cache: ViewCache,
+        locks: Locks,
+        signals: Signals,
+        driver: Driver,
+        claims: Claims,
+    ) -> None:
+        self._setup = setup
+        self._cache = cache
+        self._locks = locks
+        self._signals = signals
+        self._driver = driver
+        self._claims = claims
+
+    async def turn(self, conversation_id: str) -> Turn:
+        """Where the conversation's turn runs now (``here``, ``elsewhere`` with the runtime that
+        holds it, or ``nobody``): the answer a pause, a deletion, an export and the CLI read."""
+        if self._locks.is_driving(conversation_id):
+            return HERE
+        stored = await self._setup.store.load(conversation_id)
+        return turn_of(stored, owner=self._claims.owner)
 
     async def create_conversation(
         self,
@@ -328,7 +351,7 @@ class Conversations:
             await self._refuse_if_busy_elsewhere(conversation_id)
             return
         await self.cancel(conversation_id)
-        claims = self.claims
+        claims = self._claims
         await wait_for_claims(self._setup, conversation_id, owner=claims.owner, within=claims.lease)
 
     async def _refuse_if_busy_elsewhere(self, conversation_id: str) -> StoredConversation:
@@ -339,9 +362,9 @@ class Conversations:
         return stored
 
     def _refuse_if_claimed(self, stored: StoredConversation) -> None:
-        holder = live_holder(stored.pending)
-        if holder is not None and holder != self.claims.owner:
-            reason = f"{holder} runs its turn; cancel it (cancel=True) or wait for it"
+        turn = turn_of(stored, owner=self._claims.owner)
+        if turn.where == "elsewhere":
+            reason = f"{turn.holder} runs its turn; cancel it (cancel=True) or wait for it"
             raise ConversationBusyError(stored.state.id, reason)
 
     async def messages(self, conversation_id: str) -> list[StoredMessage]:

@@ -96,8 +96,8 @@ class Driver:
         self._claims = claims
         self._performer = performer
         self._bus = bus
-        self.listeners: list[Listener] = []
-        """Told of every effect as it is performed (``Runtime.subscribe``)."""
+        self._listeners: list[Listener] = []
+        """Told of every effect as it is performed (``listen``)."""
         self._unsaved: dict[tuple[str, int], list[Event]] = {}
         """Outcomes performed here whose commit failed (a full disk, a store gone), by
         conversation and effect id: the next drive commits them rather than paying again."""
@@ -105,6 +105,11 @@ class Driver:
         self._keys = itertools.count(1)
         """Idempotency keys of messages sent without one: unique to this runtime (a random
         prefix) and within it (a count), without a call to the system's random source each."""
+
+    def listen(self, listener: Listener) -> None:
+        """Call ``listener(conversation_id, effect)`` for every effect performed from now on
+        (``Runtime.subscribe``: a UI's hooks), in the order they were added."""
+        self._listeners.append(listener)
 
     async def streamed(
         self, sink: Sink, event: UserMessage, *, wait: bool = True, key: str | None = None
@@ -286,7 +291,7 @@ class Driver:
         of a request becomes an event (committed at the top of the loop)."""
         effect = pending.effect
         cid = stored.state.id
-        for listener in self.listeners:
+        for listener in self._listeners:
             listener(cid, effect)
         bus = self._bus
         if bus.listening(cid):

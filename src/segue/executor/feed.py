@@ -213,9 +213,8 @@ class Feeds:
 
     __slots__ = ("_bus", "_committing", "_feeds", "_store")
 
-    def __init__(self, *, store: Callable[[], LogReader], bus: UpdateBus) -> None:
+    def __init__(self, *, store: LogReader, bus: UpdateBus) -> None:
         self._store = store
-        """Read at each use: the runtime's store may be replaced."""
         self._bus = bus
         self._feeds: dict[str, tuple[Feed, asyncio.Task[None]]] = {}
         self._committing: dict[str, int] = {}
@@ -227,7 +226,7 @@ class Feeds:
     async def start(self, conversation_id: str) -> None:
         """Read a watched conversation back from the store while it is watched (the first
         read raises ``ConversationNotFoundError`` for an unknown id)."""
-        store = self._store()
+        store = self._store
         stored = await store.load(conversation_id)
         bus = self._bus
         if conversation_id in self._feeds or not bus.watched(conversation_id):

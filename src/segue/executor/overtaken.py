@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -52,9 +51,8 @@ class Overtaken:
 
     __slots__ = ("_ended", "_handle", "_loop", "_owner", "_store", "_tasks", "_work")
 
-    def __init__(self, *, store: Callable[[], LogReader], owner: Callable[[], str]) -> None:
+    def __init__(self, *, store: LogReader, owner: str) -> None:
         self._store = store
-        """Read at each use: the runtime's store may be replaced."""
         self._owner = owner
         self._work: dict[str, _Work] = {}
         self._ended: set[str] = set()
@@ -99,9 +97,9 @@ class Overtaken:
     async def _check(self, conversation_id: str, work: _Work) -> None:
         """Cancel ``work`` if the store no longer has it pending under this runtime's claim."""
         try:
-            stored = await self._store().load(conversation_id)
+            stored = await self._store.load(conversation_id)
             pending = next((p for p in stored.pending if p.id == work.effect_id), None)
-            mine = pending is not None and pending.owner in (None, self._owner())
+            mine = pending is not None and pending.owner in (None, self._owner)
         except ConversationNotFoundError:
             mine = False  # deleted meanwhile: nothing will take its outcome
         except SegueError as error:  # unreachable or closed: the next check tries again

@@ -15,7 +15,8 @@ holds the turn on its own:
 - **nobody** (idle, or work a dead runtime left): the pause is taken by this runtime now.
 
 ``forced()`` ends the turn wherever it runs (its request is cancelled through the store, which
-makes the other runtime's answer stale) and then pauses.
+makes the other runtime's answer stale) and then pauses. ``outcome()`` is the orchestration of
+the three that every caller runs: what to wait for, for how long, and what then.
 """
 
 from __future__ import annotations
@@ -24,16 +25,17 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
-from typing import Final, Literal
+from typing import Final
 
-from segue.executor.claims import live_holder
+from segue.executor._log import get_logger
 from segue.executor.drive import Driver
 from segue.executor.locks import Locks
 from segue.executor.signals import Signals
 from segue.executor.store_port import LogReader
+from segue.executor.turn_holder import Turn, Where
 from segue.statemachine import ConversationState, PauseRequested
 
-Where = Literal["here", "elsewhere", "nobody"]
+_log = get_logger("segue.runtime")
 RECORDED_WITHIN: Final = 10.0
 """Seconds ``recorded`` waits for the request to reach the store (a commit: far less)."""
 _FIRST_LOOK, _LONGEST_LOOK = 0.01, 0.2
@@ -48,9 +50,9 @@ class PauseRequest:
         conversation_id: str,
         reason: str,
         *,
-        where: Where,
-        holder: str | None,
-        store: Callable[[], LogReader],
+        turn: Turn,
+        owner: str,
+        store: LogReader,
         driver: Driver,
         locks: Locks,
         signals: Signals,
@@ -58,10 +60,9 @@ class PauseRequest:
     ) -> None:
         self.conversation_id = conversation_id
         self.reason = reason
-        self.where: Where = where
-        """Where the turn ran when the pause was asked."""
-        self.holder = holder
-        """The runtime that held the turn's work when it was asked (``where == "elsewhere"``)."""
+        self.turn = turn
+        """Where the turn ran when the pause was asked (``Conversations.turn``)."""
+        self._owner = owner
         self._store = store
         self._driver = driver
         self._locks = locks
@@ -69,8 +70,24 @@ class PauseRequest:
         self._cancel = cancel
         self._task: asyncio.Task[ConversationState] | None = None
 
+    @property
+    def where(self) -> Where:
+        """Where the turn ran when the pause was asked."""
+        return self.turn.where
+
+    @property
+    def holder(self) -> str | None:
+        """The runtime that held the turn's work when it was asked (``where == "elsewhere"``)."""
+        return self.turn.holder
+
     def start(self) -> None:
         """Ask: a flag for a drive of this runtime, else a drive of the request itself."""
+        _log.info(
+            "pause_asked",
+            conversation_id=self.conversation_id,
+            where=self.where,
+            holder=self.holder,
+        )
         if self.where == "here":
             self._signals.ask_pause(self.conversation_id, self.reason)
         else:
@@ -83,7 +100,7 @@ class PauseRequest:
         return state
 
     async def _state(self) -> ConversationState:
-        return (await self._store().load(self.conversation_id)).state
+        return (await self._store.load(self.conversation_id)).state
 
     async def recorded(self) -> ConversationState:
         """The conversation once the request is recorded: at once for a turn of this runtime
@@ -121,6 +138,46 @@ class PauseRequest:
             pass
         return await self._state()
 
+    async def outcome(
+        self,
+        timeout: float | None = None,  # noqa: ASYNC109  # a bound on the wait, then ``then``
+        *,
+        force: bool = True,
+    ) -> ConversationState:
+        """The pause's outcome, as every caller wants it: when nobody held the turn, the pause
+        this runtime takes (its own checkpoint: never cut short); without ``timeout``, the
+        request recorded (a turn here, which pauses at its boundary on its own) or the pause
+        taken (a turn elsewhere). With ``timeout``, at most that long for the pause once the
+        request is recorded; then, with ``force``, the turn ended and paused (``forced``),
+        else the conversation as it is, the request still standing (the runtime running the
+        turn pauses at its boundary), unless the checkpoint is this runtime's own request by
+        then. A caller that stops waiting stops following the turn; the request stays."""
+        try:
+            if self.where == "nobody":
+                return await self.taken()
+            if timeout is None:
+                return await (self.recorded() if self.where == "here" else self.taken())
+            await self.recorded()
+            state = await self.taken(timeout)
+            if state.phase.kind == "paused":
+                return state
+            if force:
+                return await self.forced()
+            if await self._checkpointing_here():
+                return await self.taken()  # leaving it would waste a request paid for here
+            await self.abandon()
+            return state
+        except asyncio.CancelledError:
+            if self.where == "elsewhere":
+                await self.abandon()
+            raise
+
+    async def _checkpointing_here(self) -> bool:
+        """Whether this runtime holds the conversation's next work now (the turn ended
+        elsewhere first, and the pause's checkpoint is asked here)."""
+        pending = (await self._store.load(self.conversation_id)).pending
+        return bool(pending) and pending[0].owner == self._owner
+
     async def forced(self) -> ConversationState:
         """End the turn wherever it runs (what is in flight is recorded as cancelled, never
         lost), then pause: the conversation paused, unless it ended meanwhile."""
@@ -136,16 +193,3 @@ class PauseRequest:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-
-
-async def where_it_runs(
-    conversation_id: str, *, store: LogReader, locks: Locks, owner: str
-) -> tuple[Where, str | None]:
-    """Where the conversation's turn runs now, and who holds it when another runtime does."""
-    if locks.is_driving(conversation_id):
-        return "here", None
-    stored = await store.load(conversation_id)
-    holder = live_holder(stored.pending)
-    if holder is not None and holder != owner:
-        return "elsewhere", holder
-    return "nobody", None

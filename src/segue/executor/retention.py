@@ -22,8 +22,8 @@ from typing import Final
 
 from segue.executor._log import get_logger
 from segue.executor.archive import archive_directory, remove_files
-from segue.executor.claims import live_holder
 from segue.executor.setup import Setup
+from segue.executor.turn_holder import turn_of
 
 _log = get_logger("segue.runtime")
 _POLL: Final = 0.05
@@ -62,7 +62,7 @@ async def wait_for_claims(setup: Setup, conversation_id: str, *, owner: str, wit
     its holder renewed it and still runs: the caller finds it busy)."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        holder = live_holder((await setup.store.load(conversation_id)).pending)
-        if holder is None or holder == owner:
+        stored = await setup.store.load(conversation_id)
+        if turn_of(stored, owner=owner).where != "elsewhere":
             return
         await asyncio.sleep(_POLL)

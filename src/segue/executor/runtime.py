@@ -2,7 +2,9 @@
 
 ``Runtime`` is the facade: create a conversation, send or stream a message, read the state and
 the transcript, cancel, pause, resume, continue in a new conversation. It holds the parts that
-do the work and owns none of their state: ``Setup`` (the store, the model, the tools), ``Locks``
+do the work and owns none of their state: ``Conversations`` (creating, reading, deleting
+conversations; the runtime passes those calls on to it), ``Continuing`` (a summary made again,
+a compaction taken back, a child started), ``Setup`` (the store, the model, the tools), ``Locks``
 (one drive per conversation), ``Signals`` (cancel and pause), ``ViewCache`` (the copy last seen
 and the model's view), ``Commits`` (every store call, under one retry policy), ``Claims`` (work
 shared with other processes), ``Driver`` (the loop that commits and performs), ``Overtaken`` (work
@@ -21,27 +23,20 @@ from typing import Any, Final, Unpack
 from segue.executor._log import get_logger
 from segue.executor.bus import Committed, Sink, UpdateBus, Watch
 from segue.executor.cache import ViewCache
-from segue.executor.chains import seed_of
 from segue.executor.claims import DEFAULT_LEASE, Claims
 from segue.executor.commits import Commits
+from segue.executor.continuing import AUTO_CONTINUE_PROMPT, Continuing
 from segue.executor.conversations import Conversations
+from segue.executor.delegated import delegated
 from segue.executor.drive import Driver, Listener
-from segue.executor.errors import (
-    CompactionDoesNotFitError,
-    ConversationBusyError,
-    InvalidMessageError,
-    LlmCallError,
-    NoCompactionError,
-    NotPausedError,
-)
+from segue.executor.errors import ConversationBusyError, InvalidMessageError, NotPausedError
 from segue.executor.feed import Feeds
 from segue.executor.inputs import check_content, check_key, raise_if_rejected, user_message
 from segue.executor.locks import Locks
 from segue.executor.model_port import LlmModel
 from segue.executor.overtaken import Overtaken
-from segue.executor.pausing import PauseRequest, where_it_runs
+from segue.executor.pausing import PauseRequest
 from segue.executor.perform import Performer
-from segue.executor.redo import LatestCompaction, copies, estimated, latest_compaction
 from segue.executor.requests import Requests
 from segue.executor.setup import RuntimeSettings, Setup
 from segue.executor.signals import Signals
@@ -53,26 +48,19 @@ from segue.executor.tools import Tool, ToolRegistry
 from segue.executor.transcript import DEFAULT_KEEP_RECENT
 from segue.executor.updates import DoneUpdate, Update
 from segue.statemachine import (
-    CompactionUndoRequested,
     ContentBlock,
-    ContextExhaustionBehavior,
     ConversationState,
     ManualContinuation,
     ResumeRequested,
-    SummaryRedoRequested,
     UserMessage,
 )
-from segue.statemachine.options import ConversationOptions
-from segue.statemachine.rules import BUSY_PHASES
 
 _log = get_logger("segue.runtime")
-AUTO_CONTINUE_PROMPT: Final = (
-    "Continue from the summary of our earlier conversation above: pick up where we left off."
-)
-"""The first message of a child started with ``auto_continue``."""
+_CONVERSATIONS: Final = "_conversations"
+_CONTINUING: Final = "_continuing"
 
 
-class Runtime(Conversations):
+class Runtime:
     """Runs conversations: ``send`` a message and get back the state once it waits for input.
 
     Several runtimes (processes, machines) may share one store. Each model request or tool run
@@ -109,17 +97,17 @@ class Runtime(Conversations):
             ),
         )
         self.claims = Claims(
-            store=lambda: setup.store,
+            store=store,
             owner=settings.get("owner"),
             lease=settings.get("lease", DEFAULT_LEASE),
         )
         """This runtime's claims on pending work."""
         self._locks = Locks()
         self._signals = Signals()
-        self._cache = ViewCache(lambda: setup.store)
+        self._cache = ViewCache(store)
         feeds: Feeds | None = None
         self._bus = UpdateBus(unwatched=lambda cid: feeds.stop(cid) if feeds else None)
-        self._feeds = feeds = Feeds(store=lambda: setup.store, bus=self._bus)
+        self._feeds = feeds = Feeds(store=store, bus=self._bus)
         requests = Requests(setup, self._cache)
         self._commits = Commits(
             setup=setup,
@@ -132,7 +120,7 @@ class Runtime(Conversations):
         self._performer = performer = Performer(
             setup, requests=requests, cache=self._cache, bus=self._bus
         )
-        self._overtaken = Overtaken(store=lambda: setup.store, owner=lambda: self.claims.owner)
+        self._overtaken = Overtaken(store=store, owner=self.claims.owner)
         self._driver = Driver(
             telemetry=setup.telemetry,
             locks=self._locks,
@@ -145,17 +133,29 @@ class Runtime(Conversations):
         )
         self._turns: set[asyncio.Task[None]] = set()
         """Streamed turns running on their own, so a consumer that leaves does not stop them."""
+        self._conversations = Conversations(
+            setup=setup,
+            cache=self._cache,
+            locks=self._locks,
+            signals=self._signals,
+            driver=self._driver,
+            claims=self.claims,
+        )
+        self._continuing = Continuing(
+            setup=setup,
+            locks=self._locks,
+            driver=self._driver,
+            performer=performer,
+            conversations=self._conversations,
+            send=self.send,
+        )
 
     # ------------------------------------------------------------------ setup
 
     @property
     def store(self) -> Store:
-        """Where conversations are kept (assigning another is heard by every part at once)."""
+        """Where conversations are kept (given when the runtime is made, for its lifetime)."""
         return self._setup.store
-
-    @store.setter
-    def store(self, store: Store) -> None:
-        self._setup.store = store
 
     @property
     def llm(self) -> LlmModel:
@@ -224,7 +224,7 @@ class Runtime(Conversations):
 
     def subscribe(self, listener: Listener) -> None:
         """Call ``listener(conversation_id, effect)`` for every effect performed (UI hooks)."""
-        self._driver.listeners.append(listener)
+        self._driver.listen(listener)
 
     async def recover(self) -> None:
         """Perform what a crash left pending, for every conversation with a non-empty outbox."""
@@ -234,6 +234,53 @@ class Runtime(Conversations):
             await asyncio.gather(*(self._driver.drive(cid, None) for cid in ids))
 
     # ------------------------------------------------------------------ conversations
+    # Passed on to the runtime's ``Conversations``, whose docstrings say what each does.
+
+    create_conversation = delegated(_CONVERSATIONS, Conversations.create_conversation)
+    """Create and store a new idle conversation (``Conversations.create_conversation``)."""
+    options = delegated(_CONVERSATIONS, Conversations.options)
+    """The options the conversation was created with (``Conversations.options``)."""
+    state = delegated(_CONVERSATIONS, Conversations.state)
+    """The conversation's current state (``Conversations.state``)."""
+    conversation = delegated(_CONVERSATIONS, Conversations.conversation)
+    """The conversation as stored: its state, system prompt, child, creation time and pending
+    work (``Conversations.conversation``)."""
+    conversations = delegated(_CONVERSATIONS, Conversations.conversations)
+    """Every conversation in the store, newest first (``Conversations.conversations``)."""
+    list_conversations = delegated(_CONVERSATIONS, Conversations.list_conversations)
+    """A page of conversations, newest first (``Conversations.list_conversations``)."""
+    set_metadata = delegated(_CONVERSATIONS, Conversations.set_metadata)
+    """Replace the conversation's metadata (``Conversations.set_metadata``)."""
+    cancel = delegated(_CONVERSATIONS, Conversations.cancel)
+    """Stop the turn now, wherever it runs (``Conversations.cancel``)."""
+    delete_conversation = delegated(_CONVERSATIONS, Conversations.delete_conversation)
+    """Delete the conversation, or its whole chain (``Conversations.delete_conversation``)."""
+    purge = delegated(_CONVERSATIONS, Conversations.purge)
+    """Delete the conversations nobody wrote to for a while (``Conversations.purge``)."""
+    vacuum = delegated(_CONVERSATIONS, Conversations.vacuum)
+    """Rewrite the store's files without deleted text (``Conversations.vacuum``)."""
+    export_conversation = delegated(_CONVERSATIONS, Conversations.export_conversation)
+    """The conversation as one JSON-ready document (``Conversations.export_conversation``)."""
+    import_conversation = delegated(_CONVERSATIONS, Conversations.import_conversation)
+    """Store the conversation an export holds (``Conversations.import_conversation``)."""
+    messages = delegated(_CONVERSATIONS, Conversations.messages)
+    """The whole transcript, in order (``Conversations.messages``)."""
+    last_reply = delegated(_CONVERSATIONS, Conversations.last_reply)
+    """The text of the latest assistant reply, or None (``Conversations.last_reply``)."""
+    lineage = delegated(_CONVERSATIONS, Conversations.lineage)
+    """The continuation chain the conversation belongs to (``Conversations.lineage``)."""
+    usage = delegated(_CONVERSATIONS, Conversations.usage)
+    """What the conversation's requests cost, by purpose and session (``Conversations.usage``)."""
+
+    # ------------------------------------------------------------------ continuing
+    # Passed on to the runtime's ``Continuing``, whose docstrings say what each does.
+
+    redo_summary = delegated(_CONTINUING, Continuing.redo_summary)
+    """Make the latest compaction's summary again (``Continuing.redo_summary``)."""
+    undo_compaction = delegated(_CONTINUING, Continuing.undo_compaction)
+    """Take the latest compaction back (``Continuing.undo_compaction``)."""
+    start_new_from = delegated(_CONTINUING, Continuing.start_new_from)
+    """The one child of an exhausted or failed conversation (``Continuing.start_new_from``)."""
 
     # ------------------------------------------------------------------ turns
 
@@ -386,22 +433,18 @@ class Runtime(Conversations):
 
     async def request_pause(self, conversation_id: str, reason: str = "") -> PauseRequest:
         """Ask the conversation to pause at its turn's next boundary, wherever the turn runs,
-        and return the request: ``recorded()``, ``taken(timeout)``, ``forced()`` (see
-        ``pausing``). ``pause()`` is the common use of it."""
-        setup = self._setup
-        where, holder = await where_it_runs(
-            conversation_id, store=setup.store, locks=self._locks, owner=self.owner
-        )
+        and return the request: ``recorded()``, ``taken(timeout)``, ``forced()``, ``outcome()``
+        (see ``pausing``). ``pause()`` is the common use of it."""
         request = PauseRequest(
             conversation_id,
             reason,
-            where=where,
-            holder=holder,
-            store=lambda: setup.store,
+            turn=await self._conversations.turn(conversation_id),
+            owner=self.owner,
+            store=self._setup.store,
             driver=self._driver,
             locks=self._locks,
             signals=self._signals,
-            cancel=self.cancel,
+            cancel=self._conversations.cancel,
         )
         request.start()
         return request
@@ -418,18 +461,14 @@ class Runtime(Conversations):
         While a turn runs in this runtime the pause is taken at its next boundary, and this
         returns at once; while another runtime sharing the store runs it, the request goes
         through the store, that runtime pauses at the boundary, and this waits for it. With
-        ``timeout``, either waits at most ``timeout`` seconds, then ends the turn (what was in
+        ``timeout``, either waits at most ``timeout`` seconds once the request is recorded (a
+        commit is never cut short), then ends the turn (what was in
         flight is recorded as cancelled, never lost) and pauses: a forced pause. Where another
         runtime ran the turn, its call is cancelled there too, and its ``send()`` or
         ``stream()`` returns the paused state (within about a second: ``overtaken``).
         """
         request = await self.request_pause(conversation_id, reason)
-        if request.where == "nobody":
-            return await request.taken()  # this runtime's own checkpoint: never cut short
-        if timeout is None:
-            return await (request.recorded() if request.where == "here" else request.taken())
-        state = await request.taken(timeout)
-        return state if state.phase.kind == "paused" else await request.forced()
+        return await request.outcome(timeout)
 
     async def resume(self, conversation_id: str, prompt: str | None = None) -> ConversationState:
         """Resume a paused conversation in a new session with the compiled resume context: from
@@ -452,163 +491,5 @@ class Runtime(Conversations):
         state, _ = await self._driver.drive(conversation_id, event)
         return state
 
-    async def redo_summary(
-        self,
-        conversation_id: str,
-        *,
-        focus: str | None = None,
-        summary_prompt: str | None = None,
-        summary_model: str | None = None,
-    ) -> ConversationState:
-        """Make the latest compaction's summary again (REQ-SEG-063), under COMPACT_IN_PLACE:
-        from the generation it replaced, with ``focus`` (what it must keep above all) and, for
-        this summary only, ``summary_prompt`` and ``summary_model`` in place of the
-        conversation's. The new summary takes the old one's place in a new generation, with the
-        old one's verbatim tail and everything said since; the old one stays in the
-        transcript as a version, its tokens counted in ``usage()`` beside the new one's. A
-        read-only conversation (THRESHOLD_BASED_CONTINUATION at its limit) gets its
-        continuation summary made again the same way, before a child is started from it:
-        the new one is what ``start_new_from`` seeds the child with; once a child exists it is
-        refused (``NoCompactionError``), and a model that fails raises its ``LlmCallError``,
-        the old summary kept.
 
-        ``ConversationBusyError`` while a turn runs; ``NoCompactionError`` when there is no
-        compaction to make again (none in this session, the latest taken back, another
-        behaviour). A model that fails to answer leaves the old summary in place (the state's
-        ``generation`` is then unchanged). Blank or oversized arguments are ``ValueError``s."""
-        event = SummaryRedoRequested(
-            focus=focus, summary_prompt=summary_prompt, summary_model=summary_model
-        )
-        if (await self.state(conversation_id)).phase.kind == "context_exhausted":
-            return await self._redo_continuation(conversation_id, event)
-        state = await self._idle_for_redo(conversation_id)
-        await self._latest_compaction(conversation_id, state)
-        state, _ = await self._driver.drive(conversation_id, event)
-        return state
-
-    async def _redo_continuation(
-        self, conversation_id: str, asked: SummaryRedoRequested
-    ) -> ConversationState:
-        """A read-only conversation's continuation summary made again, before a child is
-        started from it (REQ-SEG-063). Asked for while holding the conversation (a child is
-        not started from it meanwhile, in this runtime); one that could not be had changes
-        nothing and raises the model's error."""
-        async with self._locks.holding(conversation_id):
-            stored = await self._setup.store.load(conversation_id)
-            if stored.child_id is not None:
-                raise NoCompactionError(
-                    conversation_id,
-                    f"it goes on in {stored.child_id}, which was started from its summary: "
-                    "that summary stays (make the child's own summary again instead)",
-                )
-            if stored.state.phase.kind != "context_exhausted":
-                raise NoCompactionError(conversation_id, "it is no longer read-only")
-            answer = await self._performer.continuation_again(
-                stored,
-                focus=asked.focus,
-                summary_prompt=asked.summary_prompt,
-                summary_model=asked.summary_model,
-            )
-        if isinstance(answer, LlmCallError):
-            raise answer
-        state, _ = await self._driver.drive(conversation_id, answer)
-        return state
-
-    async def undo_compaction(self, conversation_id: str) -> ConversationState:
-        """Take the latest compaction back (REQ-SEG-064): a new generation restores the view
-        from before it, with everything said since, when that fits below the continuation
-        threshold now (after a move to a model with a larger window, say). Nothing is deleted:
-        the summary and its generation stay in the transcript, and a later compaction can be
-        taken back or made again as any other. COMPACT_IN_PLACE only.
-
-        ``ConversationBusyError`` while a turn runs; ``NoCompactionError`` when there is none
-        to take back; ``CompactionDoesNotFitError`` with the figures (tokens needed, the
-        threshold) when it does not fit."""
-        state = await self._idle_for_redo(conversation_id)
-        stored = await self._setup.store.load(conversation_id)
-        latest = await self._latest_compaction(conversation_id, state)
-        restored = copies(latest.restored, state.session, latest.summarised)
-        needed = estimated(stored.system, [message for _, message in latest.restored])
-        threshold = state.config.continuation_tokens
-        if needed >= threshold:
-            raise CompactionDoesNotFitError(conversation_id, needed, threshold)
-        event = CompactionUndoRequested(messages=restored, tokens=needed)
-        state, _ = await self._driver.drive(conversation_id, event)
-        return state
-
-    async def _idle_for_redo(self, conversation_id: str) -> ConversationState:
-        """The conversation's state when a redo or an undo may run on it: never while a turn
-        does (REQ-SEG-065), here or in another runtime; only idle, under COMPACT_IN_PLACE."""
-        self._refuse_if_busy(conversation_id, wait=False)
-        state = await self.state(conversation_id)
-        if state.phase.kind in BUSY_PHASES:
-            raise ConversationBusyError(
-                conversation_id, f"a turn is running ({state.phase.kind}); wait for it to end"
-            )
-        if state.phase.kind != "idle":
-            raise NoCompactionError(
-                conversation_id, f"the conversation is {state.phase.kind.replace('_', ' ')}"
-            )
-        behavior = state.config.behavior
-        if behavior is not ContextExhaustionBehavior.COMPACT_IN_PLACE:
-            raise NoCompactionError(
-                conversation_id,
-                f"a compaction is made again or taken back only under compact_in_place, "
-                f"and it is {behavior.value}",
-            )
-        return state
-
-    async def _latest_compaction(
-        self, conversation_id: str, state: ConversationState
-    ) -> LatestCompaction:
-        store = self._setup.store
-        latest = latest_compaction(
-            await store.messages(conversation_id), state.session, state.generation
-        )
-        if latest is None:
-            raise NoCompactionError(
-                conversation_id,
-                "its current generation was not made by a compaction (none yet in this "
-                "session, or the latest was taken back)",
-            )
-        return latest
-
-    async def start_new_from(
-        self,
-        conversation_id: str,
-        *,
-        seed_with_summary: bool = True,
-        auto_continue: bool = False,
-        recent_turns: int = 0,
-    ) -> ConversationState:
-        """The one child of an exhausted or failed conversation (asking twice returns the same
-        child), with the parent's options (``ConversationOptions``) whole.
-
-        An exhausted conversation's child is seeded with its continuation summary; one whose
-        context ran out otherwise (a sub-agent, a checkpoint that could not fit) with the last
-        summary or checkpoint it wrote, if any; one that failed for another reason (an error
-        the adapter did not recognise) with nothing but what is asked for here. Pinned messages
-        always go on; ``recent_turns`` carries the last exchanges too, as plain text (the
-        user's choice where there is no summary). ``auto_continue`` starts the child's first
-        turn with the summary at once, so the user lands in a conversation that already
-        answered (only the first time: asking again returns the child as it is).
-        """
-        if auto_continue and not seed_with_summary:
-            msg = "auto_continue needs the summary to continue from (seed_with_summary=True)"
-            raise ValueError(msg)
-        store = self._setup.store
-        async with self._locks.holding(conversation_id):
-            parent = await store.load(conversation_id)
-            if parent.child_id is not None:
-                return (await store.load(parent.child_id)).state
-            summary, seed = await seed_of(
-                store, parent, with_summary=seed_with_summary, recent_turns=recent_turns
-            )
-            options = ConversationOptions.of(parent.state.config, parent.system)
-            child = await self.create_conversation(
-                options, parent_id=conversation_id, seed=seed, metadata=parent.metadata
-            )
-            winner = await store.link_child(conversation_id, child.id)
-        if winner != child.id or not auto_continue or summary is None:
-            return (await store.load(winner)).state
-        return await self.send(winner, AUTO_CONTINUE_PROMPT)
+__all__ = ["AUTO_CONTINUE_PROMPT", "Runtime"]  # the prompt is ``continuing``'s, importable here too

@@ -1,8 +1,9 @@
 """What a runtime was set up with: its store, model, tools and bounds, owned in one place.
 
 Every part of the runtime (the drive loop, the request builder, the performer, the claims) reads
-these from here each time it uses one, so a caller that assigns ``rt.llm`` or ``rt.store`` is
-heard at the next request, by every part at once, without any of them keeping a copy.
+these from here each time it uses one, so a caller that assigns ``rt.llm`` is heard at the next
+request, by every part at once, without any of them keeping a copy. The store is the runtime's
+for its lifetime: the parts that only read and write through it are given it directly.
 """
 
 from __future__ import annotations

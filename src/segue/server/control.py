@@ -56,15 +56,17 @@ def router(runtime: Runtime, views: StateViews, pauses: Pauses) -> APIRouter:
     async def pause(conversation_id: str, body: Pause | None = None) -> PauseView:
         """Pause now (idle: ``snapshot_version`` names the snapshot taken), or at the running
         turn's next boundary, whichever process runs it (``pause_requested``, no snapshot
-        yet); ``timeout``: wait at most that long for the turn, then cancel it and pause.
+        yet; ``running_in`` names another process running it); ``timeout``: wait at most that
+        long for the turn, then cancel it and pause.
         409 ``conflict`` when there is nothing to pause (paused, read-only, failed)."""
         request = body or Pause()
-        state = await pauses.pause(conversation_id, request.reason, request.timeout)
+        state, turn = await pauses.pause(conversation_id, request.reason, request.timeout)
         stored = await runtime.conversation(conversation_id)
         shown = (await views.of(stored.state, stored)).model_dump()
         waiting = stored.state.phase.kind in BUSY_PHASES and state.phase.kind != "paused"
         shown["pause_requested"] = shown["pause_requested"] or waiting
-        return PauseView(**shown, snapshot_version=snapshot_version(state))
+        version = snapshot_version(state)
+        return PauseView(**shown, snapshot_version=version, running_in=turn.holder)
 
     @routes.post("/resume")
     async def resume(conversation_id: str, body: Resume | None = None) -> ConversationView:

@@ -1,7 +1,8 @@
 """A pause asked of the server: the answer comes once the request is recorded.
 
 ``Runtime.request_pause`` knows where the conversation's turn runs. When this server's runtime
-runs it, or nothing runs, the pause is taken (or recorded) as ``Runtime.pause`` takes it. When
+runs it, or nothing runs, the pause is taken (or recorded) as ``Runtime.pause`` takes it (both
+wait on ``PauseRequest.outcome``). When
 another process runs it (several ``segue serve`` workers on one database), taking the pause may
 be a whole model request away: a page waiting that long for its button's answer looks broken.
 So the server answers as soon as the request is in the store (``pause_requested``, no snapshot
@@ -14,8 +15,8 @@ from __future__ import annotations
 import asyncio
 
 from segue.executor._log import get_logger
-from segue.executor.pausing import PauseRequest
 from segue.executor.runtime import Runtime
+from segue.executor.turn_holder import Turn
 from segue.server.errors import ApiError
 from segue.statemachine import ENDED_PHASES, ConversationState, Paused
 
@@ -31,9 +32,10 @@ class Pauses:
 
     async def pause(
         self, conversation_id: str, reason: str, force_after: float | None
-    ) -> ConversationState:
+    ) -> tuple[ConversationState, Turn]:
         """Pause now (idle), or at the running turn's next boundary; 409 ``conflict`` when the
-        conversation has nothing to pause (already paused, read-only, failed).
+        conversation has nothing to pause (already paused, read-only, failed). The state, and
+        where the turn ran when the pause was asked.
 
         ``force_after``: wait at most this long for the turn to end, then cancel it and pause."""
         state = await self.runtime.state(conversation_id)
@@ -44,13 +46,11 @@ class Pauses:
             raise ApiError(409, "conflict", message)
         request = await self.runtime.request_pause(conversation_id, reason)
         if request.where != "elsewhere":
-            if force_after is None or request.where == "nobody":
-                return await (request.taken() if request.where == "nobody" else request.recorded())
-            return await _taken_or_forced(request, force_after)
-        task = asyncio.ensure_future(_taken_or_forced(request, force_after))
+            return await request.outcome(force_after), request.turn
+        task = asyncio.ensure_future(request.outcome(force_after))
         self.waiting.add(task)
         task.add_done_callback(self._done)
-        return await request.recorded()
+        return await request.recorded(), request.turn
 
     def _done(self, task: asyncio.Task[ConversationState]) -> None:
         self.waiting.discard(task)
@@ -63,17 +63,6 @@ class Pauses:
             task.cancel()
         if self.waiting:
             await asyncio.gather(*self.waiting, return_exceptions=True)
-
-
-async def _taken_or_forced(request: PauseRequest, force_after: float | None) -> ConversationState:
-    try:
-        state = await request.taken(force_after)
-    except asyncio.CancelledError:
-        await request.abandon()
-        raise
-    if state.phase.kind == "paused" or force_after is None:
-        return state
-    return await request.forced()
 
 
 def snapshot_version(state: ConversationState) -> int | None:

@@ -216,6 +216,9 @@ class PauseView(ConversationView):
     snapshot_version: int | None = None
     """The snapshot's version when the pause was taken at once; None while it waits for the
     running turn's next boundary (``pause_requested``), then ``GET .../snapshots`` has it."""
+    running_in: str | None = None
+    """The runtime running the turn (its owner id in the store's claims) when another process
+    runs it: that process takes the pause at the turn's boundary; None otherwise."""
 
 
 class Resume(_Request):
