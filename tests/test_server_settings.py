@@ -48,6 +48,9 @@ def test_a_request_giving_the_librarys_default_gets_it_not_the_servers(tmp_path:
         default = ContextExhaustionBehavior.THRESHOLD_BASED_CONTINUATION.value
         given = create(http, behavior=default, max_attempts=4)
         assert (given["behavior"], given["max_attempts"]) == (default, 4)
+        # A null model or behaviour is left out, as clients of earlier servers send them.
+        nulls = create(http, model=None, behavior=None)
+        assert (nulls["behavior"], nulls["model"]) == ("checkpoint_restart", left_out["model"])
 
 
 @needs_git

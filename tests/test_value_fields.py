@@ -247,8 +247,17 @@ def test_the_servers_settings_fill_only_what_the_request_left_out() -> None:
 
 @pytest.mark.parametrize(
     "body",
-    [{"model": ""}, {"model": None}, {"behavior": None}, {"warning_threshold": "0.8"}],
+    [{"model": ""}, {"warning_threshold": "0.8"}, {"max_attempts": None}],
 )
 def test_a_create_request_is_validated_as_the_options_are(body: dict[str, Any]) -> None:
     with pytest.raises(ValidationError):
         CreateConversation.model_validate(body)
+
+
+@pytest.mark.parametrize(
+    "body", [{"model": None}, {"behavior": None}, {"model": None, "behavior": None}]
+)
+def test_a_null_model_or_behaviour_is_left_out(body: dict[str, Any]) -> None:
+    """Clients of earlier servers send null for "the server's": it is taken as left out."""
+    request = CreateConversation.model_validate(body)
+    assert request.model_fields_set == set()

@@ -86,6 +86,9 @@ ConversationId = Annotated[
 """An id the application chooses (an import's): ``segue.views.ID_PATTERN``."""
 
 
+_SERVERS_IF_NULL: Final = ("model", "behavior")
+
+
 class CreateConversation(ConversationOptions):
     """A new conversation: ``ConversationOptions`` (every field may be left out: the server's
     model, behaviour, window and bounds apply), within the bounds a server keeps. What the
@@ -133,6 +136,15 @@ class CreateConversation(ConversationOptions):
         if "summary_request" not in given:
             fields["summary_request"] = server.summary_request
         return ConversationOptions(**fields)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_left_out(cls, given: object) -> object:
+        """``"model": null`` or ``"behavior": null`` gets the server's, as leaving them out does
+        (clients written for earlier servers send it so)."""
+        if isinstance(given, dict) and any(given.get(k, "") is None for k in _SERVERS_IF_NULL):
+            return {k: v for k, v in given.items() if v is not None or k not in _SERVERS_IF_NULL}
+        return given
 
     @model_validator(mode="after")
     def _coherent(self) -> Self:

@@ -281,8 +281,16 @@ def _remember_given(cls: type[V], data: Any, handler: ModelWrapValidatorHandler[
     elif kind is not dict:  # an instance, returned as it is, keeps its own record
         return value
     fields = value.__dict__
-    if len(data) < len(fields):
-        fields[_GIVEN] = frozenset(data)
+    # A null for a field that cannot be null was validated only because a validator of the
+    # class took it for "left out" (the server's create request does): it was not given.
+    declared = cls.model_fields
+    given = frozenset(
+        name
+        for name, field in data.items()
+        if field is not None or name not in declared or declared[name].default is None
+    )
+    if len(given) < len(fields):
+        fields[_GIVEN] = given
     return value
 
 
