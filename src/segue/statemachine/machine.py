@@ -44,6 +44,7 @@ from segue.statemachine._paths import (
     Handler,
     Result,
 )
+from segue.statemachine._redo import on_compaction_undo, on_continuation_redone, on_summary_redo
 from segue.statemachine._summaries import (
     on_cancel_checkpoint,
     on_cancel_continuation,
@@ -51,12 +52,9 @@ from segue.statemachine._summaries import (
     on_checkpoint_response,
     on_compaction_failed,
     on_compaction_response,
-    on_compaction_undo,
     on_continuation_failed,
-    on_continuation_redone,
     on_continuation_response,
     on_resume,
-    on_summary_redo,
 )
 from segue.statemachine._turns import (
     on_cancel_pause,
