@@ -1,6 +1,6 @@
 """Hypothesis strategies for segue's single values: usage, tool calls and events.
 
-They aim at the edges of each conversation's own thresholds (``_Scale``), so a 1,000-token
+They aim at the edges of each conversation's own thresholds (``Scale``), so a 1,000-token
 window and a 1,000,000-token window are both pushed across their warning and continuation
 points. Every event is built through its public constructor. ``strategies`` builds
 conversations and their histories on these, and is where an application imports them from.
@@ -25,7 +25,6 @@ from segue.statemachine import (
     ContinuationRedone,
     ContinuationResponse,
     ConversationConfig,
-    ConversationState,
     Event,
     LlmError,
     LlmResponse,
@@ -42,19 +41,11 @@ from segue.statemachine import (
     UserCancel,
     UserMessage,
 )
-from segue.statemachine.phases import (
-    AwaitingCheckpoint,
-    AwaitingContinuation,
-    Compacting,
-    LlmRequesting,
-    ToolExecuting,
-)
 
 __all__ = [
     "EVENT_KINDS",
     "TOOL_CALL_IDS",
     "events",
-    "events_for",
     "tool_calls",
     "usages",
     "weighted",
@@ -159,7 +150,7 @@ def weighted(choices: Sequence[tuple[int, st.SearchStrategy[Any]]]) -> st.Search
 
 
 @dataclass(frozen=True)
-class _Scale:
+class Scale:
     """The token figures that matter to one conversation: its window and its two thresholds."""
 
     window: int
@@ -167,7 +158,7 @@ class _Scale:
     continuation: int
 
     @classmethod
-    def of(cls, config: ConversationConfig | None) -> _Scale:
+    def of(cls, config: ConversationConfig | None) -> Scale:
         if config is None:
             return cls(window=200_000, warning=160_000, continuation=180_000)
         return cls(config.context_window, config.warning_tokens, config.continuation_tokens)
@@ -291,11 +282,11 @@ _times: Final = st.one_of(
 differences): around the pause triggers ``conversations()`` draws (REQ-SEG-053)."""
 
 
-def _user_message(scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
+def _user_message(scale: Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
     return st.builds(UserMessage, text=_nonempty_texts, token_count=scale.message_tokens())
 
 
-def _llm_response(scale: _Scale, ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
+def _llm_response(scale: Scale, ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
     calls = st.one_of(st.just(()), tool_calls(ids=ids or TOOL_CALL_IDS, min_size=1))
     usage = scale.usage()
     return st.builds(
@@ -309,7 +300,7 @@ def _llm_response(scale: _Scale, ids: tuple[str, ...]) -> st.SearchStrategy[Even
     )
 
 
-def _provider_compacted(scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
+def _provider_compacted(scale: Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
     return st.builds(
         ProviderCompacted,
         summary=_texts,
@@ -319,13 +310,13 @@ def _provider_compacted(scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrate
     )
 
 
-def _llm_error(_scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
+def _llm_error(_scale: Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
     return _failure_flags().map(
         lambda flags: LlmError(message="overloaded", retryable=flags[0], context_overflow=flags[1])
     )
 
 
-def _tool_result(scale: _Scale, ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
+def _tool_result(scale: Scale, ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
     return st.builds(
         ToolResult,
         tool_call_id=st.sampled_from(ids or TOOL_CALL_IDS),
@@ -344,7 +335,7 @@ def _summary_calls() -> st.SearchStrategy[tuple[ToolCall, ...]]:
     return weighted([(3, st.just(())), (1, tool_calls(ids=_SUMMARY_CALL_IDS, max_size=2))])
 
 
-def _continuation_response(scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
+def _continuation_response(scale: Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
     return st.builds(
         ContinuationResponse,
         summary=_texts,
@@ -354,7 +345,7 @@ def _continuation_response(scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStr
     )
 
 
-def _continuation_failed(_scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
+def _continuation_failed(_scale: Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
     return _failure_flags().map(
         lambda flags: ContinuationFailed(
             error="overloaded", retryable=flags[0], context_overflow=flags[1]
@@ -362,7 +353,7 @@ def _continuation_failed(_scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStra
     )
 
 
-def _checkpoint_response(scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
+def _checkpoint_response(scale: Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
     return st.builds(
         CheckpointResponse,
         text=st.one_of(st.sampled_from(_CHECKPOINT_TEXTS), _texts),
@@ -371,7 +362,7 @@ def _checkpoint_response(scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrat
     )
 
 
-def _checkpoint_failed(_scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
+def _checkpoint_failed(_scale: Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
     return _failure_flags().map(
         lambda flags: CheckpointFailed(
             error="overloaded", retryable=flags[0], context_overflow=flags[1]
@@ -379,7 +370,7 @@ def _checkpoint_failed(_scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrate
     )
 
 
-def _compaction_response(scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
+def _compaction_response(scale: Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
     return st.builds(
         CompactionResponse,
         summary=_texts,
@@ -389,7 +380,7 @@ def _compaction_response(scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrat
     )
 
 
-def _compaction_failed(_scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
+def _compaction_failed(_scale: Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
     return _failure_flags().map(
         lambda flags: CompactionFailed(
             error="overloaded", retryable=flags[0], context_overflow=flags[1]
@@ -397,31 +388,31 @@ def _compaction_failed(_scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrate
     )
 
 
-def _retry_due(_scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
+def _retry_due(_scale: Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
     return st.builds(RetryDue, attempt=st.integers(1, 6))
 
 
-def _user_cancel(_scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
+def _user_cancel(_scale: Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
     return st.just(UserCancel())
 
 
-def _manual_continuation(_scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
+def _manual_continuation(_scale: Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
     return st.just(ManualContinuation())
 
 
-def _pause_requested(_scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
+def _pause_requested(_scale: Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
     return st.builds(PauseRequested, reason=st.sampled_from(("", "nightly stop", "budget")))
 
 
-def _resume_requested(_scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
+def _resume_requested(_scale: Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
     return st.builds(ResumeRequested, prompt=st.one_of(st.none(), _texts), at=_times)
 
 
-def _summary_redo_requested(_scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
+def _summary_redo_requested(_scale: Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
     return st.builds(SummaryRedoRequested, focus=st.one_of(st.none(), st.just("the codes")))
 
 
-def _compaction_undo_requested(scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
+def _compaction_undo_requested(scale: Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
     """An undo as the runtime sends it: copies of the view before a compaction (empty
     sometimes, which changes nothing), and their size, often at the threshold."""
     copy = st.builds(
@@ -437,11 +428,11 @@ def _compaction_undo_requested(scale: _Scale, _ids: tuple[str, ...]) -> st.Searc
     )
 
 
-def _continuation_redone(_scale: _Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
+def _continuation_redone(_scale: Scale, _ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
     return st.builds(ContinuationRedone, summary=st.just("What happened, kept better."))
 
 
-_BUILDERS: Final[dict[str, Callable[[_Scale, tuple[str, ...]], st.SearchStrategy[Event]]]] = {
+_BUILDERS: Final[dict[str, Callable[[Scale, tuple[str, ...]], st.SearchStrategy[Event]]]] = {
     "user_message": _user_message,
     "llm_response": _llm_response,
     "provider_compacted": _provider_compacted,
@@ -481,71 +472,10 @@ def events(
     if unknown or not wanted:
         msg = f"kinds must be a non-empty subset of EVENT_KINDS; unknown: {sorted(unknown)}"
         raise ValueError(msg)
-    return _events(_Scale.of(config), wanted, tuple(tool_ids))
+    return built(Scale.of(config), wanted, tuple(tool_ids))
 
 
 @lru_cache(maxsize=512)
-def _events(
-    scale: _Scale, kinds: tuple[str, ...], ids: tuple[str, ...]
-) -> st.SearchStrategy[Event]:
+def built(scale: Scale, kinds: tuple[str, ...], ids: tuple[str, ...]) -> st.SearchStrategy[Event]:
     """Building a strategy costs far more than drawing from it; conversations reuse a few."""
     return weighted([(_KIND_WEIGHTS[kind], _BUILDERS[kind](scale, ids)) for kind in kinds])
-
-
-def events_for(state: ConversationState, *, noise: int = 2) -> st.SearchStrategy[Event]:
-    """Events that make sense for ``state`` (the answer its phase waits for, mostly), plus any
-    event at all with weight ``noise`` out of roughly 12: what a real runtime delivers, late
-    answers and stray timers included."""
-    phase = state.phase
-    waiting: tuple[str, ...] = ()
-    retry_attempt = 0
-    if isinstance(phase, LlmRequesting | AwaitingContinuation | AwaitingCheckpoint | Compacting):
-        retry_attempt = phase.attempt + 1 if phase.retry_pending else 0
-    elif isinstance(phase, ToolExecuting):
-        waiting = phase.pending
-    return _events_for(_Scale.of(state.config), phase.kind, retry_attempt, waiting, noise)
-
-
-_ANSWERS: Final = {
-    "llm_requesting": ("llm_response", "llm_error"),
-    "awaiting_continuation": ("continuation_response", "continuation_failed"),
-    "awaiting_checkpoint": ("checkpoint_response", "checkpoint_failed"),
-    "compacting": ("compaction_response", "compaction_failed"),
-}
-
-
-@lru_cache(maxsize=1024)
-def _events_for(
-    scale: _Scale, phase: str, retry_attempt: int, waiting: tuple[str, ...], noise: int
-) -> st.SearchStrategy[Event]:
-    """``events_for`` on a hashable summary of the state, so its strategies are built once."""
-
-    def kind(name: str, ids: tuple[str, ...] = TOOL_CALL_IDS) -> st.SearchStrategy[Event]:
-        return _events(scale, (name,), ids)
-
-    choices: list[tuple[int, st.SearchStrategy[Any]]] = []
-    if phase in _ANSWERS:
-        if retry_attempt:
-            choices.append((8, st.just(RetryDue(attempt=retry_attempt))))
-        else:
-            response, failure = _ANSWERS[phase]
-            choices += [(8, kind(response)), (2, kind(failure))]
-            if phase == "llm_requesting":  # a provider that compacts its own context
-                choices.append((1, kind("provider_compacted")))
-        choices += [(1, kind("user_cancel")), (1, kind("pause_requested"))]
-    elif phase == "tool_executing":
-        choices += [(9, kind("tool_result", waiting)), (1, kind("user_cancel"))]
-        choices.append((1, kind("pause_requested")))
-    elif phase == "idle":
-        choices += [(9, kind("user_message")), (1, kind("manual_continuation"))]
-        choices.append((1, kind("pause_requested")))
-        choices += [(1, kind("summary_redo_requested")), (1, kind("compaction_undo_requested"))]
-    elif phase == "paused":
-        choices += [(8, kind("resume_requested")), (2, kind("user_message"))]
-    elif phase == "context_exhausted":  # a user message, or the summary made again
-        choices += [(8, kind("user_message")), (1, kind("continuation_redone"))]
-    else:  # failed: only a user message can mean anything
-        choices.append((8, kind("user_message")))
-    if noise > 0:
-        choices.append((noise, _events(scale, EVENT_KINDS, TOOL_CALL_IDS)))
-    return weighted(choices)

@@ -37,11 +37,11 @@ from segue.testing.event_strategies import (
     EVENT_KINDS,
     TOOL_CALL_IDS,
     events,
-    events_for,
     tool_calls,
     usages,
     weighted,
 )
+from segue.testing.state_events import events_for
 
 __all__ = [
     "EVENT_KINDS",
