@@ -20,13 +20,7 @@ from typing import Any, Final
 
 from segue.effects import AppendMessage, Effect
 from segue.executor.errors import ConversationNotFoundError, UpdatesLostError
-from segue.executor.updates import (
-    DoneUpdate,
-    TextUpdate,
-    Update,
-    UserMessageUpdate,
-    occupancy_update,
-)
+from segue.executor.updates import DoneUpdate, TextUpdate, Turn, Update
 from segue.statemachine import ConversationState, Event, LlmError, LlmResponse
 
 WATCH_BUFFER: Final = 10_000
@@ -112,8 +106,10 @@ class UpdateBus:
     def __init__(self, *, unwatched: Callable[[str], None] | None = None) -> None:
         self._watchers: dict[str, set[_Watcher]] = {}
         self._streamed: dict[str, _Streamed] = {}
-        self._replies: dict[str, str] = {}
-        """The last assistant text each listened-to turn recorded (for its ``done``)."""
+        self._turns: dict[str, Turn] = {}
+        """The turn each listened-to conversation is in (its reply so far, for ``done``)."""
+        self._done: set[str] = set()
+        """Conversations whose drive told ``done`` already (a step of it ended the turn)."""
         self._responses = 0
         self._unwatched = unwatched
         """Told the id of a conversation whose last watcher left (its store feed can stop)."""
@@ -220,33 +216,36 @@ class UpdateBus:
         event: Event,
         effects: tuple[Effect, ...],
     ) -> None:
-        """Emit what a listener learns from a commit: recorded user text, the settled reply,
-        the meter (notifications become updates when they are performed, in outbox order). A
-        reply's text is kept for the turn's ``done``."""
+        """Emit what a listener learns from a commit: ``updates_of`` the step (the one fold a
+        reader of the store uses too), the reply settled against the text streamed of it."""
         cid = before.id
-        for effect in effects:
-            if not isinstance(effect, AppendMessage):
+        appended = [effect.message for effect in effects if isinstance(effect, AppendMessage)]
+        turn = self._turns.setdefault(cid, Turn())
+        for update in turn.step(before, after, event, effects, appended):
+            if isinstance(update, TextUpdate):
+                self.settle(cid, update.text)
                 continue
-            message = effect.message
-            if message.kind == "user":
-                self.emit(cid, UserMessageUpdate(text=message.text, pinned=message.pinned))
-            elif message.kind == "assistant" and isinstance(event, LlmResponse):
-                self.settle(cid, message.text)
-                self._replies[cid] = message.text
-        if isinstance(event, LlmError):
-            self.forget_response(cid)
-        meter = occupancy_update(before, after)
-        if meter is not None:
-            self.emit(cid, meter)
+            if isinstance(update, DoneUpdate):
+                self._done.add(cid)
+            self.emit(cid, update)
+        if isinstance(event, LlmResponse | LlmError):
+            self.forget_response(cid)  # stored (and settled), or never to be
 
     def turn_begins(self, conversation_id: str) -> None:
         """A drive of the conversation begins: no reply of an earlier turn is its reply."""
-        self._replies.pop(conversation_id, None)
+        self._turns.pop(conversation_id, None)
+        self._done.discard(conversation_id)
 
     def turn_ends(self, conversation_id: str, state: ConversationState) -> None:
-        """The drive ended in ``state``: tell the listeners the turn is over, with its reply."""
-        reply = self._replies.pop(conversation_id, None)
+        """The drive ended in ``state``. A drive that ended no turn (a refused message, a
+        recovery with nothing to do) still closes its stream with ``done``: live only, since
+        nothing of it reached the store."""
+        turn = self._turns.pop(conversation_id, None)
+        if conversation_id in self._done:
+            self._done.discard(conversation_id)
+            return
         if self.listening(conversation_id):
+            reply = None if turn is None else turn.reply
             self.emit(conversation_id, DoneUpdate(state=state, reply=reply))
 
     def forget_response(self, conversation_id: str) -> None:

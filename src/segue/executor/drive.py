@@ -33,7 +33,6 @@ from segue.executor.perform import Performer
 from segue.executor.signals import Signals
 from segue.executor.store_port import PendingEffect, StoredConversation
 from segue.executor.telemetry import Telemetry
-from segue.executor.updates import effect_update
 from segue.statemachine import ConversationState, Event, PauseRequested, UserCancel, UserMessage
 
 Listener = Callable[[str, Effect], None]
@@ -288,11 +287,6 @@ class Driver:
         cid = stored.state.id
         for listener in self.listeners:
             listener(cid, effect)
-        bus = self._bus
-        if bus.listening(cid):
-            update = effect_update(effect)
-            if update is not None:
-                bus.emit(cid, update)
         claims = self._claims
         overtaken = self._overtaken
         task = asyncio.ensure_future(self._outcome(stored, pending))

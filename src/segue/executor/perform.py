@@ -431,20 +431,14 @@ class Performer:
         calls = [call for call in effect.tool_calls if call.id in waiting]
         tools = self._setup.tools
         telemetry = self._setup.telemetry
-        bus = self._bus
         cap = stored.state.config.tool_output_cap
 
         async def run(call: ToolCall) -> ToolResult:
-            if bus.listening(cid):
-                bus.emit(cid, ToolStartedUpdate(id=call.id, name=call.name, input=call.input))
+            # Listeners hear of the tool from the commits that start it and record its result
+            # (``updates_of``), as a reader of the store does.
             span = telemetry.tool_begins(cid, call)
             result = await self._capped(cid, await tools.run(call), cap)
             telemetry.tool_ends(span, result)
-            if bus.listening(cid):
-                finished = ToolFinishedUpdate(
-                    id=call.id, name=call.name, is_error=result.is_error, output=result.output
-                )
-                bus.emit(cid, finished)
             return result
 
         token = current_conversation_id.set(cid)
