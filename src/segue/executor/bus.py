@@ -18,10 +18,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from segue.effects import AppendMessage, Effect
 from segue.executor.errors import ConversationNotFoundError, UpdatesLostError
+from segue.executor.steps import Step
 from segue.executor.updates import DoneUpdate, TextUpdate, Turn, Update
-from segue.statemachine import ConversationState, Event, LlmError, LlmResponse
+from segue.statemachine import ConversationState, LlmError, LlmResponse
 
 WATCH_BUFFER: Final = 10_000
 """Updates a watcher may fall behind by before it is dropped (it reads the store to catch up)."""
@@ -209,19 +209,18 @@ class UpdateBus:
         if rest:
             self.emit(conversation_id, TextUpdate(text=rest, response=response))
 
-    def committed(
-        self,
-        before: ConversationState,
-        after: ConversationState,
-        event: Event,
-        effects: tuple[Effect, ...],
-    ) -> None:
+    def writing(self, conversation_id: str) -> None:
+        """A commit is being written: nothing to tell yet (``committed`` tells it)."""
+
+    def committed(self, conversation_id: str, step: Step | None) -> None:
         """Emit what a listener learns from a commit: ``updates_of`` the step (the one fold a
         reader of the store uses too), the reply settled against the text streamed of it."""
-        cid = before.id
-        appended = [effect.message for effect in effects if isinstance(effect, AppendMessage)]
+        if step is None or not self.listening(conversation_id):
+            return
+        cid = conversation_id
         turn = self._turns.setdefault(cid, Turn())
-        for update in turn.step(before, after, event, effects, appended):
+        event = step.event
+        for update in turn.step(step.before, step.after, event, step.effects, step.appended):
             if isinstance(update, TextUpdate):
                 self.settle(cid, update.text)
                 continue

@@ -30,6 +30,7 @@ from segue.executor.errors import SegueError, StoreLockedError, StoreUnavailable
 from segue.executor.locks import Locks
 from segue.executor.overtaken import Overtaken
 from segue.executor.perform import Performer
+from segue.executor.requests import Requests
 from segue.executor.signals import Signals
 from segue.executor.store_port import PendingEffect, StoredConversation
 from segue.executor.telemetry import Telemetry
@@ -84,6 +85,7 @@ class Driver:
         commits: Commits,
         claims: Claims,
         performer: Performer,
+        requests: Requests,
         bus: UpdateBus,
         overtaken: Overtaken,
     ) -> None:
@@ -94,6 +96,7 @@ class Driver:
         self._commits = commits
         self._claims = claims
         self._performer = performer
+        self._requests = requests
         self._bus = bus
         self.listeners: list[Listener] = []
         """Told of every effect as it is performed (``Runtime.subscribe``)."""
@@ -166,7 +169,7 @@ class Driver:
             stored = await self._commits.load(conversation_id)
             follow = False
         else:
-            stored, first = await self._commits.commit(conversation_id, event, key)
+            stored, first = await self._counted_commit(conversation_id, event, key)
             follow = not refused(first) or wait
         while True:
             if sink is not None and not sink.started and not _busy_refusal(first):
@@ -182,7 +185,7 @@ class Driver:
             ):
                 break
             # What made it busy is over (done here or by its owner): take the message.
-            stored, first = await self._commits.commit(conversation_id, event, key)
+            stored, first = await self._counted_commit(conversation_id, event, key)
             follow = not refused(first) or wait
         if _busy_refusal(first) and stored.pending:
             first = _naming_holder(first, stored.pending[0])
@@ -195,6 +198,16 @@ class Driver:
             self._signals.cancel_taken(conversation_id)
         bus.turn_ends(conversation_id, stored.state)
         return stored.state, first
+
+    async def _counted_commit(
+        self, conversation_id: str, event: Event, key: str | None
+    ) -> tuple[StoredConversation, Effects]:
+        """Commit a caller's event counted once, on the copy it is first decided on: a commit
+        decided again (a conflict, a locked store, a refusal checked on the store's copy) asks
+        the model nothing more."""
+        commits = self._commits
+        counted = await self._requests.counted(await commits.copy(conversation_id), event)
+        return await commits.commit(conversation_id, counted, key)
 
     async def _run_outbox(
         self, stored: StoredConversation, *, follow: bool
@@ -271,8 +284,10 @@ class Driver:
         under its id)."""
         unsaved = self._unsaved.pop((stored.state.id, pending.id), None)
         if unsaved is not None:
-            return unsaved
-        return await self._performer.outcome(stored, pending.effect)
+            return unsaved  # counted when it was performed
+        outcome = await self._performer.outcome(stored, pending.effect)
+        # Counted once, here: committing it (again after a conflict) asks the model nothing.
+        return [await self._requests.counted(stored, event) for event in outcome]
 
     async def _perform(
         self, stored: StoredConversation, pending: PendingEffect

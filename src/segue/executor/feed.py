@@ -20,13 +20,14 @@ point, so only what came after from elsewhere is emitted.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Final
 
 from segue.effects import AppendMessage
 from segue.executor._log import get_logger
 from segue.executor.bus import UpdateBus
 from segue.executor.errors import ConversationNotFoundError, SegueError
+from segue.executor.steps import Step
 from segue.executor.store_port import (
     Store,
     StoredConversation,
@@ -150,7 +151,8 @@ class Feed:
 class Feeds:
     """A runtime's feeds: one per conversation watched here, started when the first watcher
     comes, stopped when the last one leaves; and the commits this runtime has in flight, which
-    every feed of the conversation sets aside (it hears of them through ``committed``)."""
+    every feed of the conversation sets aside (it hears of them through ``committed``). An
+    observer of the runtime's ``Commits``."""
 
     __slots__ = ("_bus", "_committing", "_feeds", "_store")
 
@@ -192,22 +194,20 @@ class Feeds:
         for conversation_id in list(self._feeds):
             self.stop(conversation_id)
 
-    async def committing(
-        self, conversation_id: str, commit: Coroutine[Any, Any, StoredConversation]
-    ) -> StoredConversation:
-        """Await ``commit`` of the conversation, set aside by its feed meanwhile; the feed
-        starts from what it committed."""
+    def writing(self, conversation_id: str) -> None:
+        """A commit of the conversation is in flight: its feed sets aside what it reads until
+        ``committed`` (the store may hold the commit before this runtime hears of it)."""
         committing = self._committing
         committing[conversation_id] = committing.get(conversation_id, 0) + 1
-        try:
-            committed = await commit
-            running = self._feeds.get(conversation_id)
-            if running is not None:
-                running[0].observe(committed)
-            return committed
-        finally:
-            left = committing[conversation_id] - 1
-            if left:
-                committing[conversation_id] = left
-            else:
-                del committing[conversation_id]
+
+    def committed(self, conversation_id: str, step: Step | None) -> None:
+        """The commit ended: the feed starts from what it wrote (its updates went out live)."""
+        committing = self._committing
+        left = committing[conversation_id] - 1
+        if left:
+            committing[conversation_id] = left
+        else:
+            del committing[conversation_id]
+        running = self._feeds.get(conversation_id)
+        if step is not None and running is not None:
+            running[0].observe(step.stored)

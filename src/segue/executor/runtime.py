@@ -121,12 +121,7 @@ class Runtime(Conversations):
         self._feeds = feeds = Feeds(store=lambda: setup.store, bus=self._bus)
         requests = Requests(setup, self._cache)
         self._commits = Commits(
-            setup=setup,
-            cache=self._cache,
-            claims=self.claims,
-            feeds=feeds,
-            bus=self._bus,
-            requests=requests,
+            setup=setup, cache=self._cache, claims=self.claims, observers=(feeds, self._bus)
         )
         self._performer = performer = Performer(
             setup, requests=requests, cache=self._cache, bus=self._bus
@@ -139,6 +134,7 @@ class Runtime(Conversations):
             commits=self._commits,
             claims=self.claims,
             performer=performer,
+            requests=requests,
             bus=self._bus,
             overtaken=self._overtaken,
         )
