@@ -242,6 +242,18 @@ class Driver:
                 head = claimed
             stored = await self._perform(stored, head)
 
+    async def _pause_first(self, stored: StoredConversation) -> StoredConversation:
+        """A pause asked while an effect was performed, committed before its outcome: the turn
+        boundary the outcome reaches takes it, so the turn ends paused with one ``done``
+        (committed after, it would end the turn, and the pause would be a turn of its own)."""
+        cid = stored.state.id
+        reason = self._signals.pause_asked(cid)
+        if reason is None:
+            return stored
+        stored, _ = await self._commits.commit(cid, PauseRequested(reason=reason))
+        self._signals.pause_taken(cid)
+        return stored
+
     async def _await_owner(self, conversation_id: str, held: PendingEffect) -> StoredConversation:
         """Wait while another runtime performs ``held``: until it is done (or its claim lapses),
         reading the store with a growing pause; a cancel or pause asked of this runtime ends
@@ -334,6 +346,8 @@ class Driver:
         claims.done(cid)
         overtaken.done(cid)
         try:
+            if outcome:
+                stored = await self._pause_first(stored)
             return await self._commits.settle(stored, pending, outcome)
         except (StoreLockedError, StoreUnavailableError) as error:
             # The store stayed down: let go of the work, so that the next drive (here or in
