@@ -108,6 +108,8 @@ class UpdateBus:
         self._streamed: dict[str, _Streamed] = {}
         self._turns: dict[str, Turn] = {}
         """The turn each listened-to conversation is in (its reply so far, for ``done``)."""
+        self._held: dict[str, DoneUpdate] = {}
+        """The ``done`` of a step, until its drive ends or the next step comes."""
         self._done: set[str] = set()
         """Conversations whose drive told ``done`` already (a step of it ended the turn)."""
         self._responses = 0
@@ -214,36 +216,50 @@ class UpdateBus:
 
     def committed(self, conversation_id: str, step: Step | None) -> None:
         """Emit what a listener learns from a commit: ``updates_of`` the step (the one fold a
-        reader of the store uses too), the reply settled against the text streamed of it."""
+        reader of the store uses too), the reply settled against the text streamed of it. A
+        step's ``done`` is held until the drive has performed what the step left (a snapshot
+        saved, an archive written: a caller told ``done`` finds them) or the next step comes,
+        so it is told in the fold's order, only later."""
         if step is None or not self.listening(conversation_id):
             return
         cid = conversation_id
+        self.release(cid)
         turn = self._turns.setdefault(cid, Turn())
         event = step.event
         for update in turn.step(step.before, step.after, event, step.effects, step.appended):
             if isinstance(update, TextUpdate):
                 self.settle(cid, update.text)
-                continue
-            if isinstance(update, DoneUpdate):
-                self._done.add(cid)
-            self.emit(cid, update)
+            elif isinstance(update, DoneUpdate):
+                self._held[cid] = update
+            else:
+                self.emit(cid, update)
         if isinstance(event, LlmResponse | LlmError):
             self.forget_response(cid)  # stored (and settled), or never to be
 
+    def release(self, conversation_id: str) -> bool:
+        """Emit the ``done`` held for the conversation, if any; whether there was one."""
+        held = self._held.pop(conversation_id, None)
+        if held is None:
+            return False
+        self._done.add(conversation_id)
+        self.emit(conversation_id, held)
+        return True
+
     def turn_begins(self, conversation_id: str) -> None:
-        """A drive of the conversation begins: no reply of an earlier turn is its reply."""
+        """A drive of the conversation begins: no reply of an earlier turn is its reply (a
+        ``done`` an earlier drive that failed still held goes out now)."""
+        self.release(conversation_id)
         self._turns.pop(conversation_id, None)
         self._done.discard(conversation_id)
 
     def turn_ends(self, conversation_id: str, state: ConversationState) -> None:
-        """The drive ended in ``state``. A drive that ended no turn (a refused message, a
-        recovery with nothing to do) still closes its stream with ``done``: live only, since
-        nothing of it reached the store."""
+        """The drive ended in ``state``: the ``done`` held goes out. A drive that ended no
+        turn (a refused message, a recovery with nothing to do) still closes its stream with
+        ``done``: live only, since nothing of it reached the store."""
         turn = self._turns.pop(conversation_id, None)
-        if conversation_id in self._done:
-            self._done.discard(conversation_id)
-            return
-        if self.listening(conversation_id):
+        told = self.release(conversation_id) or conversation_id in self._done
+        self._done.discard(conversation_id)
+        if not told and self.listening(conversation_id):
             reply = None if turn is None else turn.reply
             self.emit(conversation_id, DoneUpdate(state=state, reply=reply))
 

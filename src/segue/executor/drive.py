@@ -148,6 +148,7 @@ class Driver:
             try:
                 state, effects = await self._turn(conversation_id, event, wait=wait, key=key)
             except BaseException as error:
+                self._bus.release(conversation_id)  # a step's done, held for the drive's end
                 telemetry.turn_ends(turn, None, error)
                 raise
             telemetry.turn_ends(turn, state, None)
