@@ -40,7 +40,7 @@ from pathlib import Path
 
 import httpx2
 
-from segue.cli._offline import OFFLINE_WINDOW
+from segue.executor.models.offline import OFFLINE_WINDOW
 from segue.executor.models.scripted import ScriptedModel
 from segue.executor.runtime import Runtime
 from segue.executor.stores.sqlite import SqliteStore

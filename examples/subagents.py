@@ -18,16 +18,9 @@ import asyncio
 import re
 from typing import Any
 
-from segue import (
-    LlmReply,
-    LlmRequest,
-    MemoryStore,
-    Runtime,
-    ToolCall,
-    Usage,
-    failure_of,
-    subagent_tool,
-)
+from segue import MemoryStore, Runtime, Usage, failure_of, subagent_tool
+from segue.adapters import LlmReply, LlmRequest
+from segue.core import ToolCall
 
 MODEL = "claude-sonnet-4-5"
 PAGES = 900

@@ -322,7 +322,7 @@ def test_chat_refuses_what_the_offline_model_cannot_do_before_anything_is_stored
     assert "error: --compaction provider: claude-sonnet-4-6's provider cannot compact it" in said
     status, said = ran("chat", "--db", str(db), "--compaction", "provider", cwd=tmp_path)
     assert status == 2
-    assert "add --behavior compact_in_place" in said
+    assert "--behavior compact_in_place" in said  # the core's check, in the CLI's flags
     status, said = ran("chat", "--db", str(db), "--context-edits", "[{", cwd=tmp_path)
     assert (status, "error: --context-edits is not JSON" in said) == (2, True)
     assert not db.exists() or stored_ids(db) == []

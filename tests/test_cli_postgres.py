@@ -15,8 +15,8 @@ import pytest
 import clusters
 from cli_run import invoke, one_error_line, plain_output
 from segue import PostgresStore, Runtime
-from segue.cli._offline import OfflineModel
 from segue.cli.demo import DEMO_MODEL
+from segue.executor.models.offline import OfflineModel
 from segue.testing.postgres import ThrowawayCluster
 
 pytestmark = pytest.mark.slow

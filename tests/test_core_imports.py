@@ -1,9 +1,10 @@
 """How the core and its effects import: from a fresh interpreter, each way in, and purely.
 
-Why: ``segue.effects`` is the home of the effect classes and the core's machine imports them
-from there, while ``segue.effects`` imports the core's leaf modules: a cycle waiting for the
-wrong first import. Each entry point is imported first in its own interpreter (this one has
-imported everything already). And the core's promise (no I/O, clock, randomness or logging)
+Why: the effect classes once lived in ``segue.effects`` above the core, which the core's
+machine imported while ``segue.effects`` imported the core's leaf modules: a cycle waiting for
+the wrong first import. Their home is now ``segue.statemachine.effects`` and ``segue.effects``
+names the same classes; each entry point is still imported first in its own interpreter (this
+one has imported everything already). And the core's promise (no I/O, clock, randomness or logging)
 holds for the effects too, so their modules import nothing that could break it.
 """
 
@@ -19,6 +20,7 @@ import pytest
 
 import segue.effects
 import segue.statemachine
+import segue.statemachine.effects
 from segue.statemachine import _paths, _summaries, _turns
 
 SOURCE: Final = Path(segue.statemachine.__file__).parent.parent
@@ -49,6 +51,8 @@ IMPURE: Final = frozenset(
         "import segue.effects",
         "import segue.statemachine",
         "from segue.effects import AppendMessage",
+        "import segue.core",
+        "from segue.statemachine.effects import AppendMessage",
         "from segue.statemachine.machine import transition",
     ],
 )
@@ -71,7 +75,8 @@ def test_the_effects_are_a_module_the_core_builds_from() -> None:
         for name in ("Effect", "ExecuteTools", "RequestContinuation", "RequestCheckpoint"):
             if hasattr(module, name):
                 assert getattr(module, name) is getattr(segue.effects, name), (module, name)
-    assert segue.effects.AppendMessage.__module__ == "segue.effects"
+    assert segue.effects.AppendMessage.__module__ == "segue.statemachine.effects"
+    assert set(segue.effects.__all__) == set(segue.statemachine.effects.__all__)
 
 
 def _imported(path: Path) -> set[str]:
@@ -87,6 +92,8 @@ def _imported(path: Path) -> set[str]:
 
 PURE: Final = [
     SOURCE / "effects.py",
+    SOURCE / "core.py",
+    SOURCE / "errors.py",
     *(
         path
         for path in sorted((SOURCE / "statemachine").glob("*.py"))

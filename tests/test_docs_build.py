@@ -1,8 +1,9 @@
 """The documentation site builds with warnings as errors (``mkdocs build --strict``, as a reader
 or CI runs it from the repository's root): every page of docs/ in it, every link between them
-found, and an API reference generated from the docstrings that documents every public name of
-``segue`` and every public method of ``Runtime`` (``Runtime.conversation(id)`` was once in no
-doc, found only with ``help()``).
+found, and an API reference generated from the docstrings that documents every name of
+``segue``'s face, every name of its submodules (``segue.core``, ``segue.effects``,
+``segue.updates``, ``segue.errors``, ``segue.adapters``) and every public method of ``Runtime``
+(``Runtime.conversation(id)`` was once in no doc, found only with ``help()``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,12 @@ from pathlib import Path
 import pytest
 
 import segue
+import segue.adapters
+import segue.core
+import segue.effects
+import segue.errors
 import segue.server
+import segue.updates
 import segue.views
 
 pytestmark = pytest.mark.slow
@@ -57,8 +63,17 @@ def test_the_reference_documents_every_public_name_and_runtime_method(site: Path
     methods = {name for name in dir(segue.Runtime) if not name.startswith("_")}
     assert {"conversation", "create_conversation", "send", "stream", "state"} <= methods
     assert {f"segue.Runtime.{name}" for name in methods} - found == set()
-    assert {f"segue.views.{name}" for name in segue.views.__all__} - found == set()
-    assert {f"segue.server.{name}" for name in segue.server.__all__} - found == set()
+    for module in (
+        segue.core,
+        segue.effects,
+        segue.updates,
+        segue.errors,
+        segue.adapters,
+        segue.views,
+        segue.server,
+    ):
+        names = {f"{module.__name__}.{name}" for name in module.__all__}
+        assert names - found == set(), module.__name__
 
 
 def test_the_reference_says_what_the_docstrings_say(site: Path) -> None:

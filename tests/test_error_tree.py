@@ -1,4 +1,4 @@
-"""Refusals form one tree (``segue.executor.errors`` draws it): whatever a conversation refuses
+"""Refusals form one tree (``segue.errors`` draws it): whatever a conversation refuses
 a message for, the caller catches ``MessageRejectedError``, or the leaf that says why, and reads
 ``cause`` as data. Each refusal is raised here through a real runtime, not built by hand."""
 

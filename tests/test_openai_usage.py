@@ -9,7 +9,7 @@ from openai.types.completion_usage import CompletionUsage
 from openai.types.responses.response_usage import ResponseUsage
 
 from segue import LlmResponse, UserMessage, new_conversation, transition
-from segue.executor.models.openai_stream import read_usage
+from segue.executor.models.openai_usage import read_usage
 from segue.executor.models.replies import usage_from_prompt
 
 counts = st.integers(min_value=0, max_value=2_000_000)

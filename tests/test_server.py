@@ -18,8 +18,9 @@ import pytest
 import backends
 from api import create, error, gated_app, held_turn, send, sse
 from backends import PROVIDERS, chat
+from segue.errors import UnsafeBindError
 from segue.executor.models.providers import Provider
-from segue.server.run import ServerConfig, UnsafeBindError, build_app
+from segue.server.run import ServerConfig, build_app
 from segue.testing import live_server
 from segue.testing.conformance import Call, Said
 

@@ -27,7 +27,7 @@ from segue import (
     SqliteStore,
     Watch,
 )
-from segue.cli._offline import OfflineModel
+from segue.executor.models.offline import OfflineModel
 from segue.server import create_app
 from segue.server.conversations import StateViews
 from segue.server.ending import StreamsEnd

@@ -20,8 +20,8 @@ import clusters
 from api import create, error, held_turn, send
 from gated import Gated
 from segue import Runtime, ScriptedModel, SqliteStore
+from segue.executor.bounds import MAX_ID_LENGTH
 from segue.executor.store_port import Store
-from segue.executor.stores._shared import MAX_ID_LENGTH
 from segue.executor.stores.postgres import PostgresStore
 from segue.server import create_app
 from segue.testing import live_server

@@ -50,7 +50,10 @@ def one_turn() -> list[str]:
         ToolResult(tool_call_id="toolu_1", output="rain 70%"),
         LlmResponse(text="Yes, take one.", usage=Usage(input_tokens=170_000, output_tokens=9)),
     )
-    state = new_conversation(model="claude-sonnet-4-5", conversation_id="c-1")
+    # The bound on output new_conversation gave then (the model's maximum; 8,192 since).
+    state = new_conversation(
+        model="claude-sonnet-4-5", conversation_id="c-1", max_output_tokens=64_000
+    )
     lines = []
     for event in events:
         state, effects = transition(state, event)

@@ -13,7 +13,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from segue.executor.errors import SegueError
+from segue.errors import MissingExtraError
 
 EXTRAS: Final = {
     "openai": "openai",
@@ -29,11 +29,6 @@ EXTRAS: Final = {
     "prometheus_client": "metrics",
 }
 """The extra that installs each optional dependency (its top-level package)."""
-
-
-class MissingExtraError(SegueError, ModuleNotFoundError):
-    """A segue name needs an optional dependency that is not installed: its message names the
-    extra to install. Still a ``ModuleNotFoundError``, for code that catches that."""
 
 
 def missing_extra(what: str, error: ModuleNotFoundError) -> ModuleNotFoundError:

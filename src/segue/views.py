@@ -11,12 +11,12 @@ phase's kind as a string), in a REST answer, in a turn's ``done`` event, in a wa
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, Field
 
+from segue.executor.bounds import ID_PATTERN
 from segue.executor.chains import Link
 from segue.executor.store_port import StoredConversation, StoredMessage
 from segue.executor.updates import DoneUpdate, Update
@@ -24,10 +24,6 @@ from segue.statemachine import ContextExhaustionBehavior, ConversationState, Sum
 from segue.statemachine.checkpoint import SessionSnapshot
 from segue.statemachine.state import Compaction, WindowSource
 
-ID_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-"""An id an application chooses (an import's, ``--id``): letters, digits, ``.``, ``_`` and
-``-``, so that it reads the same in every address (``/c/{id}``, ``/api/conversations/{id}``)
-and on the command line."""
 TITLE_WORDS: Final = 8
 TITLE_CHARS: Final = 60
 """A title is the first words of the first user message: at most this many, this long."""

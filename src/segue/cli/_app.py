@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import sqlite3
 import sys
 from collections.abc import Callable, Coroutine, Iterator
@@ -20,11 +21,11 @@ import structlog
 import typer
 from pydantic import ValidationError
 
-from segue import __version__
+from segue._version import __version__
 from segue.executor.errors import ConversationNotFoundError, SegueError
 from segue.executor.stores.sqlite import StoreLockedError
 from segue.statemachine import ContextExhaustionBehavior as Behavior
-from segue.statemachine.options import ConversationOptions
+from segue.statemachine.options import ConversationOptions, check_window
 
 T = TypeVar("T")
 
@@ -90,6 +91,18 @@ def whole_number(low: int, high: int | None = None) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def window_tokens(given: str) -> int:
+    """A typer parser of ``--context-window``: a whole number the core takes as a window
+    (``check_window``: ``MIN_WINDOW`` or more), refused in the words the library and the
+    server's API say it."""
+    value = whole_number(1)(given)
+    try:
+        check_window(value)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+    return value
 
 
 def seconds(high: float) -> Callable[[str], float]:
@@ -301,30 +314,32 @@ def context_edits_of(given: str | None) -> list[Any]:
 
 def options_of(fields: dict[str, Any]) -> ConversationOptions:
     """The options of new conversations from the command line's ``fields``, or a usage error
-    saying which option is wrong (in the CLI's words, not pydantic's)."""
-    compacts = fields.get("behavior") == Behavior.COMPACT_IN_PLACE
-    if fields.get("compaction") == "provider" and not compacts:
-        msg = (
-            "--compaction provider is how a compact_in_place conversation compacts: add "
-            "--behavior compact_in_place, or leave --compaction out"
-        )
-        raise CliError(msg, 2)
+    saying which option is wrong: the options' own checks (the core's), in the CLI's words
+    (its flags, not pydantic's locations or the library's keywords)."""
     try:
         return ConversationOptions.model_validate(fields)
     except ValidationError as error:
         said = "; ".join(
             f"--{'-'.join(str(p) for p in problem['loc'][:1]).replace('_', '-')}: "
-            f"{str(problem['msg']).removeprefix('Value error, ')}"
+            f"{_in_flags(problem['msg'])}"
             if problem["loc"]
-            else str(problem["msg"]).removeprefix("Value error, ")
+            else _in_flags(problem["msg"])
             for problem in error.errors()
         )
         raise CliError(said, 2) from None
 
 
-MIN_WINDOW = 1_000
-"""The smallest context window a command takes (the API's too): below it not even the system
-prompt and one exchange fit before the threshold."""
+_KEYWORD = re.compile(r'\b([a-z][a-z_]*)="([^"]*)"')
+"""An option as the library's messages name it (``behavior="compact_in_place"``)."""
+
+
+def _in_flags(message: str) -> str:
+    """A message of the options' checks as the CLI says it: ``behavior="compact_in_place"``
+    as ``--behavior compact_in_place``, without pydantic's ``Value error, ``."""
+    text = str(message).removeprefix("Value error, ")
+    return _KEYWORD.sub(lambda m: f"--{m[1].replace('_', '-')} {m[2]}", text)
+
+
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 
 

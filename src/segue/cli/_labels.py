@@ -13,8 +13,8 @@ import typer
 
 from segue.cli._app import CliError
 from segue.cli._output import printable
+from segue.executor.bounds import checked_metadata
 from segue.executor.errors import InvalidMetadataError
-from segue.executor.stores._shared import checked_metadata
 
 MetadataOption = Annotated[
     list[str] | None,

@@ -22,7 +22,7 @@ import typer
 from segue.cli._app import CliError
 from segue.cli._output import printable
 from segue.executor.errors import ConversationNotFoundError
-from segue.executor.store_port import Store
+from segue.executor.store_port import Catalogue, Store
 
 DatabaseUrlOption = Annotated[
     str | None,
@@ -130,7 +130,7 @@ def is_segue_store(db: Path) -> bool:
     return version > 0 and {"conversations", "messages", "transitions"} <= tables
 
 
-async def resolve(store: Store, given: str) -> str:
+async def resolve(store: Catalogue, given: str) -> str:
     """The conversation id ``given`` names: the id itself, or a prefix of exactly one."""
     listed = await store.list_conversations()
     ids = [c.state.id for c in listed]

@@ -23,7 +23,6 @@ from rich.panel import Panel
 from rich.text import Text
 
 from segue.cli._app import (
-    MIN_WINDOW,
     BaseUrlOption,
     BehaviorOption,
     CliError,
@@ -47,7 +46,7 @@ from segue.cli._app import (
     limits_of,
     options_of,
     run,
-    whole_number,
+    window_tokens,
 )
 from segue.cli._models import (
     DEFAULT_MODELS,
@@ -57,7 +56,7 @@ from segue.cli._models import (
     offline_line,
     provider_for,
 )
-from segue.cli._offline import OfflineModel
+from segue.cli._opening import refuse_unsupported, say_window
 from segue.cli._output import (
     console,
     last_text,
@@ -65,7 +64,6 @@ from segue.cli._output import (
     narrate,
     printable,
     say,
-    window_words,
 )
 from segue.cli._stores import DatabaseUrlOption, StoreAt, existing_store, resolve, writable_store
 from segue.cli._terminal import StdinLines, interruptible
@@ -78,8 +76,7 @@ from segue.executor.errors import (
 )
 from segue.executor.inputs import failure_of
 from segue.executor.model_port import LlmModel
-from segue.executor.models.windows import window_of
-from segue.executor.requests import support_of
+from segue.executor.models.offline import OfflineModel
 from segue.executor.runtime import Runtime
 from segue.executor.snapshots import git_context
 from segue.executor.store_port import Store
@@ -388,9 +385,9 @@ async def _chatting(asked: ChatOptions, out: Console) -> int:
                 check_model=check if state is None else state.model,
             )
             stack.push_async_callback(client.close)
-        await _say_window(out, llm, asked, state)
+        await say_window(out, llm, asked.options, state, offline=asked.key is None)
         if state is None:
-            _refuse_unsupported(llm, asked.options)
+            refuse_unsupported(llm, asked.options)
         if asked.key is None:
             say(out, offline_line(asked.provider, asked.base_url))
         runtime = Runtime(
@@ -404,41 +401,6 @@ async def _chatting(asked: ChatOptions, out: Console) -> int:
         chat = _Chat(runtime=runtime, out=out, where=asked.where, options=asked.options)
         chat.state = state
         return await _converse(chat)
-
-
-async def _say_window(
-    out: Console, llm: LlmModel, asked: ChatOptions, state: ConversationState | None
-) -> None:
-    """The chat's first line: the window and where it came from (an assumed one said so)."""
-    if state is not None:
-        tokens, source = state.context_window, state.config.window_source
-    elif asked.options.context_window:
-        tokens, source = asked.options.context_window, "given"
-    else:
-        window = await window_of(llm, asked.options.model)
-        tokens, source = window.tokens, window.source
-    offline = asked.key is None and source != "given"
-    say(out, window_words(tokens, "offline" if offline else source))
-
-
-def _refuse_unsupported(llm: LlmModel, options: ConversationOptions) -> None:
-    """A usage error, before anything is stored, for what the model cannot do through this
-    connection (the runtime would refuse it at the first message, in a library's words)."""
-    support = support_of(llm, options.model)
-    if options.compaction == "provider" and not support.compaction:
-        msg = (
-            f"--compaction provider: {options.model}'s provider cannot compact it through this "
-            "connection (offline, OpenAI's Chat Completions, or an older model): leave "
-            "--compaction as segue"
-        )
-        raise CliError(msg, 2)
-    unknown = [edit["type"] for edit in options.context_edits if edit["type"] not in support.edits]
-    if unknown:
-        msg = (
-            f"--context-edits: {', '.join(unknown)} cannot be sent to {options.model} through "
-            "this connection: leave them out"
-        )
-        raise CliError(msg, 2)
 
 
 @app.command()
@@ -460,7 +422,7 @@ def chat(
     context_window: Annotated[
         int | None,
         typer.Option(
-            parser=whole_number(MIN_WINDOW),
+            parser=window_tokens,
             metavar="N",
             help="The model's window in tokens, for a server that cannot say it "
             "(default: asked from the API).",

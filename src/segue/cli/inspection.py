@@ -35,7 +35,7 @@ from segue.cli._tables import Column, fitted
 from segue.executor.chains import lineage, usage_report
 from segue.executor.errors import InvalidCursorError
 from segue.executor.inputs import failure_of
-from segue.executor.store_port import Store, StoredConversation, TransitionRecord
+from segue.executor.store_port import LogReader, StoredConversation, TransitionRecord
 from segue.statemachine import ConversationState, Message
 from segue.statemachine.checkpoint import SessionSnapshot
 from segue.views import ConversationView, LinkView, MessageView, SnapshotView, title_of
@@ -72,7 +72,7 @@ def plural(count: int, noun: str) -> str:
     return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
-async def _titled(store: Store, stored: StoredConversation) -> dict[str, Any]:
+async def _titled(store: LogReader, stored: StoredConversation) -> dict[str, Any]:
     """The conversation's view as the API shows it, its title the metadata's or read from its
     messages."""
     titled = stored.metadata.get("title", "").strip()

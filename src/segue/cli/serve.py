@@ -21,7 +21,6 @@ from urllib.parse import quote
 import typer
 
 from segue.cli._app import (
-    MIN_WINDOW,
     BaseUrlOption,
     BehaviorOption,
     CliError,
@@ -45,6 +44,7 @@ from segue.cli._app import (
     limits_of,
     options_of,
     whole_number,
+    window_tokens,
 )
 from segue.cli._models import DEFAULT_MODELS, KEY_VARIABLES, offline_line, provider_for
 from segue.cli._output import console, printable, say
@@ -139,7 +139,7 @@ def serve(
     context_window: Annotated[
         int | None,
         typer.Option(
-            parser=whole_number(MIN_WINDOW),
+            parser=window_tokens,
             metavar="N",
             help="Window of new conversations in tokens (a small one reaches the limit in a "
             "few messages; default: the model's).",
@@ -239,8 +239,8 @@ class ServeOptions:
 def _serve(asked: ServeOptions) -> None:
     """Check what can be checked before anything is announced, then serve until stopped."""
     try:
-        from segue._lazy import MissingExtraError  # noqa: PLC0415
-        from segue.server.run import UnsafeBindError, build_app, run_app  # noqa: PLC0415
+        from segue.errors import MissingExtraError, UnsafeBindError  # noqa: PLC0415
+        from segue.server.run import build_app, run_app  # noqa: PLC0415
     except ImportError as error:  # the extra is not installed
         fail(f"segue serve needs the server extra: pip install 'segue[server]' ({error})", 2)
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from segue.executor.errors import SegueError
-from segue.executor.store_port import Store, StoredConversation
+from segue.executor.store_port import LogReader, StoredConversation
 from segue.executor.transcript import TranscriptView, ViewSnapshot, fold_from
 from segue.statemachine import Message
 
@@ -35,7 +35,7 @@ class ViewCache:
 
     __slots__ = ("_known", "_size", "_store")
 
-    def __init__(self, store: Callable[[], Store], *, size: int | None = None) -> None:
+    def __init__(self, store: Callable[[], LogReader], *, size: int | None = None) -> None:
         self._store = store
         """Read at each use: the runtime's store may be replaced."""
         self._size = CACHE_SIZE if size is None else size

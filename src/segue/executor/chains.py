@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from segue.executor.errors import ConversationNotFoundError, SegueError
-from segue.executor.store_port import Store, StoredConversation, StoredMessage, TransitionRecord
+from segue.executor.store_port import LogReader, StoredConversation, StoredMessage, TransitionRecord
 from segue.statemachine import (
     CONTEXT_FAILURES,
     ContextExhausted,
@@ -76,7 +76,7 @@ class Link:
         return "root" if self.position == 1 else str(self.position)
 
 
-async def lineage(store: Store, conversation_id: str) -> list[Link]:
+async def lineage(store: LogReader, conversation_id: str) -> list[Link]:
     """The chain ``conversation_id`` belongs to, root first."""
     current = await store.load(conversation_id)
     ancestors: list[StoredConversation] = []
@@ -217,7 +217,7 @@ def _sum(usages: Any) -> Usage:
 
 
 async def seed_of(
-    store: Store, parent: StoredConversation, *, with_summary: bool, recent_turns: int = 0
+    store: LogReader, parent: StoredConversation, *, with_summary: bool, recent_turns: int = 0
 ) -> tuple[str | None, list[Message]]:
     """What a conversation continued in a new one passes on: the summary it ended with (None
     when it wrote none, or ``with_summary`` is False) and the child's seed messages (that

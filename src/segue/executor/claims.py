@@ -10,7 +10,7 @@ of this host that no longer exists is taken at once as well.
 
 Leases are wall-clock times (``time.time``), whatever clock the runtime was given for its
 records: they are compared between processes. The store decides who wins a claim
-(``Store.claim``); this module only keeps this runtime's side of it.
+(``Outbox.claim``); this module only keeps this runtime's side of it.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Final
 
 from segue.executor._log import get_logger
 from segue.executor.errors import SegueError
-from segue.executor.store_port import PendingEffect, Store
+from segue.executor.store_port import Outbox, PendingEffect
 
 DEFAULT_LEASE: Final = 30.0
 """Seconds a claim on pending work lasts unless renewed (every third of it while it runs): how
@@ -83,7 +83,7 @@ class Claims:
 
     __slots__ = ("_due", "_handle", "_loop", "_store", "_tasks", "lease", "owner")
 
-    def __init__(self, *, store: Callable[[], Store], owner: str | None, lease: float) -> None:
+    def __init__(self, *, store: Callable[[], Outbox], owner: str | None, lease: float) -> None:
         if not lease > 0:
             msg = f"lease must be a positive number of seconds, not {lease!r}"
             raise ValueError(msg)

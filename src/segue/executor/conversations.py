@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from segue.executor import documents
 from segue.executor._log import get_logger
+from segue.executor.bounds import checked_metadata
 from segue.executor.cache import ViewCache
 from segue.executor.chains import (
     LIMIT_PURPOSES,
@@ -30,7 +31,7 @@ from segue.executor.claims import Claims, live_holder
 from segue.executor.drive import Driver
 from segue.executor.errors import ConversationBusyError, ConversationNotFoundError
 from segue.executor.locks import Locks
-from segue.executor.models.windows import Window, window_of
+from segue.executor.models.windows import window_for
 from segue.executor.requests import check_prefix_reuse, check_support, support_of
 from segue.executor.retention import erase, wait_for_claims
 from segue.executor.setup import Setup
@@ -41,28 +42,13 @@ from segue.executor.store_port import (
     StoredMessage,
     vacuums,
 )
-from segue.executor.stores._shared import checked_metadata
-from segue.statemachine import ConversationState, Message, estimate_tokens, model_info
-from segue.statemachine.options import ConversationOptions
+from segue.statemachine import ConversationState, Message
+from segue.statemachine.options import ConversationOptions, initial_state, options_with
 
 _log = get_logger("segue.runtime")
-DEFAULT_OUTPUT_TOKENS: Final = 8192
-"""A conversation's bound on one answer unless it says otherwise: room for a long reply, while a
-prompt at the continuation threshold plus this still fits the smallest window."""
 _BUSY_HERE: Final = "a turn runs in this runtime; cancel it (cancel=True) or wait for it"
 _REPLY_SCAN: Final = 64
 """Messages read per step when ``last_reply`` looks back for the latest assistant message."""
-
-
-def _output_bound(options: ConversationOptions) -> int:
-    """What one answer may hold: as given, else ``DEFAULT_OUTPUT_TOKENS`` (with room for the
-    thinking budget), within the model's limit."""
-    if options.max_output_tokens is not None:
-        return options.max_output_tokens
-    wanted = DEFAULT_OUTPUT_TOKENS
-    if options.thinking_budget is not None:
-        wanted = max(wanted, options.thinking_budget + DEFAULT_OUTPUT_TOKENS)
-    return min(model_info(options.model).max_output_tokens, wanted)
 
 
 class Conversations:
@@ -94,37 +80,28 @@ class Conversations:
         model endpoint), else what the provider reports, else segue's table of models (with a
         warning in the log: a lookup that fails never fails the conversation). Each answer may
         hold ``max_output_tokens`` (default: ``DEFAULT_OUTPUT_TOKENS``, or room for the thinking
-        budget, within the model's limit). ``seed``: messages the conversation starts with (a
-        summary, pinned messages: what a continued conversation carries over). ``metadata``: the
-        application's labels for finding it again (``{"user": "u-17", "title": "Tides"}``;
-        ``list_conversations(metadata=...)``), string keys and values within
-        ``METADATA_LIMITS``, refused with ``InvalidMetadataError`` before anything is stored.
+        budget, within the model's limit); a window given below ``MIN_WINDOW`` is refused. The
+        core's ``initial_state`` decides all of it, for the server and the CLI too. ``seed``:
+        messages the conversation starts with (a summary, pinned messages: what a continued
+        conversation carries over). ``metadata``: the application's labels for finding it again
+        (``{"user": "u-17", "title": "Tides"}``; ``list_conversations(metadata=...)``), string
+        keys and values within ``METADATA_LIMITS``, refused with ``InvalidMetadataError``
+        before anything is stored.
         """
         tags = checked_metadata(metadata)
-        if options is None:
-            options = ConversationOptions(**fields)
-        elif fields:
-            options = ConversationOptions.model_validate(options.model_dump() | fields)
-        window = await self._window(options)
-        config = options.config(
+        options = options_with(options, fields)
+        now = self._setup.clock()
+        state = initial_state(  # the core's one resolution, as the server and the CLI get it
+            options,
             conversation_id=conversation_id or uuid.uuid4().hex,
             parent_id=parent_id,
-            context_window=window.tokens,
-            max_output_tokens=_output_bound(options),
-            window_source=window.source,
+            reported=await window_for(self._setup.llm, options),
+            seed=seed,
+            started_at=now,  # what pause_after_seconds measures from (REQ-SEG-053)
         )
         # What the options ask of the provider, the adapter must do (REQ-SEG-048, -050).
-        check_support(config, support_of(self._setup.llm, config.model))
-        check_prefix_reuse(config, self._setup.llm)  # REQ-SEG-055
-        seeded = sum(estimate_tokens(message.text) for message in seed)
-        pinned = sum(estimate_tokens(m.text) for m in seed if m.pinned)
-        now = self._setup.clock()
-        state = ConversationState(
-            config=config,
-            pending_tokens=config.system_tokens + seeded,
-            pinned_tokens=pinned,
-            active_since=now,  # what pause_after_seconds measures from (REQ-SEG-053)
-        )
+        check_support(state.config, support_of(self._setup.llm, state.model))
+        check_prefix_reuse(state.config, self._setup.llm)  # REQ-SEG-055
         stored = await self._setup.store.create(
             state, system=options.system, messages=seed, at=now, metadata=tags
         )
@@ -138,12 +115,6 @@ class Conversations:
             parent_id=parent_id,
         )
         return stored.state
-
-    async def _window(self, options: ConversationOptions) -> Window:
-        """The window ``options`` give, else the model's (the provider's word, or the table's)."""
-        if options.context_window:
-            return Window(options.context_window, options.window_source or "given")
-        return await window_of(self._setup.llm, options.model)
 
     async def options(self, conversation_id: str) -> ConversationOptions:
         """The options the conversation was created with (as ``start_new_from`` passes them

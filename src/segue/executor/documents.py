@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Final, Literal, NoReturn
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     BaseModel,
@@ -32,15 +31,16 @@ from pydantic import (
 )
 
 from segue.effects import Effect, SaveSnapshot
+from segue.executor.bounds import ID_PATTERN, MAX_ID_LENGTH, checked_metadata
 from segue.executor.chains import Link, UsageReport
+from segue.executor.document_checks import check_log, check_messages, invalid, refuse
 from segue.executor.errors import InvalidDocumentError, InvalidMetadataError
+from segue.executor.json_spans import spans_of, too_deep
 from segue.executor.store_port import ConversationRecord, StoredConversation, TransitionRecord
-from segue.executor.stores._shared import MAX_ID_LENGTH, checked_metadata
 from segue.executor.stores.codec import dump_event
 from segue.statemachine import ConversationState, Event, Message, PhaseKind
 from segue.statemachine.checkpoint import SessionSnapshot
 from segue.statemachine.content import ENTERING
-from segue.views import ID_PATTERN
 
 FORMAT: Final = "segue.conversation"
 VERSION: Final = 1
@@ -244,13 +244,13 @@ def record(
     head = parsed.conversation
     state = head.state
     _check_head(parsed, head, state)
-    _check_messages(parsed.messages, state)
-    _check_log(parsed.transitions, head.version, state)
+    check_messages(parsed.messages, state)
+    check_log(parsed.transitions, head.version, state)
     _check_pending(parsed, state)
     try:
         metadata = checked_metadata(head.metadata)
     except InvalidMetadataError as error:
-        _refuse(str(error), "conversation.metadata")
+        refuse(str(error), "conversation.metadata")
     snapshots, pending = tuple(parsed.snapshots), tuple(parsed.pending)
     if conversation_id is not None and conversation_id != state.id:
         state, snapshots, pending = _renamed(conversation_id, state, snapshots, pending)
@@ -278,17 +278,17 @@ def _parsed(document: Mapping[str, Any] | bytes | bytearray | str) -> _Document:
                 return sectioned
             return _READER.validate_json(document, context=_ENTERING)
         if not isinstance(document, Mapping):
-            _refuse("the document is not a JSON object", "")
+            refuse("the document is not a JSON object", "")
         return _READER.validate_python(document, context=_ENTERING)
     except ValidationError as error:
         problems = error.errors(include_url=False)
-    if isinstance(document, bytes | bytearray | str) and _too_deep(problems):
+    if isinstance(document, bytes | bytearray | str) and too_deep(problems):
         # Past the JSON parser's recursion limit: parsed by Python's json (whose limit is far
         # higher), so the field that nests too deep is named like any other.
         try:
             return _parsed(json.loads(document))
         except RecursionError:
-            _refuse("the document nests deeper than any JSON parser here reads", "")
+            refuse("the document nests deeper than any JSON parser here reads", "")
     raise _reported(problems)
 
 
@@ -299,22 +299,19 @@ def _reported(problems: Sequence[Any]) -> InvalidDocumentError:
         if where == ("format",):
             found = problem.get("input")
             reason = f"not a segue conversation export (format {found!r}, not {FORMAT!r})"
-            return _invalid(reason, "format")
+            return invalid(reason, "format")
         if where == ("version",):
             found = problem.get("input")
-            return _invalid(
+            return invalid(
                 f"export format version {found!r}; this segue reads {VERSION}", "version"
             )
     first = problems[0]
     field = ".".join(str(part) for part in first["loc"])
     if first["type"] == "json_invalid" or (first["type"] == "model_type" and not field):
-        return _invalid(f"the document is not a JSON object ({first['msg']})", "")
-    return _invalid(f"{field or 'the document'}: {first['msg']}", field)
+        return invalid(f"the document is not a JSON object ({first['msg']})", "")
+    return invalid(f"{field or 'the document'}: {first['msg']}", field)
 
 
-_TOKEN: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},]')
-"""What the scan of a document's text stops at: strings (whose brackets are text), brackets
-and commas."""
 _LISTS: Final = {b'"messages"': "messages", b'"transitions"': "transitions"}
 _MESSAGE: Final[TypeAdapter[Message]] = TypeAdapter(Message)
 _LOGGED: Final[TypeAdapter[TransitionRecord]] = TypeAdapter(
@@ -328,7 +325,7 @@ def _sectioned(text: bytes | bytearray) -> _Document | None:
     values in the parser as large as the text; parsed so, only one message's is at a time.
     None when the text is not an object of the expected shape (it is then parsed whole, and
     refused with the reason)."""
-    spans = _spans(text)
+    spans = spans_of(text, _LISTS)
     if spans is None:
         return None
     values, items = spans
@@ -356,7 +353,7 @@ def _item(reader: TypeAdapter[Any], text: bytes | bytearray, where: tuple[Any, .
         try:
             return reader.validate_json(text, context=_ENTERING)
         except ValidationError as error:
-            if not _too_deep(error.errors(include_url=False)):
+            if not too_deep(error.errors(include_url=False)):
                 raise
         return reader.validate_python(json.loads(text), context=_ENTERING)
     except ValidationError as error:
@@ -364,146 +361,37 @@ def _item(reader: TypeAdapter[Any], text: bytes | bytearray, where: tuple[Any, .
         raise _reported([{**p, "loc": (*where, *p["loc"])} for p in problems]) from None
     except (ValueError, RecursionError) as error:
         place = ".".join(str(part) for part in where)
-        _refuse(f"{place} is not JSON ({str(error)[:200]})", place)
-
-
-def _spans(  # noqa: PLR0912  # one scan, a case per token and depth
-    text: bytes | bytearray,
-) -> tuple[dict[bytes, tuple[int, int]], dict[bytes, list[tuple[int, int]]]] | None:
-    """Where each top-level value of ``text`` lies, and each item of its ``messages`` and
-    ``transitions`` lists; None unless ``text`` is one JSON object with only whitespace
-    around it."""
-    values: dict[bytes, tuple[int, int]] = {}
-    items: dict[bytes, list[tuple[int, int]]] = {}
-    depth, key, start, wanting_key = 0, b"", 0, False
-    listed: list[tuple[int, int]] | None = None
-    item_start = 0
-    for token in _TOKEN.finditer(text):
-        first = text[token.start()]
-        if first == 0x22:  # a string
-            if depth == 1 and wanting_key:
-                key, wanting_key = token.group(), False
-                start = text.index(b":", token.end()) + 1
-        elif first in b"[{":
-            if depth == 0 and (first != 0x7B or text[: token.start()].strip()):
-                return None
-            if (
-                depth == 1
-                and first == 0x5B
-                and key in _LISTS
-                and not text[start : token.start()].strip()
-            ):
-                listed = items[key] = []
-                item_start = token.end()
-            depth += 1
-            wanting_key = wanting_key or depth == 1
-        elif first in b"]}":
-            if depth == 2 and listed is not None and first == 0x5D:
-                if text[item_start : token.start()].strip():
-                    listed.append((item_start, token.start()))
-                listed = None
-            if depth == 1:
-                if key:
-                    values[key] = (start, token.start())
-                if text[token.end() :].strip():
-                    return None
-            depth -= 1
-        elif depth == 1:  # a comma between values
-            values[key] = (start, token.start())
-            wanting_key = True
-        elif depth == 2 and listed is not None:  # a comma between items
-            listed.append((item_start, token.start()))
-            item_start = token.end()
-    return (values, items) if depth == 0 and values else None
-
-
-def _too_deep(problems: Sequence[Any]) -> bool:
-    return any("recursion limit" in str(problem.get("msg", "")) for problem in problems)
+        refuse(f"{place} is not JSON ({str(error)[:200]})", place)
 
 
 def _check_head(parsed: _Document, head: _Head, state: ConversationState) -> None:
     if head.id != state.id:
-        _refuse(
+        refuse(
             f"conversation.id {head.id[:80]!r} is not the state's id {state.id!r}",
             "conversation.id",
         )
     for name, value in (("id", state.id), ("parent_id", state.config.parent_id)):
         if value is not None and not _is_id(value):
             where = f"conversation.state.config.{name}"
-            _refuse(f"{where} {value[:80]!r} is not an id ({ID_PATTERN.pattern})", where)
+            refuse(f"{where} {value[:80]!r} is not an id ({ID_PATTERN.pattern})", where)
     for name, value in vars(state).items():
         if isinstance(value, int) and not isinstance(value, bool) and value > _INT_MAX:
-            _refuse(
-                f"conversation.state.{name} is above {_INT_MAX:,}", f"conversation.state.{name}"
-            )
+            refuse(f"conversation.state.{name} is above {_INT_MAX:,}", f"conversation.state.{name}")
     # The state counts the messages its transitions appended; a conversation continued from
     # another starts with its seed (summary, pinned messages, recent turns), stored first and
     # never counted. So the document may hold more than the count, only at its start.
     surplus = len(parsed.messages) - state.message_count
     seeded = all(m.session == 1 and m.generation == 1 for m in parsed.messages[: max(surplus, 0)])
     if surplus < 0 or not seeded:
-        _refuse(
+        refuse(
             f"the state counts {state.message_count} messages; the document holds "
             f"{len(parsed.messages)}",
             "messages",
         )
     if state.phase.kind in _BUSY and not any(e.kind in _WORK for e in parsed.pending):
-        _refuse(
+        refuse(
             f"the state is {state.phase.kind} with no pending work to answer it",
             "conversation.state.phase",
-        )
-
-
-def _check_messages(messages: Sequence[Message], state: ConversationState) -> None:
-    """Sessions and generations that exist; each tool result answering a call made before it;
-    no two calls of one reply under one id."""
-    called: set[str] = set()
-    for place, message in enumerate(messages):
-        where = f"messages.{place}"
-        if message.session > state.session:
-            _refuse(
-                f"{where} is in session {message.session}; the state is in {state.session}",
-                f"{where}.session",
-            )
-        if message.generation > state.generation:
-            _refuse(
-                f"{where} is in generation {message.generation}; the state is in "
-                f"{state.generation}",
-                f"{where}.generation",
-            )
-        ids = [call.id for call in message.tool_calls]
-        for index, call_id in enumerate(ids):
-            if call_id in ids[:index]:
-                _refuse(
-                    f"{where} calls two tools under id {call_id[:80]!r}",
-                    f"{where}.tool_calls.{index}.id",
-                )
-        called.update(ids)
-        if message.kind == "tool_result" and message.tool_call_id not in called:
-            _refuse(
-                f"{where} answers a tool call no message before it made "
-                f"({str(message.tool_call_id)[:80]!r})",
-                f"{where}.tool_call_id",
-            )
-
-
-def _check_log(lines: Sequence[TransitionRecord], version: int, state: ConversationState) -> None:
-    for place, line in enumerate(lines):
-        where = f"transitions.{place}"
-        if line.seq != place + 1:
-            _refuse(
-                f"the event log's seqs are not 1, 2, 3... ({where}.seq is {line.seq})",
-                f"{where}.seq",
-            )
-        if line.session is not None and line.session > state.session:
-            _refuse(
-                f"{where} is in session {line.session}; the state is in {state.session}",
-                f"{where}.session",
-            )
-    if version != len(lines) + 1:
-        _refuse(
-            f"version {version} does not follow an event log of {len(lines)} lines",
-            "conversation.version",
         )
 
 
@@ -512,16 +400,16 @@ def _check_pending(parsed: _Document, state: ConversationState) -> None:
     for place, snapshot in enumerate(parsed.snapshots):
         where = f"snapshots.{place}"
         if snapshot.conversation_id != state.id:
-            _refuse(f"{where} belongs to another conversation", f"{where}.conversation_id")
+            refuse(f"{where} belongs to another conversation", f"{where}.conversation_id")
         if snapshot.version in seen:
-            _refuse(f"{where}: two snapshots are version {snapshot.version}", f"{where}.version")
+            refuse(f"{where}: two snapshots are version {snapshot.version}", f"{where}.version")
         if snapshot.version > _INT_MAX:
-            _refuse(f"{where}.version is above {_INT_MAX:,}", f"{where}.version")
+            refuse(f"{where}.version is above {_INT_MAX:,}", f"{where}.version")
         seen.add(snapshot.version)
     for place, effect in enumerate(parsed.pending):
         if isinstance(effect, SaveSnapshot) and effect.snapshot.conversation_id != state.id:
             where = f"pending.{place}.snapshot.conversation_id"
-            _refuse(f"pending.{place} saves a snapshot of another conversation", where)
+            refuse(f"pending.{place} saves a snapshot of another conversation", where)
 
 
 def _is_id(value: str) -> bool:
@@ -540,11 +428,11 @@ def _renamed(
         config = state.config.model_copy(update={"id": conversation_id})
         state = type(state).model_validate({**state.model_dump(), "config": config.model_dump()})
     except ValidationError as error:
-        _refuse(
+        refuse(
             f"conversation_id {conversation_id[:80]!r} cannot be an id: {error}", "conversation_id"
         )
     if not _is_id(conversation_id):
-        _refuse(
+        refuse(
             f"conversation_id {conversation_id[:80]!r} is not an id ({ID_PATTERN.pattern})",
             "conversation_id",
         )
@@ -560,11 +448,3 @@ def _renamed(
         for effect in pending
     )
     return state, moved, effects
-
-
-def _invalid(reason: str, field: str) -> InvalidDocumentError:
-    return InvalidDocumentError(f"cannot import this document: {reason}", field=field)
-
-
-def _refuse(reason: str, field: str) -> NoReturn:
-    raise _invalid(reason, field)

@@ -29,7 +29,7 @@ from segue.executor.bus import UpdateBus
 from segue.executor.errors import ConversationNotFoundError, SegueError
 from segue.executor.steps import Step
 from segue.executor.store_port import (
-    Store,
+    LogReader,
     StoredConversation,
     TransitionRecord,
     notifies_changes,
@@ -50,7 +50,7 @@ class Feed:
 
     def __init__(
         self,
-        store: Store,
+        store: LogReader,
         stored: StoredConversation,
         *,
         emit: Callable[[Update], None],
@@ -156,7 +156,7 @@ class Feeds:
 
     __slots__ = ("_bus", "_committing", "_feeds", "_store")
 
-    def __init__(self, *, store: Callable[[], Store], bus: UpdateBus) -> None:
+    def __init__(self, *, store: Callable[[], LogReader], bus: UpdateBus) -> None:
         self._store = store
         """Read at each use: the runtime's store may be replaced."""
         self._bus = bus

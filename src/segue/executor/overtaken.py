@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from segue.executor._log import get_logger
 from segue.executor.errors import ConversationNotFoundError, SegueError
-from segue.executor.store_port import Store
+from segue.executor.store_port import LogReader
 
 CHECK_FIRST: Final = 0.25
 """Seconds work runs before the store is first read about it (then twice that, and so on)."""
@@ -52,7 +52,7 @@ class Overtaken:
 
     __slots__ = ("_ended", "_handle", "_loop", "_owner", "_store", "_tasks", "_work")
 
-    def __init__(self, *, store: Callable[[], Store], owner: Callable[[], str]) -> None:
+    def __init__(self, *, store: Callable[[], LogReader], owner: Callable[[], str]) -> None:
         self._store = store
         """Read at each use: the runtime's store may be replaced."""
         self._owner = owner

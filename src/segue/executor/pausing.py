@@ -30,7 +30,7 @@ from segue.executor.claims import live_holder
 from segue.executor.drive import Driver
 from segue.executor.locks import Locks
 from segue.executor.signals import Signals
-from segue.executor.store_port import Store
+from segue.executor.store_port import LogReader
 from segue.statemachine import ConversationState, PauseRequested
 
 Where = Literal["here", "elsewhere", "nobody"]
@@ -50,7 +50,7 @@ class PauseRequest:
         *,
         where: Where,
         holder: str | None,
-        store: Callable[[], Store],
+        store: Callable[[], LogReader],
         driver: Driver,
         locks: Locks,
         signals: Signals,
@@ -139,7 +139,7 @@ class PauseRequest:
 
 
 async def where_it_runs(
-    conversation_id: str, *, store: Store, locks: Locks, owner: str
+    conversation_id: str, *, store: LogReader, locks: Locks, owner: str
 ) -> tuple[Where, str | None]:
     """Where the conversation's turn runs now, and who holds it when another runtime does."""
     if locks.is_driving(conversation_id):

@@ -45,7 +45,7 @@ from segue.executor.redo import copies, estimated, latest_compaction
 from segue.executor.requests import Requests
 from segue.executor.setup import Setup
 from segue.executor.snapshots import context_of, stored_snapshot
-from segue.executor.store_port import Store, StoredConversation
+from segue.executor.store_port import LogReader, StoredConversation
 from segue.executor.transcript import current_view, split_for_compaction
 from segue.executor.updates import (
     ContextEditedUpdate,
@@ -287,7 +287,9 @@ class Performer:
             return on_demand
         state = stored.state
         view = await self._cache.view(stored)
-        head, tail = split_for_compaction(view, state.generation, self._setup.keep_recent)
+        # Half the threshold at most kept verbatim: the summary and the next turn need the rest.
+        budget = state.config.continuation_tokens // 2
+        head, tail = split_for_compaction(view, state.generation, self._setup.keep_recent, budget)
         outcome = await self._ask(await self._requests.of(stored, effect, messages=head))
         if isinstance(outcome, LlmCallError):
             return failed(CompactionFailed, outcome)
@@ -529,7 +531,7 @@ def _with_summary_settings(
 
 
 async def _saved(
-    store: Store,
+    store: LogReader,
     failure: str,
     write: Callable[..., Path],
     directory: Path,

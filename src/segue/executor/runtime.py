@@ -47,7 +47,8 @@ from segue.executor.setup import RuntimeSettings, Setup
 from segue.executor.signals import Signals
 from segue.executor.snapshots import context_of
 from segue.executor.store_port import Store, reopens
-from segue.executor.telemetry import DEFAULT_STORE_METRICS_RATE, for_settings
+from segue.executor.telemetry import DEFAULT_STORE_METRICS_RATE
+from segue.executor.telemetry_setup import for_settings
 from segue.executor.tools import Tool, ToolRegistry
 from segue.executor.transcript import DEFAULT_KEEP_RECENT
 from segue.executor.updates import DoneUpdate, Update

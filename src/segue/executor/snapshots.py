@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from segue.executor._log import get_logger
-from segue.executor.store_port import Store, StoredMessage, TransitionRecord
+from segue.executor.store_port import LogReader, StoredMessage, TransitionRecord
 from segue.statemachine import Usage
 from segue.statemachine.checkpoint import (
     ERROR_CHARS,
@@ -148,7 +148,7 @@ def _total(usages: Sequence[Usage]) -> Usage:
 
 
 async def stored_snapshot(
-    store: Store,
+    store: LogReader,
     snapshot: SessionSnapshot,
     *,
     saved_at: float,

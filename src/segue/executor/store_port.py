@@ -2,9 +2,11 @@
 
 Stores (``MemoryStore``, ``SqliteStore``, ``PostgresStore``) keep conversations, their
 transcripts, event logs, outboxes and snapshots behind ``Store``; the runtime never talks to a
-database any other way. One ``Commit`` is one transaction, and everything a store returns is
-the plain data below, so every store is held to the same contract tests
-(``tests/test_stores.py``).
+database any other way. ``Store`` is the union of narrow ports, one per kind of caller
+(``LogReader``, ``ConversationLog``, ``Outbox``, ``Catalogue``, ``SnapshotStore``, ``Exports``),
+and each part of the runtime is typed against the narrowest it uses. One ``Commit`` is one
+transaction, and everything a store returns is the plain data below, so every store is held to
+the same contract tests (``tests/test_stores.py``).
 """
 
 from __future__ import annotations
@@ -135,7 +137,7 @@ class Commit:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConversationRecord:
-    """A whole conversation as an export carries it and ``Store.restore`` writes it back."""
+    """A whole conversation as an export carries it and ``Exports.restore`` writes it back."""
 
     state: ConversationState
     version: int
@@ -152,7 +154,7 @@ class ConversationRecord:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WholeConversation:
-    """Everything a store holds of one conversation, read in one transaction (``Store.whole``):
+    """Everything a store holds of one conversation, read in one transaction (``Exports.whole``):
     the parts agree with one another (an export is one consistent picture, never a state of
     one step beside the log of the next)."""
 
@@ -163,26 +165,56 @@ class WholeConversation:
     snapshots: tuple[SessionSnapshot, ...]
 
 
-class Store(Protocol):
-    """Persistence of conversations. Every method is atomic on its own.
+@runtime_checkable
+class LogReader(Protocol):
+    """Reading one conversation: its state and the log a step appends to (transcript, events).
+    What a part that only looks needs (the view cache, a watcher, a lineage walk).
 
-    Behaviours every store shares (the contract tests in ``tests/test_stores.py`` check them):
+    **Transcript seqs** are 1, 2, 3... per conversation in append order, seed messages first,
+    with no gaps and never reused; ``StoredConversation.last_seq`` is the last one.
+    """
 
-    - **Transcript seqs** are 1, 2, 3... per conversation in append order, seed messages first,
-      with no gaps and never reused; ``StoredConversation.last_seq`` is the last one.
-    - **Outbox ids** are unique within a conversation and increase in commit order; an id is
-      never handed out again, even after its effect was completed.
-    - **Versions** start at 1 and grow by one per commit; ``complete``, ``link_child`` and
-      snapshots do not change them.
-    - **Snapshots** are never overwritten: saving the same snapshot again is a no-op (a runtime
-      finishing its outbox after a crash does that), a different one under a used version
-      raises ``SegueError``.
-    - **Claims**: an outbox effect is performed by the runtime that claimed it (``claim``, or
-      ``Commit.owner`` for what a commit queues); a claim lasts until its lease ends.
-    - Every call about an unknown id raises ``ConversationNotFoundError``; a lock held elsewhere
-      for too long raises ``StoreLockedError``; a store that cannot be reached raises
-      ``StoreUnavailableError``; an id, model or system prompt with a NUL raises
-      ``InvalidTextError`` before anything is written.
+    async def load(self, conversation_id: str) -> StoredConversation:
+        """The current state, version, ``last_seq`` and pending outbox, read together;
+        ``ConversationNotFoundError`` if none."""
+        ...
+
+    async def messages(
+        self, conversation_id: str, *, after_seq: int = 0, before_seq: int | None = None
+    ) -> list[StoredMessage]:
+        """The transcript in order, from ``after_seq`` + 1 (a reader that has the first
+        ``after_seq`` messages fetches only what is new), up to ``before_seq`` - 1 if given."""
+        ...
+
+    async def generation_start(
+        self, conversation_id: str, session: int | None, generation: int
+    ) -> int:
+        """Where the model's view of (``session``, ``generation``) may be folded from: the seq
+        of the latest fresh start (a new session's or generation's first message) at or before
+        it, 1 if there is none. With ``session=None``, the first message of ``generation``
+        whatever its session (its summary; 1 for the first generation). Indexed: the cost does
+        not grow with the generations before (``transcript``, ``cache``)."""
+        ...
+
+    async def pinned_messages(
+        self, conversation_id: str, *, before_seq: int
+    ) -> list[StoredMessage]:
+        """The pinned messages before ``before_seq``, in order (what a view folded from there
+        still sends first); indexed, like ``generation_start``."""
+        ...
+
+    async def transitions(self, conversation_id: str) -> list[TransitionRecord]:
+        """The event log in order."""
+        ...
+
+
+@runtime_checkable
+class ConversationLog(LogReader, Protocol):
+    """A conversation's log, read and written: created, stepped (one ``Commit`` a step), and
+    linked to the child it continues in. What the drive loop's commits need.
+
+    **Versions** start at 1 and grow by one per commit; ``Outbox.complete``, ``link_child`` and
+    snapshots do not change them.
     """
 
     async def create(
@@ -199,16 +231,27 @@ class Store(Protocol):
         for metadata out of bounds (nothing written)."""
         ...
 
-    async def load(self, conversation_id: str) -> StoredConversation:
-        """The current state, version, ``last_seq`` and pending outbox, read together;
-        ``ConversationNotFoundError`` if none."""
-        ...
-
     async def commit(self, commit: Commit) -> StoredConversation:
         """Apply ``commit`` atomically (see ``Commit``); ``ConcurrentUpdateError`` if the
         version moved. Returns the conversation as it now is (as ``load`` would return it), so
         a writer never needs to load again after committing."""
         ...
+
+    async def link_child(self, parent_id: str, child_id: str) -> str:
+        """Record ``child_id`` as THE child of ``parent_id`` unless one exists; return the
+        child that is recorded (the existing one wins, so asking twice gives one child)."""
+        ...
+
+
+@runtime_checkable
+class Outbox(Protocol):
+    """The work a commit queued and nobody has performed yet, and who holds it.
+
+    - **Outbox ids** are unique within a conversation and increase in commit order; an id is
+      never handed out again, even after its effect was completed.
+    - **Claims**: an outbox effect is performed by the runtime that claimed it (``claim``, or
+      ``Commit.owner`` for what a commit queues); a claim lasts until its lease ends.
+    """
 
     async def complete(self, conversation_id: str, effect_ids: Sequence[int]) -> None:
         """Remove performed effects that produced no event (notifications, archives); ids no
@@ -242,40 +285,17 @@ class Store(Protocol):
         """Give up ``owner``'s claims (the next drive may take the work at once)."""
         ...
 
-    async def messages(
-        self, conversation_id: str, *, after_seq: int = 0, before_seq: int | None = None
-    ) -> list[StoredMessage]:
-        """The transcript in order, from ``after_seq`` + 1 (a reader that has the first
-        ``after_seq`` messages fetches only what is new), up to ``before_seq`` - 1 if given."""
+    async def with_pending(self) -> list[str]:
+        """Ids of conversations with a non-empty outbox (to finish after a crash)."""
         ...
 
-    async def generation_start(
-        self, conversation_id: str, session: int | None, generation: int
-    ) -> int:
-        """Where the model's view of (``session``, ``generation``) may be folded from: the seq
-        of the latest fresh start (a new session's or generation's first message) at or before
-        it, 1 if there is none. With ``session=None``, the first message of ``generation``
-        whatever its session (its summary; 1 for the first generation). Indexed: the cost does
-        not grow with the generations before (``transcript``, ``cache``)."""
-        ...
 
-    async def pinned_messages(
-        self, conversation_id: str, *, before_seq: int
-    ) -> list[StoredMessage]:
-        """The pinned messages before ``before_seq``, in order (what a view folded from there
-        still sends first); indexed, like ``generation_start``."""
-        ...
-
-    async def transitions(self, conversation_id: str) -> list[TransitionRecord]:
-        """The event log in order."""
-        ...
+@runtime_checkable
+class Catalogue(Protocol):
+    """The conversations a store holds, as an application finds, labels and purges them."""
 
     async def list_conversations(self) -> list[StoredConversation]:
         """All conversations, oldest first (without their pending effects)."""
-        ...
-
-    async def with_pending(self) -> list[str]:
-        """Ids of conversations with a non-empty outbox (to finish after a crash)."""
         ...
 
     async def list_page(
@@ -330,6 +350,26 @@ class Store(Protocol):
         ``ConversationNotFoundError`` if ``conversation_id`` is not there."""
         ...
 
+
+@runtime_checkable
+class SnapshotStore(Protocol):
+    """Pause snapshots. **Never overwritten**: saving the same snapshot again is a no-op (a
+    runtime finishing its outbox after a crash does that), a different one under a used version
+    raises ``SegueError``."""
+
+    async def save_snapshot(self, snapshot: SessionSnapshot) -> None:
+        """Store a pause snapshot (versions are per conversation, never overwritten)."""
+        ...
+
+    async def snapshots(self, conversation_id: str) -> list[SessionSnapshot]:
+        """The conversation's snapshots, oldest first."""
+        ...
+
+
+@runtime_checkable
+class Exports(Protocol):
+    """A whole conversation at once, read or written in one transaction (export, import)."""
+
     async def whole(self, conversation_id: str) -> WholeConversation:
         """The conversation, its transcript, event log and snapshots, read in one transaction
         (one snapshot of the database: PostgreSQL's REPEATABLE READ, one SQLite read
@@ -341,18 +381,21 @@ class Store(Protocol):
         ``ConversationExistsError`` if its id is taken, nothing written then."""
         ...
 
-    async def link_child(self, parent_id: str, child_id: str) -> str:
-        """Record ``child_id`` as THE child of ``parent_id`` unless one exists; return the
-        child that is recorded (the existing one wins, so asking twice gives one child)."""
-        ...
 
-    async def save_snapshot(self, snapshot: SessionSnapshot) -> None:
-        """Store a pause snapshot (versions are per conversation, never overwritten)."""
-        ...
+@runtime_checkable
+class Store(ConversationLog, Outbox, Catalogue, SnapshotStore, Exports, Protocol):
+    """Persistence of conversations: every narrow port above, and ``close``. Every method is
+    atomic on its own; the contract tests in ``tests/test_stores.py`` hold every store to what
+    each port says.
 
-    async def snapshots(self, conversation_id: str) -> list[SessionSnapshot]:
-        """The conversation's snapshots, oldest first."""
-        ...
+    A part that needs less is typed against less (the view cache reads a ``LogReader``, the
+    claims keep an ``Outbox``), so what a part can touch is read from its signature.
+
+    Every call about an unknown id raises ``ConversationNotFoundError``; a lock held elsewhere
+    for too long raises ``StoreLockedError``; a store that cannot be reached raises
+    ``StoreUnavailableError``; an id, model or system prompt with a NUL raises
+    ``InvalidTextError`` before anything is written.
+    """
 
     async def close(self) -> None:
         """Release connections and files."""

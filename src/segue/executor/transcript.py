@@ -23,6 +23,7 @@ from itertools import chain, islice
 from typing import overload
 
 from segue.statemachine import Message
+from segue.statemachine.accounting import estimate_content, estimate_tool_calls
 
 DEFAULT_KEEP_RECENT = 6
 """Messages kept verbatim by compaction: enough for the last exchange and its tool calls."""
@@ -203,21 +204,53 @@ def current_view(transcript: Sequence[Message], session: int, generation: int) -
 
 
 def split_for_compaction(
-    view: Sequence[Message], generation: int, keep_recent: int = DEFAULT_KEEP_RECENT
+    view: Sequence[Message],
+    generation: int,
+    keep_recent: int = DEFAULT_KEEP_RECENT,
+    budget: int | None = None,
 ) -> tuple[list[Message], list[Message]]:
     """Split a view into (to summarise, to keep verbatim).
 
     The tail is taken from the current generation only (so ``current_view`` can find it again
     from the summary's ``kept_messages``), never starts with a ``tool_result`` (that would cut a
     tool call from its result) and never includes a summary (summaries are summarised again).
+    With a ``budget`` (tokens), the tail is shortened from its start until its estimate fits:
+    in a small window a few long messages kept verbatim would leave the compacted context above
+    the threshold, and the compaction would be found ineffective.
     """
     own = [i for i, m in enumerate(view) if m.generation == generation and m.kind != "summary"]
-    start = max(0, len(own) - keep_recent)
-    while start > 0 and view[own[start]].kind == "tool_result":
-        start -= 1
-    if start < len(own) and view[own[start]].kind == "tool_result":
-        start = len(own)  # only tool results left: keep nothing rather than orphan them
+    start = _tail_start(view, own, max(0, len(own) - keep_recent))
+    if budget is not None:
+        while start < len(own) and _estimate(view, own[start:]) > budget:
+            start = _shorter(view, own, start)
     kept = set(own[start:])
     head = [m for i, m in enumerate(view) if i not in kept]
     tail = [view[i] for i in sorted(kept)]
     return head, tail
+
+
+def _tail_start(view: Sequence[Message], own: Sequence[int], start: int) -> int:
+    """``start``, moved back so the tail does not open with a tool result (its call comes
+    too); past the end when only tool results are left (keep nothing rather than orphan
+    them)."""
+    while 0 < start < len(own) and view[own[start]].kind == "tool_result":
+        start -= 1
+    if start < len(own) and view[own[start]].kind == "tool_result":
+        return len(own)
+    return start
+
+
+def _shorter(view: Sequence[Message], own: Sequence[int], start: int) -> int:
+    """The tail one message shorter, moved on past tool results whose call it no longer
+    keeps."""
+    start += 1
+    while start < len(own) and view[own[start]].kind == "tool_result":
+        start += 1
+    return start
+
+
+def _estimate(view: Sequence[Message], indices: Sequence[int]) -> int:
+    return sum(
+        estimate_content(view[i].text, view[i].content) + estimate_tool_calls(view[i].tool_calls)
+        for i in indices
+    )

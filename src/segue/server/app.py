@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from fastapi import Depends, FastAPI
 
-from segue import __version__
+from segue._version import __version__
 from segue.executor.models.scripted import ScriptedModel
 from segue.executor.runtime import Runtime
 from segue.server import control, conversations, data, errors, health, lineage, pages, streams

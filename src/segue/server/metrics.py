@@ -13,7 +13,7 @@ from typing import Any
 
 from fastapi import APIRouter, Response
 
-from segue._lazy import MissingExtraError
+from segue.errors import MissingExtraError
 
 INSTALL = "segue[metrics]"
 

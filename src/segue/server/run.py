@@ -20,8 +20,8 @@ from typing import Any, Final
 
 from fastapi import FastAPI
 
-from segue import __version__
-from segue.executor.errors import SegueError
+from segue._version import __version__
+from segue.errors import UnsafeBindError
 from segue.executor.model_port import LlmModel
 from segue.executor.models.providers import (
     DEFAULT_MODELS,
@@ -94,10 +94,6 @@ class ServerConfig:
         return self.model or DEFAULT_MODELS[self.provider]
 
 
-class UnsafeBindError(SegueError):
-    """Binding beyond this machine without a token would let anyone on the network in."""
-
-
 def is_loopback(host: str) -> bool:
     """Whether ``host`` only accepts connections from this machine."""
     if host == "localhost":
@@ -123,7 +119,7 @@ def build_model(config: ServerConfig) -> LlmModel:
     """The provider's model with an API key (or any compatible server at ``base_url``), else
     the offline scripted model (its replies sized to each conversation's window)."""
     if config.api_key is None:
-        from segue.cli._offline import OfflineModel  # noqa: PLC0415  # chat's model too
+        from segue.executor.models.offline import OfflineModel  # noqa: PLC0415  # chat's model too
 
         return OfflineModel(tool_every=3, chunk_delay=config.chunk_delay)
     return build_llm(

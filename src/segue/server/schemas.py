@@ -7,7 +7,7 @@ before it reaches the runtime), so a client's mistake is a 422 with the field na
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Self
 
 from pydantic import (
     AfterValidator,
@@ -17,9 +17,11 @@ from pydantic import (
     StrictBool,
     StrictFloat,
     StrictInt,
+    field_validator,
+    model_validator,
 )
 
-from segue.executor.stores._shared import (
+from segue.executor.bounds import (
     MAX_ID_LENGTH,
     MAX_METADATA_KEY,
     MAX_METADATA_KEYS,
@@ -27,7 +29,7 @@ from segue.executor.stores._shared import (
     checked_metadata,
 )
 from segue.statemachine import ContextExhaustionBehavior, SummaryRequest
-from segue.statemachine.options import ConversationOptions
+from segue.statemachine.options import MIN_WINDOW, ConversationOptions, check_window
 from segue.statemachine.state import MAX_PROMPT_CHARS, Compaction
 from segue.views import (
     ID_PATTERN,
@@ -38,9 +40,6 @@ from segue.views import (
     ToolCallView,
 )
 
-MIN_WINDOW: Final = 1_000
-"""The smallest context window a conversation may be created with: below it not even the
-system prompt and one exchange fit before the threshold."""
 MAX_RUN_SECONDS: Final = 366 * 24 * 3600
 """The longest run bound a conversation may be given (a year): anything longer is no bound."""
 
@@ -137,6 +136,23 @@ class CreateConversation(ConversationOptions):
         if "summary_request" not in given:
             fields["summary_request"] = server.summary_request
         return ConversationOptions(**fields)
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Self:
+        """Nothing yet: how the options fit together (the thresholds, the compaction and the
+        behaviour, the model's settings) is checked once, on the options ``options`` completes
+        with the server's own (a request's ``compaction="provider"`` on a server whose
+        behaviour is ``compact_in_place`` is sound), by the options' own check."""
+        return self
+
+    @field_validator("context_window", mode="before")
+    @classmethod
+    def _window(cls, given: object) -> object:
+        """A window below ``MIN_WINDOW`` refused in the words the library and the CLI say it
+        (the core's ``check_window``); the field's ``ge`` tells the OpenAPI schema."""
+        if type(given) is int:
+            check_window(given)
+        return given
 
 
 class Purge(_Request):

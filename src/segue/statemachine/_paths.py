@@ -8,7 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from segue.effects import (
+from segue.statemachine._values import replaced
+from segue.statemachine.content import ContentBlock
+from segue.statemachine.effects import (
     AppendMessage,
     ArchiveTranscript,
     CancelRequest,
@@ -20,8 +22,6 @@ from segue.effects import (
     RequestContinuation,
     RequestLlm,
 )
-from segue.statemachine._values import replaced
-from segue.statemachine.content import ContentBlock
 from segue.statemachine.models import (
     ContextExhaustionBehavior,
     ErrorKind,

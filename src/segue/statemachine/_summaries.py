@@ -7,20 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, cast
 
-from segue.effects import (
-    AppendMessage,
-    ArchiveTranscript,
-    Effect,
-    NotifyCompactionFailed,
-    NotifyCompactionFallback,
-    NotifyContextExhausted,
-    ReportAccountingAnomaly,
-    RequestKind,
-    SaveSnapshot,
-    ScheduleRetry,
-    StartGeneration,
-    StartSession,
-)
 from segue.statemachine._paths import (
     CANCEL,
     CANCELLED_SUMMARY,
@@ -50,6 +36,20 @@ from segue.statemachine.checkpoint import (
     continuation_prompt,
     extract_checkpoint,
     extract_decisions,
+)
+from segue.statemachine.effects import (
+    AppendMessage,
+    ArchiveTranscript,
+    Effect,
+    NotifyCompactionFailed,
+    NotifyCompactionFallback,
+    NotifyContextExhausted,
+    ReportAccountingAnomaly,
+    RequestKind,
+    SaveSnapshot,
+    ScheduleRetry,
+    StartGeneration,
+    StartSession,
 )
 from segue.statemachine.events import (
     CheckpointFailed,

@@ -6,19 +6,6 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from segue.effects import (
-    ArchiveTranscript,
-    Effect,
-    ExecuteTools,
-    NotifyCompactionFallback,
-    NotifyContextWarning,
-    NotifyToolRoundLimit,
-    NotifyTruncated,
-    RejectUserMessage,
-    ReportAccountingAnomaly,
-    ScheduleRetry,
-    StartGeneration,
-)
 from segue.statemachine._paths import (
     CANCEL,
     COMPACTION_PAUSE,
@@ -47,6 +34,19 @@ from segue.statemachine.accounting import (
     estimate_tokens,
     estimate_tool_calls,
     reported_occupancy,
+)
+from segue.statemachine.effects import (
+    ArchiveTranscript,
+    Effect,
+    ExecuteTools,
+    NotifyCompactionFallback,
+    NotifyContextWarning,
+    NotifyToolRoundLimit,
+    NotifyTruncated,
+    RejectUserMessage,
+    ReportAccountingAnomaly,
+    ScheduleRetry,
+    StartGeneration,
 )
 from segue.statemachine.events import (
     LlmError,

@@ -4,24 +4,31 @@ A backend creates conversations with the same settings over and over, and a conv
 goes on in a new one (``Runtime.start_new_from``) passes its settings on: as one value, httpx's
 ``Timeout`` and ``Limits`` are passed whole, not field by field. ``Runtime.create_conversation``
 takes this value (or its fields as keywords), the server's create request is this value, and the
-CLI builds one from its flags. The core turns it into the conversation's fixed
-``ConversationConfig`` once the runtime has resolved what the model decides (its window, its
-bound on output); ``of`` reads one back from a config, so that a child inherits it whole.
+CLI builds one from its flags. ``initial_state`` turns it into the new conversation, given what
+the model's adapter reported of its window: the one resolution all three share, so the same
+options make the same conversation however they came (its window, its bound on output, its
+smallest window, ``MIN_WINDOW``). ``of`` reads the options back from a config, so that a child
+inherits them whole.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Self
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Final, Self
 
-from pydantic import Field, StrictFloat, StrictInt, model_validator
+from pydantic import Field, StrictFloat, StrictInt, ValidationError, model_validator
 
 from segue.statemachine._values import Frozen
 from segue.statemachine.accounting import estimate_tokens
 from segue.statemachine.models import (
     ContextExhaustionBehavior,
+    Message,
     ModelSettings,
+    Provider,
     SummaryRequest,
     model_info,
+    provider_of,
 )
 from segue.statemachine.state import (
     MAX_PROMPT_CHARS,
@@ -34,6 +41,13 @@ from segue.statemachine.state import (
     check_compaction,
 )
 
+MIN_WINDOW: Final = 1_000
+"""The smallest context window a conversation is created with (through ``Runtime``, the server's
+API and the CLI alike): below it not even the system prompt and one exchange fit before the
+threshold. The core's own model (``new_conversation``) explores smaller ones."""
+DEFAULT_OUTPUT_TOKENS: Final = 8_192
+"""A conversation's bound on one answer unless it says otherwise: room for a long reply, while a
+prompt at the continuation threshold plus this still fits the smallest window."""
 _SETTINGS = ("temperature", "thinking_budget", "tool_choice")
 """The options that say how the model is asked: kept together in ``ModelSettings``."""
 
@@ -65,7 +79,8 @@ class ConversationOptions(Frozen):
     max_tool_rounds: Annotated[StrictInt, Field(ge=1, le=10_000)] = 50
     """Tool rounds one turn may run; past it the model is asked, without tools, for its answer."""
     context_window: Annotated[StrictInt, Field(gt=0)] | None = None
-    """The window in tokens; None: what the provider reports, else segue's table of models."""
+    """The window in tokens; None: what the provider reports, else segue's table of models.
+    A conversation is created with ``MIN_WINDOW`` or more (``initial_state``)."""
     max_output_tokens: Annotated[StrictInt, Field(gt=0)] | None = None
     """The bound on one answer; None: room for a long reply (and a thinking budget)."""
     temperature: Annotated[StrictFloat, Field(ge=0, le=1)] | None = None
@@ -148,7 +163,9 @@ class ConversationOptions(Frozen):
             system=system,
             context_window=config.context_window,
             max_output_tokens=config.max_output_tokens,
-            window_source=config.window_source,
+            # Resolved before (a config stored before window_source was kept says nothing):
+            # never refused again, whatever the smallest window is now.
+            window_source=config.window_source or "given",
         )
 
     def config(
@@ -199,6 +216,150 @@ _CONFIG_FIELDS = frozenset(ConversationConfig.model_fields) - {
 """The options the config keeps as they are (the rest it derives or resolves)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A model's input window in tokens, and where the figure came from (``WindowSource``)."""
+
+    tokens: int
+    source: WindowSource
+
+
+def window_in_table(model: str, provider: Provider | None = None) -> Window:
+    """The window segue's table gives ``model`` (``table``); for a model it does not know, the
+    smallest window of the provider its name says, else of ``provider`` (the adapter's), else
+    the smallest segue has always assumed (``assumed``, REQ-BED-022)."""
+    info = model_info(model)
+    if info.known:
+        return Window(info.context_window, "table")
+    owner = provider_of(model) or provider
+    tokens = info.context_window if owner is None else model_info(_UNKNOWN_OF[owner]).context_window
+    return Window(tokens, "assumed")
+
+
+_UNKNOWN_OF: Final[dict[Provider, str]] = {"anthropic": "claude-", "openai": "gpt-"}
+"""A name the table knows to be its provider's and no model's: ``model_info`` answers it with the
+provider's smallest window, the guess for any model of that provider the table lacks."""
+
+
+def check_window(tokens: int) -> None:
+    """Refuse a window given below ``MIN_WINDOW``, in the words every way of creating a
+    conversation says it (a ``ValueError``: the server answers it as a 422, the CLI as a usage
+    error)."""
+    if tokens < MIN_WINDOW:
+        msg = (
+            f"a context window of {tokens:,} tokens is out of range: give {MIN_WINDOW:,} or more "
+            "(below it not even the system prompt and one exchange fit before the threshold)"
+        )
+        raise ValueError(msg)
+
+
+def resolved_window(options: ConversationOptions, reported: Window | None = None) -> Window:
+    """The window a conversation made with ``options`` gets: ``context_window`` when given
+    (``given``, or where a continued conversation's parent had it from), else what the model's
+    adapter ``reported``, else segue's table (``window_in_table``)."""
+    if options.context_window:
+        return Window(options.context_window, options.window_source or "given")
+    return reported if reported is not None else window_in_table(options.model)
+
+
+def output_bound(options: ConversationOptions) -> int:
+    """What one answer may hold: ``max_output_tokens`` as given, else ``DEFAULT_OUTPUT_TOKENS``
+    (with room for the thinking budget), within the model's limit."""
+    if options.max_output_tokens is not None:
+        return options.max_output_tokens
+    wanted = DEFAULT_OUTPUT_TOKENS
+    if options.thinking_budget is not None:
+        wanted = max(wanted, options.thinking_budget + DEFAULT_OUTPUT_TOKENS)
+    return min(model_info(options.model).max_output_tokens, wanted)
+
+
+def options_with(
+    options: ConversationOptions | None, fields: dict[str, Any]
+) -> ConversationOptions:
+    """``options`` with ``fields`` set over them (or the options of ``fields`` alone), as every
+    way of creating a conversation takes them; invalid values raise
+    ``pydantic.ValidationError``."""
+    if options is None:
+        return ConversationOptions(**fields)
+    if fields:
+        return ConversationOptions.model_validate(options.model_dump() | fields)
+    return options
+
+
+def initial_state(
+    options: ConversationOptions,
+    *,
+    conversation_id: str,
+    parent_id: str | None = None,
+    reported: Window | None = None,
+    seed: Sequence[Message] = (),
+    system_tokens: int | None = None,
+    started_at: float | None = None,
+) -> ConversationState:
+    """The new, idle conversation ``options`` make: the one resolution of options into a state
+    that ``Runtime.create_conversation`` (and through it the server's API and the CLI) and
+    ``new_conversation`` share, so that the same options make the same conversation whichever
+    way they came.
+
+    ``reported``: the model's window as its adapter says it (left out: segue's table); a given
+    ``context_window`` goes first (``resolved_window``), and one given below ``MIN_WINDOW`` is
+    refused (``pydantic.ValidationError``, in ``check_window``'s words). The bound on output is
+    ``output_bound``'s. ``seed``: the messages it starts with (what a continued conversation
+    carries over), counted into pre-flight with the system prompt (``system_tokens``; default:
+    the system prompt's estimate). ``started_at``: the Unix time it was created, by the
+    caller's clock, which ``pause_after_seconds`` measures from.
+    """
+    if options.context_window is not None and options.window_source is None:
+        try:
+            check_window(options.context_window)
+        except ValueError as error:
+            raise _refused("context_window", options.context_window, error) from None
+    return _state(
+        options,
+        conversation_id=conversation_id,
+        parent_id=parent_id,
+        reported=reported,
+        seed=seed,
+        system_tokens=system_tokens,
+        started_at=started_at,
+    )
+
+
+def _refused(field: str, given: object, error: ValueError) -> ValidationError:
+    """``error`` as pydantic says a refused field: what the options' own checks raise."""
+    return ValidationError.from_exception_data(
+        ConversationOptions.__name__,
+        [{"type": "value_error", "loc": (field,), "input": given, "ctx": {"error": error}}],
+    )
+
+
+def _state(
+    options: ConversationOptions,
+    *,
+    conversation_id: str,
+    parent_id: str | None,
+    reported: Window | None,
+    seed: Sequence[Message],
+    system_tokens: int | None,
+    started_at: float | None,
+) -> ConversationState:
+    window = resolved_window(options, reported)
+    config = options.config(
+        conversation_id=conversation_id,
+        parent_id=parent_id,
+        context_window=window.tokens,
+        max_output_tokens=output_bound(options),
+        system_tokens=system_tokens,
+        window_source=window.source,
+    )
+    return ConversationState(
+        config=config,
+        pending_tokens=config.system_tokens + sum(estimate_tokens(m.text) for m in seed),
+        pinned_tokens=sum(estimate_tokens(m.text) for m in seed if m.pinned),
+        active_since=started_at,  # what pause_after_seconds measures from (REQ-SEG-053)
+    )
+
+
 def new_conversation(
     options: ConversationOptions | None = None,
     /,
@@ -213,29 +374,24 @@ def new_conversation(
     (``new_conversation(model="claude-sonnet-4-5", behavior=...)``).
 
     The core has no randomness, so without ``conversation_id`` the id is derived from the
-    parent (``<parent>.child``) or is ``"conversation"``; runtimes always pass a fresh one. A
-    window or a bound on output left out comes from segue's table of models (the runtime asks
-    the provider first). ``system_tokens`` seeds pre-flight with what the system prompt and the
-    tools take (default: the options' system prompt, estimated). ``started_at``: the Unix time
-    it was created, by the caller's clock, which ``pause_after_seconds`` measures from (the core
-    has none; left out, the first answer that carries a time starts it). Invalid values raise
-    ``pydantic.ValidationError``.
+    parent (``<parent>.child``) or is ``"conversation"``; runtimes always pass a fresh one. It
+    is ``initial_state`` with the window and the bound on output from segue's table (the
+    runtime asks the model's adapter first), except that a window of any size is taken: the
+    core's own tests and model check explore windows below ``MIN_WINDOW``. ``system_tokens``
+    seeds pre-flight with what the system prompt and the tools take (default: the options'
+    system prompt, estimated). ``started_at``: the Unix time it was created, by the caller's
+    clock, which ``pause_after_seconds`` measures from (the core has none; left out, the first
+    answer that carries a time starts it). Invalid values raise ``pydantic.ValidationError``.
     """
-    if options is None:
-        options = ConversationOptions(**fields)
-    elif fields:
-        options = ConversationOptions.model_validate(options.model_dump() | fields)
-    info = model_info(options.model)
-    config = options.config(
+    options = options_with(options, fields)
+    return _state(
+        options,
         conversation_id=conversation_id
         if conversation_id is not None
         else (f"{parent_id}.child" if parent_id else "conversation"),
         parent_id=parent_id,
-        context_window=options.context_window or info.context_window,
-        max_output_tokens=options.max_output_tokens or info.max_output_tokens,
+        reported=None,
+        seed=(),
         system_tokens=system_tokens,
-        window_source="given" if options.context_window else "table" if info.known else "assumed",
-    )
-    return ConversationState(
-        config=config, pending_tokens=config.system_tokens, active_since=started_at
+        started_at=started_at,
     )

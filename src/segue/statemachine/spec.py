@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Final, get_args
 
-from segue.effects import Effect
+from segue.statemachine.effects import Effect
 from segue.statemachine.events import EVENT_TYPES
 from segue.statemachine.models import ContextExhaustionBehavior
 from segue.statemachine.phases import PHASE_TYPES

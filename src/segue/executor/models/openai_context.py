@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from segue.executor.model_port import ContextSupport, LlmReply, ProviderCompaction
+from segue.executor.models.openai_usage import read_usage
 from segue.statemachine import Message
 from segue.statemachine.content import CompactionBlock
 from segue.statemachine.models import provider_of
@@ -72,9 +73,6 @@ def compacted_reply(compacted: Any) -> LlmReply:
     named = said if isinstance(said, str) and said else None  # its id; it names no model
     if last < 0:
         return LlmReply(stop_reason=COMPACTION, response_id=named)
-    # Imported here: the stream's reader imports this module (for ``compaction_of``).
-    from segue.executor.models.openai_stream import read_usage  # noqa: PLC0415
-
     made = compaction_of(items[last], tuple(items[:last]))
     usage = read_usage(_field(compacted, "usage"))
     compaction = ProviderCompaction(summary="", trigger="manual", block=made.block, usage=usage)

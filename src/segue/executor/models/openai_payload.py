@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from segue.executor.errors import SegueError
+from segue.errors import UnsupportedContentError
 from segue.executor.model_port import LlmRequest, ToolSpec
 from segue.executor.models.history import (
     AGENT_BLOCKS,
@@ -54,10 +54,6 @@ Item = dict[str, Any]
 
 _REASONING = re.compile(r"^(?:o\d+(?:-|$)|gpt-5(?!-chat)|codex-)")
 _IMAGES_FOLLOW: Final = "[the images this tool returned follow]"
-
-
-class UnsupportedContentError(SegueError, ValueError):
-    """A message holds a block the chosen API cannot take (a PDF on Chat Completions)."""
 
 
 def is_reasoning_model(model: str) -> bool:

@@ -20,24 +20,20 @@ one that cannot (an adapter written before, or another's).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Final, Protocol, TypeGuard, runtime_checkable
 
 from segue.executor._log import get_logger
 from segue.executor.model_port import LlmModel, capable
-from segue.statemachine import model_info
 from segue.statemachine.models import Provider, provider_of
+from segue.statemachine.options import (
+    ConversationOptions,
+    Window,
+    resolved_window,
+    window_in_table,
+)
 from segue.statemachine.state import WindowSource
 
 log = get_logger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Window:
-    """A model's input window in tokens, and where the figure came from."""
-
-    tokens: int
-    source: WindowSource
 
 
 @runtime_checkable
@@ -48,10 +44,6 @@ class WindowReporter(Protocol):
         """The model's window and its source; never raises (a failure to ask is a guess)."""
         ...
 
-
-_UNKNOWN_OF: Final[dict[Provider, str]] = {"anthropic": "claude-", "openai": "gpt-"}
-"""A name the table knows to be its provider's and no model's: ``model_info`` answers it with the
-provider's smallest window, the guess for any model of that provider the table lacks."""
 
 _CLOUD_PREFIX: Final = re.compile(r"^(?:[a-z]{2,6}\.)?anthropic\.")
 """Bedrock's ``anthropic.`` and its cross-region inference profiles' ``us.``, ``eu.``,
@@ -73,16 +65,16 @@ def anthropic_model_name(model: str) -> str:
 
 def table_window(model: str, provider: Provider | None) -> Window:
     """The window segue's table gives ``model``; for a model it does not know, the smallest of
-    the provider its name says, else of ``provider`` (the adapter's), logged as a guess."""
-    info = model_info(model)
-    if info.known:
-        return Window(info.context_window, "table")
-    owner = provider_of(model) or provider
-    tokens = (
-        model_info(_UNKNOWN_OF[owner]).context_window if owner is not None else info.context_window
-    )
-    log.warning("model_window_unknown", model=model, assumed_window=tokens, provider=owner)
-    return Window(tokens, "assumed")
+    the provider its name says, else of ``provider`` (the adapter's), logged as a guess: the
+    core's ``window_in_table``, which a conversation created without a word from the adapter
+    gets too."""
+    window = window_in_table(model, provider)
+    if window.source == "assumed":
+        owner = provider_of(model) or provider
+        log.warning(
+            "model_window_unknown", model=model, assumed_window=window.tokens, provider=owner
+        )
+    return window
 
 
 def reports_windows(llm: object) -> TypeGuard[WindowReporter]:
@@ -101,11 +93,19 @@ async def window_of(llm: LlmModel, model: str) -> Window:
     return table_window(model, None)
 
 
+async def window_for(llm: LlmModel, options: ConversationOptions) -> Window:
+    """The window a conversation made with ``options`` gets (``resolved_window``): the one they
+    give, else ``llm``'s word on their model, asked only then."""
+    reported = None if options.context_window else await window_of(llm, options.model)
+    return resolved_window(options, reported)
+
+
 __all__ = [
     "Window",
     "WindowReporter",
     "WindowSource",
     "anthropic_model_name",
     "table_window",
+    "window_for",
     "window_of",
 ]

@@ -4,8 +4,8 @@ A page is the next ``limit`` conversations after the last one seen, newest first
 (``created_at``, ``ordinal``), read backwards along the index on age, or along the index on a
 metadata value and age when a pair filters them (one user's conversations among everyone's):
 it costs the same whatever came before it, and pages neither skip nor repeat while
-conversations are created. Each further pair is a look-up of the conversation's tags. What
-differs between the dialects is the placeholder and how ``tags`` names its conversation.
+conversations are created. Each further pair is a look-up of the conversation's tags (which
+name it by ordinal on both dialects). What differs between the dialects is the placeholder.
 """
 
 from __future__ import annotations
@@ -23,17 +23,13 @@ class Dialect:
     """The placeholder: ``?`` or ``%s``."""
     listed: str
     """``_rows.LISTED_COLUMNS`` and then ``c.ordinal``, of ``conversations AS c``."""
-    link: str
-    """The column of ``tags`` that names its conversation (``ordinal``, ``conversation_id``)."""
-    key: str
-    """The column of ``conversations`` it names (``ordinal``, ``id``)."""
 
 
 def _also(dialect: Dialect, pairs: Sequence[tuple[str, str]], owner: str) -> tuple[str, list[str]]:
     """SQL requiring every pair of ``pairs`` of the conversation ``owner`` names."""
-    mark, link = dialect.mark, dialect.link
+    mark = dialect.mark
     clause = "".join(
-        f" AND EXISTS (SELECT 1 FROM tags AS o WHERE o.{link} = {owner}"  # noqa: S608
+        f" AND EXISTS (SELECT 1 FROM tags AS o WHERE o.ordinal = {owner}"  # noqa: S608
         f" AND o.key = {mark} AND o.value = {mark})"
         for _ in pairs
     )
@@ -50,12 +46,12 @@ def page(
     mark = dialect.mark
     if pairs:
         (key, value), rest = pairs[0], pairs[1:]
-        source = f"tags AS t JOIN conversations AS c ON c.{dialect.key} = t.{dialect.link}"
+        source = "tags AS t JOIN conversations AS c ON c.ordinal = t.ordinal"
         where = f" WHERE t.key = {mark} AND t.value = {mark}"
         values: list[Any] = [key, value]
         order = "t.created_at DESC, t.ordinal DESC"
         keyset = f"(t.created_at, t.ordinal) < ({mark}, {mark})"
-        clause, more = _also(dialect, rest, f"t.{dialect.link}")
+        clause, more = _also(dialect, rest, "t.ordinal")
     else:
         source, where, values = "conversations AS c", "", []
         order = "c.created_at DESC, c.ordinal DESC"
@@ -76,7 +72,7 @@ def inactive(
 ) -> tuple[str, tuple[Any, ...]]:
     """The ids of the conversations last written before ``before`` with every pair, oldest
     first: a scan (an index on the time of the last write would cost every step an entry)."""
-    clause, more = _also(dialect, pairs, f"c.{dialect.key}")
+    clause, more = _also(dialect, pairs, "c.ordinal")
     statement = (
         f"SELECT c.id FROM conversations AS c WHERE c.updated_at < {dialect.mark}{clause}"  # noqa: S608
         " ORDER BY c.updated_at, c.ordinal"
@@ -89,7 +85,7 @@ def still_matches(
 ) -> tuple[str, tuple[Any, ...]]:
     """Whether the conversation is still what a purge chose (last written before ``before``,
     with every pair): a row when it is, read where it is deleted, with it locked."""
-    clause, more = _also(dialect, pairs, f"c.{dialect.key}")
+    clause, more = _also(dialect, pairs, "c.ordinal")
     mark = dialect.mark
     idle = "" if before is None else f" AND c.updated_at < {mark}"
     statement = f"SELECT 1 FROM conversations AS c WHERE c.id = {mark}{idle}{clause}"  # noqa: S608

@@ -22,14 +22,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Self, TypeVar
 
-from annotated_types import MaxLen
-
+from segue.executor.bounds import MAX_ID_LENGTH
+from segue.executor.bounds import checked_metadata as checked_metadata  # noqa: PLC0414  # the stores'
 from segue.executor.errors import (
     ConcurrentUpdateError,
     ConversationExistsError,
     ConversationNotFoundError,
     InvalidCursorError,
-    InvalidMetadataError,
     InvalidTextError,
     SegueError,
 )
@@ -42,18 +41,10 @@ from segue.executor.store_port import (
 )
 from segue.statemachine import ConversationState
 from segue.statemachine.checkpoint import SessionSnapshot
-from segue.statemachine.state import ConversationConfig
 
 T = TypeVar("T")
 
 # --------------------------------------------------------------------------- refusals
-
-MAX_ID_LENGTH: Final = next(
-    rule.max_length
-    for rule in ConversationConfig.model_fields["id"].metadata
-    if isinstance(rule, MaxLen)
-)
-"""The longest id a conversation may have (its config says), so the longest a store holds."""
 
 
 def not_found(conversation_id: str) -> ConversationNotFoundError:
@@ -75,45 +66,6 @@ def require_holdable(conversation_id: str) -> None:
     """``ConversationNotFoundError`` for an id no conversation can have, before any query."""
     if not holdable(conversation_id):
         raise not_found(conversation_id)
-
-
-MAX_METADATA_KEYS: Final = 64
-MAX_METADATA_KEY: Final = 64
-MAX_METADATA_VALUE: Final = 1024
-"""Bounds on a conversation's metadata: labels for finding conversations (a user, a title, a
-project), not a document store; each pair is an index entry."""
-
-
-def checked_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
-    """``metadata`` as a plain dict, or ``InvalidMetadataError`` saying what to change: string
-    keys and values (no NUL, which PostgreSQL's text cannot hold), at most
-    ``MAX_METADATA_KEYS`` keys of ``MAX_METADATA_KEY`` characters, values of at most
-    ``MAX_METADATA_VALUE``."""
-    if metadata is None:
-        return {}
-    if not isinstance(metadata, Mapping):
-        msg = f"metadata is a mapping of strings to strings, not {type(metadata).__name__}"
-        raise InvalidMetadataError(msg)
-    if len(metadata) > MAX_METADATA_KEYS:
-        msg = f"metadata holds {len(metadata)} keys; at most {MAX_METADATA_KEYS} are kept"
-        raise InvalidMetadataError(msg)
-    for key, value in metadata.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            msg = f"metadata keys and values are strings: {key!r}: {value!r} is not"
-            raise InvalidMetadataError(msg)
-        if not key or len(key) > MAX_METADATA_KEY:
-            msg = f"a metadata key has 1 to {MAX_METADATA_KEY} characters: {key[:80]!r}"
-            raise InvalidMetadataError(msg)
-        if len(value) > MAX_METADATA_VALUE:
-            msg = (
-                f"metadata {key!r} has {len(value):,} characters; at most "
-                f"{MAX_METADATA_VALUE:,} are kept"
-            )
-            raise InvalidMetadataError(msg)
-        if "\x00" in key or "\x00" in value:
-            msg = f"metadata {key!r} holds a NUL character, which no store can keep"
-            raise InvalidMetadataError(msg)
-    return dict(metadata)
 
 
 MAX_PAGE: Final = 1000

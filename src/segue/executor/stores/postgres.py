@@ -55,9 +55,10 @@ from segue.executor.stores import _listing, _outbox, postgres_data
 from segue.executor.stores._rows import LOAD_COLUMNS, NewConversation, RestoredRows, commit_rows
 from segue.executor.stores._shared import already_exists, holdable, not_found
 from segue.executor.stores._sql import Deletion, Row, SqlStore, WholeRows
+from segue.executor.stores.migrations import SCHEMA_VERSION
 from segue.executor.stores.postgres_commits import Commits
 from segue.executor.stores.postgres_pool import Connection, Pool
-from segue.executor.stores.postgres_schema import METADATA, SCHEMA_VERSION
+from segue.executor.stores.postgres_schema import METADATA
 from segue.executor.stores.postgres_watch import Watches
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]

@@ -27,7 +27,7 @@ from segue.executor.stores.postgres_schema import METADATA
 
 LISTED: Final = (
     "c.state::text, c.version, c.system, c.child_id, c.created_at,"
-    f" {METADATA.replace('conversations.id', 'c.id')}, c.ordinal"
+    f" {METADATA.replace('conversations.ordinal', 'c.ordinal')}, c.ordinal"
 )
 """``_rows.LISTED_COLUMNS`` and the place, of ``conversations AS c``."""
 VACUUMED: Final = (
@@ -39,7 +39,7 @@ VACUUMED: Final = (
     "tags",
 )
 """The tables that hold a conversation's text, which ``PostgresStore.vacuum`` rewrites."""
-DIALECT: Final = Dialect(mark="%s", listed=LISTED, link="conversation_id", key="id")
+DIALECT: Final = Dialect(mark="%s", listed=LISTED)
 """PostgreSQL's listings (``_listing``)."""
 START_SEQ: Final = (
     "SELECT c.id, l.seq FROM conversations AS c LEFT JOIN LATERAL ("
@@ -74,13 +74,12 @@ async def write_tags(conn: Connection, conversation_id: str, metadata: dict[str,
     row = await cur.fetchone()
     if row is None:
         return False
-    await conn.execute("DELETE FROM tags WHERE conversation_id = %s", (conversation_id,))
+    await conn.execute("DELETE FROM tags WHERE ordinal = %s", (row[1],))
     if metadata:
         async with conn.cursor() as insert:
             await insert.executemany(
-                "INSERT INTO tags (conversation_id, key, value, created_at, ordinal)"
-                " VALUES (%s, %s, %s, %s, %s)",
-                [(conversation_id, key, value, *row) for key, value in metadata.items()],
+                "INSERT INTO tags (key, value, created_at, ordinal) VALUES (%s, %s, %s, %s)",
+                [(key, value, *row) for key, value in metadata.items()],
             )
     return True
 
@@ -107,7 +106,7 @@ async def _delete_rows(
     conn: Connection, conversation_id: str, files: Callable[[str], object] | None
 ) -> bool:
     cur = await conn.execute(
-        "SELECT parent_id, child_id FROM conversations WHERE id = %s FOR UPDATE",
+        "SELECT parent_id, child_id, ordinal FROM conversations WHERE id = %s FOR UPDATE",
         (conversation_id,),
     )
     row = await cur.fetchone()
@@ -115,12 +114,13 @@ async def _delete_rows(
         return False
     if files is not None:
         await asyncio.to_thread(files, conversation_id)
-    parent_id, child_id = row
-    for table in ("messages", "transitions", "landmarks", "snapshots", "tags"):
+    parent_id, child_id, ordinal = row
+    for table in ("messages", "transitions", "landmarks", "snapshots"):
         await conn.execute(
             f"DELETE FROM {table} WHERE conversation_id = %s",  # noqa: S608
             (conversation_id,),
         )
+    await conn.execute("DELETE FROM tags WHERE ordinal = %s", (ordinal,))
     if parent_id is not None:
         await conn.execute(
             "UPDATE conversations SET child_id = NULL WHERE id = %s AND child_id = %s",

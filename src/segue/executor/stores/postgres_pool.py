@@ -30,7 +30,8 @@ from segue.executor.errors import (
     StoreUnavailableError,
 )
 from segue.executor.stores._shared import newer_schema
-from segue.executor.stores.postgres_schema import MIGRATION_LOCK, MIGRATIONS, SCHEMA_VERSION
+from segue.executor.stores.migrations import SCHEMA_VERSION
+from segue.executor.stores.postgres_schema import MIGRATION_LOCK, MIGRATIONS
 
 T = TypeVar("T")
 _RETRY_PAUSES: Final = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)

@@ -57,6 +57,7 @@ from segue.executor.stores._rows import (
 )
 from segue.executor.stores._shared import already_exists, not_found
 from segue.executor.stores._sql import Deletion, Row, SqlStore, WholeRows
+from segue.executor.stores.migrations import SCHEMA_VERSION
 from segue.executor.stores.sqlite_commits import (
     INSERT_LANDMARK,
     INSERT_MESSAGE,
@@ -68,7 +69,6 @@ from segue.executor.stores.sqlite_schema import (
     KEY_SPAN,
     MEMORY,
     METADATA,
-    SCHEMA_VERSION,
     SYSTEM,
     connect,
     connect_checkpointer,

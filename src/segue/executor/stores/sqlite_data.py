@@ -29,8 +29,6 @@ DIALECT: Final = Dialect(
     listed=(
         f"c.state, c.version, {SYSTEM}, c.child_id, c.created_at, {METADATA}, c.ordinal"
     ).replace("conversations.ordinal", "c.ordinal"),
-    link="ordinal",
-    key="ordinal",
 )
 """SQLite's listings (``_listing``)."""
 CHECKPOINT_WAIT_MS: Final = 2_000
@@ -107,8 +105,7 @@ def _delete_rows(
             f"DELETE FROM {table} WHERE rid > ? AND rid < ?",  # noqa: S608
             (base, base + KEY_SPAN),
         )
-    for table in ("snapshots", "outbox"):
-        conn.execute(f"DELETE FROM {table} WHERE conversation_id = ?", (conversation_id,))  # noqa: S608
+    conn.execute("DELETE FROM snapshots WHERE conversation_id = ?", (conversation_id,))
     conn.execute("DELETE FROM prompts WHERE ordinal = ?", (ordinal,))
     conn.execute("DELETE FROM tags WHERE ordinal = ?", (ordinal,))
     if parent_id is not None:

@@ -1,5 +1,6 @@
-"""``SqliteStore``'s schema, its migrations from every earlier version, and how its connection
-is opened (WAL, ``synchronous=NORMAL``, a private file, no automatic checkpoints).
+"""``SqliteStore``'s schema (its migrations are ``migrations.HISTORY``'s SQLite statements),
+and how its connection is opened (WAL, ``synchronous=NORMAL``, a private file, no automatic
+checkpoints).
 
 A file records its schema version in ``PRAGMA user_version``; opening it for writing runs every
 migration after that version in one transaction (taking the write lock only when there is one
@@ -15,196 +16,15 @@ from typing import Final
 
 from segue.executor.errors import SegueError
 from segue.executor.stores._shared import newer_schema
-
-SCHEMA_VERSION: Final = 7
-"""What ``PRAGMA user_version`` says once every migration below has run."""
+from segue.executor.stores.migrations import SCHEMA_VERSION, statements
 
 MEMORY: Final = ":memory:"
 CHECKPOINT_WAIT: Final = 200
 """Milliseconds a checkpoint that restarts the WAL waits for the write lock and for readers."""
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
-    # 0 -> 1: the first schema.
-    (
-        """CREATE TABLE conversations (
-            id TEXT PRIMARY KEY,
-            parent_id TEXT,
-            state TEXT NOT NULL,
-            phase TEXT NOT NULL,
-            version INTEGER NOT NULL CHECK (version >= 1),
-            system TEXT,
-            child_id TEXT,
-            message_count INTEGER NOT NULL DEFAULT 0 CHECK (message_count >= 0),
-            effect_count INTEGER NOT NULL DEFAULT 0 CHECK (effect_count >= 0),
-            created_at REAL NOT NULL,
-            updated_at REAL NOT NULL
-        )""",
-        "CREATE INDEX conversations_by_age ON conversations (created_at)",
-        """CREATE TABLE messages (
-            conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
-            seq INTEGER NOT NULL CHECK (seq >= 1),
-            kind TEXT NOT NULL,
-            message TEXT NOT NULL,
-            PRIMARY KEY (conversation_id, seq)
-        )""",
-        """CREATE TABLE transitions (
-            conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
-            seq INTEGER NOT NULL CHECK (seq >= 1),
-            event_kind TEXT NOT NULL,
-            event TEXT NOT NULL,
-            from_phase TEXT NOT NULL,
-            to_phase TEXT NOT NULL,
-            context_tokens INTEGER,
-            reason TEXT NOT NULL,
-            effect_kinds TEXT NOT NULL,
-            at REAL NOT NULL,
-            PRIMARY KEY (conversation_id, seq)
-        )""",
-        """CREATE TABLE outbox (
-            conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
-            id INTEGER NOT NULL CHECK (id >= 1),
-            effect TEXT NOT NULL,
-            PRIMARY KEY (conversation_id, id)
-        ) WITHOUT ROWID""",
-        """CREATE TABLE snapshots (
-            conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
-            version INTEGER NOT NULL CHECK (version >= 1),
-            snapshot TEXT NOT NULL,
-            PRIMARY KEY (conversation_id, version)
-        )""",
-    ),
-    # 1 -> 2: claims on outbox effects (who performs one, until when), idempotency keys.
-    (
-        "ALTER TABLE outbox ADD COLUMN owner TEXT",
-        "ALTER TABLE outbox ADD COLUMN lease_until REAL",
-        """CREATE TABLE idempotency (
-            conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
-            key TEXT NOT NULL,
-            version INTEGER NOT NULL,
-            PRIMARY KEY (conversation_id, key)
-        ) WITHOUT ROWID""",
-    ),
-    # 2 -> 3: how many effects each conversation has pending (a commit knows its outbox).
-    (
-        "ALTER TABLE conversations ADD COLUMN pending_count INTEGER NOT NULL DEFAULT 0"
-        " CHECK (pending_count >= 0)",
-        "UPDATE conversations SET pending_count ="
-        " (SELECT count(*) FROM outbox WHERE outbox.conversation_id = conversations.id)",
-    ),
-    # 3 -> 4: the session each logged event happened in (NULL for events logged before).
-    ("ALTER TABLE transitions ADD COLUMN session INTEGER",),
-    # 4 -> 5: fewer pages per step (each one a WAL frame the COMMIT writes, and the next
-    # checkpoint copies). The outbox moves into the conversation's row as a JSON array (see
-    # ``_outbox``), which a step rewrites anyway; an idempotency key moves onto the event it came
-    # with, unique per conversation. Messages and events are keyed by an integer made of the
-    # conversation's ``ordinal`` and the seq (``ordinal * 2**32 + seq``): the rowid itself, so a
-    # row is one b-tree entry, not a row and an index entry. The table ``outbox`` stays, empty,
-    # because ``segue``'s CLI still recognises a store by it; ``idempotency`` goes.
-    (
-        "ALTER TABLE conversations ADD COLUMN outbox TEXT NOT NULL DEFAULT '[]'",
-        """UPDATE conversations SET outbox = (
-            SELECT json_group_array(json_object('id', o.id, 'effect', json(o.effect),
-                'owner', o.owner, 'lease_until', o.lease_until))
-            FROM (SELECT * FROM outbox WHERE outbox.conversation_id = conversations.id
-                ORDER BY outbox.id) AS o
-        ) WHERE id IN (SELECT conversation_id FROM outbox)""",
-        "UPDATE conversations SET pending_count = json_array_length(outbox)",
-        "DELETE FROM outbox",
-        "ALTER TABLE conversations ADD COLUMN ordinal INTEGER",
-        "UPDATE conversations SET ordinal = rowid",
-        "CREATE UNIQUE INDEX conversations_by_ordinal ON conversations (ordinal)",
-        """CREATE TABLE messages_5 (
-            rid INTEGER PRIMARY KEY,
-            conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
-            seq INTEGER NOT NULL CHECK (seq >= 1),
-            kind TEXT NOT NULL,
-            message TEXT NOT NULL
-        )""",
-        """INSERT INTO messages_5 (rid, conversation_id, seq, kind, message)
-            SELECT c.ordinal * 4294967296 + m.seq, m.conversation_id, m.seq, m.kind, m.message
-            FROM messages AS m JOIN conversations AS c ON c.id = m.conversation_id""",
-        "DROP TABLE messages",
-        "ALTER TABLE messages_5 RENAME TO messages",
-        """CREATE TABLE transitions_5 (
-            rid INTEGER PRIMARY KEY,
-            conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
-            seq INTEGER NOT NULL CHECK (seq >= 1),
-            event_kind TEXT NOT NULL,
-            event TEXT NOT NULL,
-            from_phase TEXT NOT NULL,
-            to_phase TEXT NOT NULL,
-            context_tokens INTEGER,
-            reason TEXT NOT NULL,
-            effect_kinds TEXT NOT NULL,
-            at REAL NOT NULL,
-            session INTEGER,
-            idempotency_key TEXT
-        )""",
-        """INSERT INTO transitions_5 (rid, conversation_id, seq, event_kind, event, from_phase,
-                to_phase, context_tokens, reason, effect_kinds, at, session, idempotency_key)
-            SELECT c.ordinal * 4294967296 + t.seq, t.conversation_id, t.seq, t.event_kind,
-                t.event, t.from_phase, t.to_phase, t.context_tokens, t.reason, t.effect_kinds,
-                t.at, t.session, i.key
-            FROM transitions AS t JOIN conversations AS c ON c.id = t.conversation_id
-            LEFT JOIN idempotency AS i
-                ON i.conversation_id = t.conversation_id AND i.version = t.seq + 1""",
-        "DROP TABLE transitions",
-        "ALTER TABLE transitions_5 RENAME TO transitions",
-        "DROP TABLE idempotency",
-        "CREATE UNIQUE INDEX transitions_by_key ON transitions (conversation_id,"
-        " idempotency_key) WHERE idempotency_key IS NOT NULL",
-    ),
-    # 5 -> 6: the system prompt moves out of the conversation's row, which every step rewrites
-    # whole (SQLite writes a new record, overflow pages and all): a prompt of a few kilobytes
-    # cost every step its overflow pages (4 KB of prompt: a fifth more CPU per step). It is
-    # written once, keyed by the conversation's ordinal; ``conversations.system`` stays, NULL.
-    (
-        "CREATE TABLE prompts (ordinal INTEGER PRIMARY KEY, system TEXT NOT NULL)",
-        "INSERT INTO prompts (ordinal, system)"
-        " SELECT ordinal, system FROM conversations WHERE system IS NOT NULL",
-        "UPDATE conversations SET system = NULL WHERE system IS NOT NULL",
-    ),
-    # 6 -> 7: a conversation's age costs nothing, and a chat backend finds its conversations.
-    # ``landmarks`` holds the messages a view is folded from without reading the transcript
-    # (the first of each session and generation: ``_rows.landmark``) and the pinned ones, keyed
-    # by their message's rid; a usual step writes none. ``tags`` holds the application's
-    # metadata, one row a pair, indexed by value and age for a user's pages; listings page by
-    # (created_at, ordinal). Existing transcripts are read once to fill ``landmarks``.
-    (
-        """CREATE TABLE landmarks (
-            rid INTEGER PRIMARY KEY,
-            session INTEGER NOT NULL,
-            generation INTEGER NOT NULL,
-            start INTEGER NOT NULL,
-            pinned INTEGER NOT NULL
-        )""",
-        "CREATE INDEX landmarks_pinned ON landmarks (rid) WHERE pinned",
-        """INSERT INTO landmarks (rid, session, generation, start, pinned)
-            SELECT rid, s, g, start, pinned FROM (
-                SELECT rid, s, g, pinned, CASE
-                    WHEN kind = 'summary' THEN 2
-                    WHEN lag(s) OVER w IS NULL OR lag(s) OVER w <> s OR lag(g) OVER w <> g
-                        THEN 1
-                    ELSE 0 END AS start
-                FROM (SELECT rid, conversation_id, seq, kind,
-                        coalesce(json_extract(message, '$.session'), 1) AS s,
-                        coalesce(json_extract(message, '$.generation'), 1) AS g,
-                        coalesce(json_extract(message, '$.pinned'), 0) AS pinned
-                    FROM messages)
-                WINDOW w AS (PARTITION BY conversation_id ORDER BY seq)
-            ) WHERE start > 0 OR pinned""",
-        """CREATE TABLE tags (
-            ordinal INTEGER NOT NULL,
-            key TEXT NOT NULL,
-            value TEXT NOT NULL,
-            created_at REAL NOT NULL,
-            PRIMARY KEY (ordinal, key)
-        ) WITHOUT ROWID""",
-        "CREATE INDEX tags_by_value ON tags (key, value, created_at, ordinal)",
-        "DROP INDEX conversations_by_age",
-        "CREATE INDEX conversations_by_age ON conversations (created_at, ordinal)",
-    ),
-)
+MIGRATIONS: Final = statements("sqlite")
+"""Each version's statements on this dialect, from ``migrations.HISTORY`` (index ``v - 1``:
+version ``v``)."""
 
 KEY_SPAN: Final = 4_294_967_296
 """``rid = ordinal * KEY_SPAN + seq`` in ``messages`` and ``transitions`` (seqs stay below it)."""

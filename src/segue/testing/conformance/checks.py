@@ -16,7 +16,8 @@ from segue.executor.errors import LlmCallError
 from segue.executor.model_port import LlmModel, LlmReply, LlmRequest, ToolSpec, reuses_prefix
 from segue.statemachine import Message, ToolCall
 from segue.statemachine.content import ImageBase64Source, ImageBlock, TextBlock
-from segue.testing.conformance import (
+from segue.testing.conformance.compaction import COMPACTION_CHECKS
+from segue.testing.conformance.terms import (
     Call,
     Check,
     ConformanceError,
@@ -25,7 +26,6 @@ from segue.testing.conformance import (
     NotApplicable,
     Said,
 )
-from segue.testing.conformance.compaction import COMPACTION_CHECKS
 
 
 def _require(condition: bool, message: str) -> None:

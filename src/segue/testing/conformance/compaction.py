@@ -17,7 +17,7 @@ from typing import Any
 from segue.executor.errors import LlmCallError
 from segue.executor.model_port import CompactionAsk, ContextManaging, LlmModel, LlmRequest
 from segue.statemachine import Message
-from segue.testing.conformance import (
+from segue.testing.conformance.terms import (
     CompactingHarness,
     Compaction,
     ConformanceError,
