@@ -18,16 +18,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from segue.effects import AppendMessage, Effect
 from segue.executor.errors import ConversationNotFoundError, UpdatesLostError
-from segue.executor.updates import (
-    DoneUpdate,
-    TextUpdate,
-    Update,
-    UserMessageUpdate,
-    occupancy_update,
-)
-from segue.statemachine import ConversationState, Event, LlmError, LlmResponse
+from segue.executor.steps import Step
+from segue.executor.updates import DoneUpdate, TextUpdate, Turn, Update
+from segue.statemachine import ConversationState, LlmError, LlmResponse
 
 WATCH_BUFFER: Final = 10_000
 """Updates a watcher may fall behind by before it is dropped (it reads the store to catch up)."""
@@ -112,8 +106,12 @@ class UpdateBus:
     def __init__(self, *, unwatched: Callable[[str], None] | None = None) -> None:
         self._watchers: dict[str, set[_Watcher]] = {}
         self._streamed: dict[str, _Streamed] = {}
-        self._replies: dict[str, str] = {}
-        """The last assistant text each listened-to turn recorded (for its ``done``)."""
+        self._turns: dict[str, Turn] = {}
+        """The turn each listened-to conversation is in (its reply so far, for ``done``)."""
+        self._held: dict[str, DoneUpdate] = {}
+        """The ``done`` of a step, until its drive ends or the next step comes."""
+        self._done: set[str] = set()
+        """Conversations whose drive told ``done`` already (a step of it ended the turn)."""
         self._responses = 0
         self._unwatched = unwatched
         """Told the id of a conversation whose last watcher left (its store feed can stop)."""
@@ -213,40 +211,56 @@ class UpdateBus:
         if rest:
             self.emit(conversation_id, TextUpdate(text=rest, response=response))
 
-    def committed(
-        self,
-        before: ConversationState,
-        after: ConversationState,
-        event: Event,
-        effects: tuple[Effect, ...],
-    ) -> None:
-        """Emit what a listener learns from a commit: recorded user text, the settled reply,
-        the meter (notifications become updates when they are performed, in outbox order). A
-        reply's text is kept for the turn's ``done``."""
-        cid = before.id
-        for effect in effects:
-            if not isinstance(effect, AppendMessage):
-                continue
-            message = effect.message
-            if message.kind == "user":
-                self.emit(cid, UserMessageUpdate(text=message.text, pinned=message.pinned))
-            elif message.kind == "assistant" and isinstance(event, LlmResponse):
-                self.settle(cid, message.text)
-                self._replies[cid] = message.text
-        if isinstance(event, LlmError):
-            self.forget_response(cid)
-        meter = occupancy_update(before, after)
-        if meter is not None:
-            self.emit(cid, meter)
+    def writing(self, conversation_id: str) -> None:
+        """A commit is being written: nothing to tell yet (``committed`` tells it)."""
+
+    def committed(self, conversation_id: str, step: Step | None) -> None:
+        """Emit what a listener learns from a commit: ``updates_of`` the step (the one fold a
+        reader of the store uses too), the reply settled against the text streamed of it. A
+        step's ``done`` is held until the drive has performed what the step left (a snapshot
+        saved, an archive written: a caller told ``done`` finds them) or the next step comes,
+        so it is told in the fold's order, only later."""
+        if step is None or not self.listening(conversation_id):
+            return
+        cid = conversation_id
+        self.release(cid)
+        turn = self._turns.setdefault(cid, Turn())
+        event = step.event
+        for update in turn.step(step.before, step.after, event, step.effects, step.appended):
+            if isinstance(update, TextUpdate):
+                self.settle(cid, update.text)
+            elif isinstance(update, DoneUpdate):
+                self._held[cid] = update
+            else:
+                self.emit(cid, update)
+        if isinstance(event, LlmResponse | LlmError):
+            self.forget_response(cid)  # stored (and settled), or never to be
+
+    def release(self, conversation_id: str) -> bool:
+        """Emit the ``done`` held for the conversation, if any; whether there was one."""
+        held = self._held.pop(conversation_id, None)
+        if held is None:
+            return False
+        self._done.add(conversation_id)
+        self.emit(conversation_id, held)
+        return True
 
     def turn_begins(self, conversation_id: str) -> None:
-        """A drive of the conversation begins: no reply of an earlier turn is its reply."""
-        self._replies.pop(conversation_id, None)
+        """A drive of the conversation begins: no reply of an earlier turn is its reply (a
+        ``done`` an earlier drive that failed still held goes out now)."""
+        self.release(conversation_id)
+        self._turns.pop(conversation_id, None)
+        self._done.discard(conversation_id)
 
     def turn_ends(self, conversation_id: str, state: ConversationState) -> None:
-        """The drive ended in ``state``: tell the listeners the turn is over, with its reply."""
-        reply = self._replies.pop(conversation_id, None)
-        if self.listening(conversation_id):
+        """The drive ended in ``state``: the ``done`` held goes out. A drive that ended no
+        turn (a refused message, a recovery with nothing to do) still closes its stream with
+        ``done``: live only, since nothing of it reached the store."""
+        turn = self._turns.pop(conversation_id, None)
+        told = self.release(conversation_id) or conversation_id in self._done
+        self._done.discard(conversation_id)
+        if not told and self.listening(conversation_id):
+            reply = None if turn is None else turn.reply
             self.emit(conversation_id, DoneUpdate(state=state, reply=reply))
 
     def forget_response(self, conversation_id: str) -> None:

@@ -17,7 +17,10 @@ What can go wrong is answered here, in one loop:
   no version check stands behind it, a refusal decided on a copy that may be stale is decided
   again on the conversation as the store holds it now.
 
-After a commit the view cache, the watchers' feeds and the updates of the turn hear of it here.
+The event comes counted (``Requests.counted``, the driver's, once, before it commits): what is
+decided again here after a conflict or a refusal costs no model call. After a commit the view
+cache keeps it, and the observers it was given (the watchers' feeds, the updates of the turn)
+hear of it (``steps``).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import dataclasses
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, ParamSpec, TypeVar
 
 from segue.effects import (
@@ -38,7 +41,6 @@ from segue.effects import (
     RejectUserMessage,
 )
 from segue.executor._log import get_logger
-from segue.executor.bus import UpdateBus
 from segue.executor.cache import ViewCache
 from segue.executor.claims import Claims
 from segue.executor.errors import (
@@ -47,9 +49,8 @@ from segue.executor.errors import (
     StoreLockedError,
     StoreUnavailableError,
 )
-from segue.executor.feed import Feeds
-from segue.executor.requests import Requests
 from segue.executor.setup import Setup
+from segue.executor.steps import CommitObserver, Step
 from segue.executor.store_port import Commit, PendingEffect, StoredConversation
 from segue.statemachine import (
     AwaitingCheckpoint,
@@ -120,9 +121,10 @@ def refused(effects: Effects) -> bool:
 
 class Commits:
     """The runtime's store calls: loads, claims, completions and commits, each under the one
-    ``RetryPolicy``, each keeping the view cache up to date."""
+    ``RetryPolicy``, each keeping the view cache up to date; each commit told to ``observers``
+    in order."""
 
-    __slots__ = ("_bus", "_cache", "_claims", "_feeds", "_policy", "_requests", "_setup")
+    __slots__ = ("_cache", "_claims", "_observers", "_policy", "_setup")
 
     def __init__(
         self,
@@ -130,18 +132,18 @@ class Commits:
         setup: Setup,
         cache: ViewCache,
         claims: Claims,
-        feeds: Feeds,
-        bus: UpdateBus,
-        requests: Requests,
+        observers: Sequence[CommitObserver] = (),
         policy: RetryPolicy = DEFAULT_POLICY,
     ) -> None:
         self._setup = setup
         self._cache = cache
         self._claims = claims
-        self._feeds = feeds
-        self._bus = bus
-        self._requests = requests
+        self._observers = tuple(observers)
         self._policy = policy
+
+    async def copy(self, conversation_id: str) -> StoredConversation:
+        """The copy the next commit of the conversation is decided on (loaded if none)."""
+        return self._cache.stored(conversation_id) or await self.load(conversation_id)
 
     async def load(self, conversation_id: str) -> StoredConversation:
         """The conversation as the store holds it now (kept as the copy to commit on)."""
@@ -165,7 +167,7 @@ class Commits:
 
         A message already stored under ``key`` is not stored again: the conversation is
         returned as it is, with no effects, and the caller goes on to that message's outcome."""
-        stored = self._cache.stored(conversation_id) or await self.load(conversation_id)
+        stored = await self.copy(conversation_id)
         try:
             committed, effects = await self._commit(stored, event, key=key)
         except DuplicateMessageError:
@@ -232,19 +234,16 @@ class Commits:
 
     async def _decide(
         self, stored: StoredConversation, event: Event
-    ) -> tuple[StoredConversation, Event, ConversationState, Effects]:
-        """``transition()`` on ``stored``: the copy decided on, the event as counted, the state
-        after it and its effects. A refusal is decided again on the store's own copy (no
-        version check stands behind a refusal, and the copy may be stale)."""
-        requests = self._requests
-        counted = await requests.counted(stored, event)
-        after, effects = transition(stored.state, counted)
+    ) -> tuple[StoredConversation, ConversationState, Effects]:
+        """``transition()`` on ``stored``: the copy decided on, the state after it and its
+        effects. A refusal is decided again on the store's own copy (no version check stands
+        behind a refusal, and the copy may be stale)."""
+        after, effects = transition(stored.state, event)
         if not refused(effects):
-            return stored, counted, after, effects
+            return stored, after, effects
         stored = await self._setup.store.load(stored.state.id)
         self._cache.keep(stored)
-        counted = await requests.counted(stored, event)
-        after, effects = transition(stored.state, counted)
+        after, effects = transition(stored.state, event)
         if refused(effects):
             cause = next(e.cause for e in effects if isinstance(e, RejectUserMessage))
             self._setup.telemetry.refused(stored.state.id, cause)
@@ -254,7 +253,7 @@ class Commits:
                 phase=stored.state.phase.kind,
                 cause=cause,
             )
-        return stored, counted, after, effects
+        return stored, after, effects
 
     async def _write(
         self,
@@ -264,7 +263,7 @@ class Commits:
         key: str | None,
     ) -> tuple[StoredConversation, Effects]:
         """One try: decide the step and write it (a refusal is written nowhere)."""
-        stored, counted, after, effects = await self._decide(stored, event)
+        stored, after, effects = await self._decide(stored, event)
         if refused(effects):
             return stored, effects
         before = stored.state
@@ -278,8 +277,8 @@ class Commits:
             conversation_id=before.id,
             expected_version=stored.version,
             state=after,
-            event_kind=counted.kind,
-            event_json=counted.model_dump_json(),
+            event_kind=event.kind,
+            event_json=event.model_dump_json(),
             from_phase=before.phase.kind,
             reason=_reason(after.phase),
             effects=effects,
@@ -293,20 +292,35 @@ class Commits:
         setup = self._setup
         store = setup.store
         started = time.perf_counter()
-        committed = await self._feeds.committing(before.id, store.commit(commit))
+        committed = await self._written(commit)
         telemetry = setup.telemetry
         if telemetry.enabled:
             seconds = time.perf_counter() - started
             telemetry.committed(
-                before, after, counted, effects, seconds=seconds, store=type(store).__name__
+                before, after, event, effects, seconds=seconds, store=type(store).__name__
             )
-        appended = [effect.message for effect in effects if isinstance(effect, AppendMessage)]
+        appended = tuple(e.message for e in effects if isinstance(e, AppendMessage))
         self._cache.committed(committed, appended)
-        if self._bus.listening(before.id):
-            self._bus.committed(before, after, counted, effects)
+        step = Step(before, after, event, effects, appended, committed)
+        for observer in self._observers:
+            observer.committed(before.id, step)
         if _events.isEnabledFor(logging.INFO):
-            _log_transition(before, after, counted, effects)
+            _log_transition(before, after, event, effects)
         return committed, effects
+
+    async def _written(self, commit: Commit) -> StoredConversation:
+        """``commit`` written to the store, the observers told it is in flight (and told it
+        was not written when the store refuses it or fails)."""
+        cid = commit.conversation_id
+        observers = self._observers
+        for observer in observers:
+            observer.writing(cid)
+        try:
+            return await self._setup.store.commit(commit)
+        except BaseException:
+            for observer in observers:
+                observer.committed(cid, None)
+            raise
 
 
 def _reason(phase: Phase) -> str:

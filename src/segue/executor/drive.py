@@ -30,10 +30,10 @@ from segue.executor.errors import SegueError, StoreLockedError, StoreUnavailable
 from segue.executor.locks import Locks
 from segue.executor.overtaken import Overtaken
 from segue.executor.perform import Performer
+from segue.executor.requests import Requests
 from segue.executor.signals import Signals
 from segue.executor.store_port import PendingEffect, StoredConversation
 from segue.executor.telemetry import Telemetry
-from segue.executor.updates import effect_update
 from segue.statemachine import ConversationState, Event, PauseRequested, UserCancel, UserMessage
 
 Listener = Callable[[str, Effect], None]
@@ -85,6 +85,7 @@ class Driver:
         commits: Commits,
         claims: Claims,
         performer: Performer,
+        requests: Requests,
         bus: UpdateBus,
         overtaken: Overtaken,
     ) -> None:
@@ -95,6 +96,7 @@ class Driver:
         self._commits = commits
         self._claims = claims
         self._performer = performer
+        self._requests = requests
         self._bus = bus
         self._listeners: list[Listener] = []
         """Told of every effect as it is performed (``listen``)."""
@@ -151,6 +153,7 @@ class Driver:
             try:
                 state, effects = await self._turn(conversation_id, event, wait=wait, key=key)
             except BaseException as error:
+                self._bus.release(conversation_id)  # a step's done, held for the drive's end
                 telemetry.turn_ends(turn, None, error)
                 raise
             telemetry.turn_ends(turn, state, None)
@@ -172,7 +175,7 @@ class Driver:
             stored = await self._commits.load(conversation_id)
             follow = False
         else:
-            stored, first = await self._commits.commit(conversation_id, event, key)
+            stored, first = await self._counted_commit(conversation_id, event, key)
             follow = not refused(first) or wait
         while True:
             if sink is not None and not sink.started and not _busy_refusal(first):
@@ -188,7 +191,7 @@ class Driver:
             ):
                 break
             # What made it busy is over (done here or by its owner): take the message.
-            stored, first = await self._commits.commit(conversation_id, event, key)
+            stored, first = await self._counted_commit(conversation_id, event, key)
             follow = not refused(first) or wait
         if _busy_refusal(first) and stored.pending:
             first = _naming_holder(first, stored.pending[0])
@@ -201,6 +204,16 @@ class Driver:
             self._signals.cancel_taken(conversation_id)
         bus.turn_ends(conversation_id, stored.state)
         return stored.state, first
+
+    async def _counted_commit(
+        self, conversation_id: str, event: Event, key: str | None
+    ) -> tuple[StoredConversation, Effects]:
+        """Commit a caller's event counted once, on the copy it is first decided on: a commit
+        decided again (a conflict, a locked store, a refusal checked on the store's copy) asks
+        the model nothing more."""
+        commits = self._commits
+        counted = await self._requests.counted(await commits.copy(conversation_id), event)
+        return await commits.commit(conversation_id, counted, key)
 
     async def _run_outbox(
         self, stored: StoredConversation, *, follow: bool
@@ -234,6 +247,18 @@ class Driver:
                     continue
                 head = claimed
             stored = await self._perform(stored, head)
+
+    async def _pause_first(self, stored: StoredConversation) -> StoredConversation:
+        """A pause asked while an effect was performed, committed before its outcome: the turn
+        boundary the outcome reaches takes it, so the turn ends paused with one ``done``
+        (committed after, it would end the turn, and the pause would be a turn of its own)."""
+        cid = stored.state.id
+        reason = self._signals.pause_asked(cid)
+        if reason is None:
+            return stored
+        stored, _ = await self._commits.commit(cid, PauseRequested(reason=reason))
+        self._signals.pause_taken(cid)
+        return stored
 
     async def _await_owner(self, conversation_id: str, held: PendingEffect) -> StoredConversation:
         """Wait while another runtime performs ``held``: until it is done (or its claim lapses),
@@ -277,8 +302,10 @@ class Driver:
         under its id)."""
         unsaved = self._unsaved.pop((stored.state.id, pending.id), None)
         if unsaved is not None:
-            return unsaved
-        return await self._performer.outcome(stored, pending.effect)
+            return unsaved  # counted when it was performed
+        outcome = await self._performer.outcome(stored, pending.effect)
+        # Counted once, here: committing it (again after a conflict) asks the model nothing.
+        return [await self._requests.counted(stored, event) for event in outcome]
 
     async def _perform(
         self, stored: StoredConversation, pending: PendingEffect
@@ -293,11 +320,6 @@ class Driver:
         cid = stored.state.id
         for listener in self._listeners:
             listener(cid, effect)
-        bus = self._bus
-        if bus.listening(cid):
-            update = effect_update(effect)
-            if update is not None:
-                bus.emit(cid, update)
         claims = self._claims
         overtaken = self._overtaken
         task = asyncio.ensure_future(self._outcome(stored, pending))
@@ -330,6 +352,8 @@ class Driver:
         claims.done(cid)
         overtaken.done(cid)
         try:
+            if outcome:
+                stored = await self._pause_first(stored)
             return await self._commits.settle(stored, pending, outcome)
         except (StoreLockedError, StoreUnavailableError) as error:
             # The store stayed down: let go of the work, so that the next drive (here or in

@@ -3,11 +3,12 @@
 ``Runtime.watch`` hears every turn this runtime drives as it happens (the bus). A turn driven by
 another process sharing the store (a second ``segue serve`` worker behind the same address) is
 heard here instead: while someone watches a conversation that this runtime is not driving, a
-``Feed`` reads the store (the conversation's state and the transcript after the last message it
-saw, two cheap reads with nothing new) and turns what changed into the same updates a local
-drive emits: the user's message, the reply (whole: deltas never reach the store), tools started
-and finished, the meter, the warning, a new session or generation, the end of the conversation
-(exhausted, failed, paused), and ``done`` when it waits for input again.
+``Feed`` reads the store (the conversation's row, and its event log once the version moved) and
+decides each new step again from its logged event (``transition`` is pure: the same state and
+event give the step the writer committed), then folds it with ``updates_of``, the fold the
+driving runtime uses: the same updates, in the same order, with the same reasons. Only what
+never reaches the store is missing: the reply comes whole (its deltas are live only), and a
+provider's own tools and context edits are not heard.
 
 It reads often while the conversation is busy and backs off while it is idle; a store that can
 say when a conversation changed (``wait_for_change``, PostgreSQL's LISTEN/NOTIFY) wakes it at
@@ -19,111 +20,29 @@ point, so only what came after from elsewhere is emitted.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Final
 
+from segue.effects import AppendMessage
 from segue.executor._log import get_logger
 from segue.executor.bus import UpdateBus
 from segue.executor.errors import ConversationNotFoundError, SegueError
-from segue.executor.store_port import LogReader, StoredConversation, StoredMessage, notifies_changes
-from segue.executor.updates import (
-    CompactedUpdate,
-    DoneUpdate,
-    ExhaustedUpdate,
-    FailedUpdate,
-    FallbackUpdate,
-    PausedUpdate,
-    SessionUpdate,
-    TextUpdate,
-    ToolFinishedUpdate,
-    ToolStartedUpdate,
-    Update,
-    UserMessageUpdate,
-    WarningUpdate,
-    occupancy_update,
+from segue.executor.steps import Step
+from segue.executor.store_port import (
+    LogReader,
+    StoredConversation,
+    TransitionRecord,
+    notifies_changes,
 )
-from segue.statemachine import WAITING_PHASES, ConversationState
+from segue.executor.stores.codec import load_event
+from segue.executor.updates import TextUpdate, Turn, Update
+from segue.statemachine import WAITING_PHASES, transition
 
 BUSY_POLL: Final = 0.05
 """Seconds between reads while the conversation is in a turn (replies land within a tick)."""
 IDLE_POLL: Final = 1.0
 """The longest pause between reads of a conversation nobody is talking to."""
 _log = get_logger("segue.runtime")
-FALLBACK_READ_BACK: Final = "the provider could not compact this conversation"
-"""A fallback's reason as a watcher in another process hears it: the state records that the
-conversation fell back, not the provider's words (the event log has them)."""
-
-
-def updates_between(
-    before: ConversationState,
-    after: ConversationState,
-    messages: Sequence[StoredMessage],
-    *,
-    tool_names: dict[str, str],
-    next_response: Callable[[], int],
-) -> list[Update]:
-    """What a watcher of a conversation that went from ``before`` to ``after`` (appending
-    ``messages``) would have heard from the runtime that drove it, in order."""
-    updates: list[Update] = []
-    reply: str | None = None
-    took_message = False
-    for stored in messages:
-        message = stored.message
-        if message.kind == "user":
-            took_message = True
-            updates.append(UserMessageUpdate(text=message.text, pinned=message.pinned))
-        elif message.kind == "assistant":
-            reply = message.text
-            if message.text:
-                updates.append(TextUpdate(text=message.text, response=next_response()))
-            for call in message.tool_calls:
-                tool_names[call.id] = call.name
-                updates.append(ToolStartedUpdate(id=call.id, name=call.name, input=call.input))
-        elif message.kind == "tool_result" and message.tool_call_id is not None:
-            name = tool_names.pop(message.tool_call_id, "tool")
-            updates.append(
-                ToolFinishedUpdate(
-                    id=message.tool_call_id,
-                    name=name,
-                    is_error=message.is_error,
-                    output=message.text,
-                )
-            )
-        elif message.kind == "summary" and message.generation > before.generation:
-            updates.append(CompactedUpdate(generation=message.generation, summary=message.text))
-    if after.compaction_fallback and not before.compaction_fallback:
-        updates.append(FallbackUpdate(reason=FALLBACK_READ_BACK))
-    if after.session > before.session:
-        reason = "resume" if after.resume_context is not None else "checkpoint_restart"
-        updates.append(SessionUpdate(session=after.session, reason=reason))
-    meter = occupancy_update(before, after)
-    if meter is not None:
-        updates.append(meter)
-    if after.warned and (not before.warned or after.session != before.session):
-        tokens = after.context_tokens or after.projected_tokens
-        updates.append(WarningUpdate(tokens=tokens, window=after.context_window))
-    updates += _ending(before, after)
-    phase = after.phase.kind
-    if phase in WAITING_PHASES and (
-        before.phase.kind not in WAITING_PHASES or took_message or reply
-    ):
-        updates.append(DoneUpdate(state=after, reply=reply))
-    return updates
-
-
-def _ending(before: ConversationState, after: ConversationState) -> list[Update]:
-    """What the conversation's new phase tells a watcher, when it is an end or a pause."""
-    phase: Any = after.phase
-    kind = phase.kind
-    if kind == before.phase.kind and after.snapshots == before.snapshots:
-        return []
-    if kind == "context_exhausted":
-        return [ExhaustedUpdate(summary=phase.summary)]
-    if kind == "failed":
-        return [FailedUpdate(error_kind=phase.error_kind, message=phase.message)]
-    if kind == "paused":
-        return [PausedUpdate(version=phase.snapshot.version, reason=phase.snapshot.reason)]
-    return []
 
 
 class Feed:
@@ -148,13 +67,12 @@ class Feed:
         holds may then be a commit this runtime has not observed yet, so a read is set aside."""
         self._state = stored.state
         self._version = stored.version
-        self._seq = stored.last_seq
-        self._tool_names: dict[str, str] = {}
+        self._turn = Turn()
 
     def observe(self, stored: StoredConversation) -> None:
         """This runtime committed ``stored``: its updates went out live; start from it."""
         if stored.version > self._version:
-            self._state, self._version, self._seq = stored.state, stored.version, stored.last_seq
+            self._state, self._version = stored.state, stored.version
 
     async def run(self) -> None:
         """Read and emit until cancelled; a store that fails is read again later."""
@@ -188,28 +106,53 @@ class Feed:
         stored = await store.load(cid)
         if stored.version <= self._version or self._committing():
             return False
-        seq = self._seq  # as observed now: this runtime's own commits are not read back
-        messages = await store.messages(cid, after_seq=seq) if stored.last_seq > seq else []
+        seen = self._version  # as observed now: this runtime's own commits are not read back
+        log = await store.transitions(cid)
         if stored.version <= self._version or self._committing():
             return True  # a commit of this runtime, observed meanwhile or on its way: told live
-        messages = [m for m in messages if m.seq <= stored.last_seq]
-        updates = updates_between(
-            self._state,
-            stored.state,
-            messages,
-            tool_names=self._tool_names,
-            next_response=self._next_response,
-        )
-        self._state, self._version, self._seq = stored.state, stored.version, stored.last_seq
+        steps = [record for record in log if seen <= record.seq < stored.version]
+        updates = self._replayed(steps, stored)
+        self._state, self._version = stored.state, stored.version
         for update in updates:
-            self._emit(update)
+            if isinstance(update, TextUpdate):  # numbered here, as a live reply is
+                self._emit(TextUpdate(text=update.text, response=self._next_response()))
+            else:
+                self._emit(update)
         return True
+
+    def _replayed(self, steps: list[TransitionRecord], stored: StoredConversation) -> list[Update]:
+        """The updates of the steps from the state last seen to ``stored``: each step's event
+        from the log decided again (the core is pure: the same state and event give the same
+        step the writer committed) and folded as the writer folded it. Should the steps not
+        lead to the stored state (a log that misses a step), only the difference is told:
+        the meter, and ``done`` if the conversation now waits."""
+        state = self._state
+        turn = Turn(self._turn.reply)
+        updates: list[Update] = []
+        for record in sorted(steps, key=lambda record: record.seq):
+            event = load_event(record.event_json)
+            after, effects = transition(state, event)
+            appended = [effect.message for effect in effects if isinstance(effect, AppendMessage)]
+            updates += turn.step(state, after, event, effects, appended)
+            state = after
+        if len(steps) != stored.version - self._version or state != stored.state:
+            _log.warning(
+                "feed_replay_diverged",
+                conversation_id=stored.state.id,
+                steps=len(steps),
+                versions=stored.version - self._version,
+            )
+            turn = Turn(self._turn.reply)
+            updates = turn.step(self._state, stored.state, None, (), ())
+        self._turn = turn
+        return updates
 
 
 class Feeds:
     """A runtime's feeds: one per conversation watched here, started when the first watcher
     comes, stopped when the last one leaves; and the commits this runtime has in flight, which
-    every feed of the conversation sets aside (it hears of them through ``committed``)."""
+    every feed of the conversation sets aside (it hears of them through ``committed``). An
+    observer of the runtime's ``Commits``."""
 
     __slots__ = ("_bus", "_committing", "_feeds", "_store")
 
@@ -250,22 +193,20 @@ class Feeds:
         for conversation_id in list(self._feeds):
             self.stop(conversation_id)
 
-    async def committing(
-        self, conversation_id: str, commit: Coroutine[Any, Any, StoredConversation]
-    ) -> StoredConversation:
-        """Await ``commit`` of the conversation, set aside by its feed meanwhile; the feed
-        starts from what it committed."""
+    def writing(self, conversation_id: str) -> None:
+        """A commit of the conversation is in flight: its feed sets aside what it reads until
+        ``committed`` (the store may hold the commit before this runtime hears of it)."""
         committing = self._committing
         committing[conversation_id] = committing.get(conversation_id, 0) + 1
-        try:
-            committed = await commit
-            running = self._feeds.get(conversation_id)
-            if running is not None:
-                running[0].observe(committed)
-            return committed
-        finally:
-            left = committing[conversation_id] - 1
-            if left:
-                committing[conversation_id] = left
-            else:
-                del committing[conversation_id]
+
+    def committed(self, conversation_id: str, step: Step | None) -> None:
+        """The commit ended: the feed starts from what it wrote (its updates went out live)."""
+        committing = self._committing
+        left = committing[conversation_id] - 1
+        if left:
+            committing[conversation_id] = left
+        else:
+            del committing[conversation_id]
+        running = self._feeds.get(conversation_id)
+        if step is not None and running is not None:
+            running[0].observe(step.stored)

@@ -3,18 +3,14 @@
 The drive loop (``drive.py``) decides when an effect is performed and commits what comes back;
 a ``Performer`` turns one effect into the events it produced, and holds no state of its own. It
 asks the model with the request ``requests`` builds and converts the reply, or the error, into
-the event the core answers; it runs tools (capping what they return), compacts, archives and
-saves snapshots.
+the event the core answers; it compacts and saves snapshots, and hands the tools and the
+archive to ``tool_runs``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import dataclasses
-import itertools
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 from segue.effects import (
@@ -29,11 +25,10 @@ from segue.effects import (
     ScheduleRetry,
 )
 from segue.executor._log import get_logger
-from segue.executor.archive import archive_directory, write_archive, write_tool_output
 from segue.executor.bus import UpdateBus
 from segue.executor.cache import ViewCache
 from segue.executor.compactions import compacted
-from segue.executor.errors import ConversationNotFoundError, LlmCallError
+from segue.executor.errors import LlmCallError
 from segue.executor.model_port import (
     AgentToolActivity,
     ContextManaging,
@@ -45,7 +40,9 @@ from segue.executor.redo import copies, estimated, latest_compaction
 from segue.executor.requests import Requests
 from segue.executor.setup import Setup
 from segue.executor.snapshots import context_of, stored_snapshot
-from segue.executor.store_port import LogReader, StoredConversation
+from segue.executor.store_port import StoredConversation
+from segue.executor.tool_runs import archive, run_tools
+from segue.executor.tool_runs import current_conversation_id as current_conversation_id  # noqa: PLC0414  # segue's face reads it here
 from segue.executor.transcript import current_view, split_for_compaction
 from segue.executor.updates import (
     ContextEditedUpdate,
@@ -68,19 +65,10 @@ from segue.statemachine import (
     LlmResponse,
     RetryDue,
     ToolCall,
-    ToolExecuting,
-    ToolResult,
-    estimate_content,
     estimate_tokens,
 )
-from segue.statemachine.accounting import cap_text
 from segue.statemachine.checkpoint import SessionSnapshot
 from segue.statemachine.content import AgentToolUseBlock, ToolUseBlock, input_fault
-
-current_conversation_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "segue_current_conversation_id", default=None
-)
-"""The conversation whose tools are running (read by the sub-agent tool to set a parent)."""
 
 _log = get_logger("segue.runtime")  # its events are the runtime's, under one name
 Failure = TypeVar("Failure", LlmError, ContinuationFailed, CheckpointFailed, CompactionFailed)
@@ -145,7 +133,7 @@ class Performer:
         if isinstance(effect, RequestLlm):
             return await self._turn(stored, effect)
         if isinstance(effect, ExecuteTools):
-            return await self._run_tools(stored, effect)
+            return await run_tools(self._setup, stored, effect)
         if isinstance(effect, RequestContinuation | RequestCheckpoint):
             return [await self._summary(stored, effect)]
         if isinstance(effect, RequestCompaction):
@@ -154,7 +142,7 @@ class Performer:
             await self._setup.sleep(effect.delay_seconds)
             return [RetryDue(attempt=effect.attempt)]
         if isinstance(effect, ArchiveTranscript):
-            await self._archive(stored, effect)
+            await archive(self._setup, stored, effect)
         elif isinstance(effect, SaveSnapshot):
             await self.save_snapshot(effect.snapshot)
         else:
@@ -424,100 +412,6 @@ class Performer:
 
         return told
 
-    # ------------------------------------------------------------------ tools, archive
-
-    async def _run_tools(self, stored: StoredConversation, effect: ExecuteTools) -> list[Event]:
-        phase = stored.state.phase
-        cid = stored.state.id
-        waiting = set(phase.pending) if isinstance(phase, ToolExecuting) else set()
-        calls = [call for call in effect.tool_calls if call.id in waiting]
-        tools = self._setup.tools
-        telemetry = self._setup.telemetry
-        bus = self._bus
-        cap = stored.state.config.tool_output_cap
-
-        async def run(call: ToolCall) -> ToolResult:
-            if bus.listening(cid):
-                bus.emit(cid, ToolStartedUpdate(id=call.id, name=call.name, input=call.input))
-            span = telemetry.tool_begins(cid, call)
-            result = await self._capped(cid, await tools.run(call), cap)
-            telemetry.tool_ends(span, result)
-            if bus.listening(cid):
-                finished = ToolFinishedUpdate(
-                    id=call.id, name=call.name, is_error=result.is_error, output=result.output
-                )
-                bus.emit(cid, finished)
-            return result
-
-        token = current_conversation_id.set(cid)
-        try:
-            return list(await asyncio.gather(*(run(call) for call in calls)))
-        finally:
-            current_conversation_id.reset(token)
-
-    async def _capped(self, conversation_id: str, result: ToolResult, cap: int) -> ToolResult:
-        """``result`` within the conversation's cap on tool output (REQ-SEG-043): its head and
-        tail, and a note of what was cut. With an ``archive_dir`` the whole output is first
-        saved as a private file, and the note names it. The core would cap an oversize result
-        itself (without the file); capping here also keeps the event log small."""
-        content = result.content
-        text = result.output
-        if (estimate_content(text, content) if content else estimate_tokens(text)) <= cap:
-            return result
-        saved_as: str | None = None
-        directory = self._setup.archive_dir
-        if directory is not None:
-            saved_as = await _saved(
-                self._setup.store,
-                "tool_output_not_saved",
-                write_tool_output,
-                directory,
-                conversation_id,
-                result.tool_call_id,
-                text,
-            )
-        blocks = tuple(
-            block.model_copy(update={"text": cap_text(block.text, cap, saved_as=saved_as)})
-            if block.type == "text"
-            else block
-            for block in content
-        )
-        _log.info(
-            "tool_output_capped",
-            conversation_id=conversation_id,
-            cap_tokens=cap,
-            output_bytes=len(text.encode("utf-8")),
-            saved=saved_as is not None,
-        )
-        return result.model_copy(
-            update={"output": cap_text(text, cap, saved_as=saved_as), "content": blocks}
-        )
-
-    async def _archive(self, stored: StoredConversation, effect: ArchiveTranscript) -> None:
-        """Archive what this compaction is about to summarise: the transcript from the first
-        message of ``effect.generation`` (its summary; the transcript's start for the first)
-        to the last message now. Each compaction's archive takes over where the one before
-        left off, so together they hold the whole transcript up to the last compaction, and
-        each costs what its own generation holds, not the conversation's age."""
-        directory = archive_directory(self._setup.archive_dir)
-        cid = stored.state.id
-        store = self._setup.store
-        start = await store.generation_start(cid, None, effect.generation)
-        read = await store.messages(cid, after_seq=start - 1, before_seq=stored.last_seq + 1)
-        # Only the generation's own: the provider's compaction (REQ-SEG-048) appends the next
-        # generation's summary and reply in the step that asks for this archive.
-        transcript = list(
-            itertools.takewhile(
-                lambda message: message.generation == effect.generation,
-                (m.message for m in read),
-            )
-        )
-        path = await _saved(
-            store, "archive_failed", write_archive, directory, cid, effect.generation, transcript
-        )
-        if path is not None:
-            _log.info("archived", conversation_id=cid, path=path)
-
 
 def _with_summary_settings(
     stored: StoredConversation, summary_prompt: str | None, summary_model: str | None
@@ -534,30 +428,3 @@ def _with_summary_settings(
     state = stored.state
     config = state.config.model_copy(update=override)
     return dataclasses.replace(stored, state=state.model_copy(update={"config": config}))
-
-
-async def _saved(
-    store: LogReader,
-    failure: str,
-    write: Callable[..., Path],
-    directory: Path,
-    cid: str,
-    *args: Any,
-) -> str | None:
-    """Where ``write`` (an archive or a tool's output) put its private file, or None when it
-    could not (logged as ``failure``): a file that cannot be written never blocks the
-    conversation. A file written for a conversation that is gone by then (deleted by another
-    process while its tool ran) is removed at once: a deletion removes the files it finds, and
-    this one it could not have found (``retention``)."""
-    try:
-        path = await asyncio.to_thread(write, directory, cid, *args)
-    except (OSError, ValueError) as error:
-        _log.error(failure, conversation_id=cid, error_type=type(error).__name__)
-        return None
-    try:
-        await store.load(cid)
-    except ConversationNotFoundError:
-        await asyncio.to_thread(path.unlink, missing_ok=True)
-        _log.info("file_of_deleted_conversation_removed", conversation_id=cid)
-        return None
-    return str(path)

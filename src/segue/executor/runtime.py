@@ -110,12 +110,7 @@ class Runtime:
         self._feeds = feeds = Feeds(store=store, bus=self._bus)
         requests = Requests(setup, self._cache)
         self._commits = Commits(
-            setup=setup,
-            cache=self._cache,
-            claims=self.claims,
-            feeds=feeds,
-            bus=self._bus,
-            requests=requests,
+            setup=setup, cache=self._cache, claims=self.claims, observers=(feeds, self._bus)
         )
         self._performer = performer = Performer(
             setup, requests=requests, cache=self._cache, bus=self._bus
@@ -128,6 +123,7 @@ class Runtime:
             commits=self._commits,
             claims=self.claims,
             performer=performer,
+            requests=requests,
             bus=self._bus,
             overtaken=self._overtaken,
         )

@@ -45,7 +45,7 @@ def subagent_tool(
     smaller than the model's); ``max_tool_rounds`` bounds each child's turn (past it the child
     fails with ``TOOL_ROUNDS_EXHAUSTED`` for the parent, as it does at its context limit)."""
     from segue.executor.inputs import failure_of  # noqa: PLC0415  # cycle
-    from segue.executor.perform import current_conversation_id  # noqa: PLC0415  # cycle
+    from segue.executor.tool_runs import current_conversation_id  # noqa: PLC0415  # cycle
 
     async def run(tool_input: dict[str, Any]) -> str:
         task = str(tool_input.get("task", "")).strip()

@@ -15,16 +15,35 @@ the updates promise:
   conversation's own thresholds give it.
 - ``done`` comes last, once per turn, with the state the turn ended in and the text of its final
   assistant reply.
+
+One fold, ``updates_of``, says what each committed step tells a watcher. The runtime that drives
+the turn calls it on each commit (``UpdateBus.committed``); a runtime that reads the turn back
+from the store (``feed``) calls it on each step it replays from the event log. So both hear
+the same updates, in the same order, with the same reasons. Only what never reaches the store
+stays live: the ``text`` deltas of a response as the model writes them (the fold gives the
+reply whole, which the driving runtime settles against what it streamed), the tools a
+provider's own agent runs, what a provider cleared from its context (``context_edited``), and
+the ``done`` that closes a drive which changed nothing (a refused message).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import Field
 
-from segue.effects import RequestKind
-from segue.statemachine import ConversationState, ErrorKind
+from segue.effects import Effect, ExecuteTools, RequestKind
+from segue.statemachine import (
+    WAITING_PHASES,
+    ConversationState,
+    ErrorKind,
+    Event,
+    Message,
+    ToolExecuting,
+    ToolResult,
+)
 from segue.statemachine._values import Frozen
 
 Level = Literal["ok", "warning", "critical"]
@@ -274,3 +293,115 @@ def _shown(state: ConversationState) -> tuple[int, bool]:
     if measured is None:
         return state.projected_tokens, False
     return measured, True
+
+
+UNNUMBERED: Final = 0
+"""The ``response`` of a reply the fold gives whole: numbering responses is the listening
+runtime's (the driving one settles it against what it streamed, a reader takes the next)."""
+
+
+def updates_of(
+    before: ConversationState,
+    after: ConversationState,
+    event: Event | None,
+    effects: Sequence[Effect],
+    appended: Sequence[Message],
+    *,
+    reply: str | None = None,
+) -> list[Update]:
+    """What one committed step tells a watcher, in order: what it recorded (the user's
+    message, the reply whole, a tool's result), the meter when it moved, what its effects
+    announce (tools starting, the warning, a retry, a new session or generation, the end, a
+    pause, notices), and ``done`` when the step left the conversation waiting for input.
+
+    ``event`` is the step's event as committed (None for a change no event explains: only the
+    meter and ``done`` are told then); ``appended`` the messages it recorded; ``reply`` the
+    text of the turn's last reply before this step (``done`` carries the turn's last). Pure:
+    the same step gives the same updates to every runtime that hears of it."""
+    updates: list[Update] = []
+    for message in appended:
+        if message.copy_of is not None:
+            continue  # a redo's or an undo's copy: told when it was first recorded
+        if message.kind == "user":
+            updates.append(UserMessageUpdate(text=message.text, pinned=message.pinned))
+        elif message.kind == "assistant":
+            reply = message.text
+            if message.text:
+                updates.append(TextUpdate(text=message.text, response=UNNUMBERED))
+        elif message.kind == "tool_result" and isinstance(event, ToolResult):
+            updates.append(_finished(before, message))
+    meter = occupancy_update(before, after)
+    if meter is not None:
+        updates.append(meter)
+    for effect in effects:
+        if isinstance(effect, ExecuteTools):
+            updates += _started(after, effect)
+        else:
+            update = effect_update(effect)
+            if update is not None:
+                updates.append(update)
+    if _turn_over(before, after, appended):
+        updates.append(DoneUpdate(state=after, reply=reply))
+    return updates
+
+
+def last_reply(appended: Sequence[Message], reply: str | None) -> str | None:
+    """The turn's last reply once ``appended`` is recorded (``reply`` if it holds none)."""
+    for message in appended:
+        if message.kind == "assistant" and message.copy_of is None:
+            reply = message.text
+    return reply
+
+
+@dataclass(slots=True)
+class Turn:
+    """What a listener to one conversation keeps between its steps: the reply its turn has
+    written so far, which the turn's ``done`` carries. Both the driving runtime and a reader
+    of the store fold each step through one of these."""
+
+    reply: str | None = None
+
+    def step(
+        self,
+        before: ConversationState,
+        after: ConversationState,
+        event: Event | None,
+        effects: Sequence[Effect],
+        appended: Sequence[Message],
+    ) -> list[Update]:
+        """``updates_of`` the step, remembering the reply (forgotten once the turn is over)."""
+        updates = updates_of(before, after, event, effects, appended, reply=self.reply)
+        over = bool(updates) and updates[-1].kind == "done"
+        self.reply = None if over else last_reply(appended, self.reply)
+        return updates
+
+
+def _turn_over(
+    before: ConversationState, after: ConversationState, appended: Sequence[Message]
+) -> bool:
+    """Whether the step ended a turn: it left the conversation waiting for input, coming from
+    work, from another waiting phase, or recording something (a summary made again)."""
+    kind = after.phase.kind
+    if kind not in WAITING_PHASES:
+        return False
+    return before.phase.kind != kind or bool(appended)
+
+
+def _finished(before: ConversationState, message: Message) -> ToolFinishedUpdate:
+    """A tool's recorded result; its name is the call's that the step before waited for."""
+    call_id = message.tool_call_id or ""
+    phase = before.phase
+    calls = phase.tool_calls if isinstance(phase, ToolExecuting) else ()
+    name = next((call.name for call in calls if call.id == call_id), "tool")
+    return ToolFinishedUpdate(id=call_id, name=name, is_error=message.is_error, output=message.text)
+
+
+def _started(after: ConversationState, effect: ExecuteTools) -> list[Update]:
+    """The tools a step sets running: the calls its new phase waits for."""
+    phase = after.phase
+    waiting = set(phase.pending) if isinstance(phase, ToolExecuting) else set()
+    return [
+        ToolStartedUpdate(id=call.id, name=call.name, input=call.input)
+        for call in effect.tool_calls
+        if call.id in waiting
+    ]
