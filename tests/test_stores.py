@@ -1726,3 +1726,22 @@ def test_opening_a_new_file_waits_while_another_process_writes_it(tmp_path: Path
     finally:
         released.join()
         holder.close()
+
+
+def test_the_event_log_is_read_from_a_seq_on(backend: Backend) -> None:
+    """A watcher reads the lines after the last it saw, not the whole log each time."""
+
+    async def main() -> None:
+        store = backend.open()
+        try:
+            await tool_turn(store)
+            whole = await store.transitions("c1")
+            assert [line.seq for line in whole] == list(range(1, len(whole) + 1))
+            for after in range(len(whole) + 2):
+                assert await store.transitions("c1", after_seq=after) == whole[after:]
+            with pytest.raises(ConversationNotFoundError):
+                await store.transitions("nobody", after_seq=2)
+        finally:
+            await store.close()
+
+    run(main())

@@ -107,7 +107,7 @@ class Feed:
         if stored.version <= self._version or self._committing():
             return False
         seen = self._version  # as observed now: this runtime's own commits are not read back
-        log = await store.transitions(cid)
+        log = await store.transitions(cid, after_seq=seen - 1)  # the new lines alone
         if stored.version <= self._version or self._committing():
             return True  # a commit of this runtime, observed meanwhile or on its way: told live
         steps = [record for record in log if seen <= record.seq < stored.version]

@@ -203,8 +203,11 @@ class LogReader(Protocol):
         still sends first); indexed, like ``generation_start``."""
         ...
 
-    async def transitions(self, conversation_id: str) -> list[TransitionRecord]:
-        """The event log in order."""
+    async def transitions(
+        self, conversation_id: str, *, after_seq: int = 0
+    ) -> list[TransitionRecord]:
+        """The event log in order; with ``after_seq``, only its lines after that seq (a
+        watcher reads what is new, not the whole log again)."""
         ...
 
 

@@ -123,9 +123,9 @@ class SqlStore(ABC):
         (``not_found``)."""
 
     @abstractmethod
-    def _transition_rows(self, conversation_id: str) -> Awaitable[Sequence[Row]]:
-        """The event log's rows as ``_shared.transition_from_row`` takes them, in order
-        (``not_found``)."""
+    def _transition_rows(self, conversation_id: str, after_seq: int) -> Awaitable[Sequence[Row]]:
+        """The event log's rows after ``after_seq`` as ``_shared.transition_from_row`` takes
+        them, in order (``not_found``)."""
 
     @abstractmethod
     def _snapshot_texts(self, conversation_id: str) -> Awaitable[Sequence[str]]:
@@ -310,9 +310,12 @@ class SqlStore(ABC):
         rows = await self._pinned_rows(conversation_id, before_seq)
         return [StoredMessage(seq=seq, message=load_message(text)) for seq, text in rows]
 
-    async def transitions(self, conversation_id: str) -> list[TransitionRecord]:
+    async def transitions(
+        self, conversation_id: str, *, after_seq: int = 0
+    ) -> list[TransitionRecord]:
         require_holdable(conversation_id)
-        return [transition_from_row(row) for row in await self._transition_rows(conversation_id)]
+        rows = await self._transition_rows(conversation_id, max(0, after_seq))
+        return [transition_from_row(row) for row in rows]
 
     async def list_conversations(self) -> list[StoredConversation]:
         return [listed(row) for row in await self._listed_rows()]

@@ -257,8 +257,11 @@ class MemoryStore:
             if pinned and seq < before_seq
         ]
 
-    async def transitions(self, conversation_id: str) -> list[TransitionRecord]:
-        return [transition_record(line) for line in self._get(conversation_id).log]
+    async def transitions(
+        self, conversation_id: str, *, after_seq: int = 0
+    ) -> list[TransitionRecord]:
+        log = self._get(conversation_id).log
+        return [transition_record(line) for line in log[max(0, after_seq) :]]
 
     async def list_conversations(self) -> list[StoredConversation]:
         records = sorted(self._conversations.values(), key=lambda r: (r.created_at, r.order))

@@ -304,15 +304,15 @@ class PostgresStore(SqlStore):
 
         return self._db.run(work, retry=True)
 
-    def _transition_rows(self, conversation_id: str) -> Awaitable[Sequence[Row]]:
+    def _transition_rows(self, conversation_id: str, after_seq: int) -> Awaitable[Sequence[Row]]:
         return self._fetch(
             conversation_id,
             "SELECT c.id, t.seq, t.event_kind, t.event::text, t.from_phase, t.to_phase,"
             " t.context_tokens, t.reason, t.effect_kinds::text, t.at, t.session"
             " FROM conversations AS c"
-            " LEFT JOIN transitions AS t ON t.conversation_id = c.id"
+            " LEFT JOIN transitions AS t ON t.conversation_id = c.id AND t.seq > %s"
             " WHERE c.id = %s ORDER BY t.seq",
-            (conversation_id,),
+            (after_seq, conversation_id),
         )
 
     async def _snapshot_texts(self, conversation_id: str) -> Sequence[str]:

@@ -290,9 +290,10 @@ class SqliteStore(SqlStore):
 
         return self._read(conversation_id, work)
 
-    def _transition_rows(self, conversation_id: str) -> Awaitable[Sequence[Row]]:
+    def _transition_rows(self, conversation_id: str, after_seq: int) -> Awaitable[Sequence[Row]]:
         def work(conn: sqlite3.Connection, base: int) -> list[Row]:
-            rows: list[Row] = conn.execute(_TRANSITIONS, (base, base + KEY_SPAN)).fetchall()
+            span = (base + min(after_seq, KEY_SPAN), base + KEY_SPAN)  # a line's rid: base + seq
+            rows: list[Row] = conn.execute(_TRANSITIONS, span).fetchall()
             return rows
 
         return self._read(conversation_id, work)
