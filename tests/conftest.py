@@ -46,17 +46,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Group what must share a worker under ``--dist loadgroup``.
 
     The real-model tier goes to one worker: one llama-server for the session (two would share
-    the cores and each answer slower than one alone). A module whose tests share a module-scoped
-    fixture goes to one worker as a whole, so the fixture is built once, as in a serial run
-    (split between workers, each would build its own). Runs first, so that xdist reads the
-    groups when it names the tests.
+    the cores and each answer slower than one alone). A module with a module-scoped fixture goes
+    to one worker as a whole, so the fixture is built once, as in a serial run (split between
+    workers, each would build its own), and so is what its tests cache in the module (the
+    explorations of tests/test_exploration.py, which one of its tests reads back). Runs first, so
+    that xdist reads the groups when it names the tests.
     """
     if not config.pluginmanager.hasplugin("xdist"):
         return
+    shared = {item.nodeid.split("::", 1)[0] for item in items if _module_scoped(item)}
     for item in items:
         if item.get_closest_marker("xdist_group") is not None:
             continue
+        module = item.nodeid.split("::", 1)[0]
         if item.get_closest_marker("real_model") is not None:
             item.add_marker(pytest.mark.xdist_group("real_model"))
-        elif _module_scoped(item):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+        elif module in shared:
+            item.add_marker(pytest.mark.xdist_group(module))
