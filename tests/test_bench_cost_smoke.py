@@ -63,6 +63,7 @@ def check(report: str, lines: list[str]) -> None:
         assert re.search(line, report, re.MULTILINE), f"no line matching {line!r} in:\n{report}"
 
 
+@pytest.mark.slow  # a whole bench run in a process of its own
 def test_without_langchain_segue_is_measured_and_the_extra_named() -> None:
     result = run_script(
         "bench/bench_cost.py", "--quick", flags=("-c", WITHOUT_LANGCHAIN), timeout=600

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from scripts import run_script
 
 REPORT_LINES = (
@@ -33,6 +35,7 @@ REPORT_LINES = (
 )
 
 
+@pytest.mark.slow  # a whole bench run in a process of its own
 def test_quick_run_reports_every_target() -> None:
     result = run_script("bench/bench_runtime.py", "--quick")
     report = result.stdout

@@ -93,7 +93,12 @@ EXPECTED = {
 
 
 @pytest.mark.parametrize("behavior", list(ContextExhaustionBehavior))
-def test_demo_shows_each_behaviour(behavior: ContextExhaustionBehavior, tmp_path: Path) -> None:
+def test_demo_shows_each_behaviour(
+    behavior: ContextExhaustionBehavior, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Room for the database's path on one line, however deep the temporary folder (a pytest-xdist
+    # worker's is one level deeper, and at 80 columns the line wrapped).
+    monkeypatch.setenv("COLUMNS", "300")
     db = tmp_path / "demo.db"
     result = invoke("demo", "--fast", "--behavior", behavior.value, "--db", str(db))
     assert result.exit_code == 0, result.output

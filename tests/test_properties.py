@@ -208,7 +208,11 @@ def test_usages_stay_within_their_bound(usage: Usage) -> None:
 
 
 def test_usages_include_the_all_zero_report() -> None:
-    found = find(usages(), lambda usage: not usage.is_known, settings=settings(database=None))
+    found = find(
+        usages(),
+        lambda usage: not usage.is_known,
+        settings=settings(database=None, max_examples=100),
+    )
     assert found == Usage()
 
 
@@ -231,7 +235,8 @@ def test_conversations_cover_every_behaviour(behavior: ContextExhaustionBehavior
     found = find(
         conversations(),
         lambda state: state.behavior is behavior,
-        settings=settings(database=None),
+        # A search: the count is its own, not the profile's (the dev profile draws fewer).
+        settings=settings(database=None, max_examples=100),
     )
     assert found.phase.kind == "idle"
 
