@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -38,10 +39,13 @@ from segue import (
     SqliteStore,
     Store,
 )
+from segue.executor.archive import write_tool_output
 from segue.executor.errors import ConversationBusyError, InvalidCursorError
 from segue.executor.stores._shared import encode_cursor
 from segue.executor.stores.postgres_data import VACUUMED
+from segue.executor.tool_runs import saved
 from segue.server import create_app
+from segue.statemachine import new_conversation
 from segue.testing import live_server
 from segue.testing.postgres import ThrowawayCluster, find_server_binaries
 
@@ -170,12 +174,17 @@ asyncio.run(main(sys.argv[1]))
 def test_purges_in_two_processes_spare_what_a_third_keeps_writing_to(
     where: str, tmp_path: Path
 ) -> None:
-    """Two processes purge 120 conversations nobody wrote to for a second while a third sends
-    to 20 of them: each of the 20 whose send returned is still there with its reply (the ones
-    the purge reached first may be gone before their send: the send then says so)."""
+    """Two processes purge 120 conversations nobody wrote to for 30 seconds (made "100
+    seconds ago") while a third sends to 20 of them: each of the 20 whose send returned is still
+    there with its reply (the ones the purge reached first may be gone before their send: the
+    send then says so). 30 seconds: a busy machine's purge takes longer than a second, and
+    then rightly deletes a conversation whose send returned more than a second before."""
 
     async def create() -> list[str]:
-        async with Runtime(store=open_store(where), llm=ScriptedModel(reply_chars=20)) as rt:
+        made = ScriptedModel(reply_chars=20)
+        async with Runtime(
+            store=open_store(where), llm=made, clock=lambda: time.time() - 100
+        ) as rt:
             return [
                 (await rt.create_conversation(model=MODEL, metadata={"team": "a"})).id
                 for _ in range(120)
@@ -183,8 +192,7 @@ def test_purges_in_two_processes_spare_what_a_third_keeps_writing_to(
 
     ids = asyncio.run(create())
     written = ids[-20:]
-    time.sleep(1.2)  # every one of them unwritten for more than the purge's second
-    purgers = [_script(tmp_path, f"purger{n}.py", PURGER, where, "1") for n in range(2)]
+    purgers = [_script(tmp_path, f"purger{n}.py", PURGER, where, "30") for n in range(2)]
     sender = subprocess.Popen(  # noqa: S603  # our own interpreter on our own script
         [sys.executable, str(WORKER), where, "send", ",".join(reversed(written)), "20", "0"],
         stdout=subprocess.PIPE,
@@ -611,3 +619,35 @@ def test_purge_vacuums_when_asked_over_rest_and_the_cli(where: str) -> None:
     assert "nothing to purge" in said.output
     expected = "vacuumed: the tables were rewritten" if postgres else "nothing to vacuum"
     assert expected in said.output
+
+
+def test_a_file_whose_write_was_cancelled_is_removed_when_the_write_ends(tmp_path: Path) -> None:
+    """A tool's output or an archive being written when the work is cancelled (a cancel, or
+    another process's deletion seen meanwhile): the thread finishes the file, which nothing
+    will ever name, so it is removed then."""
+    release = threading.Event()
+    written: list[Path] = []
+
+    def slow_write(directory: Path, cid: str, text: str) -> Path:
+        release.wait(30)
+        path = write_tool_output(directory, cid, "call_1", text)
+        written.append(path)
+        return path
+
+    async def main() -> None:
+        store = MemoryStore()
+        await store.create(new_conversation(model=MODEL, conversation_id="c1"), system=None, at=0.0)
+        task = asyncio.create_task(saved(store, "failed", slow_write, tmp_path, "c1", "zebra"))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for _ in range(500):  # the thread's write, then its callback on this loop
+            if written and not written[0].exists():
+                break
+            await asyncio.sleep(0.01)
+
+    asyncio.run(main())
+    assert len(written) == 1
+    assert list(tmp_path.iterdir()) == []

@@ -143,15 +143,30 @@ async def saved(
     conversation. A file written for a conversation that is gone by then (deleted by another
     process while its tool ran) is removed at once: a deletion removes the files it finds, and
     this one it could not have found (``retention``)."""
+    writing = asyncio.ensure_future(asyncio.to_thread(write, directory, cid, *args))
     try:
-        path = await asyncio.to_thread(write, directory, cid, *args)
+        path = await asyncio.shield(writing)
     except (OSError, ValueError) as error:
         _log.error(failure, conversation_id=cid, error_type=type(error).__name__)
         return None
+    except asyncio.CancelledError:
+        # The work was cancelled (a cancel, or another process's deletion seen meanwhile) and
+        # nothing will name the file: the thread goes on writing it, and it is removed then.
+        writing.add_done_callback(_remove_written)
+        raise
     try:
         await store.load(cid)
     except ConversationNotFoundError:
         await asyncio.to_thread(path.unlink, missing_ok=True)
         _log.info("file_of_deleted_conversation_removed", conversation_id=cid)
         return None
+    except asyncio.CancelledError:
+        path.unlink(missing_ok=True)
+        raise
     return str(path)
+
+
+def _remove_written(writing: asyncio.Future[Path]) -> None:
+    """The file a cancelled write made, removed once the write ends."""
+    if not writing.cancelled() and writing.exception() is None:
+        writing.result().unlink(missing_ok=True)
