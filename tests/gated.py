@@ -2,13 +2,18 @@
 
 A test that needs a turn in flight (to pause it, to watch another tab show it busy) holds it for
 exactly as long as it needs, with no race against a fixed delay, then lets it finish. (For a
-model in another process, see ``gated_worker.py``.)
+model in another process, see ``gated_worker.py``, which ``Worker`` starts.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import threading
+from pathlib import Path
+from typing import Any
 
 from segue import ScriptedModel
 from segue.executor.model_port import LlmReply, LlmRequest, TextSink
@@ -60,3 +65,32 @@ class HeldMidway(ScriptedModel):
             rest = rest[1:]
         await asyncio.to_thread(self.gate.wait, HOLD_AT_MOST)
         on_text(rest)
+
+
+class Worker:
+    """``gated_worker.py``: a process sending one message to the conversation, its model's
+    answer held until ``open()``."""
+
+    def __init__(self, db: Path, cid: str) -> None:
+        script = Path(__file__).with_name("gated_worker.py")
+        self.process = subprocess.Popen(  # noqa: S603  # our own worker, no shell
+            [sys.executable, str(script), str(db), cid],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        assert json.loads(self.process.stdout.readline() or "{}") == {"asked": True}
+
+    def open(self) -> dict[str, Any]:
+        """Let the model answer; the worker's outcome once its send returned."""
+        out, err = self.process.communicate("answer now\n", timeout=120)
+        assert self.process.returncode == 0, err
+        result: dict[str, Any] = json.loads(out.splitlines()[-1])
+        return result
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.communicate()

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from typer.testing import Result
 
 import cli_run
 from cli_run import plain_output
+from gated import Worker
 from segue import Runtime, ScriptedModel, SqliteStore
 from segue.testing.anthropic_server import FakeAnthropicServer, MessageReply, Usage
 
@@ -130,35 +130,6 @@ def stored_state(db: Path, cid: str) -> Any:
             await store.close()
 
     return asyncio.run(read())
-
-
-class Worker:
-    """``gated_worker.py``: a process sending one message to the conversation, its model's
-    answer held until ``open()``."""
-
-    def __init__(self, db: Path, cid: str) -> None:
-        script = Path(__file__).with_name("gated_worker.py")
-        self.process = subprocess.Popen(  # noqa: S603  # our own worker, no shell
-            [sys.executable, str(script), str(db), cid],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert self.process.stdout is not None
-        assert json.loads(self.process.stdout.readline() or "{}") == {"asked": True}
-
-    def open(self) -> dict[str, Any]:
-        """Let the model answer; the worker's outcome once its send returned."""
-        out, err = self.process.communicate("answer now\n", timeout=120)
-        assert self.process.returncode == 0, err
-        result: dict[str, Any] = json.loads(out.splitlines()[-1])
-        return result
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.communicate()
 
 
 def segue_pause(db: Path, cid: str, *args: str) -> subprocess.Popen[str]:

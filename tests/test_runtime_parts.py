@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from typing import Any
 import httpx2
 import pytest
 
+from gated import Worker
 from segue import ConversationBusyError, Paused, Runtime, ScriptedModel, SqliteStore
 from segue.executor.conversations import Conversations
 from segue.executor.model_port import LlmReply, LlmRequest
@@ -165,33 +164,6 @@ def test_a_turn_driven_here_is_paused_here_and_elsewhere_through_the_store(
             await asking.close()
 
     asyncio.run(main())
-
-
-class Worker:
-    """``gated_worker.py``: another process sending one message, its model's answer held."""
-
-    def __init__(self, db: Path, cid: str) -> None:
-        script = Path(__file__).with_name("gated_worker.py")
-        self.process = subprocess.Popen(  # noqa: S603  # our own worker, no shell
-            [sys.executable, str(script), str(db), cid],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert self.process.stdout is not None
-        assert json.loads(self.process.stdout.readline() or "{}") == {"asked": True}
-
-    def open(self) -> dict[str, Any]:
-        out, err = self.process.communicate("answer now\n", timeout=120)
-        assert self.process.returncode == 0, err
-        result: dict[str, Any] = json.loads(out.splitlines()[-1])
-        return result
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.communicate()
 
 
 def ask_the_runtime(db: Path, cid: str) -> tuple[str, str | None, bool]:
