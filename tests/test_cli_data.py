@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 
 from cli_run import invoke
+from gated import Worker
 from segue import Runtime, ScriptedModel, SqliteStore
 from segue.testing import FakeAnthropicServer
 from segue.testing.anthropic_server import MessageReply, ToolUse
 from segue.testing.openai_server import FakeOpenAIServer
 from terminal import Terminal, spawn
-from test_cli_control import Worker
 
 pytestmark = pytest.mark.slow
 COLUMNS = 80
