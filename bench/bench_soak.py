@@ -175,7 +175,11 @@ def books(db: Path, log: Path) -> dict[str, Any]:
         ).fetchall()
         phases = connection.execute("SELECT phase, count(*) FROM conversations GROUP BY phase")
         phase_counts = dict(phases.fetchall())
-        pending = connection.execute("SELECT count(*) FROM outbox").fetchone()[0]
+        # The work a conversation has pending is in its row (its outbox); the table of that
+        # name was left empty since schema 5, and schema 8 dropped it.
+        pending = connection.execute(
+            "SELECT count(*) FROM conversations WHERE CAST(outbox AS TEXT) <> '[]'"
+        ).fetchone()[0]
         total_steps = connection.execute("SELECT count(*) FROM transitions").fetchone()[0]
     users: dict[str, list[int]] = {}
     replies = summaries = 0
