@@ -130,7 +130,7 @@ def report(figures: Figures, *, window: int, threads: int) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limits", type=int, default=3, help="limits to reach (default 3)")
-    parser.add_argument("--window", type=int, default=768, help="window given (default 768)")
+    parser.add_argument("--window", type=int, default=1_024, help="window given (default 1,024)")
     parser.add_argument("--threads", type=int, default=2, help="server threads (default 2)")
     args = parser.parse_args()
     reason = missing()
