@@ -153,17 +153,26 @@ def test_a_reply_cut_at_the_servers_context_is_kept_as_a_truncated_reply(
 
     async def main() -> None:
         async with runtime(llama, max_tokens=None) as rt:
-            start = await conversation(
-                rt, B.THRESHOLD_BASED_CONTINUATION, context_window=16_384, max_output_tokens=1024
-            )
-            prompt = f"{text_of(llama, llama.n_ctx() - 60)} Repeat all of the text above."
-            updates = [u async for u in rt.stream(start.id, prompt)]
-            done = finished(updates)
-            assert done.state.phase.kind == "idle", done
-            notices = [u for u in updates if isinstance(u, NoticeUpdate)]
-            assert [n.effect for n in notices] == ["notify_truncated"], notices
-            assert done.state.context_tokens == llama.n_ctx()  # the whole context, filled
-            assert done.reply
+            # The model samples: now and then it ends its reply within the room left. The
+            # server cut it when the context is full; up to three tries for one it cut.
+            for _try in range(3):
+                start = await conversation(
+                    rt,
+                    B.THRESHOLD_BASED_CONTINUATION,
+                    context_window=16_384,
+                    max_output_tokens=1024,
+                )
+                prompt = f"{text_of(llama, llama.n_ctx() - 60)} Repeat all of the text above."
+                updates = [u async for u in rt.stream(start.id, prompt)]
+                done = finished(updates)
+                assert done.state.phase.kind == "idle", done
+                assert done.reply
+                notices = [u.effect for u in updates if isinstance(u, NoticeUpdate)]
+                if done.state.context_tokens == llama.n_ctx():  # the whole context, filled
+                    assert notices == ["notify_truncated"], notices
+                    return
+                assert notices == [], notices  # a reply that ended by itself is no truncation
+            pytest.fail("the server never cut a reply at its context in three tries")
 
     asyncio.run(main())
 
